@@ -1,0 +1,24 @@
+"""dcost: smooth, differentiable cost models of LLM serving and training in JAX.
+
+The public face; everything else is a private detail of the modules named for their concern.
+"""
+
+from dcost.moe import expert_fraction
+from dcost.presets import PresetError, hardware, hardware_names, model, model_names
+from dcost.roofline import (
+    Report,
+    balance_batch,
+    bottleneck,
+    critical_context,
+    decode,
+    prefill,
+)
+from dcost.smooth import smax
+from dcost.specs import Design, Hardware, Model, SpecError, Workload
+
+__all__ = [
+    "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",
+    "decode", "prefill", "balance_batch", "critical_context", "bottleneck", "expert_fraction",
+    "smax", "hardware", "model", "hardware_names", "model_names",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,310 @@
+"""The inputs of every cost model: hardware, model, workload and design, as frozen pytrees.
+
+Every numeric field is a float leaf (SI units: s, bytes, FLOP, FLOP/s, bytes/s, $), so a spec can be
+differentiated with ``jax.grad`` and a batch of specs is the same class with array fields under
+``jax.vmap``. Values are checked when a spec is built from concrete numbers: a bad field raises
+``ValueError`` naming the field, the value and what is allowed. Inside ``jit`` (traced fields) the
+checks are skipped; specs built outside and passed in were already checked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError"]
+
+
+class SpecError(ValueError):
+    """A spec field holds a value the model cannot use."""
+
+
+def _float(x):
+    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through."""
+    if x is None:
+        return None
+    if isinstance(x, jax.core.Tracer):
+        return x
+    arr = jnp.asarray(x)
+    if not jnp.issubdtype(arr.dtype, jnp.floating):
+        arr = arr.astype(jnp.result_type(float))
+    return arr
+
+
+def _concrete(x):
+    """The value as a NumPy array, or None when it is traced (inside jit/grad/vmap)."""
+    if x is None or isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(x, dtype=float)
+    except (TypeError, jax.errors.ConcretizationTypeError):  # pragma: no cover - defensive
+        return None
+
+
+def _show(v: np.ndarray) -> str:
+    if v.ndim == 0:
+        return repr(float(v))
+    return f"array of shape {v.shape} with {v.ravel()[:3].tolist()}..."
+
+
+def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integer=False):
+    """Raise SpecError unless every element of ``x`` is finite and within the allowed range.
+
+    Args:
+      owner: class name used in the message, e.g. "Hardware".
+      name: the field name.
+      x: the value (skipped when traced).
+      low: smallest allowed value.
+      low_open: True when ``low`` itself is not allowed (strictly positive fields).
+      high: largest allowed value, or None.
+      integer: True when the value must be a whole number (reported, never rounded).
+    """
+    v = _concrete(x)
+    if v is None:
+        return
+    allowed = f"{'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        allowed += f" and <= {high:g}"
+    if integer:
+        allowed = "a whole number " + allowed
+    bad = ~np.isfinite(v)
+    bad |= (v <= low) if low_open else (v < low)
+    if high is not None:
+        bad |= v > high
+    if integer:
+        bad |= np.isfinite(v) & (v != np.round(v))
+    if np.any(bad):
+        first = v[bad].ravel()[0] if v.ndim else v
+        raise SpecError(
+            f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: it must be finite and {allowed}"
+        )
+
+
+class Hardware(eqx.Module):
+    """One accelerator chip and the networks around it (per-chip figures, SI units).
+
+    Attributes:
+      flops: peak dense FLOP/s at the serving precision ``F`` (never the 2:4-sparse headline).
+      hbm_bandwidth: HBM bytes/s ``BW``.
+      hbm_capacity: HBM bytes ``M``.
+      scaleup_bandwidth: scale-up (NVLink / ICI) bytes/s per chip, one direction ``U``.
+      scaleout_bandwidth: scale-out (NIC) bytes/s per chip, one direction ``O``.
+      scaleup_size: chips in one scale-up domain ``S`` (8 for an HGX box, 72 for GB200 NVL72).
+      price_per_hour: $ per chip-hour ``p``.
+      flops_efficiency: achievable fraction of ``flops`` ``eta_F`` (1 = pure roofline).
+      bandwidth_efficiency: achievable fraction of ``hbm_bandwidth`` ``eta_BW``.
+
+    >>> import dcost
+    >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
+    >>> round(float(h.flops / h.hbm_bandwidth))
+    295
+    """
+
+    flops: jax.Array = eqx.field(converter=_float)
+    hbm_bandwidth: jax.Array = eqx.field(converter=_float)
+    hbm_capacity: jax.Array = eqx.field(converter=_float)
+    scaleup_bandwidth: jax.Array = eqx.field(converter=_float)
+    scaleout_bandwidth: jax.Array = eqx.field(converter=_float)
+    scaleup_size: jax.Array = eqx.field(converter=_float)
+    price_per_hour: jax.Array = eqx.field(converter=_float)
+    flops_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
+    bandwidth_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
+
+    def __check_init__(self):
+        for name in ("flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
+                     "scaleout_bandwidth"):
+            check("Hardware", name, getattr(self, name), low_open=True)
+        check("Hardware", "scaleup_size", self.scaleup_size, low=1.0)
+        check("Hardware", "price_per_hour", self.price_per_hour)
+        for name in ("flops_efficiency", "bandwidth_efficiency"):
+            check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
+
+    @property
+    def flops_achieved(self):
+        """Achievable FLOP/s, ``F * eta_F``."""
+        return self.flops * self.flops_efficiency
+
+    @property
+    def bandwidth_achieved(self):
+        """Achievable HBM bytes/s, ``BW * eta_BW``."""
+        return self.hbm_bandwidth * self.bandwidth_efficiency
+
+
+class Model(eqx.Module):
+    """A transformer, dense or Mixture-of-Experts, as the cost model sees it.
+
+    ``N_total = N_dense + E*n_e`` and ``N_active = N_dense + k*n_e``. A dense model has
+    ``n_experts = experts_active = params_per_expert = 0``.
+
+    Attributes:
+      n_layers: transformer blocks ``L``.
+      d_model: residual width ``d``.
+      params_dense: parameters every token uses ``N_dense`` (attention, embeddings, dense MLPs,
+        shared experts).
+      params_per_expert: parameters of one routed expert summed over all MoE layers ``n_e``.
+      n_experts: routed experts per MoE layer ``E`` (0 for a dense model).
+      experts_active: routed experts each token uses ``k``.
+      kv_bytes_per_token: KV-cache bytes per token over all layers ``b_kv``.
+      bytes_per_param: bytes per weight ``b_w`` (2 for bf16, 1 for fp8).
+      attn_flops_per_context_token: attention FLOPs per (token x context token) ``a``; for plain
+        attention ``4*L*n_heads*d_head``.
+      act_bytes: bytes per activation element ``b_a`` (what all-to-all and pipeline hops move).
+      n_moe_layers: MoE layers ``L_moe``; None means every layer for an MoE model, 0 for a dense one.
+
+    >>> import dcost
+    >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
+    >>> float(m.params_total), float(m.params_active), float(m.sparsity)
+    (180.0, 120.0, 1.5)
+    """
+
+    n_layers: jax.Array = eqx.field(converter=_float)
+    d_model: jax.Array = eqx.field(converter=_float)
+    params_dense: jax.Array = eqx.field(converter=_float)
+    params_per_expert: jax.Array = eqx.field(converter=_float)
+    n_experts: jax.Array = eqx.field(converter=_float)
+    experts_active: jax.Array = eqx.field(converter=_float)
+    kv_bytes_per_token: jax.Array = eqx.field(converter=_float)
+    bytes_per_param: jax.Array = eqx.field(converter=_float)
+    attn_flops_per_context_token: jax.Array = eqx.field(default=0.0, converter=_float)
+    act_bytes: jax.Array = eqx.field(default=2.0, converter=_float)
+    n_moe_layers: jax.Array | None = eqx.field(default=None, converter=_float)
+
+    def __check_init__(self):
+        check("Model", "n_layers", self.n_layers, low_open=True)
+        check("Model", "d_model", self.d_model, low_open=True)
+        check("Model", "params_dense", self.params_dense, low_open=True)
+        for name in ("params_per_expert", "n_experts", "experts_active", "kv_bytes_per_token",
+                     "attn_flops_per_context_token"):
+            check("Model", name, getattr(self, name))
+        check("Model", "bytes_per_param", self.bytes_per_param, low_open=True)
+        check("Model", "act_bytes", self.act_bytes, low_open=True)
+        if self.n_moe_layers is not None:
+            check("Model", "n_moe_layers", self.n_moe_layers, high=_max_or_none(self.n_layers))
+        e, k, ne = (_concrete(v) for v in (self.n_experts, self.experts_active,
+                                            self.params_per_expert))
+        if e is not None and k is not None and np.any(k > e):
+            raise SpecError(
+                f"Model.experts_active = {_show(k)} is not allowed: it must be <= n_experts "
+                f"({_show(e)})"
+            )
+        if e is not None and k is not None and ne is not None:
+            moe = e > 0
+            if np.any(moe & (k <= 0)):
+                raise SpecError("Model.experts_active = 0 is not allowed for an MoE model "
+                                "(n_experts > 0): it must be >= 1")
+            if np.any(moe & (ne <= 0)):
+                raise SpecError("Model.params_per_expert = 0 is not allowed for an MoE model "
+                                "(n_experts > 0): it must be > 0")
+            if np.any(~moe & ((k > 0) | (ne > 0))):
+                raise SpecError("a dense model (Model.n_experts = 0) must have experts_active = 0 "
+                                "and params_per_expert = 0")
+
+    @property
+    def moe_layers(self):
+        """``L_moe``: ``n_moe_layers`` when given, else ``L`` for an MoE model and 0 for a dense one."""
+        if self.n_moe_layers is not None:
+            return self.n_moe_layers
+        return jnp.where(self.n_experts > 0, self.n_layers, 0.0)
+
+    @property
+    def params_total(self):
+        """``N_total = N_dense + E*n_e`` (parameters)."""
+        return self.params_dense + self.n_experts * self.params_per_expert
+
+    @property
+    def params_active(self):
+        """``N_active = N_dense + k*n_e`` (parameters a token uses)."""
+        return self.params_dense + self.experts_active * self.params_per_expert
+
+    @property
+    def sparsity(self):
+        """``N_total / N_active`` (1 for a dense model)."""
+        return self.params_total / self.params_active
+
+
+def _max_or_none(x):
+    v = _concrete(x)
+    return None if v is None else float(np.min(v))
+
+
+class Workload(eqx.Module):
+    """What the model is asked to do, in tokens.
+
+    Attributes:
+      context: mean context length during decode ``T`` (prompt plus half the output, typically).
+      prompt: prompt length ``T_in`` (default: ``context``).
+      output: output length ``T_out`` (default: 0 tokens).
+
+    >>> import dcost
+    >>> float(dcost.Workload(4096).prompt)
+    4096.0
+    """
+
+    context: jax.Array = eqx.field(converter=_float)
+    prompt: jax.Array = eqx.field(default=None, converter=_float)
+    output: jax.Array = eqx.field(default=None, converter=_float)
+
+    def __init__(self, context, prompt=None, output=None):
+        self.context = context
+        self.prompt = context if prompt is None else prompt
+        self.output = 0.0 if output is None else output
+
+    def __check_init__(self):
+        for name in ("context", "prompt", "output"):
+            check("Workload", name, getattr(self, name))
+
+
+class Design(eqx.Module):
+    """What the optimizer chooses: a serving (or training) layout.
+
+    Attributes:
+      batch: sequences per micro-batch ``B`` (>= 1).
+      chips: chips per pipeline stage ``G`` (>= 1).
+      stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G``.
+      experts: routed experts ``E``; None keeps the model's own.
+      overtrain: over-training ratio ``r = D / (20 N_active)``; None where it does not apply.
+
+    Fields are floats so that a relaxed design can be differentiated; the exact model is meant for
+    whole numbers, which ``dcost.optimize`` and ``dcost.grid_search`` return.
+
+    >>> import dcost
+    >>> d = dcost.Design(batch=64, chips=8)
+    >>> float(d.batch * d.chips * d.stages)
+    512.0
+    """
+
+    batch: jax.Array = eqx.field(converter=_float)
+    chips: jax.Array = eqx.field(default=1.0, converter=_float)
+    stages: jax.Array = eqx.field(default=1.0, converter=_float)
+    experts: jax.Array | None = eqx.field(default=None, converter=_float)
+    overtrain: jax.Array | None = eqx.field(default=None, converter=_float)
+
+    def __check_init__(self):
+        check("Design", "batch", self.batch, low=1.0)
+        check("Design", "chips", self.chips, low=1.0)
+        check("Design", "stages", self.stages, low=1.0)
+        if self.experts is not None:
+            check("Design", "experts", self.experts, low=1.0)
+        if self.overtrain is not None:
+            check("Design", "overtrain", self.overtrain, low_open=True)
+
+
+def with_experts(model: Model, design: Design) -> Model:
+    """The model with ``design.experts`` routed experts (unchanged when the design leaves it None).
+
+    Raises SpecError when a concrete expert count is below ``experts_active``.
+    """
+    if design.experts is None:
+        return model
+    e, k = _concrete(design.experts), _concrete(model.experts_active)
+    if e is not None and k is not None and np.any(e < k):
+        raise SpecError(f"Design.experts = {_show(e)} is not allowed: it must be >= the model's "
+                        f"experts_active ({_show(k)})")
+    return eqx.tree_at(lambda m: m.n_experts, model, design.experts)
+
+
+INF = math.inf
