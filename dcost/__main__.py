@@ -1,0 +1,5 @@
+import sys
+
+from dcost.cli import main
+
+sys.exit(main())
