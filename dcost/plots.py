@@ -80,10 +80,13 @@ def batch_curve(batch, report, *, balance=None, knee=None, capacity=None, title=
                             xytext=(4, 0), textcoords="offset points")
     if not fits.any():
         fits = np.ones_like(fits)
-    i = int(np.flatnonzero(fits)[np.argmin(cost[fits])])
+    # Cost is flat once compute bound: mark the smallest batch within 1 % of the cheapest.
+    cheapest = cost[fits].min()
+    i = int(np.flatnonzero(fits & (cost <= 1.01 * cheapest))[0])
     ax2.plot(b[i], cost[i], "o", color="tab:orange")
-    ax2.annotate(f"cheapest that fits: batch {b[i]:,.0f}\n${cost[i]:.3g}/M tokens", (b[i], cost[i]),
-                 textcoords="offset points", xytext=(-12, -28), ha="right", va="top", fontsize=8,
+    ax2.annotate(f"within 1 % of the cheapest that fits\nfrom batch {b[i]:,.0f}: "
+                 f"${cost[i]:.3g}/M tokens", (b[i], cost[i]), textcoords="offset points",
+                 xytext=(-20, 40), ha="right", va="bottom", fontsize=8,
                  arrowprops={"arrowstyle": "-", "color": "gray"})
     if title:
         fig.suptitle(title)
