@@ -87,24 +87,66 @@ def hardware(name: str, **overrides) -> Hardware:
     return Hardware(**fields)
 
 
-def _mlp_params(d_model: float, d_ff: float, gated: bool) -> float:
-    return (3.0 if gated else 2.0) * d_model * d_ff
+def _mlp_params(d_model: float, d_ff: float, gated: bool, biases: bool) -> float:
+    """One MLP: ``3*d*d_ff`` gated (SwiGLU: gate, up, down), ``2*d*d_ff`` plain (GELU: up, down);
+    with biases add one per output unit, ``2*d_ff + d`` gated or ``d_ff + d`` plain."""
+    n_in = 2.0 if gated else 1.0
+    weights = (n_in + 1.0) * d_model * d_ff
+    return weights + (n_in * d_ff + d_model if biases else 0.0)
 
 
 def derive_model(card: dict) -> dict:
     """Derived counts of a model card: parameters (dense, per expert, total, active), KV bytes per
     token, attention FLOPs per context token and MoE layer count.
 
-    Attention: GQA/MHA ``d*(h*dh) + 2*d*(kv*dh) + (h*dh)*d`` per layer; MLA (DeepSeek-V2/V3) from
-    its low-rank projections. MLP: ``3*d*d_ff`` when gated (SwiGLU), else ``2*d*d_ff``. Embeddings
-    ``V*d``, doubled when the output layer is untied. Norm weights and biases are counted where the
-    card lists them; they are below 0.1 % of any preset.
+    With ``d`` width, ``L`` layers, ``h`` query heads of ``dh``, ``kv`` KV heads, ``V`` vocabulary:
+
+    - Attention, GQA/MHA/MQA (MQA is ``kv = 1``), per layer: ``2*d*h*dh + 2*d*kv*dh`` (W_q, W_o,
+      W_k, W_v); biases add ``(h + 2*kv)*dh + d``; QK-norm (Qwen3) adds ``2*dh``.
+      KV bytes per token ``2*L*kv*dh*b`` (keys and values, ``b`` bytes per element).
+      Attention FLOPs per context token ``4*L*h*dh`` (``q.k`` and ``p.v``, 2 FLOPs per
+      multiply-add).
+    - Attention, MLA (DeepSeek-V2/V3), with ranks ``r_q``, ``r_kv`` and head dims ``n`` (no RoPE),
+      ``r`` (RoPE), ``v``: ``d*r_q + r_q + r_q*h*(n + r)`` (query down/up projections and their
+      norm) ``+ d*(r_kv + r) + r_kv + r_kv*h*(n + v)`` (joint KV down projection with the shared
+      RoPE key, its norm, up projection) ``+ h*v*d`` (output). The cache holds the latent and the
+      RoPE key, ``L*(r_kv + r)*b`` bytes per token; decode with absorbed up-projections costs
+      ``2*L*h*((r_kv + r) + r_kv)`` FLOPs per context token (scores over the latent with its RoPE
+      part, values over the latent).
+    - MLP: see ``_mlp_params`` (``3*d*d_ff`` for SwiGLU, ``2*d*d_ff`` for GELU, plus biases).
+    - Norms: two per layer, one with parallel attention/MLP blocks (PaLM), plus the final one; each
+      ``d`` weights, ``2*d`` with biases (LayerNorm).
+    - Embeddings: ``V*d``, twice when the output layer is untied; learned positions add
+      ``n_positions*d`` (GPT-3).
+    - MoE: the first ``n_dense_layers`` layers have a dense MLP of ``d_ff``; each of the other
+      ``L_moe`` layers has a router ``d*E``, ``n_shared_experts`` always-on experts (counted as
+      dense) and ``E`` routed experts of ``d_ff_expert``. ``params_per_expert`` is one routed
+      expert summed over the ``L_moe`` layers.
+
+    Not counted (below 0.01 % of any preset): DeepSeek-V3's per-expert router bias; its
+    multi-token-prediction module is no part of the card, as it is no part of the published 671B.
+
+    Args:
+      card: a model card as in ``models.toml``: ``card["arch"]`` holds the hyperparameters.
+
+    Returns:
+      dict of floats: ``n_layers``, ``d_model``, ``params_dense``, ``params_per_expert``,
+      ``n_experts``, ``experts_active``, ``kv_bytes_per_token`` (bytes),
+      ``attn_flops_per_context_token`` (FLOP), ``n_moe_layers``, ``params_total``,
+      ``params_active``.
+
+    >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
+    >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
+    2248.0
+    >>> derive_model(card)["kv_bytes_per_token"]   # 2 * 2 layers * 2 heads * 4 dims * 2 bytes
+    64.0
     """
     a = card["arch"]
-    d, layers = float(a["d_model"]), float(a["n_layers"])
-    heads = float(a["n_heads"])
+    d, layers, heads = float(a["d_model"]), float(a["n_layers"]), float(a["n_heads"])
     gated = a.get("mlp", "swiglu") == "swiglu"
+    biases = bool(a.get("biases", False))
     kv_elem_bytes = float(a.get("kv_bytes_per_element", 2.0))
+
     if a.get("attention", "gqa") == "mla":
         qr, kvr = float(a["q_lora_rank"]), float(a["kv_lora_rank"])
         nope, rope, vd = (float(a["qk_nope_head_dim"]), float(a["qk_rope_head_dim"]),
@@ -112,40 +154,41 @@ def derive_model(card: dict) -> dict:
         q = d * qr + qr + qr * heads * (nope + rope) if qr > 0 else d * heads * (nope + rope)
         attn = q + d * (kvr + rope) + kvr + kvr * heads * (nope + vd) + heads * vd * d
         kv_bytes = layers * (kvr + rope) * kv_elem_bytes
-        # Decode with the up-projections absorbed: scores over the (kvr + rope) latent, values
-        # over kvr, 2 FLOPs per multiply-add, per head.
         attn_flops = 2.0 * layers * heads * ((kvr + rope) + kvr)
     else:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
-        attn = d * heads * dh + 2.0 * d * kvh * dh + heads * dh * d
-        attn += float(a.get("attn_bias_params", 0.0)) * (heads + 2 * kvh) * dh
+        attn = 2.0 * d * heads * dh + 2.0 * d * kvh * dh
+        attn += ((heads + 2.0 * kvh) * dh + d) if biases else 0.0
+        attn += 2.0 * dh if a.get("qk_norm", False) else 0.0
         kv_bytes = 2.0 * layers * kvh * dh * kv_elem_bytes
         attn_flops = 4.0 * layers * heads * dh
-    norms = (2.0 * layers + 1.0) * d
+
+    norms_per_layer = 1.0 if a.get("parallel_layers", False) else 2.0
+    norms = (norms_per_layer * layers + 1.0) * d * (2.0 if biases else 1.0)
     embed = float(a["vocab"]) * d * (1.0 if a.get("tied_embeddings", False) else 2.0)
-    embed += float(a.get("n_positions", 0)) * d  # learned position embeddings (GPT-3)
+    embed += float(a.get("n_positions", 0)) * d
+    shared_part = layers * attn + norms + embed
+
     n_experts = float(a.get("n_experts", 0))
     if n_experts > 0:
-        moe_layers = layers - float(a.get("n_dense_layers", 0))
-        expert = _mlp_params(d, float(a["d_ff_expert"]), gated)
-        shared = float(a.get("n_shared_experts", 0)) * expert
-        dense_mlp = float(a.get("n_dense_layers", 0)) * _mlp_params(d, float(a.get("d_ff", 0)),
-                                                                   gated)
-        router = d * n_experts
-        dense = layers * attn + norms + embed + dense_mlp + moe_layers * (shared + router)
+        dense_layers = float(a.get("n_dense_layers", 0))
+        moe_layers = layers - dense_layers
+        expert = _mlp_params(d, float(a["d_ff_expert"]), gated, biases)
+        dense_mlps = dense_layers * _mlp_params(d, float(a.get("d_ff", 0)), gated, biases)
+        always_on = float(a.get("n_shared_experts", 0)) * expert + d * n_experts  # + router
+        dense = shared_part + dense_mlps + moe_layers * always_on
         per_expert = moe_layers * expert
         active = float(a["experts_active"])
     else:
-        moe_layers = 0.0
-        dense = layers * (attn + _mlp_params(d, float(a["d_ff"]), gated)) + norms + embed
-        per_expert = 0.0
-        active = 0.0
+        moe_layers, per_expert, active = 0.0, 0.0, 0.0
+        dense = shared_part + layers * _mlp_params(d, float(a["d_ff"]), gated, biases)
     return {
         "n_layers": layers, "d_model": d, "params_dense": dense, "params_per_expert": per_expert,
         "n_experts": n_experts, "experts_active": active, "kv_bytes_per_token": kv_bytes,
         "attn_flops_per_context_token": attn_flops, "n_moe_layers": moe_layers,
-        "params_total": dense + n_experts * per_expert, "params_active": dense + active * per_expert,
+        "params_total": dense + n_experts * per_expert,
+        "params_active": dense + active * per_expert,
     }
 
 
