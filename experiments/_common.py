@@ -13,7 +13,8 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python experiments/x.py` from a checkout uses that checkout's dcost
+# `python experiments/x.py` from a checkout uses that checkout's dcost
+if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
