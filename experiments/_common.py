@@ -94,9 +94,10 @@ def save(name: str, fig, summary: dict, directory: pathlib.Path = RESULTS):
     return png, js
 
 
-def figure(ncols: int = 2, width: float = 6.0, height: float = 4.6):
-    """A row of ``ncols`` axes with the house style (grid, readable fonts)."""
+def figure(ncols: int = 2, width: float = 6.0, height: float = 4.6, nrows: int = 1):
+    """``nrows`` x ``ncols`` axes (a flat list, row by row) with the house style."""
     plt.rcParams.update({"font.size": 10.5, "axes.titlesize": 11.5, "legend.fontsize": 9,
                          "axes.grid": True, "grid.alpha": 0.3})
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-    return fig, list(axes[0])
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
+                             squeeze=False)
+    return fig, list(axes.ravel())
