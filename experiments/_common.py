@@ -90,8 +90,34 @@ def save(name: str, fig, summary: dict, directory: pathlib.Path = RESULTS):
     fig.savefig(png, dpi=150, bbox_inches="tight")
     plt.close(fig)
     js.write_text(json.dumps(jsonable(summary), indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {png.relative_to(ROOT)} and {js.relative_to(ROOT)}")
+    print(f"wrote {_show(png)} and {_show(js)}")
     return png, js
+
+
+def _show(path: pathlib.Path) -> str:
+    """``path`` relative to the checkout when it is inside it."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+@jax.jit
+def decode_sweep(batch, chips, stages, hardware, model, context):
+    """Exact ``dcost.decode`` over broadcast arrays of batch, chips, stages and context.
+
+    One jitted, vmapped call; the specs are arguments (not closed over), so later calls with the
+    same shapes reuse the compiled code. Returns a ``Report`` of the broadcast shape.
+    """
+    b, g, p, t = jnp.broadcast_arrays(*(jnp.asarray(x, dtype=jnp.result_type(float))
+                                        for x in (batch, chips, stages, context)))
+
+    def one(b, g, p, t):
+        return dcost.decode(dcost.Design(batch=b, chips=g, stages=p), hardware, model,
+                            dcost.Workload(t))
+
+    r = jax.vmap(one)(b.ravel(), g.ravel(), p.ravel(), t.ravel())
+    return jax.tree.map(lambda x: x.reshape(b.shape), r)
 
 
 def figure(ncols: int = 2, width: float = 6.0, height: float = 4.6, nrows: int = 1):

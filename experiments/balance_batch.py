@@ -33,6 +33,19 @@ LABEL_OFFSET = {"h100-sxm": (-6, 9, "right"), "h200": (6, -8, "left"),
                 "tpu-v5p": (-6, 8, "right"), "a100-80gb": (6, -8, "left")}
 
 
+@jax.jit
+def balance_and_crossing(hardware, model):
+    """``B*`` on each chip of a stacked ``Hardware``, and the exact roofline's compute / memory
+    time at that batch (1 where the closed form and ``dcost.decode`` agree). One vmapped call."""
+
+    def one(h):
+        b = dcost.balance_batch(h, model)
+        r = dcost.decode(dcost.Design(batch=b), h, model, dcost.Workload(0.0))
+        return b, r.t_compute / (r.t_weights + r.t_kv)
+
+    return jax.vmap(one)(hardware)
+
+
 def compute():
     """B* of each model on each chip (one vmapped call per model), and the roofline crossing."""
     hw = C.stack([dcost.hardware(n) for n in HARDWARE])
@@ -41,13 +54,7 @@ def compute():
            "flops": f, "hbm_bandwidth": bw, "f_over_bw": f / bw}
     for kind, (name, overrides) in MODELS.items():
         m = dcost.model(name, **overrides)
-
-        def one(h, m=m):
-            b = dcost.balance_batch(h, m)
-            r = dcost.decode(dcost.Design(batch=b), h, m, dcost.Workload(0.0))
-            return b, r.t_compute / (r.t_weights + r.t_kv)
-
-        bstar, ratio = jax.jit(jax.vmap(one))(hw)
+        bstar, ratio = balance_and_crossing(hw, m)
         out[kind] = {"model": name, "bytes_per_param": float(m.bytes_per_param),
                      "sparsity": float(m.sparsity), "balance_batch": np.asarray(bstar),
                      "compute_over_memory_at_bstar": np.asarray(ratio),

@@ -15,7 +15,6 @@ Run: ``python experiments/batch_curve.py``.
 from __future__ import annotations
 
 import _common as C
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,10 +26,7 @@ MODELS = {"dense": "llama-3-70b", "moe": "deepseek-v3"}
 
 def sweep(hardware, model, context, batches):
     """Exact decode reports over ``batches`` (one jitted, vmapped call)."""
-    w = dcost.Workload(context)
-    f = jax.jit(jax.vmap(lambda b: dcost.decode(dcost.Design(batch=b, chips=CHIPS), hardware,
-                                                model, w)))
-    return f(batches)
+    return C.decode_sweep(batches, CHIPS, 1.0, hardware, model, context)
 
 
 def all_experts_read(report, hardware, model):
@@ -50,10 +46,11 @@ def knee(batches, report):
     return float(np.asarray(batches)[np.argmax(bound)]) if bound.any() else float("nan")
 
 
-def compute(max_batch=1e6):
-    """Sweep batch 1..max_batch (every integer to 32768, log-spaced beyond) for both models."""
+def compute(max_batch=1e6, exact_up_to=32768):
+    """Sweep batch 1..max_batch (every whole batch to ``exact_up_to``, log-spaced beyond)."""
     batches = jnp.asarray(np.unique(np.concatenate([
-        np.arange(1.0, 32769.0), np.round(np.logspace(np.log10(32768), np.log10(max_batch), 60))])))
+        np.arange(1.0, exact_up_to + 1.0),
+        np.round(np.logspace(np.log10(exact_up_to), np.log10(max_batch), 60))])))
     out = {"hardware": HARDWARE, "chips": CHIPS, "batch": np.asarray(batches)}
     for kind, name in MODELS.items():
         m = dcost.model(name)

@@ -24,7 +24,6 @@ Run: ``python experiments/context_length.py``.
 from __future__ import annotations
 
 import _common as C
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -48,22 +47,19 @@ def intensity(model, context):
 
 def best_mfu(hardware, model, chips, contexts, batches, sparse):
     """Best MFU per context over ``batches`` under the SLO and HBM limit (one vmapped call)."""
-    cap = (1 - MEMORY_RESERVE) * hardware.hbm_capacity
-
-    def one(t, b):
-        t_read = effective_context(t) if sparse else t
-        r = dcost.decode(dcost.Design(batch=b, chips=chips), hardware, model,
-                         dcost.Workload(t_read))
-        memory = r.memory_per_chip + b * (t - t_read) * model.kv_bytes_per_token / chips
-        ok = (r.tpot <= TPOT_SLO) & (memory <= cap)
-        return jnp.where(ok, r.mfu, -1.0), jnp.where(ok, r.cost_per_token, jnp.inf)
-
-    f = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None)))
-    mfu, cost = f(contexts, batches)
-    i = jnp.argmax(mfu, axis=1)
-    pick = jnp.arange(len(contexts))
-    return (np.asarray(mfu[pick, i]), np.asarray(batches)[np.asarray(i)],
-            np.asarray(cost[pick, i]))
+    cap = (1 - MEMORY_RESERVE) * float(hardware.hbm_capacity)
+    t = np.asarray(contexts)[:, None]
+    b = np.asarray(batches)[None, :]
+    t_read = np.asarray(effective_context(t)) if sparse else t
+    r = C.decode_sweep(b, chips, 1.0, hardware, model, t_read)
+    # the cache holds all T tokens even when a query reads only T_eff of them
+    memory = np.asarray(r.memory_per_chip) + b * (t - t_read) * float(
+        model.kv_bytes_per_token) / chips
+    ok = (np.asarray(r.tpot) <= TPOT_SLO) & (memory <= cap)
+    mfu = np.where(ok, np.asarray(r.mfu), -1.0)
+    i = np.argmax(mfu, axis=1)
+    pick = np.arange(len(t))
+    return mfu[pick, i], np.asarray(batches)[i], np.asarray(r.cost_per_token)[pick, i]
 
 
 def compute(n_contexts=61, n_batches=300):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import _common as C
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import dcost
@@ -33,11 +32,8 @@ TIE = 1e-5  # relative cost difference treated as a tie (float32 rounding on a f
 
 def evaluate(hardware, model, context, batch, chips):
     """Exact decode over broadcast arrays of batch and chips: (tpot, cost, feasible)."""
-    w = dcost.Workload(context)
-    f = jax.jit(jax.vmap(lambda b, g: dcost.decode(dcost.Design(batch=b, chips=g), hardware,
-                                                   model, w)))
-    b, g = jnp.broadcast_arrays(jnp.asarray(batch, float), jnp.asarray(chips, float))
-    r = f(b.ravel(), g.ravel())
+    b, g = np.broadcast_arrays(np.asarray(batch, float), np.asarray(chips, float))
+    r = C.decode_sweep(b.ravel(), g.ravel(), 1.0, hardware, model, context)
     tpot, cost = np.asarray(r.tpot), np.asarray(r.cost_per_token)
     ok = (tpot <= TPOT_SLO) & (np.asarray(r.memory_per_chip)
                                <= (1 - MEMORY_RESERVE) * float(hardware.hbm_capacity))

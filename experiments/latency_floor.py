@@ -34,22 +34,27 @@ def chips_for(hardware, model):
     return 2.0 ** np.ceil(np.log2(np.maximum(need, 1.0)))
 
 
+@jax.jit
+def sweep_to_full(hardware, chips, fractions, model):
+    """Decode on each chip (stacked ``Hardware``, ``G`` per chip) at batches from 1 to the one
+    that fills the HBM, ``1 + x (B_full - 1)`` for ``x`` in ``fractions``: a (chips, x) grid."""
+
+    def one(h, g, x):
+        full = jnp.floor((h.hbm_capacity * g - model.bytes_per_param * model.params_total)
+                         / (CONTEXT * model.kv_bytes_per_token))
+        b = jnp.round(1.0 + x * (full - 1.0))
+        return b, dcost.decode(dcost.Design(batch=b, chips=g), h, model, dcost.Workload(CONTEXT))
+
+    return jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None))(
+        hardware, chips, fractions)
+
+
 def compute(n_batches=64):
     """``M/BW`` per chip and the decode step along a batch sweep up to full HBM."""
     m = dcost.model(MODEL)
     hw = C.stack([dcost.hardware(n) for n in HARDWARE])
     chips = jnp.asarray(chips_for(hw, m))
-    w = dcost.Workload(CONTEXT)
-    frac = jnp.linspace(0.0, 1.0, n_batches)
-
-    def one(h, g, x):
-        full = jnp.floor((h.hbm_capacity * g - m.bytes_per_param * m.params_total)
-                         / (CONTEXT * m.kv_bytes_per_token))
-        b = jnp.round(1.0 + x * (full - 1.0))
-        return b, dcost.decode(dcost.Design(batch=b, chips=g), h, m, w)
-
-    f = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(0, 0, None)))
-    batch, r = f(hw, chips, frac)
+    batch, r = sweep_to_full(hw, chips, jnp.linspace(0.0, 1.0, n_batches), m)
     floor = np.asarray(hw.hbm_capacity / hw.hbm_bandwidth)
     last = {k: np.asarray(getattr(r, k))[:, -1] for k in ("t_stage", "tpot", "memory_per_chip",
                                                            "t_compute", "t_comm")}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import _common as C
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import dcost
@@ -37,20 +36,18 @@ def best_over_batch(hardware, model, chips, stages, batches):
 
     Returns the exact report at that batch (fields of the designs' shape) and a feasibility mask.
     """
-    w = dcost.Workload(CONTEXT)
-    cap = (1 - MEMORY_RESERVE) * hardware.hbm_capacity
-
-    def design(g, p):
-        r = jax.vmap(lambda b: dcost.decode(dcost.Design(batch=b, chips=g, stages=p), hardware,
-                                            model, w))(batches)
-        ok = (r.tpot <= TPOT_SLO) & (r.memory_per_chip <= cap)
-        best = jnp.min(jnp.where(ok, r.cost_per_token, jnp.inf))
-        # ties (cost flat in batch once the all-to-all or compute binds): the fastest of them
-        tie = ok & (r.cost_per_token <= best * (1 + TIE))
-        i = jnp.argmin(jnp.where(tie, r.tpot, jnp.inf))
-        return jax.tree.map(lambda x: x[i], r), jnp.any(ok), batches[i]
-
-    return jax.jit(jax.vmap(design))(jnp.asarray(chips, float), jnp.asarray(stages, float))
+    cap = (1 - MEMORY_RESERVE) * float(hardware.hbm_capacity)
+    r = C.decode_sweep(np.asarray(batches)[None, :], np.asarray(chips, float)[:, None],
+                       np.asarray(stages, float)[:, None], hardware, model, CONTEXT)
+    tpot, cost = np.asarray(r.tpot), np.asarray(r.cost_per_token)
+    ok = (tpot <= TPOT_SLO) & (np.asarray(r.memory_per_chip) <= cap)
+    best = np.min(np.where(ok, cost, np.inf), axis=1, keepdims=True)
+    # ties (cost flat in batch once the all-to-all or compute binds): the fastest of them
+    tie = ok & (cost <= best * (1 + TIE))
+    i = np.argmin(np.where(tie, tpot, np.inf), axis=1)
+    rows = np.arange(len(i))
+    return (jax.tree.map(lambda x: np.asarray(x)[rows, i], r), ok.any(axis=1),
+            np.asarray(batches)[i])
 
 
 def rule_crossing(hardware, model, k):
@@ -61,9 +58,8 @@ def rule_crossing(hardware, model, k):
     """
     m = dcost.model(MODEL, experts_active=k)
     s = hardware.scaleup_size
-    stages = jnp.exp(jnp.linspace(jnp.log(1.01), jnp.log(400.0), 400))
-    r = jax.jit(jax.vmap(lambda p: dcost.decode(dcost.Design(batch=1.0, chips=s, stages=p),
-                                                hardware, m, dcost.Workload(CONTEXT))))(stages)
+    stages = np.exp(np.linspace(np.log(1.01), np.log(400.0), 400))
+    r = C.decode_sweep(1.0, s, stages, hardware, m, CONTEXT)
     per_stage = np.asarray(m.moe_layers / stages)
     ratio = np.asarray(r.t_comm / r.t_hop)  # decreasing in P
     crossing = float(np.exp(np.interp(0.0, np.log(ratio[::-1]), np.log(per_stage[::-1]))))
@@ -72,26 +68,27 @@ def rule_crossing(hardware, model, k):
     return crossing, closed
 
 
-def compute(n_batches=240):
+def compute(n_batches=240, max_chips=None):
+    """Sweeps per hardware; ``max_chips`` (name -> chips) overrides ``HARDWARE``'s limits."""
     m = dcost.model(MODEL)
     batches = C.log_batches(2e5, n_batches)
     out = {"model": MODEL, "context": CONTEXT, "tpot_slo_s": TPOT_SLO,
            "experts_active": float(m.experts_active), "moe_layers": float(m.moe_layers)}
-    for name, most in HARDWARE.items():
+    for name, most in {**HARDWARE, **(max_chips or {})}.items():
         h = C.serving_hardware(name, m)
         s = float(h.scaleup_size)
-        # expert parallel over G chips, one stage (G > S spills onto scale-out)
+        # expert parallel over G chips, one stage (G > S spills onto scale-out),
         g = np.arange(1.0, most + 1.0)
-        r, ok, b = best_over_batch(h, m, g, np.ones_like(g), batches)
-        ep = {"chips": g, "feasible": np.asarray(ok), "batch": np.asarray(b),
-              "cost": np.asarray(r.cost_per_token), "tpot_s": np.asarray(r.tpot),
-              "bottleneck": dcost.bottleneck(r)}
-        # pipeline across domains: G = S chips per stage, P = N / S stages
+        # and pipeline across domains: G = S chips per stage, P = N / S stages; one call for both
         p = np.arange(1.0, most / s + 1.0)
-        rp, okp, bp = best_over_batch(h, m, np.full_like(p, s), p, batches)
-        pp = {"chips": p * s, "stages": p, "feasible": np.asarray(okp), "batch": np.asarray(bp),
-              "cost": np.asarray(rp.cost_per_token), "tpot_s": np.asarray(rp.tpot),
-              "bottleneck": dcost.bottleneck(rp)}
+        r, ok, b = best_over_batch(h, m, np.concatenate([g, np.full_like(p, s)]),
+                                   np.concatenate([np.ones_like(g), p]), batches)
+        fields = {"feasible": np.asarray(ok), "batch": np.asarray(b),
+                  "cost": np.asarray(r.cost_per_token), "tpot_s": np.asarray(r.tpot),
+                  "bottleneck": dcost.bottleneck(r)}
+        n = len(g)
+        ep = {"chips": g, **{k: v[:n] for k, v in fields.items()}}
+        pp = {"chips": p * s, "stages": p, **{k: v[n:] for k, v in fields.items()}}
         rules = {f"{k:g}": rule_crossing(h, m, k) for k in RULE_K}
         out[name] = {"scaleup_size": s, "u_over_o": float(h.scaleup_bandwidth
                                                          / h.scaleout_bandwidth),

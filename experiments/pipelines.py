@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import _common as C
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import dcost
@@ -36,9 +35,7 @@ def compute():
     g = np.concatenate([ones, CHIPS, CHIPS])
     p = np.concatenate([CHIPS, ones, ones])
     b = np.concatenate([BATCH * ones, BATCH * ones, BATCH * CHIPS])
-    f = jax.jit(jax.vmap(lambda b, g, p: dcost.decode(dcost.Design(batch=b, chips=g, stages=p),
-                                                      h, m, dcost.Workload(CONTEXT))))
-    r = f(jnp.asarray(b), jnp.asarray(g), jnp.asarray(p))
+    r = C.decode_sweep(b, g, p, h, m, CONTEXT)
     out = {"hardware": HARDWARE, "model": MODEL, "context": CONTEXT, "batch": BATCH,
            "chips": CHIPS, "hbm_capacity": float(h.hbm_capacity)}
     weights = float(m.bytes_per_param * m.params_total) / (g * p)
