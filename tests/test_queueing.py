@@ -10,6 +10,7 @@ import dcost
 from dcost.queueing import poisson_gaps, simulate_departures, train_latency
 
 TAU = 0.02  # s
+SMALL, LARGE = 400, 100_000  # requests; few distinct shapes keep the compilations few
 
 
 def reference(gaps, step_time, policy, interval, capacity, per_seq):
@@ -52,7 +53,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_scan_matches_event_loop(case):
     policy, interval, capacity, per_seq, rate = CASES[case]
-    gaps = np.asarray(poisson_gaps(jax.random.PRNGKey(1), rate, 400))
+    gaps = np.asarray(poisson_gaps(jax.random.PRNGKey(1), rate, SMALL))
     d = simulate_departures(gaps, TAU, policy=policy, interval=interval, capacity=capacity,
                             step_time_per_sequence=per_seq)
     wait, lat, size = reference(gaps, TAU, policy, interval or TAU, capacity, per_seq)
@@ -64,7 +65,7 @@ def test_scan_matches_event_loop(case):
 
 def test_fixed_interval_matches_closed_form():
     """Mean 1.5 tau, worst 2 tau, and the wait uniform on [0, tau]."""
-    gaps = poisson_gaps(jax.random.PRNGKey(0), 150.0, 200_000)
+    gaps = poisson_gaps(jax.random.PRNGKey(0), 150.0, LARGE)
     d = simulate_departures(gaps, TAU)
     mean, worst = train_latency(TAU)
     lat, wait = np.asarray(d.latency), np.asarray(d.wait)
@@ -78,14 +79,14 @@ def test_fixed_interval_matches_closed_form():
 @pytest.mark.parametrize("load, expected", [(1e-3, 1.0), (200.0, 1.5)])
 def test_when_free_limits(load, expected):
     """Idle server: a request leaves on arrival (latency tau); saturated: back-to-back batches."""
-    gaps = poisson_gaps(jax.random.PRNGKey(2), load / TAU, 100_000)
+    gaps = poisson_gaps(jax.random.PRNGKey(2), load / TAU, LARGE)
     d = simulate_departures(gaps, TAU, policy="when_free")
     assert abs(float(d.latency.mean()) / TAU - expected) < 0.01
 
 
 def test_when_full_waits_for_the_batch_to_fill():
     """Light load: the j-th of C members waits C - j gaps, mean (C - 1) / (2 rate)."""
-    rate, cap, n = 5.0, 10, 50_000  # rate * TAU = 0.1: the server is never the bottleneck
+    rate, cap, n = 5.0, 10, LARGE  # rate * TAU = 0.1: the server is never the bottleneck
     gaps = poisson_gaps(jax.random.PRNGKey(3), rate, n)
     d = simulate_departures(gaps, TAU, policy="when_full", capacity=float(cap))
     full = slice(0, n - n % cap)  # the tail batch is partial
@@ -96,7 +97,7 @@ def test_when_full_waits_for_the_batch_to_fill():
 
 @pytest.mark.parametrize("policy", ["fixed", "when_free", "when_full"])
 def test_batches_partition_the_requests(policy):
-    gaps = poisson_gaps(jax.random.PRNGKey(4), 500.0, 5000)
+    gaps = poisson_gaps(jax.random.PRNGKey(4), 500.0, SMALL)
     d = simulate_departures(gaps, TAU, policy=policy, capacity=7.0)
     idx, size = np.asarray(d.batch_index), np.asarray(d.batch_size)
     counts = np.bincount(idx)
@@ -108,7 +109,7 @@ def test_batches_partition_the_requests(policy):
 
 def test_vmap_over_loads_equals_single_runs():
     rates = np.array([10.0, 100.0, 1000.0])
-    unit = poisson_gaps(jax.random.PRNGKey(5), 1.0, 2000)
+    unit = poisson_gaps(jax.random.PRNGKey(5), 1.0, SMALL)
     batched = jax.vmap(lambda r: simulate_departures(unit / r, TAU, policy="when_free").latency)(
         rates)
     for i, r in enumerate(rates):
