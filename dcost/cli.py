@@ -126,9 +126,24 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _cmd_eval(args) -> int:
-    h = presets.hardware(args.hardware)
+def add_precision_argument(parser) -> None:
+    """``--precision``: the chip's FLOP/s at this precision (auto: the model's serving precision)."""
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp8", "int8"), default="auto",
+                        help="matmul precision for the chip's FLOP/s (auto: the model's serving "
+                             "precision, fp8 for deepseek-v3, else bf16)")
+
+
+def hardware_and_model(args):
+    """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own)."""
     m = presets.model(args.model)
+    precision = getattr(args, "precision", "auto")
+    if precision == "auto":
+        precision = presets.serving_precision(args.model)
+    return presets.hardware(args.hardware, precision=precision), m
+
+
+def _cmd_eval(args) -> int:
+    h, m = hardware_and_model(args)
     w = Workload(args.context, prompt=args.prompt)
     d = Design(batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts)
     fn = prefill if args.phase == "prefill" else decode
@@ -216,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", type=_non_negative, default=None,
                    help="prompt length for prefill, tokens (default: --context)")
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    add_precision_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_eval)
 

@@ -33,8 +33,7 @@ def knee(batches, report):
 
 
 def main(path=FIGURE):
-    h = dcost.hardware(SCENARIO["hardware"])
-    m = dcost.model(SCENARIO["model"])
+    h, m = dcost.presets.pair(SCENARIO["hardware"], SCENARIO["model"])
     w = dcost.Workload(SCENARIO["context"])
     batches = jnp.unique(jnp.round(jnp.logspace(0, np.log10(16384), 200)))
     r = batch_sweep(h, m, w, float(SCENARIO["chips"]), batches)

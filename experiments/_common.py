@@ -29,29 +29,16 @@ import dcost  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 
-# NVIDIA Hopper and Blackwell run FP8 tensor-core matmuls at twice their dense BF16 rate (H100/H200
-# datasheets: 1,979 vs 989 TFLOPS dense; Blackwell datasheet: B200 4.5 vs 2.25 PFLOPS, GB200
-# 5 vs 2.5 PFLOPS dense). The presets store the BF16 figure; a model served with FP8 weights
-# (deepseek-v3, bytes_per_param = 1) runs its matmuls in FP8, so it is paired with `fp8(hw)`.
-FP8_SPEEDUP = 2.0
-
 COLORS = {"dense": "#1f77b4", "moe": "#d62728", "alt": "#2ca02c", "grey": "#7f7f7f",
           "extra": "#9467bd", "orange": "#ff7f0e"}
 
 
-def fp8(hardware: dcost.Hardware) -> dcost.Hardware:
-    """The chip with its FLOP/s at FP8 (``FP8_SPEEDUP`` x the BF16 preset figure)."""
-    return dcost.Hardware(hardware.flops * FP8_SPEEDUP, hardware.hbm_bandwidth,
-                          hardware.hbm_capacity, hardware.scaleup_bandwidth,
-                          hardware.scaleout_bandwidth, hardware.scaleup_size,
-                          hardware.price_per_hour, hardware.flops_efficiency,
-                          hardware.bandwidth_efficiency)
-
-
 def serving_hardware(name: str, model: dcost.Model) -> dcost.Hardware:
-    """Preset ``name`` at the precision of ``model``'s weights: FP8 FLOP/s for 1-byte weights."""
-    hw = dcost.hardware(name)
-    return fp8(hw) if float(model.bytes_per_param) == 1.0 else hw
+    """Preset ``name`` at the precision of ``model``'s weights: the chip's dense 8-bit FLOP/s
+    (``flops_fp8`` from the preset, its datasheet figure) for 1-byte weights, else bf16."""
+    if float(model.bytes_per_param) == 1.0:
+        return dcost.hardware(name, precision="fp8")
+    return dcost.hardware(name)
 
 
 def stack(specs):

@@ -19,8 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["hardware", "model", "hardware_names", "model_names", "hardware_card", "model_card",
-           "derive_model", "PresetError"]
+__all__ = ["hardware", "model", "pair", "precisions", "serving_precision", "hardware_names",
+           "model_names", "hardware_card", "model_card", "derive_model", "PresetError"]
 
 _HARDWARE_FIELDS = ("flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
                     "scaleout_bandwidth", "scaleup_size", "price_per_hour")
@@ -72,19 +72,56 @@ def model_card(name: str) -> dict:
     return _lookup("models", name)
 
 
-def hardware(name: str, **overrides) -> Hardware:
+def precisions(name: str) -> list[str]:
+    """Precisions whose dense FLOP/s the hardware preset ``name`` lists ("bf16" always)."""
+    card = hardware_card(name)
+    return ["bf16"] + [p for p in ("fp8", "int8") if f"flops_{p}" in card]
+
+
+def serving_precision(name: str) -> str:
+    """The precision model preset ``name`` serves its matmuls in ("bf16" unless its card says)."""
+    return str(model_card(name)["serving"].get("precision", "bf16"))
+
+
+def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
     """The hardware preset ``name`` as a ``dcost.Hardware`` (per chip, SI units).
 
-    Keyword overrides replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
+    Args:
+      name: a preset from ``hardware_names()``.
+      precision: "bf16" (the default), "fp8" or "int8": ``flops`` is the dense rate at that
+        precision. Pair a model with the precision it serves in (``serving_precision``): an fp8
+        model on bf16 FLOP/s doubles its compute time.
+      **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
 
     >>> import dcost
     >>> float(dcost.hardware("h100-sxm").hbm_capacity) / 1e9
     80.0
+    >>> fp8 = dcost.hardware("h100-sxm", precision="fp8")
+    >>> round(float(fp8.flops / dcost.hardware("h100-sxm").flops), 3)
+    2.0
     """
     card = hardware_card(name)
     fields = {f: float(_value(card[f])) for f in _HARDWARE_FIELDS}
+    if precision != "bf16":
+        if f"flops_{precision}" not in card:
+            raise PresetError(f"hardware preset {name!r} lists no {precision!r} FLOP/s; "
+                              f"known precisions: {', '.join(precisions(name))}")
+        fields["flops"] = float(_value(card[f"flops_{precision}"]))
     fields.update(overrides)
     return Hardware(**fields)
+
+
+def pair(hardware_name: str, model_name: str, **hardware_overrides) -> tuple[Hardware, Model]:
+    """Hardware and model presets matched in precision: the chip's FLOP/s at the model's serving
+    precision (fp8 for deepseek-v3, bf16 for the rest).
+
+    >>> import dcost
+    >>> h, m = dcost.presets.pair("gb200-nvl72", "deepseek-v3")
+    >>> round(float(h.flops) / 1e15, 3), float(m.bytes_per_param)
+    (5.0, 1.0)
+    """
+    precision = serving_precision(model_name)
+    return (hardware(hardware_name, precision=precision, **hardware_overrides), model(model_name))
 
 
 def _mlp_params(d_model: float, d_ff: float, gated: bool, biases: bool) -> float:
