@@ -66,7 +66,8 @@ def _checks(owner, target_loss, inference_tokens, fit, max_tokens):
     check(owner, "inference_tokens", inference_tokens)
     m = _concrete(max_tokens)
     if m is not None and np.any(np.isnan(m) | (m <= 0)):
-        raise ValueError(f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: it must be > 0")
+        raise ValueError(f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: "
+                         "it must be > 0")
 
 
 def _curve(fit, target_loss, max_tokens):
@@ -160,19 +161,28 @@ def lifetime_optimum(target_loss, inference_tokens, fit="hoffmann2022", *,
                            jnp.asarray(max_tokens, f))
 
 
-@jax.jit
-def _lifetime_flops(target_loss, d_inf, fit, max_tokens) -> Lifetime:
-    f = jnp.result_type(float)
+def _flop_problem(target_loss, d_inf, fit, max_tokens):
+    """The constraint curve, ``phi`` (increasing in ``t``, zero at the optimum) and its bracket."""
     log_nd, t_max, reachable = _curve(fit, target_loss, max_tokens)
     c0 = jnp.log(fit.beta / fit.alpha)
 
-    def phi(t):  # increasing in t; zero at the optimum
+    def phi(t):
         _, log_d = log_nd(t)
         return t - c0 - jnp.log1p(d_inf * jnp.exp(-log_d) / 3.0)
 
-    _, log_d_min = log_nd(jnp.asarray(-60.0, dtype=f))  # u -> 0: D -> (B/Delta)**(1/beta)
+    # u -> 0 (t -> -inf): D -> D_min = (B/Delta)**(1/beta)
+    _, log_d_min = log_nd(jnp.asarray(-60.0, dtype=jnp.result_type(float)))
     hi = c0 + jnp.log1p(d_inf * jnp.exp(-log_d_min) / 3.0)
-    t_root = _bisect(phi, c0, hi, _BISECTIONS)
+    return log_nd, t_max, reachable, phi, c0, hi
+
+
+@jax.jit
+def _lifetime_flops(*args) -> Lifetime:
+    _, _, _, phi_stopped, c0, hi = _flop_problem(*jax.lax.stop_gradient(args))
+    t_root = _bisect(phi_stopped, c0, hi, _BISECTIONS)
+    log_nd, t_max, reachable, phi, _, _ = _flop_problem(*args)
+    d_inf = args[1]
+    f = jnp.result_type(float)
     t = jnp.where(t_root < t_max, _implicit(phi, t_root), jnp.where(jnp.isfinite(t_max), t_max, 0))
     log_n, log_d = log_nd(t)
     n, d = jnp.exp(log_n), jnp.exp(log_d)
@@ -264,8 +274,8 @@ def lifetime_cost(n_params, n_tokens, inference_tokens, *, hardware: Hardware, m
 
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
-    >>> c = dcost.lifetime_cost(70e9, 15e12, 1e14, hardware=h, model=m,
-    ...                         design=dcost.Design(batch=256, chips=8), workload=dcost.Workload(4096))
+    >>> serving = dict(design=dcost.Design(batch=256, chips=8), workload=dcost.Workload(4096))
+    >>> c = dcost.lifetime_cost(70e9, 15e12, 1e14, hardware=h, model=m, **serving)
     >>> bool(c.inference > c.pretrain)
     True
     """
@@ -274,6 +284,15 @@ def lifetime_cost(n_params, n_tokens, inference_tokens, *, hardware: Hardware, m
     check("lifetime_cost", "inference_tokens", inference_tokens)
     check("lifetime_cost", "rl_tokens", rl_tokens)
     check("lifetime_cost", "mfu", mfu, low_open=True, high=1.0)
+    f = jnp.result_type(float)
+    arrays = [jnp.asarray(x, f) for x in (n_params, n_tokens, inference_tokens)]
+    return _lifetime_cost(*arrays, hardware, model, design, workload, jnp.asarray(mfu, f),
+                          jnp.asarray(rl_tokens, f), train_hardware, jnp.asarray(smoothness, f))
+
+
+@jax.jit
+def _lifetime_cost(n_params, n_tokens, inference_tokens, hardware, model, design, workload, mfu,
+                   rl_tokens, train_hardware, smoothness) -> LifetimeCost:
     c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
     c_tok = decode(design, hardware, scale_model(model, n_params), workload,
                    smoothness).cost_per_token
@@ -307,7 +326,8 @@ def _golden(fn, a, b, iterations):
     def body(_, ab):
         a, b = ab
         c, d = b - inv * (b - a), a + inv * (b - a)
-        left = fn(c) < fn(d)
+        fc, fd = jax.vmap(fn)(jnp.stack([c, d]))  # one traced copy of fn
+        left = fc < fd
         return jnp.where(left, a, c), jnp.where(left, d, b)
 
     a, b = jax.lax.fori_loop(0, iterations, body, (a, b))
@@ -366,22 +386,28 @@ def lifetime_optimum_dollars(target_loss, inference_tokens, *, hardware: Hardwar
     return _lifetime_dollars(base, hardware, model, design, workload, train_hardware, *arrays)
 
 
-@jax.jit
-def _lifetime_dollars(base, hardware, model, design, workload, train_hardware, target_loss,
-                      inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness):
+def _dollar_problem(base, hardware, model, design, workload, train_hardware, target_loss,
+                    inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness):
+    """The routed fit, the constraint curve and ``t -> LifetimeCost`` of the dollar problem."""
     fit = routed_fit(base, model.sparsity, gamma)
-    f = jnp.result_type(float)
     log_nd, t_max, reachable = _curve(fit, target_loss, max_tokens)
-    kw = dict(hardware=hardware, model=model, design=design, workload=workload, mfu=mfu,
-              rl_tokens=rl_tokens, train_hardware=train_hardware, smoothness=smoothness)
-    c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
 
     def cost_at(t):
         log_n, log_d = log_nd(t)
-        return lifetime_cost(jnp.exp(log_n), jnp.exp(log_d), inference_tokens, **kw)
+        return _lifetime_cost(jnp.exp(log_n), jnp.exp(log_d), inference_tokens, hardware, model,
+                              design, workload, mfu, rl_tokens, train_hardware, smoothness)
+
+    c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
+    return fit, log_nd, t_max, reachable, cost_at, c_flop
+
+
+def _dollar_split(*args):
+    """The optimal split ``t`` (no gradients: called on stopped inputs)."""
+    fit, log_nd, t_max, _, cost_at, c_flop = _dollar_problem(*args)
+    f = jnp.result_type(float)
 
     def total(t):
-        return cost_at(jax.lax.stop_gradient(t)).total
+        return cost_at(t).total
 
     t0 = jnp.log(fit.beta / fit.alpha).astype(f)
     log_whole = jnp.log(total(t0))
@@ -398,12 +424,18 @@ def _lifetime_dollars(base, hardware, model, design, workload, train_hardware, t
     t_fine = _golden(total, grid[jnp.maximum(i - 1, 0)], grid[jnp.minimum(i + 1, _GRID - 1)],
                      _GOLDEN)
     t = jnp.where(total(t_fine) <= values[i], t_fine, grid[i])
-    t = jax.lax.stop_gradient(jnp.where(hi > lo, t, lo))
+    return jnp.where(hi > lo, t, lo)
+
+
+@jax.jit
+def _lifetime_dollars(*args):
+    t = _dollar_split(*jax.lax.stop_gradient(args))
+    _, log_nd, t_max, reachable, cost_at, _ = _dollar_problem(*args)
     t = jnp.where((t >= t_max) & jnp.isfinite(t_max), t_max, t)  # on the cap: differentiable
     cost = cost_at(t)
     log_n, log_d = log_nd(t)
     n, d = jax.lax.stop_gradient(jnp.exp(log_n)), jax.lax.stop_gradient(jnp.exp(log_d))
-    inf = jnp.asarray(jnp.inf, dtype=f)
+    inf = jnp.asarray(jnp.inf, dtype=jnp.result_type(float))
     keep = lambda x: jnp.where(reachable, x, inf)  # noqa: E731
     return LifetimeDollars(keep(n), keep(d), keep(overtrain(n, d)),
                            jax.tree_util.tree_map(keep, cost), reachable)

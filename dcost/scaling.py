@@ -5,7 +5,8 @@ compute-optimal split of a FLOP budget between them.
 
 with the fits of ``presets/scaling_fits.toml`` (Hoffmann et al. 2022, approach 3; Besiroglu et al.
 2024, its replication). Training costs ``C = 6 N D`` FLOP (Kaplan et al. 2020, section 2.1). A
-routed (Mixture-of-Experts) model enters through an effective parameter count (``effective_params``).
+routed (Mixture-of-Experts) model enters through an effective parameter count
+(``effective_params``).
 """
 
 from __future__ import annotations
@@ -147,12 +148,12 @@ def effective_params(n_active, n_total, gamma=GAMMA):
 
 
 def routed_fit(fit, sparsity, gamma=GAMMA) -> ScalingFit:
-    """The fit in terms of ``N_active`` for a routed model of fixed sparsity ``S = N_total/N_active``.
+    """The fit in terms of ``N_active`` for a routed model of sparsity ``S = N_total/N_active``.
 
-    Since ``N_eff = N_active S**gamma``, ``A/N_eff**alpha = (A S**(-alpha gamma)) / N_active**alpha``:
-    the routed fit has ``A' = A S**(-alpha*gamma)`` and everything else unchanged, so every
-    function taking a fit (``compute_optimal``, ``lifetime_optimum``) then speaks of active
-    parameters.
+    Since ``N_eff = N_active S**gamma``,
+    ``A/N_eff**alpha = (A S**(-alpha gamma)) / N_active**alpha``: the routed fit has
+    ``A' = A S**(-alpha*gamma)`` and everything else unchanged, so every function taking a fit
+    (``compute_optimal``, ``lifetime_optimum``) then speaks of active parameters.
 
     >>> import dcost
     >>> f = dcost.routed_fit("hoffmann2022", 8.0)

@@ -142,7 +142,7 @@ def training_run(model, n_tokens, hardware: Hardware, chips, mfu, *, stages=1, m
 
     .. math::
         C = 6 N_{active} D, \\quad
-        \\text{seconds} = \\frac{C}{n F\\,\\mathrm{mfu}} \\cdot \\frac{1}{1 - \\text{bubble}}, \\quad
+        \\text{seconds} = \\frac{C}{n F\\,\\mathrm{mfu}\\,(1 - \\text{bubble})}, \\quad
         \\text{bubble} = \\frac{P-1}{m+P-1}
 
         \\text{memory} = \\frac{(b_{wg} + b_{opt}/\\text{data}) N_{total}}{t P}
