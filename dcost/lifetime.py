@@ -44,7 +44,7 @@ class Lifetime(NamedTuple):
       n_tokens: pretraining tokens ``D`` (``inf`` when unreachable).
       overtrain: ``r = D / (20 N)``.
       flops: lifetime FLOPs ``6 N D + 2 N D_inf``.
-      train_fraction: the pretraining share ``6 N D / flops``.
+      train_fraction: the pretraining share ``6 N D / flops`` (1 when unreachable).
       reachable: False when no finite plan reaches the target (target <= E, or above the data cap).
     """
 
@@ -186,12 +186,12 @@ def _lifetime_flops(*args) -> Lifetime:
     t = jnp.where(t_root < t_max, _implicit(phi, t_root), jnp.where(jnp.isfinite(t_max), t_max, 0))
     log_n, log_d = log_nd(t)
     n, d = jnp.exp(log_n), jnp.exp(log_d)
-    train = 6.0 * n * d
-    flops = train + 2.0 * n * d_inf
+    flops = 6.0 * n * d + 2.0 * n * d_inf
+    share = 1.0 / (1.0 + d_inf * jnp.exp(-log_d) / 3.0)  # 6 N D / flops, without overflow
     inf = jnp.asarray(jnp.inf, dtype=f)
     keep = lambda x: jnp.where(reachable, x, inf)  # noqa: E731
     return Lifetime(keep(n), keep(d), keep(overtrain(n, d)), keep(flops),
-                    jnp.where(reachable, train / flops, 1.0), reachable)
+                    jnp.where(reachable, share, 1.0), reachable)
 
 
 def scale_model(model: Model, n_active) -> Model:

@@ -242,7 +242,7 @@ def compute_optimal(flops, fit="hoffmann2022") -> Allocation:
     >>> round(float(n) / 1e9), round(float(d / n), 1)  # Chinchilla was 70B on 1.4T tokens
     (72, 18.4)
 
-    Reference: Hoffmann et al. 2022, arXiv:2203.15556, appendix D.2 (equation 4).
+    Reference: Hoffmann et al. 2022, arXiv:2203.15556, section 3.3 (approach 3).
     """
     fit = as_fit(fit)
     check("compute_optimal", "flops", flops, low_open=True)

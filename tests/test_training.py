@@ -32,7 +32,7 @@ def x64():
 FITS = ["hoffmann2022", "besiroglu2024"]
 # The papers' numbers, typed from the publications (not from the TOML file).
 PUBLISHED = {
-    # Hoffmann et al. 2022, arXiv:2203.15556, equation 10.
+    # Hoffmann et al. 2022, arXiv:2203.15556, section 3.3 (approach 3) and appendix D.2.
     "hoffmann2022": (1.69, 406.4, 410.7, 0.34, 0.28),
     # Besiroglu et al. 2024, arXiv:2404.10102, their estimates of approach 3's parameters.
     "besiroglu2024": (1.8172, 482.01, 2085.43, 0.3478, 0.3658),
@@ -166,6 +166,11 @@ def test_lifetime_optimum_against_exhaustive_search(name, target_above_e, d_inf)
     assert 0 < i < grid.size - 1
     assert abs(math.log(float(best.n_params) / grid[i])) <= 2 * math.log(grid[1] / grid[0])
     assert float(best.flops) <= flops[i] * (1 + 1e-12)
+    n, d = float(best.n_params), float(best.n_tokens)
+    assert float(best.train_fraction) == pytest.approx(6 * n * d / (6 * n * d + 2 * n * d_inf))
+    # First-order condition: the pretraining share is beta (1 - u) / (alpha u), u = A N^-a / Delta.
+    u = a / n**alpha / target_above_e
+    assert float(best.train_fraction) == pytest.approx(fit[4] * (1 - u) / (alpha * u), rel=1e-6)
 
 
 @settings(max_examples=25, deadline=None)
@@ -201,6 +206,13 @@ def test_lifetime_gradients_against_finite_differences():
     for x in (jnp.array([math.log(0.2), math.log(1e13)]), jnp.array([math.log(0.1), 33.0])):
         check_grads(jax.jit(log_flops), (x,), order=1, modes=["rev"], eps=1e-4, rtol=1e-5)
         check_grads(jax.jit(log_n), (x,), order=1, modes=["rev"], eps=1e-4, rtol=1e-5)
+    # Sensitivity to the fit itself (log of each of A, B, alpha, beta).
+    def log_flops_fit(logs):
+        f = dcost.ScalingFit(fit.E, *jnp.exp(logs))
+        return jnp.log(dcost.lifetime_optimum(2.0, 1e13, f).flops)
+
+    logs = jnp.log(jnp.array([fit.A, fit.B, fit.alpha, fit.beta]))
+    check_grads(jax.jit(log_flops_fit), (logs,), order=1, modes=["rev"], eps=1e-5, rtol=1e-5)
     # Envelope theorem: d(min FLOPs)/d D_inf = 2 N*.
     g = jax.grad(lambda d_inf: dcost.lifetime_optimum(2.0, d_inf, fit).flops)(1e14)
     assert float(g) == pytest.approx(2.0 * float(dcost.lifetime_optimum(2.0, 1e14, fit).n_params),
@@ -297,6 +309,20 @@ def test_dollar_optimum_against_exhaustive_search_and_its_gradient():
     x, h = math.log(d_inf), 1e-3
     fd = (float(total(x + h)) - float(total(x - h))) / (2 * h)
     assert float(jax.jit(jax.grad(total))(x)) == pytest.approx(fd, rel=1e-5)
+
+
+def test_dollar_optimum_of_a_routed_model_reaches_the_target_through_effective_params():
+    moe = dcost.Model(n_layers=32, d_model=4096, params_dense=2e9, params_per_expert=1e9,
+                      n_experts=64, experts_active=2, kv_bytes_per_token=1.3e5,
+                      bytes_per_param=2.0)
+    kw = dict(_serving(), model=moe)
+    dense = dcost.lifetime_optimum_dollars(2.0, 1e14, **_serving())
+    best = dcost.lifetime_optimum_dollars(2.0, 1e14, **kw)
+    shaped = dcost.scale_model(moe, best.n_params)
+    assert float(shaped.sparsity) == pytest.approx(66e9 / 4e9, rel=1e-12)
+    # dcost.loss of a Model counts effective_params(N_active, N_total) with gamma = 1/3.
+    assert float(dcost.loss(shaped, best.n_tokens)) == pytest.approx(2.0, abs=1e-9)
+    assert float(best.n_params) < float(dense.n_params)  # fewer active parameters for the loss
 
 
 def test_lifetime_cost_terms_and_gradients():
@@ -426,8 +452,8 @@ def test_bubble_fraction_against_a_simulated_1f1b_schedule(p, m, tf, tb):
     assert in_flight == min(p, m)  # what the activation estimate multiplies by
 
 
-# GPT-3 175B as trained in Korthikanti et al. 2022 (arXiv:2205.05198), table 3: 96 layers,
-# hidden 12288, 96 heads, sequence 2048, micro-batch 1, tensor parallel 8, pipeline parallel 8.
+# GPT-3 175B as configured in Korthikanti et al. 2022 (arXiv:2205.05198): 96 layers, hidden
+# 12288, 96 heads, sequence 2048, micro-batch 1, tensor parallel 8, pipeline parallel 8.
 GPT3 = dict(L=96, h=12288, a=96, s=2048, b=1, t=8, p=8)
 
 
@@ -473,8 +499,10 @@ def test_training_run_against_hand_calculation():
 
 
 @pytest.mark.parametrize("n, d, published", [
-    (70e9, 1.4e12, 5.76e23),   # Chinchilla: Hoffmann et al. 2022, table 3 (5.76e23 FLOP)
-    (405e9, 15.6e12, 3.8e25),  # Llama 3 405B: Llama 3 herd paper, section 3.2.1 (3.8e25 FLOP)
+    # Chinchilla, 70B on 1.4T tokens: Gopher's budget of 5.76e23 FLOP (Hoffmann et al. 2022).
+    (70e9, 1.4e12, 5.76e23),
+    # Llama 3 405B on 15.6T tokens: 3.8e25 FLOP (Llama Team 2024, arXiv:2407.21783).
+    (405e9, 15.6e12, 3.8e25),
 ])
 def test_training_flops_against_published_budgets(n, d, published):
     run = dcost.training_run(n, d, dcost.Hardware(**H100), 8, 0.4)
