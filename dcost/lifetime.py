@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.roofline import SECONDS_PER_HOUR, decode
-from dcost.scaling import GAMMA, TOKENS_PER_PARAM, as_fit, overtrain, routed_fit
+from dcost.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
 from dcost.specs import Design, Hardware, Model, Workload, _concrete, check
 
 __all__ = ["Lifetime", "LifetimeCost", "LifetimeDollars", "LectureEstimate", "lifetime_optimum",
@@ -36,8 +36,8 @@ _GRID = 65
 _GOLDEN = 60
 
 
-class Lifetime(NamedTuple):
-    """The FLOP-optimal plan for a target loss; unpacks as ``(n_params, n_tokens)`` first.
+class Lifetime(Plan):
+    """The FLOP-optimal plan for a target loss; unpacks as ``(n_params, n_tokens)``.
 
     Attributes:
       n_params: parameters ``N`` (``inf`` when unreachable).
@@ -48,8 +48,6 @@ class Lifetime(NamedTuple):
       reachable: False when no finite plan reaches the target (target <= E, or above the data cap).
     """
 
-    n_params: jax.Array
-    n_tokens: jax.Array
     overtrain: jax.Array
     flops: jax.Array
     train_fraction: jax.Array
@@ -146,8 +144,8 @@ def lifetime_optimum(target_loss, inference_tokens, fit="hoffmann2022", *,
       ``reachable = False``.
 
     >>> import dcost
-    >>> n0, d0, *_ = dcost.lifetime_optimum(2.0, 0.0)
-    >>> n1, d1, *_ = dcost.lifetime_optimum(2.0, 1e14)
+    >>> n0, d0 = dcost.lifetime_optimum(2.0, 0.0)
+    >>> n1, d1 = dcost.lifetime_optimum(2.0, 1e14)
     >>> bool(n1 < n0 and d1 > d0)  # serving 100T tokens: a smaller model trained longer
     True
 
@@ -302,8 +300,8 @@ def _lifetime_cost(n_params, n_tokens, inference_tokens, hardware, model, design
     return LifetimeCost(pretrain, rl, inference, pretrain + rl + inference, c_tok)
 
 
-class LifetimeDollars(NamedTuple):
-    """The dollar-optimal plan for a target loss; unpacks as ``(n_params, n_tokens)`` first.
+class LifetimeDollars(Plan):
+    """The dollar-optimal plan for a target loss; unpacks as ``(n_params, n_tokens)``.
 
     Attributes:
       n_params: active parameters ``N`` (``inf`` when unreachable).
@@ -313,8 +311,6 @@ class LifetimeDollars(NamedTuple):
       reachable: False when no finite plan reaches the target.
     """
 
-    n_params: jax.Array
-    n_tokens: jax.Array
     overtrain: jax.Array
     cost: LifetimeCost
     reachable: jax.Array

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import sys
 from importlib import resources
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -29,9 +28,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ScalingFit", "Allocation", "scaling_fit", "scaling_fit_names", "scaling_fit_card",
-           "as_fit", "loss", "effective_params", "routed_fit", "compute_optimal", "overtrain",
-           "TOKENS_PER_PARAM", "GAMMA"]
+__all__ = ["ScalingFit", "Plan", "Allocation", "scaling_fit", "scaling_fit_names",
+           "scaling_fit_card", "as_fit", "loss", "effective_params", "routed_fit",
+           "compute_optimal", "overtrain", "TOKENS_PER_PARAM", "GAMMA"]
 
 TOKENS_PER_PARAM = 20.0
 """The Chinchilla reference of tokens per parameter; over-training ``r = D / (20 N)``."""
@@ -206,8 +205,28 @@ def overtrain(n_params, n_tokens):
     return n_tokens / (TOKENS_PER_PARAM * n_params)
 
 
-class Allocation(NamedTuple):
-    """Parameters and tokens of a training plan; unpacks as ``(n_params, n_tokens)`` first.
+class Plan(eqx.Module):
+    """Base of results that are a training plan: unpacks as the pair ``(n_params, n_tokens)``.
+
+    ``n, d = dcost.compute_optimal(c)`` reads as the public API's tuple; the other fields are
+    attributes. A pytree like every dcost result (batched inputs give array fields).
+    """
+
+    n_params: jax.Array
+    n_tokens: jax.Array
+
+    def __iter__(self):
+        return iter((self.n_params, self.n_tokens))
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return (self.n_params, self.n_tokens)[i]
+
+
+class Allocation(Plan):
+    """Parameters and tokens of a training plan; unpacks as ``(n_params, n_tokens)``.
 
     Attributes:
       n_params: parameters ``N`` (active parameters for a routed fit).
@@ -215,8 +234,6 @@ class Allocation(NamedTuple):
       overtrain: ``r = D / (20 N)``.
     """
 
-    n_params: jax.Array
-    n_tokens: jax.Array
     overtrain: jax.Array
 
 
@@ -235,10 +252,10 @@ def compute_optimal(flops, fit="hoffmann2022") -> Allocation:
       fit: a ``ScalingFit`` or the name of a published one.
 
     Returns:
-      ``Allocation(n_params, n_tokens, overtrain)``.
+      ``Allocation(n_params, n_tokens, overtrain)``, which unpacks as ``(n_params, n_tokens)``.
 
     >>> import dcost
-    >>> n, d, r = dcost.compute_optimal(5.76e23, "besiroglu2024")  # Chinchilla's budget
+    >>> n, d = dcost.compute_optimal(5.76e23, "besiroglu2024")  # Chinchilla's budget
     >>> round(float(n) / 1e9), round(float(d / n), 1)  # Chinchilla was 70B on 1.4T tokens
     (72, 18.4)
 
