@@ -3,6 +3,13 @@
 The public face; everything else is a private detail of the modules named for their concern.
 """
 
+from dcost.lifetime import (
+    lecture_estimate,
+    lifetime_cost,
+    lifetime_optimum,
+    lifetime_optimum_dollars,
+    scale_model,
+)
 from dcost.moe import expert_fraction
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
 from dcost.roofline import (
@@ -13,12 +20,27 @@ from dcost.roofline import (
     decode,
     prefill,
 )
+from dcost.scaling import (
+    ScalingFit,
+    compute_optimal,
+    effective_params,
+    loss,
+    routed_fit,
+    scaling_fit,
+    scaling_fit_names,
+)
 from dcost.smooth import smax
 from dcost.specs import Design, Hardware, Model, SpecError, Workload
+from dcost.training import bubble_fraction, training_run
 
 __all__ = [
     "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",
     "decode", "prefill", "balance_batch", "critical_context", "bottleneck", "expert_fraction",
     "smax", "hardware", "model", "hardware_names", "model_names",
+]
+__all__ += [
+    "ScalingFit", "loss", "compute_optimal", "effective_params", "routed_fit", "scaling_fit",
+    "scaling_fit_names", "training_run", "bubble_fraction", "lifetime_optimum", "lifetime_cost",
+    "lifetime_optimum_dollars", "scale_model", "lecture_estimate",
 ]
 __version__ = "0.1.0"
