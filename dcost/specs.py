@@ -24,15 +24,18 @@ class SpecError(ValueError):
 
 
 def _float(x):
-    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through."""
+    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through.
+
+    The result is always strongly typed (never a weak-typed Python-float array), so ``64`` and
+    ``64.0`` give leaves of the same abstract value and a jitted cost function is not recompiled.
+    """
     if x is None:
         return None
     if isinstance(x, jax.core.Tracer):
         return x
     arr = jnp.asarray(x)
-    if not jnp.issubdtype(arr.dtype, jnp.floating):
-        arr = arr.astype(jnp.result_type(float))
-    return arr
+    dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.result_type(float)
+    return jnp.asarray(arr, dtype=dtype)
 
 
 def _concrete(x):
