@@ -410,6 +410,9 @@ def test_smooth_step_brackets_the_exact_one(s):
         assert float(exact.t_stage) <= float(smooth.t_stage) * (1 + 1e-12)
         assert float(smooth.t_stage) <= 3**s * float(exact.t_stage) * (1 + 1e-12)
         assert float(smooth.cost_per_token) >= float(exact.cost_per_token) * (1 - 1e-12)
+        # and it is the p-norm of DESIGN.md with p = 1/s, by hand from the step's own terms
+        terms = np.asarray([float(smooth.t_compute), memory_time(smooth), float(smooth.t_comm)])
+        assert float(smooth.t_stage) == pytest.approx(np.sum(terms ** (1 / s)) ** s, rel=1e-9)
 
 
 # ----------------------------------------------------------- gradients vs finite differences
@@ -497,8 +500,8 @@ def test_gradient_of_cost_matches_central_differences(case, smoothness):
 def test_elasticities_by_hand():
     """cost is proportional to price; compute bound at G = P = 1 it is proportional to 1/(F eta_F),
     memory bound to 1/(BW eta_BW)."""
-    compute_bound = (Design(batch=4096), chip(), dense(), Workload(0))
-    memory_bound = (Design(batch=8), chip(), dense(), Workload(100))
+    compute_bound = (Design(batch=4096), chip(), dense(n_moe_layers=0), Workload(0))
+    memory_bound = (Design(batch=8), chip(), dense(n_moe_layers=0), Workload(100))
     g = GRAD(*compute_bound, 0.0)[1]
     f0 = float(COST(*compute_bound, 0.0))
     assert float(g.price_per_hour) * 3.6 / f0 == pytest.approx(1.0, rel=1e-12)
