@@ -299,11 +299,15 @@ class Design(eqx.Module):
 def with_experts(model: Model, design: Design) -> Model:
     """The model with ``design.experts`` routed experts (unchanged when the design leaves it None).
 
-    Raises SpecError when a concrete expert count is below ``experts_active``.
+    Raises SpecError when a concrete expert count is below ``experts_active``, or when the model
+    is dense (``experts_active = 0``): it has no routed experts to count.
     """
     if design.experts is None:
         return model
     e, k = _concrete(design.experts), _concrete(model.experts_active)
+    if e is not None and k is not None and np.any(k <= 0):
+        raise SpecError(f"Design.experts = {_show(e)} is not allowed for a dense model "
+                        "(Model.experts_active = 0): leave it None")
     if e is not None and k is not None and np.any(e < k):
         raise SpecError(f"Design.experts = {_show(e)} is not allowed: it must be >= the model's "
                         f"experts_active ({_show(k)})")
