@@ -106,6 +106,12 @@ def test_design_experts_below_experts_active_raises_at_use():
         dcost.decode(dcost.Design(batch=8, experts=2), hw(), model, dcost.Workload(100))
 
 
+def test_design_experts_on_a_dense_model_raises():
+    """Otherwise the model becomes E > 0 with k = 0, and its tensor-parallel traffic vanishes."""
+    with pytest.raises(ValueError, match=r"Design\.experts = 8\.0 is not allowed for a dense"):
+        dcost.decode(dcost.Design(batch=8, chips=8, experts=8), hw(), dense(), dcost.Workload(100))
+
+
 @pytest.mark.parametrize("lookup", [dcost.hardware, dcost.model])
 def test_unknown_preset_lists_the_known_ones(lookup):
     known = {dcost.hardware: dcost.hardware_names(), dcost.model: dcost.model_names()}[lookup]
