@@ -24,15 +24,18 @@ class SpecError(ValueError):
 
 
 def _float(x):
-    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through."""
+    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through.
+
+    The result is always strongly typed (never a weak-typed Python-float array), so ``64`` and
+    ``64.0`` give leaves of the same abstract value and a jitted cost function is not recompiled.
+    """
     if x is None:
         return None
     if isinstance(x, jax.core.Tracer):
         return x
     arr = jnp.asarray(x)
-    if not jnp.issubdtype(arr.dtype, jnp.floating):
-        arr = arr.astype(jnp.result_type(float))
-    return arr
+    dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.result_type(float)
+    return jnp.asarray(arr, dtype=dtype)
 
 
 def _concrete(x):
@@ -296,11 +299,15 @@ class Design(eqx.Module):
 def with_experts(model: Model, design: Design) -> Model:
     """The model with ``design.experts`` routed experts (unchanged when the design leaves it None).
 
-    Raises SpecError when a concrete expert count is below ``experts_active``.
+    Raises SpecError when a concrete expert count is below ``experts_active``, or when the model
+    is dense (``experts_active = 0``): it has no routed experts to count.
     """
     if design.experts is None:
         return model
     e, k = _concrete(design.experts), _concrete(model.experts_active)
+    if e is not None and k is not None and np.any(k <= 0):
+        raise SpecError(f"Design.experts = {_show(e)} is not allowed for a dense model "
+                        "(Model.experts_active = 0): leave it None")
     if e is not None and k is not None and np.any(e < k):
         raise SpecError(f"Design.experts = {_show(e)} is not allowed: it must be >= the model's "
                         f"experts_active ({_show(k)})")
