@@ -193,3 +193,9 @@ def test_specs_are_frozen():
     d = dcost.Design(batch=4)
     with pytest.raises(dataclasses.FrozenInstanceError):
         d.batch = 8.0
+
+
+def test_prefill_refuses_an_empty_prompt():
+    h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-8b")
+    with pytest.raises(ValueError, match=r"Workload\.prompt = 0\.0"):
+        dcost.prefill(dcost.Design(batch=1), h, m, dcost.Workload(0))
