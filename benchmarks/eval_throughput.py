@@ -16,6 +16,13 @@ evaluations/s. Four variants separate the arithmetic from the memory traffic:
 - cost_per_token only: one output field (XLA drops the rest);
 - full report summed in-graph: every field is computed, one array is written.
 
+What bounds the full report on a CPU is memory, not arithmetic: XLA's CPU backend emits one loop
+per output field (the "kernels" column; it does no multi-output fusion here), each re-reading the
+inputs and writing its own freshly allocated 4 MB buffer, and first-touching those pages costs
+more than the arithmetic (compare "summed in-graph", which does all of it and writes one array).
+Reusing the buffers (donation) removes the page faults; ``--x64`` doubles every byte. The figures
+also move with the machine's load: memory-bound loops suffer most when other processes run.
+
 **llm-analysis** (cli99/llm-analysis on PyPI) is installed into a separate virtual environment,
 ``.bench-venv/`` at the repository root (never a dependency of dcost), and timed there by
 ``benchmarks/llm_analysis_rate.py`` on the same (batch, context) designs for ``--seconds`` of wall
