@@ -31,7 +31,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/optimizer.py
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check dcost tests experiments benchmarks
+	$(BIN)/ruff check dcost tests experiments benchmarks notebooks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,181 @@
+"""Execute every notebook in ``notebooks/`` and check the numbers it prints.
+
+Each notebook ends with a cell tagged ``summary`` that prints a JSON object of its key numbers; the
+checks below recompute them independently (a published figure, the arithmetic of a closed form, a
+brute-force search in NumPy over constants read from the preset files) rather than comparing with
+the notebook's own saved output. The kernel runs with the repository root as working directory, so
+``import dcost`` inside it is this checkout's, and with this interpreter (jupyter_client starts the
+``python3`` kernel with ``sys.executable``); a cell appended to the in-memory copy checks both.
+
+The committed notebooks must be saved executed (outputs present), which is checked without running
+them. Running them takes most of this file's time (about 20-40 s each on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+import dcost  # noqa: E402
+
+pytestmark = pytest.mark.notebooks
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NAMES = [p.stem for p in NOTEBOOKS]
+_PROBE = "import sys, dcost\nprint(sys.executable)\nprint(dcost.__file__)"
+
+
+def _card(kind: str, name: str) -> dict:
+    """Numbers of a preset file entry (``{value = ..., source = ...}`` tables unwrapped)."""
+    card = {"hardware": dcost.presets.hardware_card,
+            "fit": dcost.scaling.scaling_fit_card}[kind](name)
+    return {k: (v["value"] if isinstance(v, dict) and "value" in v else v)
+            for k, v in card.items()}
+
+
+@pytest.fixture(scope="module")
+def executed():
+    """Run each notebook once per session: name -> (executed notebook, summary dict)."""
+    cache = {}
+
+    def run(name):
+        if name not in cache:
+            nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+            nb.cells.append(nbformat.v4.new_code_cell(_PROBE))
+            client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                             resources={"metadata": {"path": str(ROOT)}})
+            client.execute()
+            cells = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
+            assert len(cells) == 1, f"{name}: exactly one cell must be tagged 'summary'"
+            cache[name] = (nb, json.loads(_stdout(cells[0])))
+        return cache[name]
+
+    return run
+
+
+def _stdout(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", [])
+                   if o.output_type == "stream" and o.name == "stdout")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_saved_executed(name):
+    """The committed file carries its outputs: every code cell ran, in order, without error."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.execution_count for c in code]
+    assert None not in counts, f"{name}: saved without outputs; execute it before committing"
+    assert counts == sorted(counts)
+    assert not any(o.output_type == "error" for c in code for o in c.outputs)
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_runs_clean(name, executed):
+    """Top to bottom without error (nbclient raises on one), warning or stray stderr, on this
+    interpreter and this checkout's dcost."""
+    nb, _ = executed(name)
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            assert not (o.output_type == "stream" and o.name == "stderr"), (
+                f"{name}: stderr output {o.text[:500]!r}")
+    exe, module = _stdout(nb.cells[-1]).split()
+    assert pathlib.Path(exe) == pathlib.Path(sys.executable)
+    assert pathlib.Path(module).resolve().is_relative_to(ROOT)
+
+
+# --- training_budget -----------------------------------------------------------------------------
+
+CHINCHILLA = {"flops": 5.76e23, "n_params": 70e9, "n_tokens": 1.4e12}
+"""Hoffmann et al. 2022 (arXiv:2203.15556), section 4.1: Chinchilla, 70B parameters on 1.4T
+tokens, trained with the compute budget of Gopher (5.76e23 FLOP)."""
+
+
+def _loss(c, n, d):
+    return c["E"] + c["A"] * n ** -c["alpha"] + c["B"] * d ** -c["beta"]
+
+
+def _brute_force_lifetime(c, target, d_inf):
+    """Fewest lifetime FLOPs on the iso-loss curve, by a dense grid (then a finer one) in N."""
+    delta = target - c["E"]
+    n_min = (c["A"] / delta) ** (1.0 / c["alpha"])
+    lo, hi = math.log(n_min) + 1e-9, math.log(n_min) + 12.0
+    for _ in range(3):
+        n = np.exp(np.linspace(lo, hi, 200_001))
+        d = (c["B"] / (delta - c["A"] * n ** -c["alpha"])) ** (1.0 / c["beta"])
+        flops = 6.0 * n * d + 2.0 * n * d_inf
+        i = int(np.argmin(flops))
+        step = (hi - lo) / 200_000
+        lo, hi = math.log(n[i]) - 2 * step, math.log(n[i]) + 2 * step
+    return n[i], d[i], flops[i]
+
+
+def test_training_budget(executed):
+    _, s = executed("training_budget")
+    fits = {name: _card("fit", name) for name in ("hoffmann2022", "besiroglu2024")}
+
+    # Compute optimum: on the budget, the replication near Chinchilla itself, the published
+    # rounded fit where a brute-force search along the iso-FLOP line puts it.
+    c = s["chinchilla_flops"]
+    assert c == CHINCHILLA["flops"]
+    for plan in s["chinchilla"].values():
+        assert 6.0 * plan["n_params"] * plan["n_tokens"] == pytest.approx(c, rel=1e-9)
+    rep = s["chinchilla"]["besiroglu2024"]
+    assert rep["n_params"] == pytest.approx(CHINCHILLA["n_params"], rel=0.1)
+    assert rep["n_tokens"] == pytest.approx(CHINCHILLA["n_tokens"], rel=0.1)
+    for name, plan in s["chinchilla"].items():
+        n = np.exp(np.linspace(math.log(1e9), math.log(1e12), 400_001))
+        best = n[np.argmin(_loss(fits[name], n, c / (6.0 * n)))]
+        assert plan["n_params"] == pytest.approx(best, rel=1e-4)
+    assert s["isoflop_max_log_error"] <= s["isoflop_grid_step"] / 2
+
+    # The lecture's arithmetic: 50M tokens/s for 60 days; 6 N D = 2 N D_inf.
+    lec = s["lecture"]
+    assert lec["inference_tokens"] == pytest.approx(5e7 * 86400 * 60, rel=1e-12)
+    assert lec["n_tokens"] == pytest.approx(lec["inference_tokens"] / 3.0, rel=1e-12)
+    assert lec["overtrain"] == pytest.approx(lec["n_tokens"] / (20 * 1e11), rel=1e-12)
+    assert lec["flops"] == pytest.approx(6e11 * lec["n_tokens"] + 2e11 * lec["inference_tokens"])
+
+    # Lifetime optimum: on the target loss, and no plan on the iso-loss curve does better.
+    for name, opt in s["lifetime"].items():
+        f = fits[name]
+        assert opt["target_loss"] == pytest.approx(_loss(f, 1e11, lec["n_tokens"]), rel=1e-12)
+        assert _loss(f, opt["n_params"], opt["n_tokens"]) == pytest.approx(opt["target_loss"],
+                                                                           rel=1e-9)
+        n, d, flops = _brute_force_lifetime(f, opt["target_loss"], lec["inference_tokens"])
+        assert opt["flops"] == pytest.approx(flops, rel=1e-9)
+        assert opt["n_params"] == pytest.approx(n, rel=1e-4)
+        assert opt["n_tokens"] == pytest.approx(d, rel=1e-4)
+        assert opt["flops"] <= lec["flops"]
+        assert opt["train_fraction"] == pytest.approx(
+            6 * opt["n_params"] * opt["n_tokens"] / opt["flops"], rel=1e-9)
+    assert s["n_falls_with_traffic"] and s["r_grows_with_traffic"]
+
+    # Dollars: the dense template keeps the loss constraint exact; a served token dearer than its
+    # FLOPs (rho > 1) acts like more traffic, so the model is smaller than the FLOP optimum.
+    for name, usd in s["dollars"].items():
+        f, opt = fits[name], s["lifetime"][name]
+        assert usd["inference_tokens"] == pytest.approx(lec["inference_tokens"], rel=1e-12)
+        assert _loss(f, usd["n_params"], usd["n_tokens"]) == pytest.approx(opt["target_loss"],
+                                                                           rel=1e-6)
+        assert usd["rho"] > 1.0
+        assert usd["n_params"] < opt["n_params"]
+
+    # The training run: 6 N D FLOP at the datasheet rate, stretched by the 1F1B bubble.
+    run, h = s["training_run"], _card("hardware", "h100-sxm")
+    bubble = (run["stages"] - 1) / (run["microbatches"] + run["stages"] - 1)
+    seconds = 6 * run["n_params"] * run["n_tokens"] / (run["chips"] * h["flops"] * run["mfu"])
+    assert run["seconds"] == pytest.approx(seconds / (1 - bubble), rel=1e-9)
+    assert run["cost"] == pytest.approx(run["chips"] * h["price_per_hour"] * run["seconds"] / 3600,
+                                        rel=1e-9)
+    assert run["fits"] and run["memory_per_chip"] <= h["hbm_capacity"]
+    weights_and_grads = 4.0 * run["n_params"] / (run["tensor"] * run["stages"])
+    assert run["memory_per_chip"] >= weights_and_grads
