@@ -32,7 +32,9 @@ replica), ``F_r = G*R*BW``, ``BW_r = G*BW``, ``M_r = G*M`` and ``smax`` the smoo
 
 so the output/input ratio is the model's decode-to-prefill cost ratio, the long-context surcharge
 is KV reads (and attention FLOPs) growing with context, and cache prices are KV storage instead of
-recomputed prefill.
+recomputed prefill. The cost is the roofline's (``eta_F = eta_BW = 1``, no idle capacity), a lower
+bound on a real cost, so the fitted margin is price over roofline cost: an upper bound on the
+accounting margin.
 
 Noise model and fit. Observed prices ``y_i`` (any subset of the kinds above) satisfy
 ``log y_i = log yhat_i(theta) + eps_i`` with ``eps_i ~ N(0, sigma_i^2)``: ``sigma = 0.1`` for input
