@@ -14,8 +14,11 @@ built from the toy's own counts:
     t(B)  = max(B*(2N + a*T)/F, (bytes*N + B*T*b_kv)/BW)      # dcost.decode, one chip
     B*    = dcost.balance_batch(hardware, model, T)            # the knee
 
-The measured knee comes from fitting ``max(alpha + beta*B, gamma*B)`` to the measured times (least
-squares in log time over every split of the batches): ``B* = alpha/(gamma - beta)``.
+The measured knee comes from fitting ``max(alpha + k*B, gamma*B)`` to the measured times, with
+``k = T*b_kv/BW`` the measured KV read time per sequence (least squares in log time over every
+split of the batches): ``B* = alpha/(gamma - k)``. ``fit_efficiency`` finds the achievable fractions
+``eta_F``, ``eta_BW`` (``dcost.Hardware.flops_efficiency``, ``bandwidth_efficiency``) that make
+``dcost.decode`` fit the measured times: the calibration of the roofline.
 
 The embedding lookup (``B`` rows, not the table), norms and softmax are left out of ``N`` and the
 FLOP count (they are ``O(L*(d + d_ff + T))`` per token against ``O(L*d^2)``), and so is the new
@@ -32,6 +35,7 @@ import json
 import math
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +45,7 @@ from dcost.specs import Design, Hardware, Model, Workload
 
 __all__ = ["ToyConfig", "measure_flops", "measure_bandwidth", "init_params", "init_cache",
            "decode_step", "toy_model", "toy_flops_per_token", "measure_decode", "fit_knee",
-           "calibrate", "Calibration", "add_parsers", "QUICK", "FULL"]
+           "fit_efficiency", "calibrate", "Calibration", "add_parsers", "QUICK", "FULL"]
 
 
 def _median_time(fn, *args, repeats: int) -> float:
@@ -254,17 +258,21 @@ def measure_decode(cfg: ToyConfig, batches, repeats: int = 5) -> np.ndarray:
     return np.asarray(out)
 
 
-def fit_knee(batches, times):
-    """Knee of measured step times: fit ``t = max(alpha + beta*B, gamma*B)`` (flat-ish memory
-    floor, then compute slope) by least squares in ``log t`` over every split of the sorted batches
-    (two points at least on each side), and return ``alpha/(gamma - beta)``, or ``inf`` when no
-    split with ``gamma > beta`` fits clearly (1 %) better than the memory line alone.
+def fit_knee(batches, times, kv_slope: float = 0.0):
+    """Knee of measured step times: fit ``t = max(alpha + k*B, gamma*B)``, a memory floor whose
+    slope ``k`` is the KV read time per sequence (known: ``T*b_kv/BW``), then a compute line, by
+    least squares in ``log t`` over every split of the sorted batches (one point at least on the
+    left, two on the right), and return ``B* = alpha/(gamma - k)``; ``inf`` when the memory line
+    alone fits as well (1 %) or no split has ``gamma > k``.
+
+    Args:
+      batches: batch sizes. times: measured step times (s). kv_slope: ``k`` (s per sequence).
 
     Returns:
-      ``(knee, (alpha, beta, gamma))``.
+      ``(knee, (alpha, gamma))``.
 
     >>> b = np.array([1, 2, 4, 8, 16, 32, 64.0])
-    >>> knee, _ = fit_knee(b, np.maximum(1.0 + 0.01 * b, 0.1 * b))
+    >>> knee, _ = fit_knee(b, np.maximum(1.0 + 0.01 * b, 0.1 * b), kv_slope=0.01)
     >>> round(knee, 2)
     11.11
     """
@@ -272,24 +280,27 @@ def fit_knee(batches, times):
     t = np.asarray(times, dtype=float)
     order = np.argsort(b)
     b, t = b[order], t[order]
+    k = float(kv_slope)
 
-    def line(bs, ts):
-        a_mat = np.stack([np.ones_like(bs), bs], 1)
-        coef, *_ = np.linalg.lstsq(a_mat / ts[:, None], np.ones_like(ts), rcond=None)
-        return max(coef[0], 1e-30), max(coef[1], 0.0)
+    def floor(bs, ts):  # alpha minimizing sum log((alpha + k b)/t)^2, by a few Newton steps
+        alpha = max(float(np.min(ts - k * bs)), 1e-30)
+        for _ in range(50):
+            r = np.log((alpha + k * bs) / ts)
+            d = 1.0 / (alpha + k * bs)
+            alpha = max(alpha - np.sum(r * d) / np.sum(d * d * (1.0 - r)), 1e-30)
+        return alpha
 
-    alpha, beta = line(b, t)
-    best = (np.sum(np.log((alpha + beta * b) / t) ** 2), (alpha, beta, 0.0))
-    for s in range(2, len(b) - 1):  # at least two points on each side
-        al, be = line(b[:s], t[:s])
+    alpha = floor(b, t)
+    best = (np.sum(np.log((alpha + k * b) / t) ** 2), (alpha, 0.0))
+    for s in range(1, len(b) - 1):
+        al = floor(b[:s], t[:s])
         ga = math.exp(np.mean(np.log(t[s:] / b[s:])))
-        pred = np.maximum(al + be * b, ga * b)
-        err = np.sum(np.log(pred / t) ** 2)
-        if ga > be and err < 0.99 * best[0] - 1e-12:  # a knee must clearly fit better
-            best = (err, (al, be, ga))
-    al, be, ga = best[1]
-    knee = al / (ga - be) if ga > be else math.inf
-    return float(knee), (float(al), float(be), float(ga))
+        err = np.sum(np.log(np.maximum(al + k * b, ga * b) / t) ** 2)
+        if ga > k and err < 0.99 * best[0] - 1e-12:  # a knee must clearly fit better
+            best = (err, (al, ga))
+    al, ga = best[1]
+    knee = al / (ga - k) if ga > k else math.inf
+    return float(knee), (float(al), float(ga))
 
 
 @dataclasses.dataclass
@@ -307,6 +318,10 @@ class Calibration:
     predicted_s: list
     knee_measured: float
     knee_predicted: float
+    flops_efficiency: float = 1.0      # eta_F fitted to the measured times (fit_efficiency)
+    bandwidth_efficiency: float = 1.0  # eta_BW fitted likewise
+    calibrated_s: list = dataclasses.field(default_factory=list)  # dcost.decode with the etas
+    knee_calibrated: float = math.inf
 
     @property
     def ratios(self) -> list:
@@ -318,11 +333,11 @@ class Calibration:
         return d
 
 
-def _hardware(flops: float, bandwidth: float) -> Hardware:
-    # Only F and BW enter a one-chip decode; the other fields are placeholders.
+def _hardware(flops: float, bandwidth: float, eta_f: float = 1.0, eta_bw: float = 1.0) -> Hardware:
+    # Only F and BW (and their efficiencies) enter a one-chip decode; the rest are placeholders.
     return Hardware(flops=flops, hbm_bandwidth=bandwidth, hbm_capacity=1e12,
                     scaleup_bandwidth=1e9, scaleout_bandwidth=1e9, scaleup_size=1,
-                    price_per_hour=1.0)
+                    price_per_hour=1.0, flops_efficiency=eta_f, bandwidth_efficiency=eta_bw)
 
 
 def calibrate(quick: bool = False, config: ToyConfig | None = None, batches=None,
@@ -346,22 +361,69 @@ def calibrate(quick: bool = False, config: ToyConfig | None = None, batches=None
     flops = {"float32": measure_flops(n, jnp.float32, repeats)}
     try:
         flops["bfloat16"] = measure_flops(n, jnp.bfloat16, repeats)
-    except Exception as err:  # pragma: no cover - a device without bf16 matmul
+    except Exception:  # pragma: no cover - a device without bf16 matmul: reported as nan
         flops["bfloat16"] = float("nan")
-        print(f"dcost calibrate: bfloat16 matmul not measured ({type(err).__name__})")
     bw = measure_bandwidth(32e6 if quick else 1e9, repeats)
     hw = _hardware(flops[dt.name], bw)
     model = toy_model(cfg)
     design = Design(batch=jnp.asarray(batches, dtype=jnp.result_type(float)))
     predicted = np.asarray(decode(design, hw, model, Workload(float(cfg.context))).tpot)
     measured = measure_decode(cfg, batches, repeats)
-    knee, _ = fit_knee(batches, measured)
+    kv_slope = cfg.context * float(model.kv_bytes_per_token) / bw   # s per sequence
+    knee, _ = fit_knee(batches, measured, kv_slope=kv_slope)
+    eta_f, eta_bw = fit_efficiency(batches, measured, hw, model, cfg.context)
+    hw_cal = _hardware(flops[dt.name], bw, eta_f, eta_bw)
+    calibrated = np.asarray(decode(design, hw_cal, model, Workload(float(cfg.context))).tpot)
     return Calibration(
         device=str(jax.devices()[0].device_kind), flops=flops, bandwidth=bw, config=cfg,
         params=float(model.params_active), kv_bytes_per_token=float(model.kv_bytes_per_token),
         batches=[int(b) for b in batches], measured_s=[float(x) for x in measured],
         predicted_s=[float(x) for x in predicted], knee_measured=knee,
-        knee_predicted=float(balance_batch(hw, model, float(cfg.context))))
+        knee_predicted=float(balance_batch(hw, model, float(cfg.context))),
+        flops_efficiency=eta_f, bandwidth_efficiency=eta_bw,
+        calibrated_s=[float(x) for x in calibrated],
+        knee_calibrated=float(balance_batch(hw_cal, model, float(cfg.context))))
+
+
+def fit_efficiency(batches, measured_s, hardware: Hardware, model: Model, context,
+                   n_grid: int = 161):
+    """Achievable fractions ``(eta_F, eta_BW)`` that make ``dcost.decode`` fit measured step times.
+
+        (eta_F, eta_BW) = argmin  sum_B ( log t_meas(B) - log t_decode(B; F*eta_F, BW*eta_BW) )^2
+                          over eta_F, eta_BW in [1e-3, 1]
+
+    on a log-spaced grid of both (the exact model, every grid point in one vectorized call). A
+    measured time shorter than the roofline's is matched by the cap ``eta = 1``.
+
+    Args:
+      batches: batch sizes. measured_s: step times (s). hardware: F and BW (efficiencies 1).
+      model: the network. context: KV tokens ``T``. n_grid: points per axis.
+
+    Returns:
+      ``(eta_F, eta_BW)``.
+
+    >>> m = toy_model(QUICK)
+    >>> hw = _hardware(1e11, 1e10)
+    >>> b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256.0])
+    >>> t = decode(Design(batch=b), _hardware(1e11, 1e10, 0.3, 0.6), m, Workload(16.0)).tpot
+    >>> [round(x, 2) for x in fit_efficiency(b, np.asarray(t), hw, m, 16)]
+    [0.3, 0.6]
+    """
+    g = jnp.logspace(-3.0, 0.0, int(n_grid))
+    b = jnp.asarray(batches, dtype=jnp.result_type(float))
+    err = _grid_error(g, b, jnp.log(jnp.asarray(measured_s, dtype=b.dtype)), hardware, model,
+                      jnp.asarray(context, dtype=b.dtype))
+    i, j = np.unravel_index(int(jnp.argmin(err)), err.shape)
+    return float(g[i]), float(g[j])
+
+
+@jax.jit
+def _grid_error(g, b, log_t, hardware, model, context):
+    """Squared log error of dcost.decode on the (eta_F, eta_BW) grid ``g x g``."""
+    hw = eqx.tree_at(lambda h: (h.flops_efficiency, h.bandwidth_efficiency), hardware,
+                     (g[:, None, None], g[None, :, None]))
+    t = decode(Design(batch=b), hw, model, Workload(context)).tpot   # [n, n, len(b)]
+    return jnp.sum((jnp.log(t) - log_t) ** 2, axis=-1)
 
 
 def _fmt_knee(x: float) -> str:
@@ -389,11 +451,16 @@ def _cmd_calibrate(args) -> int:
     print(f"toy transformer: {cfg.n_layers} layers, d {cfg.d_model}, d_ff {cfg.d_ff}, "
           f"vocab {cfg.vocab}, {cfg.dtype}; N = {cal.params / 1e6:.2f}M, "
           f"KV {cal.kv_bytes_per_token / 1024:.1f} KiB/token, context {cfg.context}")
-    print(f"{'batch':>6s} {'measured ms':>12s} {'predicted ms':>13s} {'ratio':>7s}")
-    for b, m, p, r in zip(cal.batches, cal.measured_s, cal.predicted_s, cal.ratios, strict=True):
-        print(f"{b:6d} {m * 1e3:12.3f} {p * 1e3:13.3f} {r:7.2f}")
+    print(f"{'batch':>6s} {'measured ms':>12s} {'predicted ms':>13s} {'ratio':>7s} "
+          f"{'calibrated ms':>14s}")
+    for b, m, p, r, c in zip(cal.batches, cal.measured_s, cal.predicted_s, cal.ratios,
+                             cal.calibrated_s, strict=True):
+        print(f"{b:6d} {m * 1e3:12.3f} {p * 1e3:13.3f} {r:7.2f} {c * 1e3:14.3f}")
     print(f"knee (balance batch): measured {_fmt_knee(cal.knee_measured)}, "
           f"predicted {_fmt_knee(cal.knee_predicted)}")
+    print(f"fitted efficiencies: eta_F = {cal.flops_efficiency:.3f}, "
+          f"eta_BW = {cal.bandwidth_efficiency:.3f} (calibrated knee "
+          f"{_fmt_knee(cal.knee_calibrated)})")
     return 0
 
 
