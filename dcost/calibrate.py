@@ -477,7 +477,7 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
                    help="weights, activations and KV cache (default float32)")
     p.add_argument("--max-batch", type=_positive_int, default=None,
-                   help="largest batch, a power of 2 (default 256; 16 with --quick)")
+                   help="largest batch, rounded down to a power of 2 (default 256; 16 quick)")
     p.set_defaults(func=_cmd_calibrate)
 
 

@@ -8,6 +8,7 @@ Writes ``experiments/results/pricing_side_channel.json`` and ``.png``. Run:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -105,6 +106,26 @@ def _sheets():
     return out, checks
 
 
+def _sensitivity(names=("deepseek-r1", "anthropic-claude-sonnet-4")):
+    """How the fits move with the serving convention (the Laplace error bars do not include it)."""
+    out = {}
+    sheets = pricing.price_sheets()
+    base = pricing.serving_for()
+    for name in names:
+        sheet = sheets[name]
+        batch = float(sheet.serving.get("batch", base.batch))
+        hold = float(sheet.serving.get("cache_hold_s", base.cache_hold_s))
+        rows = {}
+        for label, change in (("batch/2", {"batch": batch / 2}), ("batch*2", {"batch": batch * 2}),
+                              ("hold/10", {"cache_hold_s": hold / 10}),
+                              ("hold*10", {"cache_hold_s": hold * 10})):
+            moved = dataclasses.replace(sheet, serving={**sheet.serving, **change})
+            fit = pricing.fit_sheet(moved)
+            rows[label] = {k: float(fit.values[k]) for k in pricing.PARAMS}
+        out[name] = rows
+    return out
+
+
 def compute() -> dict:
     rng = np.random.default_rng(0)
     planted = _planted(rng)
@@ -120,6 +141,7 @@ def compute() -> dict:
         "max_noise_free_error": max(abs(r["noise_free_error"]) for r in planted),
         "sheets": sheets,
         "published_checks": checks,
+        "sensitivity_to_assumptions": _sensitivity(),
     }
 
 
@@ -215,6 +237,9 @@ def main():
     print("(x f: one-sigma multiplicative Laplace error; *: not pinned by the prices)")
     for name, c in results["published_checks"].items():
         print(name, json.dumps(c))
+    for name, rows in results["sensitivity_to_assumptions"].items():
+        for label, v in rows.items():
+            print(f"{name} with {label}: " + ", ".join(f"{k} {x:.3g}" for k, x in v.items()))
 
 
 if __name__ == "__main__":

@@ -266,6 +266,8 @@ def test_deepseek_fit_agrees_with_published_architecture_and_margin():
     # imply b_kv and the margin. Published: MLA KV 61*(512+64)*2 = 70,272 bytes per token
     # (DeepSeek-V3 report) and price/cost = $562,027/$87,072 = 6.45 at R1 prices over a day that
     # includes idle capacity, so the margin at full use is at least that. Within a factor of 2.
+    # The serving convention is DeepSeek's published one except the cache hold time (30 s, chosen
+    # a priori); the fitted b_kv scales roughly as 1/hold and the margin as the assumed batch.
     sheet = pricing.price_sheets()["deepseek-r1"]
     fit = pricing.fit_sheet(sheet)
     v = fit.values
