@@ -3,6 +3,7 @@
 The public face; everything else is a private detail of the modules named for their concern.
 """
 
+from dcost import pricing
 from dcost.lifetime import (
     lecture_estimate,
     lifetime_cost,
@@ -12,6 +13,7 @@ from dcost.lifetime import (
 )
 from dcost.moe import expert_fraction
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
+from dcost.pricing import fit_prices, identifiability, predict_prices, price_sheets
 from dcost.roofline import (
     Report,
     balance_batch,
@@ -37,6 +39,7 @@ __all__ = [
     "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",
     "decode", "prefill", "balance_batch", "critical_context", "bottleneck", "expert_fraction",
     "smax", "hardware", "model", "hardware_names", "model_names",
+    "pricing", "fit_prices", "predict_prices", "identifiability", "price_sheets",
 ]
 __all__ += [
     "ScalingFit", "loss", "compute_optimal", "effective_params", "routed_fit", "scaling_fit",
