@@ -1,7 +1,10 @@
 """Figures for people: every axis labelled with its unit, the optimum and the binding limit marked.
 
 A leaf of the package: nothing in dcost's cost models imports this module. matplotlib is imported
-lazily so that ``import dcost`` stays light.
+lazily so that ``import dcost`` stays light. Figures are bare ``matplotlib.figure.Figure`` objects,
+made without pyplot: plotting never changes the caller's backend (a notebook keeps its inline
+figures) and nothing accumulates in pyplot's figure list. Save one with ``fig.savefig``; in a
+notebook, a figure that ends a cell is displayed.
 """
 
 from __future__ import annotations
@@ -9,15 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["batch_curve"]
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def batch_curve(batch, report, *, balance=None, knee=None, capacity=None, title="", path=None):
@@ -36,10 +30,15 @@ def batch_curve(batch, report, *, balance=None, knee=None, capacity=None, title=
     Returns:
       The matplotlib figure.
     """
-    plt = _plt()
+    from matplotlib.figure import Figure
+
     b = np.asarray(batch)
-    ms = lambda x: np.asarray(x) * 1e3
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+
+    def ms(x):
+        return np.asarray(x) * 1e3
+
+    fig = Figure(figsize=(12, 4.8))
+    ax1, ax2 = fig.subplots(1, 2)
     ax1.loglog(b, ms(report.t_compute), label="compute", color="tab:red", lw=1.2)
     ax1.loglog(b, ms(report.t_weights), label="weight reads", color="tab:blue", lw=1.2)
     ax1.loglog(b, ms(report.t_kv), label="KV-cache reads", color="tab:green", lw=1.2)
