@@ -179,3 +179,44 @@ def test_training_budget(executed):
     assert run["fits"] and run["memory_per_chip"] <= h["hbm_capacity"]
     weights_and_grads = 4.0 * run["n_params"] / (run["tensor"] * run["stages"])
     assert run["memory_per_chip"] >= weights_and_grads
+
+
+# --- tour --------------------------------------------------------------------------------------
+
+
+def test_tour(executed):
+    _, s = executed("tour")
+    h = _card("hardware", "gb200-nvl72")
+    card = dcost.presets.model_card("deepseek-v3")
+    pub, arch = card["published"], card["arch"]
+    n_total, n_active, b_kv = pub["params_total"], pub["params_active"], pub["kv_bytes_per_token"]
+    b_w = card["serving"]["bytes_per_param"]
+    # MLA decode with absorbed projections: 2 L h ((r_kv + r_rope) + r_kv) FLOP per context token
+    a = 2 * arch["n_layers"] * arch["n_heads"] * (2 * arch["kv_lora_rank"]
+                                                  + arch["qk_rope_head_dim"])
+    f, bw = h["flops_fp8"], h["hbm_bandwidth"]
+    assert s["flops"] == pytest.approx(f, rel=1e-6)
+    assert s["hbm_bandwidth"] == pytest.approx(bw, rel=1e-6)
+
+    # The evaluated design, by hand (published counts are rounded: 37B active is 37.55B derived).
+    d = s["decode"]
+    bsz, g, t = d["batch"], d["chips"], d["context"]
+    assert d["t_kv"] == pytest.approx(bsz * t * b_kv / (g * bw), rel=1e-5)
+    assert d["t_compute"] == pytest.approx(bsz * (2 * n_active + a * t) / (g * f), rel=0.02)
+    assert d["tpot"] == pytest.approx(max(d["t_compute"], d["t_weights"] + d["t_kv"],
+                                          d["t_comm"]), rel=1e-6)
+    assert d["cost_per_token"] == pytest.approx(g * h["price_per_hour"] / 3600 * d["tpot"] / bsz,
+                                                rel=1e-5)
+    assert d["memory_per_chip"] == pytest.approx((b_w * n_total + bsz * t * b_kv) / g, rel=0.01)
+    # at most every routed expert is read once: weights <= all parameters over G chips
+    assert d["t_weights"] <= b_w * 1.01 * n_total / (g * bw)
+
+    # Closed forms from the published figures.
+    assert s["balance_batch_0"] == pytest.approx(f / bw * b_w / 2 * n_total / n_active, rel=0.02)
+    t_c = 2 * n_active * bw / (b_kv * f - a * bw)
+    assert s["critical_context"] == pytest.approx(t_c, rel=0.02)
+    b_1024 = b_w * n_total * f / ((2 * n_active + a * 1024) * bw - 1024 * b_kv * f)
+    assert s["balance_batch_1024"] == pytest.approx(b_1024, rel=0.03)
+    # The exact sweep turns compute bound between two grid points around B* (all experts read).
+    assert s["batch_before_knee"] < s["balance_batch_1024"] <= s["knee"]
+    assert s["elasticity_max_gap"] < 0.01
