@@ -38,7 +38,10 @@ def batch_curve(batch, report, *, balance=None, knee=None, capacity=None, title=
     """
     plt = _plt()
     b = np.asarray(batch)
-    ms = lambda x: np.asarray(x) * 1e3
+
+    def ms(x):
+        return np.asarray(x) * 1e3
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     ax1.loglog(b, ms(report.t_compute), label="compute", color="tab:red", lw=1.2)
     ax1.loglog(b, ms(report.t_weights), label="weight reads", color="tab:blue", lw=1.2)
