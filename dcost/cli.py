@@ -70,7 +70,10 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
     """Left-aligned text table with a rule under the header."""
     cols = list(zip(header, *rows, strict=False)) if rows else [(h,) for h in header]
     widths = [max(len(str(c)) for c in col) for col in cols]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+
+    def line(r):
+        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -118,7 +121,8 @@ def _cmd_presets(args) -> int:
         moe = float(m.n_experts) > 0
         rows.append([name, f"{float(m.params_total) / 1e9:.1f}",
                      f"{float(m.params_active) / 1e9:.1f}",
-                     f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe else "dense",
+                     (f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe
+                      else "dense"),
                      f"{float(m.kv_bytes_per_token) / 1e3:.1f}", f"{float(m.bytes_per_param):g}"])
     print("\nModels")
     print(format_table(rows, ["name", "total B", "active B", "experts", "KV kB/token",
@@ -127,7 +131,7 @@ def _cmd_presets(args) -> int:
 
 
 def add_precision_argument(parser) -> None:
-    """``--precision``: the chip's FLOP/s at this precision (auto: the model's serving precision)."""
+    """``--precision``: the chip's FLOP/s at this precision (auto: the model's own)."""
     parser.add_argument("--precision", choices=("auto", "bf16", "fp8", "int8"), default="auto",
                         help="matmul precision for the chip's FLOP/s (auto: the model's serving "
                              "precision, fp8 for deepseek-v3, else bf16)")
@@ -251,6 +255,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except (ValueError, KeyError) as err:  # bad values found past parsing: one line, exit 2
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"dcost: error: {msg}", file=sys.stderr)

@@ -52,7 +52,8 @@ def main(path=FIGURE):
     print(format_table(rows, ["batch", "compute ms", "weights ms", "KV ms", "comm ms",
                               "tpot ms", "$/M tokens", "GB/chip"]))
     print(f"balance batch (closed form, all experts touched): {bstar:,.0f}")
-    print(f"knee of the exact model: {k:,.0f}" if k else "the exact model never turns compute bound")
+    print(f"knee of the exact model: {k:,.0f}" if k
+          else "the exact model never turns compute bound")
     from dcost.plots import batch_curve
 
     path = pathlib.Path(path)

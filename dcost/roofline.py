@@ -177,7 +177,7 @@ def bottleneck(report: Report):
 
 
 def balance_batch(hardware: Hardware, model: Model, context=0.0):
-    """Batch at which decode compute time equals weight + KV time (all experts touched, ``phi = 1``).
+    """Batch at which decode compute time equals weight + KV time (every expert read, ``phi = 1``).
 
     .. math:: B^* = \\frac{b_w N_{total} F}{(2N_{active} + aT)\\,BW - T b_{kv} F}
 

@@ -83,7 +83,8 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
     if np.any(bad):
         first = v[bad].ravel()[0] if v.ndim else v
         raise SpecError(
-            f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: it must be finite and {allowed}"
+            f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: "
+            f"it must be finite and {allowed}"
         )
 
 
@@ -156,7 +157,7 @@ class Model(eqx.Module):
       attn_flops_per_context_token: attention FLOPs per (token x context token) ``a``; for plain
         attention ``4*L*n_heads*d_head``.
       act_bytes: bytes per activation element ``b_a`` (what all-to-all and pipeline hops move).
-      n_moe_layers: MoE layers ``L_moe``; None means every layer for an MoE model, 0 for a dense one.
+      n_moe_layers: MoE layers ``L_moe``; None: every layer for an MoE model, 0 for a dense one.
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -208,7 +209,7 @@ class Model(eqx.Module):
 
     @property
     def moe_layers(self):
-        """``L_moe``: ``n_moe_layers`` when given, else ``L`` for an MoE model and 0 for a dense one."""
+        """``L_moe``: ``n_moe_layers`` if given, else ``L`` for an MoE model, 0 for a dense one."""
         if self.n_moe_layers is not None:
             return self.n_moe_layers
         return jnp.where(self.n_experts > 0, self.n_layers, 0.0)
