@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test experiments bench lint clean
+.PHONY: demo test experiments notebooks bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(VENV)/.installed-dev
 
 experiments: $(VENV)/.installed
 	for f in experiments/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# re-execute the notebooks and save them with their outputs (tests/test_notebooks.py runs them too)
+notebooks: $(VENV)/.installed-dev
+	$(BIN)/jupyter execute --inplace notebooks/*.ipynb
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/eval_throughput.py
