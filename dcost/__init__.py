@@ -3,8 +3,11 @@
 The public face; everything else is a private detail of the modules named for their concern.
 """
 
+from dcost.grid import grid_search
 from dcost.moe import expert_fraction
+from dcost.optimize import optimize
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
+from dcost.problem import Problem
 from dcost.roofline import (
     Report,
     balance_batch,
@@ -14,11 +17,13 @@ from dcost.roofline import (
     prefill,
 )
 from dcost.smooth import smax
+from dcost.solution import Solution
 from dcost.specs import Design, Hardware, Model, SpecError, Workload
 
 __all__ = [
     "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",
     "decode", "prefill", "balance_batch", "critical_context", "bottleneck", "expert_fraction",
     "smax", "hardware", "model", "hardware_names", "model_names",
+    "Problem", "Solution", "optimize", "grid_search",
 ]
 __version__ = "0.1.0"
