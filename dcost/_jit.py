@@ -17,27 +17,29 @@ import jax.numpy as jnp
 __all__ = ["jit"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+_FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 @functools.cache
-def _options() -> dict | None:
+def _options(fast_compile: bool) -> dict | None:
     if jax.default_backend() != "cpu":
         return None
+    options = dict(_CPU_OPTIONS, **(_FAST_COMPILE if fast_compile else {}))
     try:
-        jax.jit(lambda x: x + 1.0, compiler_options=_CPU_OPTIONS)(jnp.zeros(()))
-    except Exception:  # noqa: BLE001 - an XLA without the option: fall back to the defaults
+        jax.jit(lambda x: x + 1.0, compiler_options=options)(jnp.zeros(()))
+    except Exception:  # noqa: BLE001 - an XLA without the options: fall back to the defaults
         return None
-    return _CPU_OPTIONS
+    return options
 
 
-def jit(fun=None, **kwargs):
+def jit(fun=None, *, fast_compile: bool = False, **kwargs):
     """``jax.jit(fun, **kwargs)`` with the CPU compiler options above; usable as a decorator."""
     if fun is None:
-        return functools.partial(jit, **kwargs)
+        return functools.partial(jit, fast_compile=fast_compile, **kwargs)
 
     @functools.cache
     def compiled():
-        return jax.jit(fun, compiler_options=_options(), **kwargs)
+        return jax.jit(fun, compiler_options=_options(fast_compile), **kwargs)
 
     @functools.wraps(fun)
     def call(*args, **kw):

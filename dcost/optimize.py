@@ -33,13 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dcost import objectives
+from dcost import kkt, objectives
 from dcost._jit import jit
 from dcost.problem import Problem, batch_size, broadcast, evaluate
 from dcost.solution import Solution, Stats, finish
 
 __all__ = ["optimize", "Settings", "to_unconstrained", "from_unconstrained",
-           "solve_continuous", "Continuous"]
+           "solve_continuous", "best_continuous", "Continuous"]
 
 
 class Settings(NamedTuple):
@@ -269,21 +269,33 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     return x, per * size * (1 + settings.local_rounds)
 
 
-def _solve_one(problem: Problem, settings: Settings) -> Solution:
+def best_continuous(problem: Problem, settings: Settings = DEFAULT):
+    """Solve the relaxation of one scenario from every start; the best run and all of them.
+
+    The best run is the cheapest after a penalty of 10 per unit of total log-violation.
+    """
     d = len(problem.free)
     u0 = jnp.asarray(_halton(settings.starts, d), jnp.result_type(float))
     z0 = jnp.log(u0) - jnp.log1p(-u0)
     runs = jax.vmap(lambda z: solve_continuous(problem, z, settings))(z0)
     viol = jnp.sum(jnp.maximum(runs.log_ratios, 0.0), axis=-1)
     k = jnp.argmin(runs.log_cost + 10.0 * viol)
-    best = jax.tree.map(lambda a: a[k], runs)
+    return jax.tree.map(lambda a: a[k], runs), runs
+
+
+def _solve_one(problem: Problem, settings: Settings) -> Solution:
+    best, runs = best_continuous(problem, settings)
     x, evaluations = _integer_search(problem, runs.v, settings)
+    # Shadow prices: least-squares multipliers from stationarity at the continuous optimum (the
+    # augmented-Lagrangian iterates lose small multipliers to the noise of the last steps).
+    _, w = kkt.guess(problem, jnp.log(best.v), kkt.NEAR[0], best.smoothness)
+    lambdas = w[len(problem.free):]
     f = jnp.result_type(float)
     stats = Stats(evaluations=jnp.asarray(evaluations, f),
                   steps=jnp.asarray(settings.rounds * settings.steps, f),
                   starts=jnp.asarray(settings.starts, f), continuous_x=best.v,
                   continuous_cost=jnp.exp(best.log_cost), smoothness=best.smoothness)
-    return finish(problem, x, best.lambdas, stats)
+    return finish(problem, x, lambdas, stats)
 
 
 @functools.partial(jit, static_argnames=("settings", "batch"))

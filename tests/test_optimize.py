@@ -336,3 +336,52 @@ def test_free_experts_against_grid():
     g, o = dcost.grid_search(p), dcost.optimize(p)
     assert bool(o.feasible) and float(o.cost) <= float(g.cost) * 1.005
     assert float(o.design.experts) == float(g.design.experts) == 6.0
+
+
+# ---------------------------------------------------------------- pareto and its plot
+
+
+@pytest.fixture(scope="module")
+def frontier():
+    p = dcost.Problem(H100, dcost.model("llama-3-70b"), dcost.Workload(4096), tpot_slo=0.03,
+                      free=FREE)
+    return p, dcost.pareto(p, [0.008, 0.012, 0.02, 0.05, 0.1, 0.003])
+
+
+def test_pareto_is_monotone_and_matches_grid(frontier):
+    p, f = frontier
+    slo = np.asarray(f.tpot_slo)
+    assert np.all(np.diff(slo) > 0) and slo.size == 7
+    assert slo[f.optimum] == pytest.approx(0.03)
+    ok = np.asarray(f.feasible)
+    cost = np.asarray(f.cost)
+    assert np.all(np.diff(cost[ok]) <= 0)  # a looser target never costs more
+    assert np.all(np.asarray(f.tpot)[ok] <= slo[ok])
+    batched = dcost.Problem(H100, dcost.model("llama-3-70b"), dcost.Workload(4096),
+                            tpot_slo=jnp.asarray(slo), free=FREE)
+    g = dcost.grid_search(batched)
+    np.testing.assert_array_equal(np.asarray(g.feasible), ok)
+    assert np.all(cost[ok] <= np.asarray(g.cost)[ok] * 1.005)
+
+
+def test_pareto_rejects_bad_input(frontier):
+    p, _ = frontier
+    with pytest.raises(ValueError, match="tpot_slos"):
+        dcost.pareto(p, [0.01, -1.0])
+    pre = dcost.Problem(H100, dcost.model("llama-3-8b"), dcost.Workload(1024),
+                        objective="cost_per_input_token")
+    with pytest.raises(ValueError, match="no tpot constraint"):
+        dcost.pareto(pre, [0.01])
+
+
+def test_plot_pareto_labels_and_marks_the_optimum(frontier):
+    from dcost.plots import plot_pareto
+
+    _, f = frontier
+    ax = plot_pareto(f, label="llama-3-70b")
+    assert ax.get_xlabel() == "time per output token target (ms)"
+    assert ax.get_ylabel() == "cost ($ per million output tokens)"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("optimum at 30 ms") for t in labels)
+    star = [ln for ln in ax.get_lines() if ln.get_marker() == "*"][0]
+    assert star.get_ydata()[0] == pytest.approx(float(f.cost[f.optimum]) * 1e6)
