@@ -23,21 +23,27 @@ from dcost.problem import Problem, evaluate
 
 __all__ = ["Relaxed", "ActiveSet", "guess", "polish", "kkt_residual", "lagrangian", "log_terms"]
 
-SNAP = 0.02
-"""A variable within this fraction of its log-range from a bound is put on the bound."""
+SNAP = (0.1, 0.01)
+"""Guesses put a variable within this distance (in log) of a bound on the bound: the search's
+iterates approach a bound slowly, but an optimum may also lie just inside one."""
 NEAR = (0.1, 0.01)
 """Guesses of the active set: constraints with ``log(value/limit) > -NEAR`` at a start may be
 active (each guess is polished and checked; the cheapest point passing the checks wins)."""
 PIN_TOL = 0.05
-"""An interior variable whose stationarity residual exceeds this is held where it is (it must
-sit at a jump of the model, e.g. the edge of a scale-up domain: checked)."""
+"""Guesses also differ in holding, or not, the variables whose stationarity residual exceeds
+this: a variable at a jump of the model (e.g. the edge of a scale-up domain) must be held; one
+near a sharp kink of the smooth max only looks non-stationary from a rough point."""
 PIN_STEP = 0.05
 """A held variable passes the check when a step of this size (in log) downhill raises L."""
 ACTIVE_TOL = 1e-6
 """A candidate constraint is active when its least-squares multiplier exceeds this."""
 CHECK_TOL = 1e-4
-"""Tolerance of the KKT checks after polishing (``Relaxed.kkt``)."""
+"""Tolerance of the KKT checks after polishing (``Relaxed.kkt``), in float64."""
+CHECK_TOL_F32 = 1e-2
+"""The same in float32, whose gradients of a p-norm with exponent ``1/smoothness`` (hundreds)
+are only good to a few 1e-3."""
 NEWTON_STEPS = 12
+PASSES = 2
 
 
 class Relaxed(eqx.Module):
@@ -127,14 +133,17 @@ def _multipliers(gf, jc, interior, candidate):
     return lam, jnp.where(interior, gf + m @ lam, 0.0)
 
 
-def guess(problem: Problem, y0, near, s):
-    """An active set at the search's point ``y0``: snap near-bound variables to the bound, take
-    near-active constraints with positive least-squares multipliers, hold variables that cannot
-    be made stationary. Returns the active set and the starting ``(y, lam)``."""
+def guess(problem: Problem, y0, near, snap, s, pin_tol=PIN_TOL):
+    """An active set at the search's point ``y0``: variables within ``snap`` (in log) of a
+    bound go on it; constraints with ``c > -near`` and positive least-squares multipliers are
+    active; variables whose stationarity residual exceeds ``pin_tol`` are held (``inf``: none).
+
+    Returns the active set, the starting ``(y, lam)``, and how far that is from a KKT point (the
+    largest violation of stationarity, bound signs, feasibility and complementarity).
+    """
     lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
-    span = hi - lo
-    frac = jnp.where(span > 0, (y0 - lo) / jnp.where(span > 0, span, 1.0), 0.0)
-    at_lo, at_hi = frac < SNAP, (frac > 1 - SNAP) | (span <= 0)
+    at_hi = (y0 > hi - snap) | (hi <= lo)
+    at_lo = (y0 < lo + snap) & ~at_hi
     y0 = jnp.where(at_lo, lo, jnp.where(at_hi, hi, y0))
 
     def f_and_c(y):
@@ -146,16 +155,25 @@ def guess(problem: Problem, y0, near, s):
     candidate = c > -near
     interior = ~(at_lo | at_hi)
     _, resid = _multipliers(gf, jc, interior, candidate)
-    interior = interior & (jnp.abs(resid) < PIN_TOL)
+    interior = interior & (jnp.abs(resid) < pin_tol)
     lam, _ = _multipliers(gf, jc, interior, candidate)
     active = candidate & (lam > ACTIVE_TOL)
-    return ActiveSet(y0, interior, active), jnp.concatenate([y0, jnp.where(active, lam, 0.0)])
+    lam = jnp.where(active, lam, 0.0)
+    # How far the guess is from a KKT point: stationarity of the moving variables, the sign of
+    # the gradient at a bound, feasibility, complementarity.
+    g = gf + jc.T @ lam
+    violation = jnp.concatenate([
+        jnp.where(interior, jnp.abs(g), 0.0),
+        jnp.where(at_lo, jnp.maximum(-g, 0.0), 0.0), jnp.where(at_hi, jnp.maximum(g, 0.0), 0.0),
+        jnp.maximum(c, 0.0), jnp.where(active, jnp.abs(c), 0.0)])
+    w0 = jnp.concatenate([y0, lam])
+    return ActiveSet(y0, interior, active), w0, jnp.max(violation)
 
 
-def polish(problem: Problem, y0, near, s) -> tuple[Relaxed, jax.Array]:
-    """Solve the KKT system of the guessed active set by Newton steps with backtracking, check
-    the result; the ``Relaxed`` point and the KKT Jacobian there."""
-    aset, w0 = guess(problem, y0, near, s)
+def _newton(problem: Problem, y0, near, snap, pin_tol, s):
+    """One pass: guess the active set at ``y0``, Newton steps with backtracking on its KKT
+    system, the checks; ``(Relaxed, KKT Jacobian)``."""
+    aset, w0, _ = guess(problem, y0, near, snap, s, pin_tol)
     jac_value = _jac_and_value(lambda w: kkt_residual(problem, w, aset, s))
     d = y0.shape[0]
 
@@ -175,16 +193,36 @@ def polish(problem: Problem, y0, near, s) -> tuple[Relaxed, jax.Array]:
              jac0, aux0)
     (w, _, _, residual, jac, (g, f, c)), _ = jax.lax.scan(newton, start, None,
                                                            length=NEWTON_STEPS)
-    y, lam = w[:d], w[d:]
+    y, lam = jnp.where(aset.interior, w[:d], aset.y_pin), w[d:]  # held: exactly in place
     lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
-    held = ~aset.interior & (y > lo) & (y < hi)  # neither moving nor on a bound
+    on_lo = ~aset.interior & (aset.y_pin <= lo)
+    on_hi = ~aset.interior & (aset.y_pin >= hi) & (hi > lo)
+    held = ~aset.interior & ~on_lo & ~on_hi  # neither moving nor on a bound
     lag = functools.partial(lagrangian, problem, lam=lam, smoothness=s)
     downhill = jax.vmap(lambda e: lag(y - PIN_STEP * jnp.sign(g) * e))(jnp.eye(d))
-    ok = ((residual < CHECK_TOL) & jnp.all(lam >= -CHECK_TOL) & jnp.all(c <= CHECK_TOL)
+    tol = CHECK_TOL if w.dtype == jnp.float64 else CHECK_TOL_F32
+    ok = ((residual < tol) & jnp.all(lam >= -tol) & jnp.all(c <= tol)
           & jnp.all(jnp.where(aset.interior, (y >= lo) & (y <= hi), True))
-          & jnp.all(jnp.where(~aset.interior & (y <= lo), g >= -CHECK_TOL, True))
-          & jnp.all(jnp.where(~aset.interior & (y >= hi) & (hi > lo), g <= CHECK_TOL, True))
+          & jnp.all(jnp.where(on_lo, g >= -tol, True))
+          & jnp.all(jnp.where(on_hi, g <= tol, True))
           & jnp.all(jnp.where(held, downhill > f + jnp.dot(lam, c), True)))
     relaxed = Relaxed(y=y, lambdas=jnp.maximum(lam, 0.0), log_cost=f, interior=aset.interior,
                       active=aset.active, residual=residual, kkt=ok, smoothness=s)
     return relaxed, jac
+
+
+def polish(problem: Problem, y0, near, snap, pin_tol, s) -> tuple[Relaxed, jax.Array]:
+    """The KKT point near ``y0``: ``PASSES`` rounds of (guess, Newton, checks), each starting
+    where the last ended, clipped into the bounds (a variable Newton pushed past its bound is
+    held there by the next guess). The cheapest pass that passes the checks (else the last), and
+    the KKT Jacobian there."""
+    lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
+
+    def one_pass(y, _):
+        out = _newton(problem, y, near, snap, pin_tol, s)
+        return jnp.clip(out[0].y, lo, hi), out
+
+    _, (passes, jacs) = jax.lax.scan(one_pass, y0, None, length=PASSES)
+    score = jnp.where(passes.kkt, passes.log_cost, jnp.inf)
+    k = jnp.where(jnp.any(passes.kkt), jnp.argmin(score), PASSES - 1)
+    return jax.tree.map(lambda a: a[k], passes), jacs[k]

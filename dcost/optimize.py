@@ -286,10 +286,13 @@ def best_continuous(problem: Problem, settings: Settings = DEFAULT):
 def _solve_one(problem: Problem, settings: Settings) -> Solution:
     best, runs = best_continuous(problem, settings)
     x, evaluations = _integer_search(problem, runs.v, settings)
-    # Shadow prices: least-squares multipliers from stationarity at the continuous optimum (the
-    # augmented-Lagrangian iterates lose small multipliers to the noise of the last steps).
-    _, w = kkt.guess(problem, jnp.log(best.v), kkt.NEAR[0], best.smoothness)
-    lambdas = w[len(problem.free):]
+    # Shadow prices: least-squares multipliers from stationarity at the continuous optimum where
+    # they make it stationary (the augmented-Lagrangian iterates lose small multipliers to the
+    # noise of the last steps), else (near a sharp kink) the iterates.
+    _, w, left = jax.vmap(lambda snap: kkt.guess(problem, jnp.log(best.v), kkt.NEAR[0], snap,
+                                                 best.smoothness, jnp.inf))(jnp.asarray(kkt.SNAP))
+    k = jnp.argmin(left)
+    lambdas = jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free):], best.lambdas)
     f = jnp.result_type(float)
     stats = Stats(evaluations=jnp.asarray(evaluations, f),
                   steps=jnp.asarray(settings.rounds * settings.steps, f),

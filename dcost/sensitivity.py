@@ -24,6 +24,7 @@ Fiacco, "Introduction to Sensitivity and Stability Analysis in Nonlinear Program
 from __future__ import annotations
 
 import functools
+import itertools
 
 import equinox as eqx
 import jax
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost._jit import jit
-from dcost.kkt import NEAR, ActiveSet, Relaxed, kkt_residual, polish
+from dcost.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.optimize import DEFAULT, Settings, best_continuous
 from dcost.problem import Problem, batch_size, broadcast
 from dcost.specs import Hardware, Model, Workload
@@ -87,10 +88,11 @@ def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array
     best, runs = best_continuous(problem, settings)
     s = best.smoothness
     starts = jnp.concatenate([jnp.log(best.v)[None], jnp.log(runs.v)])
-    n = starts.shape[0]
-    y0 = jnp.tile(starts, (len(NEAR), 1))
-    near = jnp.repeat(jnp.asarray(NEAR, starts.dtype), n)
-    every, jacs = jax.vmap(lambda y, e: polish(problem, y, e, s))(y0, near)
+    guesses = list(itertools.product(NEAR, SNAP, (PIN_TOL, jnp.inf)))
+    y0 = jnp.tile(starts, (len(guesses), 1))
+    near, snap, pin = (jnp.repeat(jnp.asarray(g, starts.dtype), starts.shape[0])
+                       for g in zip(*guesses, strict=True))
+    every, jacs = jax.vmap(lambda *a: polish(problem, *a, s))(y0, near, snap, pin)
     score = jnp.where(every.kkt & jnp.isfinite(every.log_cost), every.log_cost, jnp.inf)
     k = jnp.where(jnp.any(every.kkt), jnp.argmin(score), 0)
     return jax.tree.map(lambda a: a[k], every), jacs[k]

@@ -56,6 +56,8 @@ class Solution(eqx.Module):
       active: which constraints bind, ``(..., n_constraints)`` booleans: for a feasible design, the
         constraints that some cheaper neighbouring design (one variable moved by 1) violates; for an
         infeasible one, the constraints it violates.
+      bounds: which free variables sit at a bound that stops a cheaper feasible design (one step
+        beyond it), ``(..., d)`` booleans; see ``at_bound``.
       lambdas: dimensionless multipliers of the continuous relaxation,
         ``lambda_j = -d log(cost*) / d log(limit_j)`` (NaN for grid search).
       stats: a ``Stats``.
@@ -70,6 +72,7 @@ class Solution(eqx.Module):
     values: jax.Array
     limits: jax.Array
     active: jax.Array
+    bounds: jax.Array
     lambdas: jax.Array
     stats: Stats
     problem: Problem
@@ -87,6 +90,17 @@ class Solution(eqx.Module):
         rows = [tuple(n for n, a in zip(names, row, strict=True) if a)
                 for row in active.reshape(-1, len(names))]
         return rows[0] if active.ndim == 1 else rows
+
+    @property
+    def at_bound(self):
+        """``("batch <= 4096", ...)``: the bounds that bind (a list of tuples if batched)."""
+        b = np.asarray(self.bounds)
+        x = np.asarray(self.x).reshape(-1, b.shape[-1])
+        lo = {n: v for n, v, _ in self.problem.free}
+        rows = [tuple(f"{n} {'>=' if xi == lo[n] else '<='} {xi:.0f}"
+                      for n, xi, a in zip(self.problem.names, xr, row, strict=True) if a)
+                for xr, row in zip(x, b.reshape(-1, b.shape[-1]), strict=True)]
+        return rows[0] if b.ndim == 1 else rows
 
     @property
     def multipliers(self) -> dict:
@@ -113,14 +127,19 @@ def finish(problem: Problem, x, lambdas, stats: Stats) -> Solution:
     lo, hi = jnp.asarray(problem.lower), jnp.asarray(problem.upper)
     d = x.shape[-1]
     steps = jnp.concatenate([jnp.zeros((1, d)), jnp.eye(d), -jnp.eye(d)])
-    everything = jax.vmap(lambda v: evaluate(problem, v))(jnp.clip(x + steps, lo, hi))
+    moved = jnp.maximum(x + steps, 1.0)  # one step either way, the bounds ignored
+    everything = jax.vmap(lambda v: evaluate(problem, v))(moved)
     ev = jax.tree.map(lambda a: a[0], everything)  # the design itself, then its neighbours
     nev = jax.tree.map(lambda a: a[1:], everything)
-    cheaper = nev.cost < ev.cost * (1.0 - CHEAPER_RTOL)
-    blocks = jnp.any(cheaper[:, None] & ~nev.feasible_each, axis=0)
+    inside = jnp.all((moved[1:] >= lo) & (moved[1:] <= hi), axis=-1)
+    cheaper = (nev.cost < ev.cost * (1.0 - CHEAPER_RTOL)) & jnp.any(moved[1:] != x, axis=-1)
+    blocks = jnp.any((inside & cheaper)[:, None] & ~nev.feasible_each, axis=0)
     active = jnp.where(ev.feasible, blocks, ~ev.feasible_each)
+    beyond = ~inside & cheaper & nev.feasible  # a bound stops a cheaper feasible design
+    bounds = ev.feasible & (beyond[:d] | beyond[d:])
     return Solution(x=x, design=problem.design(x), report=ev.report, cost=ev.cost,
                     feasible=ev.feasible, values=ev.values, limits=ev.limits, active=active,
+                    bounds=bounds,
                     lambdas=jnp.asarray(lambdas, ev.values.dtype), stats=stats, problem=problem)
 
 
