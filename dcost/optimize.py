@@ -13,8 +13,12 @@
    (floor/ceil per variable), which are evaluated with the **exact** model; when the objective is
    monotone in batch (serving: cost per token never rises and no constraint ever eases as the
    batch grows) each candidate takes the largest feasible batch by bisection. A few rounds of exact
-   local search (every variable moved by one step either way) follow. The cheapest feasible
-   design wins; a result never claims feasibility that the exact model does not confirm.
+   local search follow (from the best design: every combination of -1/0/+1 over the variables,
+   and strides of 2, 4 and 8 along each). The cheapest feasible design wins, infeasible ones
+   ranked by their total violation; a result never claims feasibility that the exact model does
+   not confirm.
+3. *Shadow prices*: least-squares multipliers from stationarity at the best continuous point
+   (``dcost.kkt.guess``); ``dcost.sensitivity`` polishes that point to a KKT point first.
 
 Everything is one jitted function, vmapped over the scenarios of a batched problem.
 References: Nocedal & Wright, "Numerical Optimization" (2006), 17.4 (augmented Lagrangian for

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.problem import Problem, evaluate
+from dcost.problem import FEASIBILITY_RTOL, Problem, evaluate
 from dcost.specs import Design
 
 __all__ = ["Solution", "Stats", "finish", "CHEAPER_RTOL"]
@@ -156,7 +156,7 @@ def _message(sol: Solution, i: int) -> str:
     parts = []
     for j, name in enumerate(p.constraints):
         value, limit = float(s.values[j]), float(s.limits[j])
-        if value <= limit * (1.0 - 1e-6):
+        if value <= limit * (1.0 - FEASIBILITY_RTOL):
             continue
         if name == "memory":
             parts.append(_memory_message(p, value, limit))
@@ -174,18 +174,19 @@ def _message(sol: Solution, i: int) -> str:
 
 
 def _memory_message(p: Problem, value: float, limit: float) -> str:
-    bounds = {n: hi for n, _, hi in p.free}
+    highs = {n: hi for n, _, hi in p.free}
     lows = {n: lo for n, lo, _ in p.free}
-    g = bounds.get("chips", float(p.fixed.chips))
-    st = bounds.get("stages", float(p.fixed.stages))
+    chips = highs.get("chips", float(p.fixed.chips)) * highs.get("stages", float(p.fixed.stages))
+    if p.chip_budget is not None:
+        chips = min(chips, float(p.chip_budget))
     m = p.model
-    experts = lows.get("experts", None)
+    experts = lows.get("experts")
     if experts is None:
         experts = float(m.n_experts) if p.fixed.experts is None else float(p.fixed.experts)
     weights = float(m.bytes_per_param) * (float(m.params_dense)
-                                          + experts * float(m.params_per_expert)) / (g * st)
+                                          + experts * float(m.params_per_expert)) / chips
     if weights > limit:
-        return (f"memory: the weights alone ({weights / 1e9:.4g} GB per chip at the most chips "
-                f"and stages allowed, {g:.0f} x {st:.0f}) do not fit in {limit / 1e9:.4g} GB")
+        return (f"memory: the weights alone ({weights / 1e9:.4g} GB per chip on the most chips "
+                f"allowed, {chips:.0f} per replica) do not fit in {limit / 1e9:.4g} GB")
     return (f"memory: the closest design found needs {value / 1e9:.4g} GB per chip, above the "
             f"{limit / 1e9:.4g} GB available")
