@@ -6,7 +6,7 @@ The public face; everything else is a private detail of the modules named for th
 from dcost.grid import grid_search
 from dcost.moe import expert_fraction
 from dcost.optimize import optimize
-from dcost.pareto import pareto
+from dcost.pareto import Frontier, pareto
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
 from dcost.problem import Problem
 from dcost.roofline import (
@@ -17,7 +17,7 @@ from dcost.roofline import (
     decode,
     prefill,
 )
-from dcost.sensitivity import sensitivity
+from dcost.sensitivity import Sensitivity, sensitivity
 from dcost.smooth import smax
 from dcost.solution import Solution
 from dcost.specs import Design, Hardware, Model, SpecError, Workload
@@ -26,6 +26,7 @@ __all__ = [
     "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",
     "decode", "prefill", "balance_batch", "critical_context", "bottleneck", "expert_fraction",
     "smax", "hardware", "model", "hardware_names", "model_names",
-    "Problem", "Solution", "optimize", "grid_search", "pareto", "sensitivity",
+    "Problem", "Solution", "Frontier", "Sensitivity", "optimize", "grid_search", "pareto",
+    "sensitivity",
 ]
 __version__ = "0.1.0"

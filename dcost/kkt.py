@@ -195,9 +195,9 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
                                                            length=NEWTON_STEPS)
     y, lam = jnp.where(aset.interior, w[:d], aset.y_pin), w[d:]  # held: exactly in place
     lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
-    on_lo = ~aset.interior & (aset.y_pin <= lo)
-    on_hi = ~aset.interior & (aset.y_pin >= hi) & (hi > lo)
-    held = ~aset.interior & ~on_lo & ~on_hi  # neither moving nor on a bound
+    free = ~aset.interior & (hi > lo)  # not moving, though its bounds would let it
+    on_lo, on_hi = free & (aset.y_pin <= lo), free & (aset.y_pin >= hi)
+    held = free & ~on_lo & ~on_hi  # neither moving nor on a bound
     lag = functools.partial(lagrangian, problem, lam=lam, smoothness=s)
     downhill = jax.vmap(lambda e: lag(y - PIN_STEP * jnp.sign(g) * e))(jnp.eye(d))
     tol = CHECK_TOL if w.dtype == jnp.float64 else CHECK_TOL_F32

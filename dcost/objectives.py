@@ -6,6 +6,13 @@ replica, ``loss`` in nats). ``dcost.Problem`` pairs the quantities with their li
 optimizer and the grid search only ever call ``evaluate`` through this registry, so a new
 objective (``lifetime_cost``, from ``dcost.training``) plugs in with one ``register`` call:
 
+Adding an objective: write ``evaluate(design, problem, smoothness) -> (cost, quantities, report)``
+from pure JAX (``quantities`` holding every constraint it bounds, e.g. ``"loss"`` for
+``loss_target``; objective-specific inputs come from ``problem.extras``, whose leaves are numbers
+or arrays with the problem's batch axis), and ``register(Objective(name, unit, evaluate,
+variables, constraints))``. ``batch_monotone=True`` only when cost never rises and no
+constraint quantity ever falls as the batch grows (the integer search relies on it).
+
 >>> import dcost
 >>> from dcost.objectives import OBJECTIVES
 >>> sorted(OBJECTIVES)[:2]

@@ -219,6 +219,8 @@ def _better(a, b):
 def _stencil(d: int, moving: list[int]) -> np.ndarray:
     """Moves of the exact local search: every combination of -1/0/+1 over the moving variables
     (the first row stays put), and longer strides of 2, 4 and 8 along each one."""
+    if not moving:
+        return np.zeros((1, d))
     box = np.array(np.meshgrid(*[[0, 1, -1]] * len(moving), indexing="ij"))
     steps = np.zeros((3 ** len(moving), d))
     steps[:, moving] = box.reshape(len(moving), -1).T

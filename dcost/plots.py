@@ -39,8 +39,7 @@ def plot_pareto(frontier, ax=None, label=None, color=None):
     >>> import dcost
     >>> from dcost.plots import plot_pareto
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
-    ...                   dcost.Workload(2048), free={"batch": (1, 256), "chips": (1, 8)},
-    ...                   tpot_slo=0.02)
+    ...                   dcost.Workload(2048), free={"batch": (1, 512), "chips": (1, 8)})
     >>> ax = plot_pareto(dcost.pareto(p, [0.01, 0.03]))
     >>> ax.get_xlabel()
     'time per output token target (ms)'

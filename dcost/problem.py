@@ -33,9 +33,12 @@ __all__ = ["Problem", "Evaluation", "evaluate", "VARIABLES", "CONSTRAINTS", "FEA
 VARIABLES = ("batch", "chips", "stages", "experts", "overtrain")
 CONSTRAINTS = ("tpot", "ttft", "memory", "chips", "loss")
 FEASIBILITY_RTOL = 1e-6
-"""A design is feasible when ``value <= limit*(1 - FEASIBILITY_RTOL)`` for every constraint: the
-margin absorbs float32 rounding, so that re-evaluating a returned design outside jit (or in another
-fusion) never finds it over a limit."""
+"""A design is feasible when ``value <= limit*(1 - FEASIBILITY_RTOL)`` for every constraint on a
+computed quantity: the margin absorbs float32 rounding, so that re-evaluating a returned design
+outside jit (or in another fusion) never finds it over a limit. Counts (``chips``) are compared
+exactly."""
+EXACT = ("chips",)
+"""Constraints on whole-number counts, compared without the margin."""
 
 _DEFAULT_FREE = {"batch": (1, 4096), "chips": (1, 72), "stages": (1, 8)}
 _DEFAULT = object()
@@ -236,12 +239,14 @@ class Evaluation(NamedTuple):
       values: the constrained quantities, shape ``(n_constraints,)`` in ``problem.constraints``
         order (SI units).
       limits: their limits, the same shape.
+      margins: ``1 - FEASIBILITY_RTOL``, or 1 for the ``EXACT`` constraints.
       report: the objective's report of the design (a ``dcost.Report`` for serving).
     """
 
     cost: jax.Array
     values: jax.Array
     limits: jax.Array
+    margins: jax.Array
     report: Any
 
     @property
@@ -251,14 +256,14 @@ class Evaluation(NamedTuple):
 
     @property
     def violation(self):
-        """``sum_j max(0, log(value_j / (limit_j*(1 - FEASIBILITY_RTOL))))``; 0 iff feasible."""
-        over = safe_log(self.values) - safe_log(self.limits * (1.0 - FEASIBILITY_RTOL))
+        """``sum_j max(0, log(value_j / (limit_j*margin_j)))``; 0 exactly when feasible."""
+        over = safe_log(self.values) - safe_log(self.limits * self.margins)
         return jnp.sum(jnp.where(self.feasible_each, 0.0, jnp.maximum(over, 0.0)), axis=-1)
 
     @property
     def feasible_each(self):
-        """Whether each constraint holds (with the ``FEASIBILITY_RTOL`` margin)."""
-        return self.values <= self.limits * (1.0 - FEASIBILITY_RTOL)
+        """Whether each constraint holds (``value <= limit*margin``)."""
+        return self.values <= self.limits * self.margins
 
     @property
     def feasible(self):
@@ -290,4 +295,5 @@ def evaluate(problem: Problem, x, smoothness=0.0) -> Evaluation:
         limits = jnp.stack([jnp.asarray(limits_[n], dtype) for n in names], axis=-1)
     else:
         values = limits = jnp.zeros((0,), dtype)
-    return Evaluation(cost, values, limits, report)
+    margins = jnp.asarray([1.0 if n in EXACT else 1.0 - FEASIBILITY_RTOL for n in names], dtype)
+    return Evaluation(cost, values, limits, margins, report)

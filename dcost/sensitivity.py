@@ -131,15 +131,11 @@ def _sensitivity(problem, settings, batch):
     return jax.vmap(lambda p: _sensitivity_one(p, settings))(broadcast(problem, batch))
 
 
-@functools.partial(jit, static_argnames=("settings", "batch"), fast_compile=True)
-def _relax(problem, settings, batch):
-    if batch is None:
-        return _relax_one(problem, settings)[0]
-    return jax.vmap(lambda p: _relax_one(p, settings)[0])(broadcast(problem, batch))
-
-
 def relax(problem: Problem, settings: Settings = DEFAULT) -> Relaxed:
     """The polished optimum of the smooth relaxation (batched problems: one vmapped call).
+
+    The same compiled program as ``sensitivity`` (its ``.relaxed``): the derivatives cost little
+    beside the search, and one program compiles once.
 
     >>> import dcost
     >>> from dcost.sensitivity import relax
@@ -150,7 +146,7 @@ def relax(problem: Problem, settings: Settings = DEFAULT) -> Relaxed:
     ...     p.model, p.workload, r.smoothness).tpot) / 0.02 - 1) < 1e-3)  # tpot binds
     (True, True)
     """
-    return _relax(problem, settings, batch_size(problem))
+    return sensitivity(problem, settings).relaxed
 
 
 def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.problem import FEASIBILITY_RTOL, Problem, evaluate
+from dcost.problem import Problem, evaluate
 from dcost.specs import Design
 
 __all__ = ["Solution", "Stats", "finish", "CHEAPER_RTOL"]
@@ -96,8 +96,8 @@ class Solution(eqx.Module):
         """``("batch <= 4096", ...)``: the bounds that bind (a list of tuples if batched)."""
         b = np.asarray(self.bounds)
         x = np.asarray(self.x).reshape(-1, b.shape[-1])
-        lo = {n: v for n, v, _ in self.problem.free}
-        rows = [tuple(f"{n} {'>=' if xi == lo[n] else '<='} {xi:.0f}"
+        hi = {n: v for n, _, v in self.problem.free}
+        rows = [tuple(f"{n} {'<=' if xi == hi[n] else '>='} {xi:.0f}"
                       for n, xi, a in zip(self.problem.names, xr, row, strict=True) if a)
                 for xr, row in zip(x, b.reshape(-1, b.shape[-1]), strict=True)]
         return rows[0] if b.ndim == 1 else rows
@@ -156,7 +156,7 @@ def _message(sol: Solution, i: int) -> str:
     parts = []
     for j, name in enumerate(p.constraints):
         value, limit = float(s.values[j]), float(s.limits[j])
-        if value <= limit * (1.0 - FEASIBILITY_RTOL):
+        if not s.active[j]:  # an infeasible design's active constraints are those it violates
             continue
         if name == "memory":
             parts.append(_memory_message(p, value, limit))

@@ -385,3 +385,13 @@ def test_plot_pareto_labels_and_marks_the_optimum(frontier):
     assert any(t.startswith("optimum at 30 ms") for t in labels)
     star = [ln for ln in ax.get_lines() if ln.get_marker() == "*"][0]
     assert star.get_ydata()[0] == pytest.approx(float(f.cost[f.optimum]) * 1e6)
+
+
+def test_chip_budget_allows_equality(table):
+    """Counts are compared exactly: a replica may use all the budget (4 chips here)."""
+    _, grid, opt = table
+    i = NAMES.index("chip-budget")
+    for sol in (grid, opt):
+        x = np.asarray(sol.x[i])
+        assert bool(sol.feasible[i]) and x[1] * x[2] == 4
+    assert opt.binding[i] == ("chips",) or "chips" in opt.binding[i]
