@@ -24,7 +24,7 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
 
 experiments: $(VENV)/.installed
-	for f in experiments/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for f in experiments/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/eval_throughput.py

@@ -3,11 +3,20 @@
 The public face; everything else is a private detail of the modules named for their concern.
 """
 
+from dcost import pricing
 from dcost.grid import grid_search
+from dcost.lifetime import (
+    lecture_estimate,
+    lifetime_cost,
+    lifetime_optimum,
+    lifetime_optimum_dollars,
+    scale_model,
+)
 from dcost.moe import expert_fraction
 from dcost.optimize import optimize
 from dcost.pareto import Frontier, pareto
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
+from dcost.pricing import fit_prices, identifiability, predict_prices, price_sheets
 from dcost.problem import Problem
 from dcost.roofline import (
     Report,
@@ -17,15 +26,33 @@ from dcost.roofline import (
     decode,
     prefill,
 )
+from dcost.scaling import (
+    ScalingFit,
+    compute_optimal,
+    effective_params,
+    loss,
+    routed_fit,
+    scaling_fit,
+    scaling_fit_names,
+)
 from dcost.sensitivity import Sensitivity, sensitivity
 from dcost.smooth import smax
 from dcost.solution import Solution
 from dcost.specs import Design, Hardware, Model, SpecError, Workload
+from dcost.training import bubble_fraction, training_run
 
 __all__ = [
     "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",
     "decode", "prefill", "balance_batch", "critical_context", "bottleneck", "expert_fraction",
     "smax", "hardware", "model", "hardware_names", "model_names",
+    "pricing", "fit_prices", "predict_prices", "identifiability", "price_sheets",
+]
+__all__ += [
+    "ScalingFit", "loss", "compute_optimal", "effective_params", "routed_fit", "scaling_fit",
+    "scaling_fit_names", "training_run", "bubble_fraction", "lifetime_optimum", "lifetime_cost",
+    "lifetime_optimum_dollars", "scale_model", "lecture_estimate",
+]
+__all__ += [
     "Problem", "Solution", "Frontier", "Sensitivity", "optimize", "grid_search", "pareto",
     "sensitivity",
 ]

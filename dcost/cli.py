@@ -70,7 +70,10 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
     """Left-aligned text table with a rule under the header."""
     cols = list(zip(header, *rows, strict=False)) if rows else [(h,) for h in header]
     widths = [max(len(str(c)) for c in col) for col in cols]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+
+    def line(r):
+        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -118,7 +121,8 @@ def _cmd_presets(args) -> int:
         moe = float(m.n_experts) > 0
         rows.append([name, f"{float(m.params_total) / 1e9:.1f}",
                      f"{float(m.params_active) / 1e9:.1f}",
-                     f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe else "dense",
+                     (f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe
+                      else "dense"),
                      f"{float(m.kv_bytes_per_token) / 1e3:.1f}", f"{float(m.bytes_per_param):g}"])
     print("\nModels")
     print(format_table(rows, ["name", "total B", "active B", "experts", "KV kB/token",
@@ -126,9 +130,24 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _cmd_eval(args) -> int:
-    h = presets.hardware(args.hardware)
+def add_precision_argument(parser) -> None:
+    """``--precision``: the chip's FLOP/s at this precision (auto: the model's own)."""
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp8", "int8"), default="auto",
+                        help="matmul precision for the chip's FLOP/s (auto: the model's serving "
+                             "precision, fp8 for deepseek-v3, else bf16)")
+
+
+def hardware_and_model(args):
+    """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own)."""
     m = presets.model(args.model)
+    precision = getattr(args, "precision", "auto")
+    if precision == "auto":
+        precision = presets.serving_precision(args.model)
+    return presets.hardware(args.hardware, precision=precision), m
+
+
+def _cmd_eval(args) -> int:
+    h, m = hardware_and_model(args)
     w = Workload(args.context, prompt=args.prompt)
     d = Design(batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts)
     fn = prefill if args.phase == "prefill" else decode
@@ -216,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", type=_non_negative, default=None,
                    help="prompt length for prefill, tokens (default: --context)")
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    add_precision_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_eval)
 
@@ -235,6 +255,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except (ValueError, KeyError) as err:  # bad values found past parsing: one line, exit 2
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"dcost: error: {msg}", file=sys.stderr)

@@ -46,7 +46,8 @@ def all_to_all_time(tokens, moe_layers_per_stage, chips, hardware, model, smooth
     on another chip with probability ``(G-1)/G``, and the traffic spreads over the ``G`` chips:
 
     .. math::
-        \\text{bytes}_{chip} = \\text{tokens}\\cdot L_{moe}/P \\cdot 2 k d b_a \\cdot \\frac{G-1}{G}/G
+        \\text{bytes}_{chip} = \\text{tokens} \\cdot L_{moe}/P \\cdot 2kdb_a
+                               \\cdot \\frac{G-1}{G}/G
 
         \\text{inside} = \\frac{\\min(G,S) - 1}{G - 1}
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from dcost.moe import comm_time, expert_fraction
 from dcost.pipeline import hop_time, pipeline_latency
 from dcost.smooth import smax
-from dcost.specs import Design, Hardware, Model, Workload, with_experts
+from dcost.specs import Design, Hardware, Model, Workload, check, with_experts
 
 __all__ = ["Report", "decode", "prefill", "balance_batch", "critical_context", "bottleneck",
            "SECONDS_PER_HOUR", "TERMS"]
@@ -150,6 +150,7 @@ def prefill(design: Design, hardware: Hardware, model: Model, workload: Workload
     >>> bool(r.t_compute > r.t_weights)  # a long prompt is compute bound
     True
     """
+    check("Workload", "prompt", workload.prompt, low=1.0)  # a prefill needs a prompt
     model = with_experts(model, design)
     b, t_in = design.batch, workload.prompt
     tokens = b * t_in
@@ -176,7 +177,7 @@ def bottleneck(report: Report):
 
 
 def balance_batch(hardware: Hardware, model: Model, context=0.0):
-    """Batch at which decode compute time equals weight + KV time (all experts touched, ``phi = 1``).
+    """Batch at which decode compute time equals weight + KV time (every expert read, ``phi = 1``).
 
     .. math:: B^* = \\frac{b_w N_{total} F}{(2N_{active} + aT)\\,BW - T b_{kv} F}
 

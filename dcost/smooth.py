@@ -7,8 +7,8 @@ milliseconds), bounded by ``max <= smax <= n**s * max``, and tends to the maximu
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
-from jax.scipy.special import logsumexp
 
 __all__ = ["smax", "safe_div", "safe_log"]
 
@@ -45,13 +45,23 @@ def smax(xs, smoothness=0.0):
     >>> float(smax([3.0, 4.0], 0.0))
     4.0
     """
-    x = jnp.stack(jnp.broadcast_arrays(*[jnp.asarray(v) for v in xs]))
-    s = jnp.asarray(smoothness, dtype=x.dtype)
-    hard = jnp.max(x, axis=0)
+    # Elementwise over the terms (no logsumexp reduction over a stacked axis), so XLA fuses it
+    # into one loop and a traced smoothness of 0 costs little more than the hard max. Zero terms
+    # are masked with double `where`s, so no gradient (in x or in s) meets 0 * inf.
+    xs = jnp.broadcast_arrays(*[jnp.asarray(v) for v in xs])
+    dtype = jnp.result_type(*xs)
+    xs = [x.astype(dtype) for x in xs]
+    s = jnp.asarray(smoothness, dtype=dtype)
+    hard = jnp.max(jnp.stack(xs), axis=0)  # a tie shares the gradient equally
     positive_s = s > 0
     s_safe = jnp.where(positive_s, s, 1.0)
-    logs = safe_log(x)
-    any_pos = jnp.any(x > 0, axis=0)
-    lse = logsumexp(jnp.where(any_pos, logs, 0.0) / s_safe, axis=0)
+    any_pos = hard > 0
+    pos = [x > 0 for x in xs]
+    logs = [jnp.log(jnp.where(p, x, 1.0)) for p, x in zip(pos, xs, strict=True)]
+    top = jax.lax.stop_gradient(jnp.log(jnp.where(any_pos, hard, 1.0)))  # max of the logs
+    # a zero term gives exp(0) in the branch that `where` discards: finite, so no 0 * inf
+    total = sum(jnp.where(p, jnp.exp((jnp.where(p, lg, top) - top) / s_safe), 0.0)
+                for p, lg in zip(pos, logs, strict=True))
+    lse = top / s_safe + jnp.log(jnp.where(any_pos, total, 1.0))
     soft = jnp.where(any_pos, jnp.exp(s_safe * lse), 0.0)
     return jnp.where(positive_s, soft, hard)

@@ -24,7 +24,11 @@ class SpecError(ValueError):
 
 
 def _float(x):
-    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through."""
+    """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through.
+
+    The result is always strongly typed (never a weak-typed Python-float array), so ``64`` and
+    ``64.0`` give leaves of the same abstract value and a jitted cost function is not recompiled.
+    """
     if x is None:
         return None
     if isinstance(x, jax.core.Tracer):
@@ -34,9 +38,8 @@ def _float(x):
         if not np.issubdtype(x.dtype, np.floating):
             x = x.astype(float)
     arr = jnp.asarray(x)
-    if not jnp.issubdtype(arr.dtype, jnp.floating):
-        arr = arr.astype(jnp.result_type(float))
-    return arr
+    dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.result_type(float)
+    return jnp.asarray(arr, dtype=dtype)
 
 
 def _concrete(x):
@@ -84,7 +87,8 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
     if np.any(bad):
         first = v[bad].ravel()[0] if v.ndim else v
         raise SpecError(
-            f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: it must be finite and {allowed}"
+            f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: "
+            f"it must be finite and {allowed}"
         )
 
 
@@ -157,7 +161,7 @@ class Model(eqx.Module):
       attn_flops_per_context_token: attention FLOPs per (token x context token) ``a``; for plain
         attention ``4*L*n_heads*d_head``.
       act_bytes: bytes per activation element ``b_a`` (what all-to-all and pipeline hops move).
-      n_moe_layers: MoE layers ``L_moe``; None means every layer for an MoE model, 0 for a dense one.
+      n_moe_layers: MoE layers ``L_moe``; None: every layer for an MoE model, 0 for a dense one.
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -209,7 +213,7 @@ class Model(eqx.Module):
 
     @property
     def moe_layers(self):
-        """``L_moe``: ``n_moe_layers`` when given, else ``L`` for an MoE model and 0 for a dense one."""
+        """``L_moe``: ``n_moe_layers`` if given, else ``L`` for an MoE model, 0 for a dense one."""
         if self.n_moe_layers is not None:
             return self.n_moe_layers
         return jnp.where(self.n_experts > 0, self.n_layers, 0.0)
@@ -300,11 +304,15 @@ class Design(eqx.Module):
 def with_experts(model: Model, design: Design) -> Model:
     """The model with ``design.experts`` routed experts (unchanged when the design leaves it None).
 
-    Raises SpecError when a concrete expert count is below ``experts_active``.
+    Raises SpecError when a concrete expert count is below ``experts_active``, or when the model
+    is dense (``experts_active = 0``): it has no routed experts to count.
     """
     if design.experts is None:
         return model
     e, k = _concrete(design.experts), _concrete(model.experts_active)
+    if e is not None and k is not None and np.any(k <= 0):
+        raise SpecError(f"Design.experts = {_show(e)} is not allowed for a dense model "
+                        "(Model.experts_active = 0): leave it None")
     if e is not None and k is not None and np.any(e < k):
         raise SpecError(f"Design.experts = {_show(e)} is not allowed: it must be >= the model's "
                         f"experts_active ({_show(k)})")

@@ -19,8 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["hardware", "model", "hardware_names", "model_names", "hardware_card", "model_card",
-           "derive_model", "PresetError"]
+__all__ = ["hardware", "model", "pair", "precisions", "serving_precision", "hardware_names",
+           "model_names", "hardware_card", "model_card", "derive_model", "PresetError"]
 
 _HARDWARE_FIELDS = ("flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
                     "scaleout_bandwidth", "scaleup_size", "price_per_hour")
@@ -72,39 +72,118 @@ def model_card(name: str) -> dict:
     return _lookup("models", name)
 
 
-def hardware(name: str, **overrides) -> Hardware:
+def precisions(name: str) -> list[str]:
+    """Precisions whose dense FLOP/s the hardware preset ``name`` lists ("bf16" always)."""
+    card = hardware_card(name)
+    return ["bf16"] + [p for p in ("fp8", "int8") if f"flops_{p}" in card]
+
+
+def serving_precision(name: str) -> str:
+    """The precision model preset ``name`` serves its matmuls in ("bf16" unless its card says)."""
+    return str(model_card(name)["serving"].get("precision", "bf16"))
+
+
+def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
     """The hardware preset ``name`` as a ``dcost.Hardware`` (per chip, SI units).
 
-    Keyword overrides replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
+    Args:
+      name: a preset from ``hardware_names()``.
+      precision: "bf16" (the default), "fp8" or "int8": ``flops`` is the dense rate at that
+        precision. Pair a model with the precision it serves in (``serving_precision``): an fp8
+        model on bf16 FLOP/s doubles its compute time.
+      **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
 
     >>> import dcost
     >>> float(dcost.hardware("h100-sxm").hbm_capacity) / 1e9
     80.0
+    >>> fp8 = dcost.hardware("h100-sxm", precision="fp8")
+    >>> round(float(fp8.flops / dcost.hardware("h100-sxm").flops), 3)
+    2.0
     """
     card = hardware_card(name)
     fields = {f: float(_value(card[f])) for f in _HARDWARE_FIELDS}
+    if precision != "bf16":
+        if f"flops_{precision}" not in card:
+            raise PresetError(f"hardware preset {name!r} lists no {precision!r} FLOP/s; "
+                              f"known precisions: {', '.join(precisions(name))}")
+        fields["flops"] = float(_value(card[f"flops_{precision}"]))
     fields.update(overrides)
     return Hardware(**fields)
 
 
-def _mlp_params(d_model: float, d_ff: float, gated: bool) -> float:
-    return (3.0 if gated else 2.0) * d_model * d_ff
+def pair(hardware_name: str, model_name: str, **hardware_overrides) -> tuple[Hardware, Model]:
+    """Hardware and model presets matched in precision: the chip's FLOP/s at the model's serving
+    precision (fp8 for deepseek-v3, bf16 for the rest).
+
+    >>> import dcost
+    >>> h, m = dcost.presets.pair("gb200-nvl72", "deepseek-v3")
+    >>> round(float(h.flops) / 1e15, 3), float(m.bytes_per_param)
+    (5.0, 1.0)
+    """
+    precision = serving_precision(model_name)
+    return (hardware(hardware_name, precision=precision, **hardware_overrides), model(model_name))
+
+
+def _mlp_params(d_model: float, d_ff: float, gated: bool, biases: bool) -> float:
+    """One MLP: ``3*d*d_ff`` gated (SwiGLU: gate, up, down), ``2*d*d_ff`` plain (GELU: up, down);
+    with biases add one per output unit, ``2*d_ff + d`` gated or ``d_ff + d`` plain."""
+    n_in = 2.0 if gated else 1.0
+    weights = (n_in + 1.0) * d_model * d_ff
+    return weights + (n_in * d_ff + d_model if biases else 0.0)
 
 
 def derive_model(card: dict) -> dict:
     """Derived counts of a model card: parameters (dense, per expert, total, active), KV bytes per
     token, attention FLOPs per context token and MoE layer count.
 
-    Attention: GQA/MHA ``d*(h*dh) + 2*d*(kv*dh) + (h*dh)*d`` per layer; MLA (DeepSeek-V2/V3) from
-    its low-rank projections. MLP: ``3*d*d_ff`` when gated (SwiGLU), else ``2*d*d_ff``. Embeddings
-    ``V*d``, doubled when the output layer is untied. Norm weights and biases are counted where the
-    card lists them; they are below 0.1 % of any preset.
+    With ``d`` width, ``L`` layers, ``h`` query heads of ``dh``, ``kv`` KV heads, ``V`` vocabulary:
+
+    - Attention, GQA/MHA/MQA (MQA is ``kv = 1``), per layer: ``2*d*h*dh + 2*d*kv*dh`` (W_q, W_o,
+      W_k, W_v); biases add ``(h + 2*kv)*dh + d``; QK-norm (Qwen3) adds ``2*dh``.
+      KV bytes per token ``2*L*kv*dh*b`` (keys and values, ``b`` bytes per element).
+      Attention FLOPs per context token ``4*L*h*dh`` (``q.k`` and ``p.v``, 2 FLOPs per
+      multiply-add).
+    - Attention, MLA (DeepSeek-V2/V3), with ranks ``r_q``, ``r_kv`` and head dims ``n`` (no RoPE),
+      ``r`` (RoPE), ``v``: ``d*r_q + r_q + r_q*h*(n + r)`` (query down/up projections and their
+      norm) ``+ d*(r_kv + r) + r_kv + r_kv*h*(n + v)`` (joint KV down projection with the shared
+      RoPE key, its norm, up projection) ``+ h*v*d`` (output). The cache holds the latent and the
+      RoPE key, ``L*(r_kv + r)*b`` bytes per token; decode with absorbed up-projections costs
+      ``2*L*h*((r_kv + r) + r_kv)`` FLOPs per context token (scores over the latent with its RoPE
+      part, values over the latent).
+    - MLP: see ``_mlp_params`` (``3*d*d_ff`` for SwiGLU, ``2*d*d_ff`` for GELU, plus biases).
+    - Norms: two per layer, one with parallel attention/MLP blocks (PaLM), plus the final one; each
+      ``d`` weights, ``2*d`` with biases (LayerNorm).
+    - Embeddings: ``V*d``, twice when the output layer is untied; learned positions add
+      ``n_positions*d`` (GPT-3).
+    - MoE: the first ``n_dense_layers`` layers have a dense MLP of ``d_ff``; each of the other
+      ``L_moe`` layers has a router ``d*E``, ``n_shared_experts`` always-on experts (counted as
+      dense) and ``E`` routed experts of ``d_ff_expert``. ``params_per_expert`` is one routed
+      expert summed over the ``L_moe`` layers.
+
+    Not counted (below 0.01 % of any preset): DeepSeek-V3's per-expert router bias; its
+    multi-token-prediction module is no part of the card, as it is no part of the published 671B.
+
+    Args:
+      card: a model card as in ``models.toml``: ``card["arch"]`` holds the hyperparameters.
+
+    Returns:
+      dict of floats: ``n_layers``, ``d_model``, ``params_dense``, ``params_per_expert``,
+      ``n_experts``, ``experts_active``, ``kv_bytes_per_token`` (bytes),
+      ``attn_flops_per_context_token`` (FLOP), ``n_moe_layers``, ``params_total``,
+      ``params_active``.
+
+    >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
+    >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
+    2248.0
+    >>> derive_model(card)["kv_bytes_per_token"]   # 2 * 2 layers * 2 heads * 4 dims * 2 bytes
+    64.0
     """
     a = card["arch"]
-    d, layers = float(a["d_model"]), float(a["n_layers"])
-    heads = float(a["n_heads"])
+    d, layers, heads = float(a["d_model"]), float(a["n_layers"]), float(a["n_heads"])
     gated = a.get("mlp", "swiglu") == "swiglu"
+    biases = bool(a.get("biases", False))
     kv_elem_bytes = float(a.get("kv_bytes_per_element", 2.0))
+
     if a.get("attention", "gqa") == "mla":
         qr, kvr = float(a["q_lora_rank"]), float(a["kv_lora_rank"])
         nope, rope, vd = (float(a["qk_nope_head_dim"]), float(a["qk_rope_head_dim"]),
@@ -112,40 +191,41 @@ def derive_model(card: dict) -> dict:
         q = d * qr + qr + qr * heads * (nope + rope) if qr > 0 else d * heads * (nope + rope)
         attn = q + d * (kvr + rope) + kvr + kvr * heads * (nope + vd) + heads * vd * d
         kv_bytes = layers * (kvr + rope) * kv_elem_bytes
-        # Decode with the up-projections absorbed: scores over the (kvr + rope) latent, values
-        # over kvr, 2 FLOPs per multiply-add, per head.
         attn_flops = 2.0 * layers * heads * ((kvr + rope) + kvr)
     else:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
-        attn = d * heads * dh + 2.0 * d * kvh * dh + heads * dh * d
-        attn += float(a.get("attn_bias_params", 0.0)) * (heads + 2 * kvh) * dh
+        attn = 2.0 * d * heads * dh + 2.0 * d * kvh * dh
+        attn += ((heads + 2.0 * kvh) * dh + d) if biases else 0.0
+        attn += 2.0 * dh if a.get("qk_norm", False) else 0.0
         kv_bytes = 2.0 * layers * kvh * dh * kv_elem_bytes
         attn_flops = 4.0 * layers * heads * dh
-    norms = (2.0 * layers + 1.0) * d
+
+    norms_per_layer = 1.0 if a.get("parallel_layers", False) else 2.0
+    norms = (norms_per_layer * layers + 1.0) * d * (2.0 if biases else 1.0)
     embed = float(a["vocab"]) * d * (1.0 if a.get("tied_embeddings", False) else 2.0)
-    embed += float(a.get("n_positions", 0)) * d  # learned position embeddings (GPT-3)
+    embed += float(a.get("n_positions", 0)) * d
+    shared_part = layers * attn + norms + embed
+
     n_experts = float(a.get("n_experts", 0))
     if n_experts > 0:
-        moe_layers = layers - float(a.get("n_dense_layers", 0))
-        expert = _mlp_params(d, float(a["d_ff_expert"]), gated)
-        shared = float(a.get("n_shared_experts", 0)) * expert
-        dense_mlp = float(a.get("n_dense_layers", 0)) * _mlp_params(d, float(a.get("d_ff", 0)),
-                                                                   gated)
-        router = d * n_experts
-        dense = layers * attn + norms + embed + dense_mlp + moe_layers * (shared + router)
+        dense_layers = float(a.get("n_dense_layers", 0))
+        moe_layers = layers - dense_layers
+        expert = _mlp_params(d, float(a["d_ff_expert"]), gated, biases)
+        dense_mlps = dense_layers * _mlp_params(d, float(a.get("d_ff", 0)), gated, biases)
+        always_on = float(a.get("n_shared_experts", 0)) * expert + d * n_experts  # + router
+        dense = shared_part + dense_mlps + moe_layers * always_on
         per_expert = moe_layers * expert
         active = float(a["experts_active"])
     else:
-        moe_layers = 0.0
-        dense = layers * (attn + _mlp_params(d, float(a["d_ff"]), gated)) + norms + embed
-        per_expert = 0.0
-        active = 0.0
+        moe_layers, per_expert, active = 0.0, 0.0, 0.0
+        dense = shared_part + layers * _mlp_params(d, float(a["d_ff"]), gated, biases)
     return {
         "n_layers": layers, "d_model": d, "params_dense": dense, "params_per_expert": per_expert,
         "n_experts": n_experts, "experts_active": active, "kv_bytes_per_token": kv_bytes,
         "attn_flops_per_context_token": attn_flops, "n_moe_layers": moe_layers,
-        "params_total": dense + n_experts * per_expert, "params_active": dense + active * per_expert,
+        "params_total": dense + n_experts * per_expert,
+        "params_active": dense + active * per_expert,
     }
 
 

@@ -1,0 +1,349 @@
+"""Exact decode evaluations per second: dcost against llm-analysis, a peer analytical estimator.
+
+    python benchmarks/eval_throughput.py            # 10**6 designs, llm-analysis for ~15 s
+    python benchmarks/eval_throughput.py --quick    # 3 repeats, ~3 s of llm-analysis, no install
+
+**dcost.** 10**6 random designs of llama-3-70b on 8 H100 (``Design(batch=B, chips=8)``, batch
+uniform in 1..256, context uniform in 128..4096, integers) are evaluated by ONE ``jax.jit`` of
+``jax.vmap(dcost.decode(..., smoothness=0))``, inputs already on the device. Tracing, lowering and
+XLA compilation are timed apart (``jit(f).lower(...).compile()``); the first call is a warm-up;
+then each call is timed to ``block_until_ready`` and the median of ``--repeats`` calls gives
+evaluations/s. Four variants separate the arithmetic from the memory traffic:
+
+- full report: the 11 fields of ``dcost.Report``, 44 MB of float32 written per call;
+- full report, donated: the same, with the previous call's outputs donated back
+  (``donate_argnums``), so the buffers are reused rather than freshly allocated;
+- cost_per_token only: one output field (XLA drops the rest);
+- full report summed in-graph: every field is computed, one array is written.
+
+What bounds the full report on a CPU is memory, not arithmetic: XLA's CPU backend emits one loop
+per output field (the "kernels" column; it does no multi-output fusion here), each re-reading the
+inputs and writing its own freshly allocated 4 MB buffer, and first-touching those pages costs
+more than the arithmetic (compare "summed in-graph", which does all of it and writes one array).
+Reusing the buffers (donation) removes the page faults; ``--x64`` doubles every byte. The figures
+also move with the machine's load: memory-bound loops suffer most when other processes run.
+
+**llm-analysis** (cli99/llm-analysis on PyPI) is installed into a separate virtual environment,
+``.bench-venv/`` at the repository root (never a dependency of dcost), and timed there by
+``benchmarks/llm_analysis_rate.py`` on the same (batch, context) designs for ``--seconds`` of wall
+time: one evaluation is one ``LLMAnalysis.inference`` call (tensor parallel 8, efficiencies 1.0,
+its ``h100-sxm-80gb`` GPU config, a llama-3-70b-like ``ModelConfig``). That call also estimates
+prefill and memory, which a dcost decode evaluation does not: counting dcost's decode + prefill
+as one evaluation would halve dcost's rate. Without network access the install fails; the script
+says so and still reports dcost's figures (exit status 0).
+
+**Cross-check** (printed for three designs): dcost's ``tpot`` against llm-analysis's
+``decode_latency``, the time of one decode step of the batch. The two share the roofline idea and
+the H100 figures (989 TFLOP/s, 3.35 TB/s, 450 GB/s NVLink) but differ in assumptions, so
+llm-analysis is slower by design, mostly at small batch:
+
+1. llm-analysis adds two tensor-parallel all-reduces per layer *serially*, each at least
+   ``intra_node_min_message_latency`` = 8 us: 80 layers x 2 x 8 us = 1.28 ms per step even at
+   batch 1. dcost overlaps communication (``max(compute, memory, comm)``) and has no latency term.
+2. It reads the KV cache twice ("load and store") per step; dcost reads it once.
+3. It reads the whole input-embedding table (vocab x d, 2.1 GB) on one GPU per step (~0.63 ms),
+   and charges the LM head compute only; dcost counts both embedding matrices as weights read once
+   and split over the 8 chips (~0.16 ms together).
+4. It takes max(compute, memory) per sub-layer (attention, MLP) and adds layernorm and activation
+   traffic; dcost takes one max over the whole step. Its MLP FLOPs are ``16 B d**2`` per layer
+   (a 4d, two-matrix MLP) whatever the model, and its decode FLOPs omit attention over the context
+   (``a*T`` in dcost). These matter only where decode is compute bound (batch > ~300 here).
+5. It counts two MLP matrices: the benchmark sets its ``ffn = 1.5 * d_ff`` so that the weight
+   bytes match llama-3's three SwiGLU matrices; it counts tied embeddings (69.5 B parameters
+   against 70.6 B).
+
+Removing 1-3 from llm-analysis's figure (the "llm-analysis, dcost terms" columns) brings it within
+3 % of dcost's tpot at every checked design, which is the check that both compute the same roofline;
+what is left at small batch is dcost's read of the two embedding matrices (item 3). The all-reduce
+volumes agree exactly (same ring formula) where bandwidth, not the 8 us floor, decides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout: use this repository's dcost
+
+LLM_ANALYSIS = "llm-analysis==0.2.2"  # the version whose API llm_analysis_rate.py was written for
+TARGET_RATE = 1e8
+TARGET_RATIO = 2e4
+BATCH = (1, 256)
+CONTEXT = (128, 4096)
+CHIPS = 8
+CHECKS = ((1, 1024), (32, 2048), (256, 4096))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true",
+                   help="3 repeats, 3 s of llm-analysis, and no install of llm-analysis")
+    p.add_argument("--designs", type=int, default=10**6, help="designs per dcost call")
+    p.add_argument("--repeats", type=int, default=None, help="timed dcost calls (default 15)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="wall time given to llm-analysis (default 15)")
+    p.add_argument("--venv", type=Path, default=ROOT / ".bench-venv",
+                   help="virtual environment for llm-analysis")
+    p.add_argument("--no-llm-analysis", action="store_true", help="time dcost only")
+    p.add_argument("--x64", action="store_true", help="evaluate dcost in float64")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 15
+    if args.seconds is None:
+        args.seconds = 3.0 if args.quick else 15.0
+    return args
+
+
+def designs(n, seed):
+    """``n`` random integer designs: batch and context arrays (NumPy int64)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return (rng.integers(BATCH[0], BATCH[1] + 1, n), rng.integers(CONTEXT[0], CONTEXT[1] + 1, n))
+
+
+# ----------------------------------------------------------------------------------------- dcost
+
+def _time_calls(call, repeats):
+    """Median and minimum wall time of ``call()`` (which blocks until its result is ready)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times)
+
+
+def _loops(compiled) -> int:
+    """Kernels (XLA fusions) the entry computation launches: 1 means everything fused."""
+    entry = compiled.as_text().split("\nENTRY ", 1)[-1]
+    return sum(" fusion(" in line for line in entry.splitlines())
+
+
+def time_dcost(batch, context, repeats):
+    """Compile time and call times of the four variants; returns a list of result dicts."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import dcost
+
+    hw, model = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
+    dtype = jnp.result_type(float)
+    b = jax.device_put(np.asarray(batch, dtype=dtype))
+    t = jax.device_put(np.asarray(context, dtype=dtype))
+    jax.block_until_ready((b, t))
+
+    def report(b, t):
+        return dcost.decode(dcost.Design(batch=b, chips=CHIPS), hw, model, dcost.Workload(t),
+                            smoothness=0.0)
+
+    full = jax.vmap(report)
+    plain = jax.jit(full)
+    donated = jax.jit(lambda b, t, previous: full(b, t), donate_argnums=2, keep_unused=True)
+    cost_only = jax.jit(lambda b, t: full(b, t).cost_per_token)
+    summed = jax.jit(lambda b, t: sum(jax.tree.leaves(full(b, t))))
+
+    variants = (("full report (11 fields)", plain, False),
+                ("full report, outputs donated", donated, True),
+                ("cost_per_token only", cost_only, False),
+                ("full report summed in-graph", summed, False))
+    compiled, compile_s = {}, {}
+    for name, jitted, donate in variants:  # compile everything before any call: nothing cached
+        args = (b, t, jax.eval_shape(full, b, t)) if donate else (b, t)
+        start = time.perf_counter()
+        compiled[name] = jitted.lower(*args).compile()
+        compile_s[name] = time.perf_counter() - start
+
+    reference = jax.block_until_ready(compiled[variants[0][0]](b, t))
+    results = []
+    for name, _, donate in variants:
+        # the donated variant consumes a report of the right shapes: a fresh one, not `reference`
+        args = (b, t, compiled[variants[0][0]](b, t)) if donate else (b, t)
+        state = [jax.block_until_ready(compiled[name](*args))]  # warm-up, not timed
+        if donate:  # each call consumes the previous call's outputs and writes into them
+
+            def call(compiled=compiled[name], state=state):
+                state[0] = jax.block_until_ready(compiled(b, t, state[0]))
+        else:
+
+            def call(compiled=compiled[name], args=args):
+                jax.block_until_ready(compiled(*args))
+
+        median, fastest = _time_calls(call, repeats)
+        if donate:
+            assert all(np.array_equal(x, y) for x, y in
+                       zip(jax.tree.leaves(state[0]), jax.tree.leaves(reference), strict=True))
+        results.append({"name": name, "compile_s": compile_s[name], "median_s": median,
+                        "min_s": fastest, "rate": len(batch) / median,
+                        "loops": _loops(compiled[name]),
+                        "out_mb": sum(x.nbytes for x in jax.tree.leaves(state[0])) / 1e6})
+    return results, str(b.dtype)
+
+
+def dcost_checks():
+    """dcost's decode report at the cross-check designs (exact, float)."""
+    import dcost
+
+    hw, model = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
+    out = []
+    for b, t in CHECKS:
+        r = dcost.decode(dcost.Design(batch=b, chips=CHIPS), hw, model, dcost.Workload(t))
+        out.append({k: float(getattr(r, k)) for k in
+                    ("t_compute", "t_weights", "t_kv", "t_comm", "tpot")})
+    return out
+
+
+# ---------------------------------------------------------------------------------- llm-analysis
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _has_llm_analysis(python: Path) -> bool:
+    if not python.exists():
+        return False
+    probe = subprocess.run([str(python), "-c", "import llm_analysis.analysis"],
+                           capture_output=True, timeout=300)
+    return probe.returncode == 0
+
+
+def ensure_llm_analysis(venv: Path, install: bool):
+    """Path of a Python that imports llm-analysis, creating ``venv`` if needed; or (None, why)."""
+    python = _venv_python(venv)
+    if _has_llm_analysis(python):
+        return python, None
+    if not install:
+        return None, f"not installed in {venv.name}/ (run once without --quick to install it)"
+    print(f"installing {LLM_ANALYSIS} into {venv.name}/ (a separate virtual environment) ...",
+          flush=True)
+    steps = [[sys.executable, "-m", "venv", str(venv)],
+             [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              "--retries", "1", "--timeout", "20", LLM_ANALYSIS]]
+    for cmd in steps:
+        if cmd[0] != sys.executable and not python.exists():
+            break
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return None, f"`{' '.join(cmd[:4])} ...` failed: {err}"
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            return None, f"`{' '.join(cmd[:4])} ...` failed: {tail[0]}"
+    if not _has_llm_analysis(python):
+        return None, "installed, but `import llm_analysis` fails in the benchmark environment"
+    return python, None
+
+
+def time_llm_analysis(python: Path, batch, context, seconds: float):
+    """Run llm_analysis_rate.py in the benchmark environment; its JSON answer, or (None, why)."""
+    import dcost.presets
+
+    arch = dcost.presets.model_card("llama-3-70b")["arch"]
+    request = {"arch": arch, "gpu": "h100-sxm-80gb", "tp": CHIPS, "seconds": seconds,
+               "points": [[int(x), int(y)] for x, y in zip(batch[:200_000], context[:200_000],
+                                                           strict=True)],
+               "checks": [list(c) for c in CHECKS]}
+    script = Path(__file__).with_name("llm_analysis_rate.py")
+    try:
+        done = subprocess.run([str(python), str(script)], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=seconds + 300)
+    except subprocess.TimeoutExpired:
+        return None, "timed out"
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return None, f"failed: {tail[0]}"
+    return json.loads(done.stdout), None
+
+
+# ---------------------------------------------------------------------------------------- report
+
+def print_cross_check(ours, theirs):
+    """dcost's decode step against llm-analysis's, term by term (ms); see the module docstring."""
+    print("\ncross-check: one decode step of llama-3-70b on 8 x H100 (TP 8, efficiencies 1.0), ms")
+    print(f"  {'':13s} | {'dcost':^37s} | {'llm-analysis':^41s} | {'ratio':^5s} |"
+          f" {'llm-analysis, dcost terms':^25s}")
+    print(f"  {'batch':>5s} {'context':>7s} | {'tpot':>7s}{'weights':>8s}{'kv':>7s}{'comm':>7s}"
+          f"{'compute':>8s}"
+          f" | {'decode':>7s}{'layers':>8s}{'kv(x2)':>9s}{'tp-comm':>9s}{'embed':>8s} | {'':5s} |"
+          f" {'decode':>15s} {'ratio':>9s}")
+    for d, r in zip(ours, theirs, strict=True):
+        layers = (r["decode_latency_fwd_attn"] + r["decode_latency_fwd_mlp"]
+                  + r["decode_latency_fwd_layernorm"])
+        embed = (r["decode_latency_fwd_input_embedding"]
+                 + r["decode_latency_fwd_output_embedding_loss"])
+        kv, comm = r["kv_cache_latency"], r["decode_latency_fwd_tp_comm"]
+        total = r["decode_latency"]
+        # llm-analysis without the terms dcost does not have: its serial TP all-reduces, its read
+        # of the whole input-embedding table, and its second pass over the KV cache
+        aligned = total - comm - r["decode_latency_fwd_input_embedding"] - kv / 2
+        ms = [1e3 * x for x in (d["tpot"], d["t_weights"], d["t_kv"], d["t_comm"], d["t_compute"],
+                                total, layers, kv, comm, embed, aligned)]
+        print(f"  {r['batch']:5d} {r['context']:7d} | {ms[0]:7.2f}{ms[1]:8.2f}{ms[2]:7.2f}"
+              f"{ms[3]:7.2f}{ms[4]:8.2f} | {ms[5]:7.2f}{ms[6]:8.2f}{ms[7]:9.2f}{ms[8]:9.2f}"
+              f"{ms[9]:8.2f} | {total / d['tpot']:5.2f} | {ms[10]:15.2f} "
+              f"{aligned / d['tpot']:9.2f}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import jax
+
+    if args.x64:
+        jax.config.update("jax_enable_x64", True)
+    import dcost
+
+    batch, context = designs(args.designs, args.seed)
+    results, dtype = time_dcost(batch, context, args.repeats)
+    cpu = jax.devices()[0]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"dcost {dcost.__version__}, jax {jax.__version__}, {cpu.platform} "
+          f"({os.cpu_count()} cores, load average {load:.1f}), {dtype}")
+    print(f"{args.designs:,} random designs of llama-3-70b on {CHIPS} x h100-sxm: batch "
+          f"{BATCH[0]}..{BATCH[1]}, context {CONTEXT[0]}..{CONTEXT[1]}; decode, smoothness 0; "
+          f"one jit(vmap) call, median of {args.repeats}")
+    print(f"  {'variant':32s} {'kernels':>7s} {'out MB':>7s} {'compile':>8s} {'median':>9s} "
+          f"{'min':>9s} {'evaluations/s':>14s}")
+    for r in results:
+        print(f"  {r['name']:32s} {r['loops']:7d} {r['out_mb']:7.0f} {r['compile_s']:7.2f}s "
+              f"{1e3 * r['median_s']:7.2f}ms {1e3 * r['min_s']:7.2f}ms {r['rate']:14.3g}")
+    headline = results[0]["rate"]
+    met = "met" if headline >= TARGET_RATE else "MISSED"
+    print(f"  target >= {TARGET_RATE:.0e} evaluations/s (full report): {met}")
+    if headline < TARGET_RATE:
+        print("  (the gap is output memory traffic, not arithmetic: compare the donated and the "
+              "summed-in-graph rows)")
+
+    if args.no_llm_analysis:
+        return 0
+    print()
+    python, why = ensure_llm_analysis(args.venv, install=not args.quick)
+    theirs = None
+    if python is not None:
+        theirs, why = time_llm_analysis(python, batch, context, args.seconds)
+    if theirs is None:
+        print(f"llm-analysis: skipped, {why}; dcost's figures above stand alone")
+        return 0
+    rate = theirs["evaluated"] / theirs["seconds"]
+    print(f"llm-analysis {theirs['version']} (separate venv {args.venv.name}/): "
+          f"{theirs['evaluated']:,} designs in {theirs['seconds']:.1f} s "
+          f"({theirs['failed']} rejected as not fitting in memory), {rate:,.0f} evaluations/s; "
+          f"its model has {theirs['params_total'] / 1e9:.1f} B parameters")
+    for r in results:
+        print(f"  ratio, dcost {r['name']:32s} / llm-analysis: {r['rate'] / rate:12,.0f} x")
+    met = "met" if headline / rate >= TARGET_RATIO else "MISSED"
+    print(f"  target >= {TARGET_RATIO:,.0f} x (full report): {met}")
+    print_cross_check(dcost_checks(), theirs["checks"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

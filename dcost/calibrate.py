@@ -1,0 +1,493 @@
+"""Calibration against real hardware: measure this machine's F and BW, time a real decode step.
+
+JAX micro-benchmarks on the default device (CPU here; the GPU where there is one) measure the
+matmul rate ``F`` (a jitted ``jnp.dot`` of square matrices, ``2 n^3`` FLOPs, median of repeats) and
+the memory bandwidth ``BW`` (a jitted streaming sum over an array far larger than the caches, its
+bytes read once). A small transformer written in plain ``jax.numpy`` (random weights, a KV cache
+of ``T`` tokens) is timed for one decode step at batches ``1, 2, 4, ..., 256`` and compared with
+``dcost.decode`` for a ``dcost.Hardware`` built from the measured F and BW and a ``dcost.Model``
+built from the toy's own counts:
+
+    N     = L*(4*d^2 + 2*d*d_ff) + d*V         # matmul weights: q, k, v, o, MLP in/out, unembedding
+    b_kv  = 2*L*d*bytes                         # K and V of every layer
+    a     = 4*L*d                               # q.K and p.V over each context token
+    t(B)  = max(B*(2N + a*T)/F, (bytes*N + B*T*b_kv)/BW)      # dcost.decode, one chip
+    B*    = dcost.balance_batch(hardware, model, T)            # the knee
+
+The measured knee comes from fitting ``max(alpha + k*B, gamma*B)`` to the measured times, with
+``k = T*b_kv/BW`` the measured KV read time per sequence (least squares in log time over every
+split of the batches): ``B* = alpha/(gamma - k)``. ``fit_efficiency`` finds the achievable fractions
+``eta_F``, ``eta_BW`` (``dcost.Hardware.flops_efficiency``, ``bandwidth_efficiency``) that make
+``dcost.decode`` fit the measured times: the calibration of the roofline.
+
+The embedding lookup (``B`` rows, not the table), norms and softmax are left out of ``N`` and the
+FLOP count (they are ``O(L*(d + d_ff + T))`` per token against ``O(L*d^2)``), and so is the new
+token's attention to itself (``4*L*d`` FLOPs).
+
+Reference: Williams, Waterman & Patterson, "Roofline" (CACM 2009); the JAX scaling book, "All
+about Transformer inference" (arithmetic intensity of decode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost.roofline import balance_batch, decode
+from dcost.specs import Design, Hardware, Model, Workload
+
+__all__ = ["ToyConfig", "measure_flops", "measure_bandwidth", "init_params", "init_cache",
+           "decode_step", "toy_model", "toy_flops_per_token", "measure_decode", "fit_knee",
+           "fit_efficiency", "calibrate", "Calibration", "add_parsers", "QUICK", "FULL"]
+
+
+def _median_time(fn, *args, repeats: int) -> float:
+    """Median wall time of ``fn(*args)`` (s) after one warm-up call that compiles it."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(max(1, int(repeats))):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def measure_flops(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
+    """Matmul rate of the default device: ``2 n^3 / t`` for a jitted ``jnp.dot`` of two n x n.
+
+    Args:
+      n: matrix side.
+      dtype: element type (``jnp.float32``, ``jnp.bfloat16``).
+      repeats: timed calls; the median is used.
+
+    Returns:
+      FLOP/s.
+
+    >>> f = measure_flops(64, repeats=2)
+    >>> bool(f > 0 and math.isfinite(f))
+    True
+    """
+    if n < 1:
+        raise ValueError(f"n = {n} is not allowed: it must be >= 1")
+    rng = np.random.default_rng(0)
+    a, b = _normal(rng, (n, n), dtype), _normal(rng, (n, n), dtype)
+    t = _median_time(jax.jit(jnp.dot), a, b, repeats=repeats)
+    return 2.0 * n ** 3 / t
+
+
+def measure_bandwidth(n_bytes: float = 512e6, repeats: int = 5) -> float:
+    """Memory bandwidth of the default device: bytes of a float32 array over the time of a jitted
+    ``jnp.sum`` of it (a streaming read, like the weight and KV reads of decode).
+
+    Args:
+      n_bytes: array size in bytes; make it far larger than the last-level cache.
+      repeats: timed calls; the median is used.
+
+    Returns:
+      bytes/s.
+
+    >>> bw = measure_bandwidth(4e6, repeats=2)
+    >>> bool(bw > 0 and math.isfinite(bw))
+    True
+    """
+    n = int(n_bytes // 4)
+    if n < 1:
+        raise ValueError(f"n_bytes = {n_bytes} is not allowed: it must be >= 4")
+    x = _normal(np.random.default_rng(1), (n,), jnp.float32)
+    t = _median_time(jax.jit(jnp.sum), x, repeats=repeats)
+    return 4.0 * n / t
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    """A small pre-norm transformer (MHA, GELU MLP, untied unembedding).
+
+    Attributes:
+      n_layers: ``L``. d_model: ``d``. n_heads: heads (``d`` divisible by it). d_ff: MLP width.
+      vocab: ``V``. context: KV-cache tokens ``T`` per sequence. dtype: weights, activations
+      and KV cache ("float32" or "bfloat16").
+    """
+
+    n_layers: int = 4
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    vocab: int = 8192
+    context: int = 128
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in ("n_layers", "d_model", "n_heads", "d_ff", "vocab", "context"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"ToyConfig.{name} = {v!r} is not allowed: it must be an int >= 1")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"ToyConfig.d_model = {self.d_model} is not allowed: it must be "
+                             f"divisible by n_heads = {self.n_heads}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"ToyConfig.dtype = {self.dtype!r} is not allowed: it must be "
+                             "'float32' or 'bfloat16'")
+
+    @property
+    def bytes_per_element(self) -> int:
+        return jnp.dtype(self.dtype).itemsize
+
+
+QUICK = ToyConfig(n_layers=2, d_model=128, n_heads=4, d_ff=512, vocab=1024, context=16)
+"""Tiny toy for ``--quick`` and tests."""
+FULL = ToyConfig()
+"""The default toy: 4 layers, d 512, 16.8M matmul parameters, 16 KiB of KV per token, T = 128."""
+
+
+def _normal(rng, shape, dtype, scale=1.0):
+    """Gaussian array made on the host (NumPy), so no kernel is compiled per shape."""
+    x = rng.standard_normal(shape, dtype=np.float32)
+    if scale != 1.0:
+        x *= np.float32(scale)
+    return jnp.asarray(x.astype(jnp.dtype(dtype)))
+
+
+def init_params(cfg: ToyConfig, seed: int = 0) -> dict:
+    """Random weights: ``embed [V, d]``, per layer ``wq wk wv wo [d, d]``, ``w1 [d, d_ff]``,
+    ``w2 [d_ff, d]``, norms ``[d]``; ``final_norm [d]``, ``unembed [d, V]``."""
+    d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab
+    dt = jnp.dtype(cfg.dtype)
+    rng = np.random.default_rng(seed)
+
+    def w(shape, fan_in):
+        return _normal(rng, shape, dt, 1.0 / math.sqrt(fan_in))
+
+    layers = []
+    for _ in range(cfg.n_layers):
+        layers.append({"wq": w((d, d), d), "wk": w((d, d), d), "wv": w((d, d), d),
+                       "wo": w((d, d), d), "w1": w((d, f), d), "w2": w((f, d), f),
+                       "norm1": jnp.ones((d,), dt), "norm2": jnp.ones((d,), dt)})
+    return {"embed": w((v, d), 1.0), "layers": layers, "final_norm": jnp.ones((d,), dt),
+            "unembed": w((d, v), d)}
+
+
+def init_cache(cfg: ToyConfig, batch: int, seed: int = 1) -> dict:
+    """Random KV cache: ``k`` and ``v`` of shape ``[L, B, heads, T, d_head]`` (heads before
+    positions, so each (sequence, head) reads one contiguous block)."""
+    h = cfg.n_heads
+    shape = (cfg.n_layers, batch, h, cfg.context, cfg.d_model // h)
+    rng = np.random.default_rng(seed)
+    return {"k": _normal(rng, shape, cfg.dtype), "v": _normal(rng, shape, cfg.dtype)}
+
+
+def _rms_norm(x, g):
+    xf = x.astype(jnp.float32)
+    return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * g
+
+
+def decode_step(params: dict, cache: dict, tokens, cfg: ToyConfig):
+    """One decode step: each of ``B`` sequences reads its ``T``-token KV cache and emits logits.
+
+    The new token attends to the ``T`` cached positions and to itself. The cache is read, not
+    written (a serving engine writes one row per layer, ``O(d)`` bytes).
+
+    Args:
+      params: ``init_params`` output. cache: ``init_cache`` output. tokens: int ``[B]``.
+      cfg: the config.
+
+    Returns:
+      Logits ``[B, V]``.
+    """
+    h = cfg.n_heads
+    dh = cfg.d_model // h
+    x = params["embed"][tokens]                        # [B, d]
+    b = x.shape[0]
+    scale = 1.0 / math.sqrt(dh)
+    for i, lp in enumerate(params["layers"]):
+        y = _rms_norm(x, lp["norm1"])
+        q = (y @ lp["wq"]).reshape(b, h, dh)
+        k_new = (y @ lp["wk"]).reshape(b, h, dh)
+        v_new = (y @ lp["wv"]).reshape(b, h, dh)
+        k_c, v_c = cache["k"][i], cache["v"][i]        # [B, h, T, dh]
+        s_c = jnp.einsum("bhd,bhtd->bht", q, k_c) * scale
+        s_n = jnp.sum(q * k_new, -1, keepdims=True) * scale
+        p = jax.nn.softmax(jnp.concatenate([s_c, s_n], -1).astype(jnp.float32), -1)
+        p = p.astype(x.dtype)
+        att = jnp.einsum("bht,bhtd->bhd", p[..., :-1], v_c) + p[..., -1:] * v_new
+        x = x + att.reshape(b, cfg.d_model) @ lp["wo"]
+        y = _rms_norm(x, lp["norm2"])
+        x = x + jax.nn.gelu(y @ lp["w1"]) @ lp["w2"]
+    return _rms_norm(x, params["final_norm"]) @ params["unembed"]
+
+
+def toy_model(cfg: ToyConfig) -> Model:
+    """The toy as ``dcost`` sees it: ``N = L(4d^2 + 2 d d_ff) + dV``, ``b_kv = 2 L d bytes``,
+    ``a = 4 L d``, dense, weights and KV in ``cfg.dtype``."""
+    L, d = cfg.n_layers, cfg.d_model
+    n = L * (4 * d * d + 2 * d * cfg.d_ff) + d * cfg.vocab
+    by = cfg.bytes_per_element
+    return Model(n_layers=L, d_model=d, params_dense=float(n), params_per_expert=0.0,
+                 n_experts=0.0, experts_active=0.0, kv_bytes_per_token=2.0 * L * d * by,
+                 bytes_per_param=float(by), attn_flops_per_context_token=4.0 * L * d,
+                 act_bytes=float(by))
+
+
+def toy_flops_per_token(cfg: ToyConfig) -> float:
+    """``2N + aT``: the decode FLOPs per token dcost predicts for the toy at its context.
+
+    >>> toy_flops_per_token(ToyConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, vocab=10,
+    ...                               context=4))
+    1312.0
+    """
+    m = toy_model(cfg)
+    return float(2.0 * m.params_active + m.attn_flops_per_context_token * cfg.context)
+
+
+def measure_decode(cfg: ToyConfig, batches, repeats: int = 5) -> np.ndarray:
+    """Median seconds of one jitted ``decode_step`` at each batch size (default device)."""
+    params = init_params(cfg)
+    step = jax.jit(decode_step, static_argnums=3)
+    out = []
+    for b in batches:
+        cache = init_cache(cfg, int(b), seed=int(b))
+        tokens = jnp.arange(int(b), dtype=jnp.int32) % cfg.vocab
+        out.append(_median_time(step, params, cache, tokens, cfg, repeats=repeats))
+        del cache
+    return np.asarray(out)
+
+
+def fit_knee(batches, times, kv_slope: float = 0.0):
+    """Knee of measured step times: fit ``t = max(alpha + k*B, gamma*B)``, a memory floor whose
+    slope ``k`` is the KV read time per sequence (known: ``T*b_kv/BW``), then a compute line, by
+    least squares in ``log t`` over every split of the sorted batches (one point at least on the
+    left, two on the right), and return ``B* = alpha/(gamma - k)``; ``inf`` when the memory line
+    alone fits as well (1 %) or no split has ``gamma > k``.
+
+    Args:
+      batches: batch sizes. times: measured step times (s). kv_slope: ``k`` (s per sequence).
+
+    Returns:
+      ``(knee, (alpha, gamma))``.
+
+    >>> b = np.array([1, 2, 4, 8, 16, 32, 64.0])
+    >>> knee, _ = fit_knee(b, np.maximum(1.0 + 0.01 * b, 0.1 * b), kv_slope=0.01)
+    >>> round(knee, 2)
+    11.11
+    """
+    b = np.asarray(batches, dtype=float)
+    t = np.asarray(times, dtype=float)
+    order = np.argsort(b)
+    b, t = b[order], t[order]
+    k = float(kv_slope)
+
+    def floor(bs, ts):  # alpha minimizing sum log((alpha + k b)/t)^2, by a few Newton steps
+        alpha = max(float(np.min(ts - k * bs)), 1e-30)
+        for _ in range(50):
+            r = np.log((alpha + k * bs) / ts)
+            d = 1.0 / (alpha + k * bs)
+            alpha = max(alpha - np.sum(r * d) / np.sum(d * d * (1.0 - r)), 1e-30)
+        return alpha
+
+    alpha = floor(b, t)
+    best = (np.sum(np.log((alpha + k * b) / t) ** 2), (alpha, 0.0))
+    for s in range(1, len(b) - 1):
+        al = floor(b[:s], t[:s])
+        ga = math.exp(np.mean(np.log(t[s:] / b[s:])))
+        err = np.sum(np.log(np.maximum(al + k * b, ga * b) / t) ** 2)
+        if ga > k and err < 0.99 * best[0] - 1e-12:  # a knee must clearly fit better
+            best = (err, (al, ga))
+    al, ga = best[1]
+    knee = al / (ga - k) if ga > k else math.inf
+    return float(knee), (float(al), float(ga))
+
+
+@dataclasses.dataclass
+class Calibration:
+    """What ``calibrate`` measured and predicted (SI units)."""
+
+    device: str
+    flops: dict            # dtype name -> FLOP/s (matmul)
+    bandwidth: float       # bytes/s (streaming read)
+    config: ToyConfig
+    params: float          # N of the toy
+    kv_bytes_per_token: float
+    batches: list
+    measured_s: list
+    predicted_s: list
+    knee_measured: float
+    knee_predicted: float
+    flops_efficiency: float = 1.0      # eta_F fitted to the measured times (fit_efficiency)
+    bandwidth_efficiency: float = 1.0  # eta_BW fitted likewise
+    calibrated_s: list = dataclasses.field(default_factory=list)  # dcost.decode with the etas
+    knee_calibrated: float = math.inf
+
+    @property
+    def ratios(self) -> list:
+        return [m / p for m, p in zip(self.measured_s, self.predicted_s, strict=True)]
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ratios"] = self.ratios
+        return d
+
+
+def _hardware(flops: float, bandwidth: float, eta_f: float = 1.0, eta_bw: float = 1.0) -> Hardware:
+    # Only F and BW (and their efficiencies) enter a one-chip decode; the rest are placeholders.
+    return Hardware(flops=flops, hbm_bandwidth=bandwidth, hbm_capacity=1e12,
+                    scaleup_bandwidth=1e9, scaleout_bandwidth=1e9, scaleup_size=1,
+                    price_per_hour=1.0, flops_efficiency=eta_f, bandwidth_efficiency=eta_bw)
+
+
+def calibrate(quick: bool = False, config: ToyConfig | None = None, batches=None,
+              repeats: int | None = None) -> Calibration:
+    """Measure F and BW, time the toy's decode step over batches, and predict it with dcost.
+
+    Args:
+      quick: tiny sizes (``QUICK``, batches 1..16, 3 repeats) for tests and smoke runs.
+      config: the toy (default ``QUICK`` or ``FULL``).
+      batches: batch sizes (default powers of 2 up to 16 quick, 256 full).
+      repeats: timed calls per measurement (median).
+
+    Returns:
+      A ``Calibration``.
+    """
+    cfg = config or (QUICK if quick else FULL)
+    batches = list(batches or [2 ** i for i in range(5 if quick else 9)])
+    repeats = repeats or (3 if quick else 5)
+    dt = jnp.dtype(cfg.dtype)
+    n = 256 if quick else 2048
+    flops = {"float32": measure_flops(n, jnp.float32, repeats)}
+    try:
+        flops["bfloat16"] = measure_flops(n, jnp.bfloat16, repeats)
+    except Exception:  # pragma: no cover - a device without bf16 matmul: reported as nan
+        flops["bfloat16"] = float("nan")
+    bw = measure_bandwidth(32e6 if quick else 1e9, repeats)
+    hw = _hardware(flops[dt.name], bw)
+    model = toy_model(cfg)
+    design = Design(batch=jnp.asarray(batches, dtype=jnp.result_type(float)))
+    predicted = np.asarray(decode(design, hw, model, Workload(float(cfg.context))).tpot)
+    measured = measure_decode(cfg, batches, repeats)
+    kv_slope = cfg.context * float(model.kv_bytes_per_token) / bw   # s per sequence
+    knee, _ = fit_knee(batches, measured, kv_slope=kv_slope)
+    eta_f, eta_bw = fit_efficiency(batches, measured, hw, model, cfg.context)
+    hw_cal = _hardware(flops[dt.name], bw, eta_f, eta_bw)
+    calibrated = np.asarray(decode(design, hw_cal, model, Workload(float(cfg.context))).tpot)
+    return Calibration(
+        device=str(jax.devices()[0].device_kind), flops=flops, bandwidth=bw, config=cfg,
+        params=float(model.params_active), kv_bytes_per_token=float(model.kv_bytes_per_token),
+        batches=[int(b) for b in batches], measured_s=[float(x) for x in measured],
+        predicted_s=[float(x) for x in predicted], knee_measured=knee,
+        knee_predicted=float(balance_batch(hw, model, float(cfg.context))),
+        flops_efficiency=eta_f, bandwidth_efficiency=eta_bw,
+        calibrated_s=[float(x) for x in calibrated],
+        knee_calibrated=float(balance_batch(hw_cal, model, float(cfg.context))))
+
+
+def fit_efficiency(batches, measured_s, hardware: Hardware, model: Model, context,
+                   n_grid: int = 161):
+    """Achievable fractions ``(eta_F, eta_BW)`` that make ``dcost.decode`` fit measured step times.
+
+        (eta_F, eta_BW) = argmin  sum_B ( log t_meas(B) - log t_decode(B; F*eta_F, BW*eta_BW) )^2
+                          over eta_F, eta_BW in [1e-3, 1]
+
+    on a log-spaced grid of both (the exact model, every grid point in one vectorized call). A
+    measured time shorter than the roofline's is matched by the cap ``eta = 1``.
+
+    Args:
+      batches: batch sizes. measured_s: step times (s). hardware: F and BW (efficiencies 1).
+      model: the network. context: KV tokens ``T``. n_grid: points per axis.
+
+    Returns:
+      ``(eta_F, eta_BW)``.
+
+    >>> m = toy_model(QUICK)
+    >>> hw = _hardware(1e11, 1e10)
+    >>> b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256.0])
+    >>> t = decode(Design(batch=b), _hardware(1e11, 1e10, 0.3, 0.6), m, Workload(16.0)).tpot
+    >>> [round(x, 2) for x in fit_efficiency(b, np.asarray(t), hw, m, 16)]
+    [0.3, 0.6]
+    """
+    g = jnp.logspace(-3.0, 0.0, int(n_grid))
+    b = jnp.asarray(batches, dtype=jnp.result_type(float))
+    err = _grid_error(g, b, jnp.log(jnp.asarray(measured_s, dtype=b.dtype)), hardware, model,
+                      jnp.asarray(context, dtype=b.dtype))
+    i, j = np.unravel_index(int(jnp.argmin(err)), err.shape)
+    return float(g[i]), float(g[j])
+
+
+@jax.jit
+def _grid_error(g, b, log_t, hardware, model, context):
+    """Squared log error of dcost.decode on the (eta_F, eta_BW) grid ``g x g``."""
+    hw = eqx.tree_at(lambda h: (h.flops_efficiency, h.bandwidth_efficiency), hardware,
+                     (g[:, None, None], g[None, :, None]))
+    t = decode(Design(batch=b), hw, model, Workload(context)).tpot   # [n, n, len(b)]
+    return jnp.sum((jnp.log(t) - log_t) ** 2, axis=-1)
+
+
+def _fmt_knee(x: float) -> str:
+    return "none (never compute bound)" if not math.isfinite(x) else f"{x:.1f}"
+
+
+def _cmd_calibrate(args) -> int:
+    changes = {k: v for k, v in (("n_layers", args.layers), ("d_model", args.d_model),
+                                 ("context", args.context), ("dtype", args.dtype))
+               if v is not None}
+    cfg = dataclasses.replace(QUICK if args.quick else FULL, **changes)
+    batches = None
+    if args.max_batch:
+        batches = [2 ** i for i in range(int(math.log2(args.max_batch)) + 1)]
+    cal = calibrate(quick=args.quick, config=cfg, batches=batches)
+    if args.json:
+        print(json.dumps(cal.to_dict(), indent=2, default=float))
+        return 0
+    cfg = cal.config
+    print(f"device: {cal.device} ({jax.default_backend()})")
+    for name, f in cal.flops.items():
+        print(f"matmul {name:9s} F  = {f / 1e9:10.1f} GFLOP/s")
+    print(f"streaming read  BW = {cal.bandwidth / 1e9:10.2f} GB/s   "
+          f"(F/BW = {cal.flops[cfg.dtype] / cal.bandwidth:.1f} FLOP/byte, {cfg.dtype})")
+    print(f"toy transformer: {cfg.n_layers} layers, d {cfg.d_model}, d_ff {cfg.d_ff}, "
+          f"vocab {cfg.vocab}, {cfg.dtype}; N = {cal.params / 1e6:.2f}M, "
+          f"KV {cal.kv_bytes_per_token / 1024:.1f} KiB/token, context {cfg.context}")
+    print(f"{'batch':>6s} {'measured ms':>12s} {'predicted ms':>13s} {'ratio':>7s} "
+          f"{'calibrated ms':>14s}")
+    for b, m, p, r, c in zip(cal.batches, cal.measured_s, cal.predicted_s, cal.ratios,
+                             cal.calibrated_s, strict=True):
+        print(f"{b:6d} {m * 1e3:12.3f} {p * 1e3:13.3f} {r:7.2f} {c * 1e3:14.3f}")
+    print(f"knee (balance batch): measured {_fmt_knee(cal.knee_measured)}, "
+          f"predicted {_fmt_knee(cal.knee_predicted)}")
+    print(f"fitted efficiencies: eta_F = {cal.flops_efficiency:.3f}, "
+          f"eta_BW = {cal.bandwidth_efficiency:.3f} (calibrated knee "
+          f"{_fmt_knee(cal.knee_calibrated)})")
+    return 0
+
+
+def add_parsers(subparsers) -> None:
+    """Register ``dcost calibrate [--quick] [--json]`` on the CLI's subparsers."""
+    p = subparsers.add_parser("calibrate", help="measure this machine's F and BW and compare a "
+                              "real decode step with dcost.decode")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (a few seconds)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.add_argument("--layers", type=_positive_int, default=None, help="toy layers (default 4)")
+    p.add_argument("--d-model", type=_positive_int, default=None, help="toy width (default 512)")
+    p.add_argument("--context", type=_positive_int, default=None,
+                   help="KV-cache tokens per sequence (default 128)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="weights, activations and KV cache (default float32)")
+    p.add_argument("--max-batch", type=_positive_int, default=None,
+                   help="largest batch, rounded down to a power of 2 (default 256; 16 quick)")
+    p.set_defaults(func=_cmd_calibrate)
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return v

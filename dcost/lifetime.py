@@ -1,0 +1,508 @@
+"""Lifetime economics: the model size and training length that reach a target loss at the least
+pretraining + inference cost, in FLOPs (Sardana & Frankle 2023) or in dollars priced by dcost's
+serving model.
+
+On the constraint ``L(N, D) = L*`` write ``u = A N**-alpha / (L* - E)``, the share of the reducible
+loss left to the parameter term, and ``t = log(u / (1 - u))``. Then
+
+.. math::
+    N(t) = \\left(\\frac{A}{u\\,\\Delta}\\right)^{1/\\alpha}, \\quad
+    D(t) = \\left(\\frac{B}{(1-u)\\,\\Delta}\\right)^{1/\\beta}, \\quad \\Delta = L^* - E
+
+covers the whole feasible curve as ``t`` runs over the real line (``t -> -inf``: infinite model,
+``t -> inf``: infinite data), so each optimum is a bracketed 1-D search in ``t`` that runs in
+``lax`` loops: jit-able, vmappable, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost.roofline import SECONDS_PER_HOUR, decode
+from dcost.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
+from dcost.specs import Design, Hardware, Model, Workload, _concrete, check
+
+__all__ = ["Lifetime", "LifetimeCost", "LifetimeDollars", "LectureEstimate", "lifetime_optimum",
+           "lifetime_cost", "lifetime_optimum_dollars", "scale_model", "lecture_estimate"]
+
+_BISECTIONS = 100
+_GRID = 65
+_GOLDEN = 60
+
+
+class Lifetime(Plan):
+    """The FLOP-optimal plan for a target loss; unpacks as ``(n_params, n_tokens)``.
+
+    Attributes:
+      n_params: parameters ``N`` (``inf`` when unreachable).
+      n_tokens: pretraining tokens ``D`` (``inf`` when unreachable).
+      overtrain: ``r = D / (20 N)``.
+      flops: lifetime FLOPs ``6 N D + 2 N D_inf``.
+      train_fraction: the pretraining share ``6 N D / flops`` (1 when unreachable).
+      reachable: False when no finite plan reaches the target (target <= E, or above the data cap).
+    """
+
+    overtrain: jax.Array
+    flops: jax.Array
+    train_fraction: jax.Array
+    reachable: jax.Array
+
+
+def _checks(owner, target_loss, inference_tokens, fit, max_tokens):
+    e = _concrete(fit.E)
+    low = 0.0 if e is None else float(np.max(e))
+    t = _concrete(target_loss)
+    if t is not None and np.any(~np.isfinite(t) | (t <= low)):
+        raise ValueError(f"{owner}.target_loss = {float(np.min(t))!r} is not allowed: it must be "
+                         f"finite and > the fit's irreducible loss E = {low!r}")
+    check(owner, "inference_tokens", inference_tokens)
+    m = _concrete(max_tokens)
+    if m is not None and np.any(np.isnan(m) | (m <= 0)):
+        raise ValueError(f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: "
+                         "it must be > 0")
+
+
+def _curve(fit, target_loss, max_tokens):
+    """Guarded ``log Delta``, ``t -> (log N, log D)``, the cap ``t_max`` and reachability."""
+    f = jnp.result_type(float)
+    delta = jnp.asarray(target_loss, dtype=f) - fit.E
+    ok = delta > 0
+    log_delta = jnp.log(jnp.where(ok, delta, 1.0))
+
+    def log_nd(t):
+        log_n = (jnp.log(fit.A) - log_delta - jax.nn.log_sigmoid(t)) / fit.alpha
+        log_d = (jnp.log(fit.B) - log_delta - jax.nn.log_sigmoid(-t)) / fit.beta
+        return log_n, log_d
+
+    # Data cap: D <= max_tokens  <=>  1 - u >= q = B / (Delta * max_tokens**beta).
+    cap = jnp.asarray(max_tokens, dtype=f)
+    finite = jnp.isfinite(cap)
+    log_q = (jnp.log(fit.B) - log_delta
+             - fit.beta * jnp.log(jnp.where(finite, cap, 1.0)))
+    q_ok = finite & (log_q < 0)
+    log_q_safe = jnp.where(q_ok, log_q, -1.0)
+    # logit(1 - q) = log(1 - q) - log(q)
+    t_max = jnp.where(q_ok, jnp.log(-jnp.expm1(log_q_safe)) - log_q_safe, jnp.inf)
+    reachable = ok & (~finite | (log_q < 0))
+    return log_nd, t_max, reachable
+
+
+def _bisect(fn, lo, hi, iterations):
+    """Root of an increasing ``fn`` in ``[lo, hi]`` (fixed iterations; fn(lo) <= 0 <= fn(hi))."""
+
+    def body(_, bounds):
+        a, b = bounds
+        mid = 0.5 * (a + b)
+        neg = fn(mid) < 0
+        return jnp.where(neg, mid, a), jnp.where(neg, b, mid)
+
+    a, b = jax.lax.fori_loop(0, iterations, body, (lo, hi))
+    return 0.5 * (a + b)
+
+
+def _implicit(fn, t0):
+    """``t0`` with the gradient of the root of ``fn(t) = 0`` (implicit function theorem)."""
+    t0 = jax.lax.stop_gradient(t0)
+    slope = jax.lax.stop_gradient(jax.grad(fn)(t0))
+    step = -fn(t0) / slope
+    return t0 + (step - jax.lax.stop_gradient(step))
+
+
+def lifetime_optimum(target_loss, inference_tokens, fit="hoffmann2022", *,
+                     max_tokens=math.inf) -> Lifetime:
+    """The ``(N, D)`` reaching ``target_loss`` with the fewest pretraining + inference FLOPs.
+
+    .. math::
+        \\min_{N, D}\\ 6 N D + 2 N D_{inf} \\quad \\text{s.t.} \\quad
+        E + A N^{-\\alpha} + B D^{-\\beta} = L^*
+
+    On the constraint (module docstring) the optimum solves
+    ``t = log(beta/alpha) + log(1 + D_inf / (3 D(t)))``, whose right side falls as ``t`` rises, so
+    the root is bracketed by ``[log(beta/alpha), log(beta/alpha) + log(1 + D_inf/(3 D_min))]``,
+    ``D_min = (B/Delta)**(1/beta)``, and found by bisection; gradients follow the implicit
+    function theorem. ``D_inf = 0`` gives the compute optimum (``u = beta/(alpha+beta)``). At the
+    optimum the pretraining share of FLOPs is ``beta (1-u) / (alpha u)``: equal pretraining and
+    inference FLOPs are optimal only at one particular ``D_inf``.
+
+    Args:
+      target_loss: the loss to reach ``L*`` (must exceed the fit's ``E``).
+      inference_tokens: tokens served over the model's life ``D_inf`` (prompt and output tokens
+        alike cost ``2 N`` FLOP here).
+      fit: a ``ScalingFit`` or the name of a published one; ``dcost.routed_fit`` for a routed
+        model (then ``N`` is active parameters).
+      max_tokens: data available for pretraining; a target that needs more is unreachable.
+
+    Returns:
+      ``Lifetime(n_params, n_tokens, overtrain, flops, train_fraction, reachable)``; an unreachable
+      target (possible under ``jit``, where bad values cannot raise) gives ``inf`` sizes and
+      ``reachable = False``.
+
+    >>> import dcost
+    >>> n0, d0 = dcost.lifetime_optimum(2.0, 0.0)
+    >>> n1, d1 = dcost.lifetime_optimum(2.0, 1e14)
+    >>> bool(n1 < n0 and d1 > d0)  # serving 100T tokens: a smaller model trained longer
+    True
+
+    Reference: Sardana & Frankle 2023, "Beyond Chinchilla-Optimal: Accounting for Inference in
+    Language Model Scaling Laws", arXiv:2401.00448, section 2.
+    """
+    fit = as_fit(fit)
+    _checks("lifetime_optimum", target_loss, inference_tokens, fit, max_tokens)
+    f = jnp.result_type(float)
+    return _lifetime_flops(jnp.asarray(target_loss, f), jnp.asarray(inference_tokens, f), fit,
+                           jnp.asarray(max_tokens, f))
+
+
+def _flop_problem(target_loss, d_inf, fit, max_tokens):
+    """The constraint curve, ``phi`` (increasing in ``t``, zero at the optimum) and its bracket."""
+    log_nd, t_max, reachable = _curve(fit, target_loss, max_tokens)
+    c0 = jnp.log(fit.beta / fit.alpha)
+
+    def phi(t):
+        _, log_d = log_nd(t)
+        return t - c0 - jnp.log1p(d_inf * jnp.exp(-log_d) / 3.0)
+
+    # u -> 0 (t -> -inf): D -> D_min = (B/Delta)**(1/beta)
+    _, log_d_min = log_nd(jnp.asarray(-60.0, dtype=jnp.result_type(float)))
+    hi = c0 + jnp.log1p(d_inf * jnp.exp(-log_d_min) / 3.0)
+    return log_nd, t_max, reachable, phi, c0, hi
+
+
+@jax.jit
+def _lifetime_flops(*args) -> Lifetime:
+    _, _, _, phi_stopped, c0, hi = _flop_problem(*jax.lax.stop_gradient(args))
+    t_root = _bisect(phi_stopped, c0, hi, _BISECTIONS)
+    log_nd, t_max, reachable, phi, _, _ = _flop_problem(*args)
+    d_inf = args[1]
+    f = jnp.result_type(float)
+    t = jnp.where(t_root < t_max, _implicit(phi, t_root), jnp.where(jnp.isfinite(t_max), t_max, 0))
+    log_n, log_d = log_nd(t)
+    n, d = jnp.exp(log_n), jnp.exp(log_d)
+    flops = 6.0 * n * d + 2.0 * n * d_inf
+    share = 1.0 / (1.0 + d_inf * jnp.exp(-log_d) / 3.0)  # 6 N D / flops, without overflow
+    inf = jnp.asarray(jnp.inf, dtype=f)
+    keep = lambda x: jnp.where(reachable, x, inf)  # noqa: E731
+    return Lifetime(keep(n), keep(d), keep(overtrain(n, d)), keep(flops),
+                    jnp.where(reachable, share, 1.0), reachable)
+
+
+def scale_model(model: Model, n_active) -> Model:
+    """``model``'s architecture resized to ``n_active`` active parameters, sparsity unchanged.
+
+    With ``f = n_active / N_active``: parameters scale by ``f``; depth and width by ``f**(1/3)``
+    (a fixed aspect ratio, ``N ~ L d**2``); KV bytes and attention FLOPs per context token, which
+    go as ``L d``, by ``f**(2/3)``. An assumption of the lifetime-dollar model, which needs the
+    serving cost of models of every size.
+
+    >>> import dcost
+    >>> m = dcost.scale_model(dcost.model("llama-3-70b"), 8.0 * 70.6e9)
+    >>> round(float(m.d_model / dcost.model("llama-3-70b").d_model), 3)  # 8**(1/3) x wider
+    2.0
+    """
+    f = n_active / model.params_active
+    lin, area = f ** (1.0 / 3.0), f ** (2.0 / 3.0)
+    out = eqx.tree_at(
+        lambda m: (m.params_dense, m.params_per_expert, m.n_layers, m.d_model,
+                   m.kv_bytes_per_token, m.attn_flops_per_context_token),
+        model,
+        (model.params_dense * f, model.params_per_expert * f, model.n_layers * lin,
+         model.d_model * lin, model.kv_bytes_per_token * area,
+         model.attn_flops_per_context_token * area))
+    if model.n_moe_layers is not None:
+        out = eqx.tree_at(lambda m: m.n_moe_layers, out, model.n_moe_layers * lin)
+    return out
+
+
+class LifetimeCost(eqx.Module):
+    """Dollars over a model's life (a pytree).
+
+    Attributes:
+      pretrain: pretraining ``6 N D`` FLOP at the training price per FLOP ($).
+      rl: RL tokens, each generated (priced as decode) and trained on (``6 N`` FLOP) ($).
+      inference: ``D_inf`` output tokens at the serving cost per token ($).
+      total: the sum ($).
+      cost_per_token: serving cost of one output token ($), from ``dcost.decode``.
+    """
+
+    pretrain: jax.Array
+    rl: jax.Array
+    inference: jax.Array
+    total: jax.Array
+    cost_per_token: jax.Array
+
+
+def _price_per_flop(train_hardware: Hardware, mfu):
+    return train_hardware.price_per_hour / (SECONDS_PER_HOUR * train_hardware.flops * mfu)
+
+
+def lifetime_cost(n_params, n_tokens, inference_tokens, *, hardware: Hardware, model: Model,
+                  design: Design, workload: Workload, mfu=0.4, rl_tokens=0.0,
+                  train_hardware: Hardware | None = None, smoothness=0.0) -> LifetimeCost:
+    """Pretraining + RL + inference dollars of a model of ``n_params`` active parameters.
+
+    .. math::
+        \\$ = 6 N D\\, c_F + D_{RL}\\,(c_{tok}(N) + 6 N c_F) + D_{inf}\\, c_{tok}(N), \\quad
+        c_F = \\frac{p_{train}}{3600\\, F_{train}\\, \\mathrm{mfu}}
+
+    ``c_tok(N)`` is ``dcost.decode(design, hardware, scale_model(model, N), workload)
+    .cost_per_token``: the serving model with its batch, KV reads, bandwidth and MoE sparsity at the
+    given design. Prompt tokens are not priced (add them to ``inference_tokens`` if they matter).
+
+    Args:
+      n_params: active parameters ``N``; ``model`` is resized to it (``scale_model``).
+      n_tokens: pretraining tokens ``D``.
+      inference_tokens: output tokens served ``D_inf``.
+      hardware: the serving chip.
+      model: the architecture (shape, sparsity, KV bytes) to resize.
+      design: the serving layout (batch, chips, stages).
+      workload: the serving context.
+      mfu: training model FLOP utilization.
+      rl_tokens: RL tokens generated and trained on ``D_RL``.
+      train_hardware: the training chip (default: ``hardware``).
+      smoothness: serving-model smoothness (0: exact).
+
+    Returns:
+      A ``LifetimeCost``.
+
+    >>> import dcost
+    >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
+    >>> serving = dict(design=dcost.Design(batch=256, chips=8), workload=dcost.Workload(4096))
+    >>> c = dcost.lifetime_cost(70e9, 15e12, 1e14, hardware=h, model=m, **serving)
+    >>> bool(c.inference > c.pretrain)
+    True
+    """
+    check("lifetime_cost", "n_params", n_params, low_open=True)
+    check("lifetime_cost", "n_tokens", n_tokens, low_open=True)
+    check("lifetime_cost", "inference_tokens", inference_tokens)
+    check("lifetime_cost", "rl_tokens", rl_tokens)
+    check("lifetime_cost", "mfu", mfu, low_open=True, high=1.0)
+    f = jnp.result_type(float)
+    arrays = [jnp.asarray(x, f) for x in (n_params, n_tokens, inference_tokens)]
+    return _lifetime_cost(*arrays, hardware, model, design, workload, jnp.asarray(mfu, f),
+                          jnp.asarray(rl_tokens, f), train_hardware, jnp.asarray(smoothness, f))
+
+
+@jax.jit
+def _lifetime_cost(n_params, n_tokens, inference_tokens, hardware, model, design, workload, mfu,
+                   rl_tokens, train_hardware, smoothness) -> LifetimeCost:
+    c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
+    c_tok = decode(design, hardware, scale_model(model, n_params), workload,
+                   smoothness).cost_per_token
+    pretrain = 6.0 * n_params * n_tokens * c_flop
+    rl = rl_tokens * (c_tok + 6.0 * n_params * c_flop)
+    inference = inference_tokens * c_tok
+    return LifetimeCost(pretrain, rl, inference, pretrain + rl + inference, c_tok)
+
+
+class LifetimeDollars(Plan):
+    """The dollar-optimal plan for a target loss; unpacks as ``(n_params, n_tokens)``.
+
+    Attributes:
+      n_params: active parameters ``N`` (``inf`` when unreachable).
+      n_tokens: pretraining tokens ``D`` (``inf`` when unreachable).
+      overtrain: ``r = D / (20 N)``.
+      cost: the ``LifetimeCost`` at the optimum (``inf`` when unreachable).
+      reachable: False when no finite plan reaches the target.
+    """
+
+    overtrain: jax.Array
+    cost: LifetimeCost
+    reachable: jax.Array
+
+
+def _golden(fn, a, b, iterations):
+    inv = (math.sqrt(5.0) - 1.0) / 2.0
+
+    def body(_, ab):
+        a, b = ab
+        c, d = b - inv * (b - a), a + inv * (b - a)
+        fc, fd = jax.vmap(fn)(jnp.stack([c, d]))  # one traced copy of fn
+        left = fc < fd
+        return jnp.where(left, a, c), jnp.where(left, d, b)
+
+    a, b = jax.lax.fori_loop(0, iterations, body, (a, b))
+    return 0.5 * (a + b)
+
+
+def lifetime_optimum_dollars(target_loss, inference_tokens, *, hardware: Hardware, model: Model,
+                             design: Design, workload: Workload, fit="hoffmann2022", mfu=0.4,
+                             rl_tokens=0.0, train_hardware: Hardware | None = None, gamma=GAMMA,
+                             max_tokens=math.inf, smoothness=0.0) -> LifetimeDollars:
+    """The ``(N_active, D)`` reaching ``target_loss`` at the least lifetime dollars.
+
+    .. math::
+        \\min_{N, D}\\ \\$(N, D) \\ (\\text{lifetime\\_cost}) \\quad \\text{s.t.} \\quad
+        L(N_{active} S^{\\gamma}, D) = L^*, \\quad S = N_{total}/N_{active}
+
+    The loss of the routed model counts ``effective_params`` (``routed_fit`` with the template's
+    sparsity). Search in ``t`` (module docstring): the serving cost grows with ``N``, so the
+    optimum lies at or above the compute-optimal ``t0 = log(beta/alpha)`` and below the first
+    ``t`` whose pretraining cost alone exceeds the whole cost at ``t0`` (found by bisection);
+    a 65-point grid over that bracket then a golden-section search around its best point finds
+    it. The optimal cost is differentiable (envelope theorem: the split ``t`` is held at its
+    optimum); ``n_params`` and ``n_tokens`` are returned without gradients.
+
+    Args:
+      target_loss: loss to reach ``L*`` (> the fit's ``E``).
+      inference_tokens: output tokens served ``D_inf``.
+      hardware, model, design, workload, mfu, rl_tokens, train_hardware, smoothness: as in
+        ``lifetime_cost``.
+      fit: a ``ScalingFit`` or the name of a published one (for the dense-equivalent model).
+      gamma: the ``effective_params`` exponent.
+      max_tokens: data available for pretraining.
+
+    Returns:
+      ``LifetimeDollars(n_params, n_tokens, overtrain, cost, reachable)``.
+
+    >>> import dcost
+    >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
+    >>> kw = dict(hardware=h, model=m, design=dcost.Design(batch=256, chips=8),
+    ...           workload=dcost.Workload(4096))
+    >>> a = dcost.lifetime_optimum_dollars(2.0, 1e12, **kw)
+    >>> b = dcost.lifetime_optimum_dollars(2.0, 1e15, **kw)
+    >>> bool(b.n_params < a.n_params and b.overtrain > a.overtrain)
+    True
+
+    Reference: Sardana & Frankle 2023, arXiv:2401.00448 (the FLOP version of this problem).
+    """
+    base = as_fit(fit)
+    _checks("lifetime_optimum_dollars", target_loss, inference_tokens, base, max_tokens)
+    check("lifetime_optimum_dollars", "mfu", mfu, low_open=True, high=1.0)
+    check("lifetime_optimum_dollars", "rl_tokens", rl_tokens)
+    check("lifetime_optimum_dollars", "gamma", gamma, high=1.0)
+    f = jnp.result_type(float)
+    arrays = [jnp.asarray(x, f) for x in (target_loss, inference_tokens, mfu, rl_tokens, gamma,
+                                          max_tokens, smoothness)]
+    return _lifetime_dollars(base, hardware, model, design, workload, train_hardware, *arrays)
+
+
+def _dollar_problem(base, hardware, model, design, workload, train_hardware, target_loss,
+                    inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness):
+    """The routed fit, the constraint curve and ``t -> LifetimeCost`` of the dollar problem."""
+    fit = routed_fit(base, model.sparsity, gamma)
+    log_nd, t_max, reachable = _curve(fit, target_loss, max_tokens)
+
+    def cost_at(t):
+        log_n, log_d = log_nd(t)
+        return _lifetime_cost(jnp.exp(log_n), jnp.exp(log_d), inference_tokens, hardware, model,
+                              design, workload, mfu, rl_tokens, train_hardware, smoothness)
+
+    c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
+    return fit, log_nd, t_max, reachable, cost_at, c_flop
+
+
+def _dollar_split(*args):
+    """The optimal split ``t`` (no gradients: called on stopped inputs)."""
+    fit, log_nd, t_max, _, cost_at, c_flop = _dollar_problem(*args)
+    f = jnp.result_type(float)
+
+    def total(t):
+        return cost_at(t).total
+
+    t0 = jnp.log(fit.beta / fit.alpha).astype(f)
+    log_whole = jnp.log(total(t0))
+
+    def excess(t):  # increasing for t >= t0: log pretraining cost minus log whole cost at t0
+        log_n, log_d = log_nd(t)
+        return jnp.log(6.0 * c_flop) + log_n + log_d - log_whole
+
+    hi = _bisect(excess, t0, t0 + 60.0, _BISECTIONS)
+    lo, hi = jnp.minimum(t0, t_max), jnp.minimum(hi, t_max)
+    grid = lo + (hi - lo) * jnp.linspace(0.0, 1.0, _GRID, dtype=f)
+    values = jax.vmap(total)(grid)
+    i = jnp.argmin(values)
+    t_fine = _golden(total, grid[jnp.maximum(i - 1, 0)], grid[jnp.minimum(i + 1, _GRID - 1)],
+                     _GOLDEN)
+    t = jnp.where(total(t_fine) <= values[i], t_fine, grid[i])
+    return jnp.where(hi > lo, t, lo)
+
+
+@jax.jit
+def _lifetime_dollars(*args):
+    t = _dollar_split(*jax.lax.stop_gradient(args))
+    _, log_nd, t_max, reachable, cost_at, _ = _dollar_problem(*args)
+    t = jnp.where((t >= t_max) & jnp.isfinite(t_max), t_max, t)  # on the cap: differentiable
+    cost = cost_at(t)
+    log_n, log_d = log_nd(t)
+    n, d = jax.lax.stop_gradient(jnp.exp(log_n)), jax.lax.stop_gradient(jnp.exp(log_d))
+    inf = jnp.asarray(jnp.inf, dtype=jnp.result_type(float))
+    keep = lambda x: jnp.where(reachable, x, inf)  # noqa: E731
+    return LifetimeDollars(keep(n), keep(d), keep(overtrain(n, d)),
+                           jax.tree_util.tree_map(keep, cost), reachable)
+
+
+class LectureEstimate(NamedTuple):
+    """The back-of-envelope over-training estimate (``lecture_estimate``).
+
+    Attributes:
+      inference_tokens: tokens served ``D_inf``.
+      n_tokens: pretraining tokens ``D`` that equalize pretraining and inference cost.
+      chinchilla_tokens: ``20 N``.
+      overtrain: ``D / (20 N)``.
+    """
+
+    inference_tokens: float
+    n_tokens: float
+    chinchilla_tokens: float
+    overtrain: float
+
+
+def lecture_estimate(tokens_per_s=5e7, days=60.0, n_active=1e11,
+                     inference_cost_ratio=1.0) -> LectureEstimate:
+    """Pretraining tokens at which pretraining costs as much as serving (a whiteboard estimate).
+
+    .. math::
+        D_{inf} = \\text{tokens/s} \\cdot 86400 \\cdot \\text{days}, \\quad
+        6 N D = \\rho \\cdot 2 N D_{inf} \\ \\Rightarrow\\ D = \\rho\\, D_{inf} / 3
+
+    with ``rho`` the cost of an inference FLOP relative to a training FLOP (1: FLOPs are FLOPs;
+    ``mfu_train / mfu_decode`` when decode runs at a lower utilization).
+
+    The lecture's case, checked: 50M output tokens/s for two months is
+    ``5e7 * 86400 * 60 = 2.59e14`` tokens (259T), so equal FLOPs give ``D = 8.64e13`` (86T)
+    tokens, ``43x`` the Chinchilla ``20 N = 2e12`` for 100B active parameters. The quoted
+    "about 150T tokens, about 100x Chinchilla" needs more than the stated inputs: 150T takes
+    ``rho = 1.74`` (decode at ~57 % of the training utilization) or ~104 days of serving, and 100x
+    Chinchilla is 200T tokens. The rough conclusion (frontier models are trained tens of times past
+    Chinchilla) stands.
+
+    What ``dcost.lifetime_optimum`` says for the same inputs (``experiments/overtraining.py``):
+    take the loss that 100B parameters reach on 86T tokens as the target and let the optimizer
+    choose ``N`` and ``D`` for ``D_inf = 2.59e14``. The estimate fixes ``N = 100B`` and asks only
+    which ``D`` equalizes the two costs; the optimizer moves ``N`` too, and equal costs are not
+    what it aims for: at the optimum the pretraining share of lifetime FLOPs is
+    ``beta (1-u) / (alpha u)``, 1/2 only by coincidence. With ``hoffmann2022`` the coincidence
+    nearly holds: about 92B parameters on 100T tokens (54x Chinchilla, pretraining 54 % of the
+    FLOPs), 0.5 % fewer FLOPs than the estimate. With ``besiroglu2024`` extra tokens buy less
+    loss near this target, so the optimum is a larger model trained less: about 122B parameters on
+    43T tokens (18x), pretraining a third of the FLOPs, 8.5 % fewer FLOPs. Both are far past
+    Chinchilla, and far past the compute optimum for the same loss (219B on 31T tokens, and 376B on
+    6.4T tokens, respectively).
+
+    Args:
+      tokens_per_s: output tokens per second served.
+      days: serving lifetime (days).
+      n_active: active parameters ``N``.
+      inference_cost_ratio: ``rho`` above.
+
+    Returns:
+      ``LectureEstimate(inference_tokens, n_tokens, chinchilla_tokens, overtrain)``.
+
+    >>> import dcost
+    >>> e = dcost.lecture_estimate()
+    >>> f"{e.inference_tokens:.3g} {e.n_tokens:.3g} {e.overtrain:.1f}"
+    '2.59e+14 8.64e+13 43.2'
+    """
+    for name, v in (("tokens_per_s", tokens_per_s), ("days", days), ("n_active", n_active),
+                    ("inference_cost_ratio", inference_cost_ratio)):
+        check("lecture_estimate", name, v, low_open=True)
+    d_inf = tokens_per_s * 86400.0 * days
+    d = inference_cost_ratio * 2.0 * d_inf / 6.0
+    chinchilla = TOKENS_PER_PARAM * n_active
+    return LectureEstimate(d_inf, d, chinchilla, d / chinchilla)

@@ -1,0 +1,267 @@
+"""The experiments' key numbers, each checked against something computed another way.
+
+Each script in ``experiments/`` exposes ``compute() -> dict``; these tests call it with smaller
+sweeps than the scripts use (same code path), and compare with closed forms written here from the
+presets' own fields, with the DES closed form, or with an exhaustive search.
+"""
+
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import dcost
+
+EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import _common  # noqa: E402
+import balance_batch  # noqa: E402
+import batch_curve  # noqa: E402
+import context_length  # noqa: E402
+import fast_mode  # noqa: E402
+import latency_floor  # noqa: E402
+import moe_racks  # noqa: E402
+import pipelines  # noqa: E402
+import train_departures  # noqa: E402
+
+MODULES = [batch_curve, balance_batch, latency_floor, train_departures, fast_mode,
+           context_length, moe_racks, pipelines]
+
+
+def f_over_bw(name):
+    """F/BW of a hardware preset, from its fields (FLOP per byte)."""
+    h = dcost.hardware(name)
+    return float(h.flops) / float(h.hbm_bandwidth)
+
+
+@pytest.fixture(scope="module")
+def curve():
+    return batch_curve.compute(max_batch=1e5, exact_up_to=8192)
+
+
+@pytest.fixture(scope="module")
+def balance():
+    return balance_batch.compute()
+
+
+@pytest.fixture(scope="module")
+def floor():
+    return latency_floor.compute(n_batches=8)
+
+
+@pytest.fixture(scope="module")
+def trains():
+    return train_departures.compute(n_requests=30_000, loads=[0.01, 1.0, 30.0, 200.0])
+
+
+@pytest.fixture(scope="module")
+def fast():
+    return fast_mode.compute(max_batch=25_000, n_log_batches=120)
+
+
+@pytest.fixture(scope="module")
+def context():
+    return context_length.compute(n_contexts=41, n_batches=120)
+
+
+@pytest.fixture(scope="module")
+def racks():
+    return moe_racks.compute(n_batches=100, max_chips={"h100-sxm": 64, "gb200-nvl72": 216})
+
+
+@pytest.fixture(scope="module")
+def stages():
+    return pipelines.compute()
+
+
+# batch_curve ---------------------------------------------------------------------------------
+
+def test_batch1_cost_ratio_is_the_balance_batch_for_a_dense_model(curve):
+    """Cost at B = 1 over the compute-bound floor = B* = (F/BW)(b_w/2), about 300 on B200."""
+    d = curve["dense"]
+    expected = f_over_bw(batch_curve.HARDWARE) * 2.0 / 2.0  # bf16 weights
+    assert d["cost_ratio_batch1"] == pytest.approx(expected, rel=2e-3)
+    assert d["balance_batch"] == pytest.approx(expected, rel=1e-4)
+    assert d["knee"] == math.ceil(expected)  # first whole batch the exact model calls compute bound
+    assert 150 < d["cost_ratio_batch1"] < 450
+
+
+def test_moe_at_batch1_reads_only_k_experts(curve):
+    """phi(1) = k/E: the batch-1 penalty stays F/BW; had all experts been read, F/BW x sparsity."""
+    e = curve["moe"]
+    m = dcost.model("deepseek-v3")
+    assert e["phi_batch1"] == pytest.approx(float(m.experts_active / m.n_experts), rel=1e-5)
+    # fp8 weights (1 byte) on fp8 FLOP/s (2 x bf16): (2 F / BW) (1/2) = F/BW of the preset
+    base = f_over_bw(batch_curve.HARDWARE)
+    assert e["cost_ratio_batch1"] == pytest.approx(base, rel=2e-3)
+    sparsity = float(m.params_total / m.params_active)
+    assert e["cost_ratio_batch1_all_experts"] == pytest.approx(base * sparsity, rel=2e-3)
+    assert abs(e["knee"] - e["balance_batch"]) <= 1.0
+
+
+# balance_batch -------------------------------------------------------------------------------
+
+def test_balance_batch_is_300_x_sparsity_on_every_chip(balance):
+    for i, name in enumerate(balance["hardware"]):
+        ridge = f_over_bw(name)
+        dense, moe = balance["dense"]["balance_batch"][i], balance["moe"]["balance_batch"][i]
+        assert dense == pytest.approx(ridge, rel=1e-4)  # bf16: (F/BW)(2/2)
+        assert moe / dense == pytest.approx(balance["moe"]["sparsity"], rel=1e-4)
+        assert 0.5 * 300 <= moe / balance["moe"]["sparsity"] <= 1.5 * 300, name
+        # the exact roofline agrees: at B*, compute time equals weight + KV time
+        assert balance["moe"]["compute_over_memory_at_bstar"][i] == pytest.approx(1.0, rel=1e-3)
+
+
+# latency_floor -------------------------------------------------------------------------------
+
+def test_latency_floor_is_capacity_over_bandwidth(floor):
+    for i, name in enumerate(floor["hardware"]):
+        h = dcost.hardware(name)
+        expected = float(h.hbm_capacity) / float(h.hbm_bandwidth)
+        assert floor["latency_floor_s"][i] == pytest.approx(expected, rel=1e-5)
+        # the exact decode step with HBM full is memory bound and takes M/BW (less the last
+        # partial sequence that did not fit)
+        assert str(floor["bottleneck_full"][i]) == "memory"
+        assert 0.98 * expected <= floor["tpot_full_s"][i] <= expected * (1 + 1e-5)
+        assert 0.010 < expected < 0.045  # 10-45 ms on every chip (lecture: 15-20 ms)
+
+
+# train_departures ----------------------------------------------------------------------------
+
+def test_train_departures_against_the_closed_form(trains):
+    mean, worst = trains["closed_form_over_tau"]
+    assert (mean, worst) == (1.5, 2.0)
+    assert trains["fixed_mean_over_tau"] == pytest.approx(mean, rel=0.01)
+    assert 0.99 * worst <= trains["fixed_worst_over_tau"] <= worst * (1 + 1e-5)
+    tau, loads = trains["tau_s"], np.asarray(trains["load"])
+    fixed = trains["fixed"]["mean_s"] / tau
+    np.testing.assert_allclose(fixed, 1.5, rtol=0.02)  # at every load
+    free = trains["when_free"]["mean_s"] / tau
+    assert free[0] == pytest.approx(1.0, abs=0.02)  # idle server: leave on arrival
+    assert free[-1] == pytest.approx(1.5, rel=0.02)  # saturated: back-to-back departures
+    full = trains["when_full"]["mean_s"][0] / tau
+    expected = (trains["capacity"] - 1) / (2 * loads[0]) + 1.0  # wait to fill, then one step
+    assert full == pytest.approx(expected, rel=0.05)
+
+
+# fast_mode -----------------------------------------------------------------------------------
+
+def test_fast_mode_matches_the_memory_bound_closed_form(fast):
+    """Past the critical context decode is memory bound at every batch, so
+    ``tpot(B) = (b_w (N_dense + E n_e phi(B)) + B T b_kv) / (G BW)``; the cost-optimal batch fills
+    the HBM, and the fast batch is the largest with ``tpot <= tpot_opt / 2.5``."""
+    m, h = dcost.model("deepseek-v3"), dcost.hardware("gb200-nvl72")
+    g, t = fast_mode.RACK, fast_mode.CONTEXT
+    assert t > fast["critical_context"]
+    bw, b_w, b_kv = float(h.hbm_bandwidth), float(m.bytes_per_param), float(m.kv_bytes_per_token)
+    k, e = float(m.experts_active), float(m.n_experts)
+    n_dense, n_moe = float(m.params_dense), e * float(m.params_per_expert)
+
+    def tpot(b):
+        phi = 1.0 - (1.0 - k / e) ** b
+        return (b_w * (n_dense + n_moe * phi) + b * t * b_kv) / (g * bw)
+
+    cap = (1 - fast_mode.MEMORY_RESERVE) * float(h.hbm_capacity)
+    b_cap = math.floor((cap * g - b_w * float(m.params_total)) / (t * b_kv))
+    opt, quick = fast["rack"]["opt"], fast["rack"]["fast"]
+    assert opt["binding"] == "HBM capacity"
+    assert abs(opt["batch"] - b_cap) <= 1e-3 * b_cap  # ties within float32 rounding
+    assert opt["tpot_s"] == pytest.approx(tpot(opt["batch"]), rel=1e-4)
+    b = np.arange(1.0, b_cap + 1.0)
+    b_fast = b[tpot(b) <= tpot(opt["batch"]) / fast_mode.SPEEDUP].max()
+    assert abs(quick["batch"] - b_fast) <= 2
+    multiple = (tpot(b_fast) / b_fast) / (tpot(opt["batch"]) / opt["batch"])
+    assert quick["cost_multiple"] == pytest.approx(multiple, rel=1e-3)
+    assert 1.0 < quick["cost_multiple"] < fast_mode.LECTURE_PRICE  # far below the lecture's 6x
+
+
+def test_fast_mode_free_chips_is_no_worse_than_one_rack(fast):
+    assert fast["free"]["fast"]["cost_multiple"] < 2.0
+    assert fast["free"]["opt"]["tpot_s"] <= fast_mode.TPOT_SLO
+
+
+# context_length ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
+    r = context[kind]
+    m = dcost.model(r["model"])
+    h = _common.serving_hardware(r["hardware"], m)
+    # closed form from the fields: 2 N BW / (b_kv F - a BW)
+    f, bw = float(h.flops), float(h.hbm_bandwidth)
+    tc = 2 * float(m.params_active) * bw / (float(m.kv_bytes_per_token) * f
+                                            - float(m.attn_flops_per_context_token) * bw)
+    assert r["critical_context"] == pytest.approx(tc, rel=1e-4)
+    assert r["crossing"] == pytest.approx(tc, rel=0.01)  # numeric crossing of the curve
+    assert tc > context["t0"]
+    assert r["crossing_sparse"] == pytest.approx(tc ** 2 / context["t0"], rel=0.01)
+    t = np.asarray(context["context"])
+    long = t > 4 * r["critical_context_sparse"]
+    assert np.all(r["mfu_sparse"][long] > r["mfu_full"][long])
+    assert r["mfu_full"][-1] < 0.05 and r["mfu_full"][0] > 0.8
+
+
+# moe_racks -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["h100-sxm", "gb200-nvl72"])
+def test_pipeline_rule_crossing(racks, name):
+    """dcost's t_comm = t_hop crossing is the lecture's 2 k L_stage = U/O (times G/(G-1))."""
+    r = racks[name]
+    h = dcost.hardware(name)
+    u_over_o = float(h.scaleup_bandwidth / h.scaleout_bandwidth)
+    s = float(h.scaleup_size)
+    for k, (numeric, _) in r["rule"].items():
+        assert numeric == pytest.approx(u_over_o / (2 * float(k)) * s / (s - 1), rel=1e-3)
+    # deepseek-v3 (k = 8): a stage of one or two MoE layers already hides its hop
+    assert r["rule"]["8"][0] < 2.0
+
+
+def test_expert_parallel_past_the_domain(racks):
+    h100, gb = racks["h100-sxm"], racks["gb200-nvl72"]
+    m = dcost.model("deepseek-v3")
+    cap = (1 - moe_racks.MEMORY_RESERVE) * float(dcost.hardware("h100-sxm").hbm_capacity)
+    need = float(m.bytes_per_param * m.params_total
+                 + moe_racks.CONTEXT * m.kv_bytes_per_token) / cap  # one sequence
+    first = h100["ep"]["chips"][np.argmax(h100["ep"]["feasible"])]
+    assert first == math.ceil(need) and first > h100["scaleup_size"]  # must spill past S = 8
+    ep, pp = gb["ep"], gb["pp"]
+    at = {c: i for i, c in enumerate(ep["chips"])}
+    s = gb["scaleup_size"]
+    assert ep["bottleneck"][at[2 * s]] == "comm"
+    assert ep["cost"][at[2 * s]] > 2 * ep["cost"][at[s]]  # spilling the all-to-all is costly
+    assert pp["cost"][1] < ep["cost"][at[2 * s]] / 2  # two pipeline stages of one rack are not
+    assert pp["cost"][1] == pytest.approx(ep["cost"][at[s]], rel=0.05)
+
+
+# pipelines -----------------------------------------------------------------------------------
+
+def test_pipeline_weights_fall_kv_and_latency_do_not(stages):
+    pl, tp = stages["pipeline"], stages["tensor"]
+    n = stages["chips"]
+    np.testing.assert_allclose(pl["weights_per_chip"] * n, pl["weights_per_chip"][0], rtol=1e-6)
+    np.testing.assert_allclose(pl["kv_per_chip"], pl["kv_per_chip"][0], rtol=1e-6)
+    np.testing.assert_allclose(pl["tpot_s"], pl["tpot_s"][0], rtol=0.01)
+    assert tp["tpot_s"][-1] == pytest.approx(tp["tpot_s"][0] / n[-1], rel=0.05)
+    assert not pl["fits"][0] and pl["fits"][1]  # one stage does not fit; two do
+
+
+# plumbing ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_scripts_have_the_standard_shape(module):
+    assert callable(module.compute) and callable(module.plot) and callable(module.main)
+    assert module.__doc__ and "Claim" in module.__doc__
+
+
+def test_plot_labels_every_axis_and_save_writes_png_and_json(trains, tmp_path):
+    fig = train_departures.plot(trains)
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    png, js = _common.save("demo", fig, {"x": np.float32(1.5), "inf": math.inf,
+                                         "a": np.arange(3)}, directory=tmp_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(js.read_text()) == {"x": 1.5, "inf": "inf", "a": [0, 1, 2]}

@@ -1,0 +1,305 @@
+"""Presets: derived model counts against published ones, KV bytes against hand calculations,
+hardware cards against their datasheets' conventions, and the loader's errors and overrides.
+
+Published numbers are written here (with their sources) and also checked against the cards, so an
+edit to either side shows up. The derivation is also checked against an independent count: the
+weight tensors a checkpoint of the architecture would hold, listed by name and shape.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dcost
+from dcost.presets import derive_model, hardware_card, model_card
+
+REQUIRED_HARDWARE = ["a100-80gb", "h100-sxm", "h200", "b200", "gb200-nvl72", "tpu-v4", "tpu-v5e",
+                     "tpu-v5p"]
+REQUIRED_MODELS = ["llama-3-8b", "llama-3-70b", "llama-3-405b", "mixtral-8x7b", "deepseek-v3",
+                   "qwen3-235b-a22b", "palm-540b", "gpt-3-175b"]
+NUMERIC_HARDWARE_FIELDS = ["flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
+                           "scaleout_bandwidth", "scaleup_size", "price_per_hour"]
+
+# (model, field, published value, relative tolerance, why that tolerance)
+PUBLISHED_COUNTS = [
+    ("llama-3-8b", "params_total", 8.03e9, 1e-3, "HF page, 3 significant figures"),
+    ("llama-3-70b", "params_total", 70.6e9, 1e-3, "HF page, 3 significant figures"),
+    ("llama-3-405b", "params_total", 405e9, 5e-3,
+     "Llama 3 paper, Table 3: '405B' is the model's name, rounded; the checkpoint holds ~405.9B"),
+    ("mixtral-8x7b", "params_total", 46.7e9, 1e-3, "Mistral AI announcement, 3 figures"),
+    ("mixtral-8x7b", "params_active", 12.9e9, 5e-3, "Mistral AI announcement, 3 figures"),
+    ("deepseek-v3", "params_total", 671e9, 1e-3, "DeepSeek-V3 report, MTP module excluded"),
+    ("deepseek-v3", "params_active", 37e9, 2e-2,
+     "'37B' has 2 significant figures (rounding alone allows 1.35 %), and DeepSeek does not "
+     "say whether the 0.93B input-embedding lookup counts as activated: with it 37.55B, "
+     "without 36.63B"),
+    ("qwen3-235b-a22b", "params_total", 235e9, 1e-3, "Qwen3 model card, 3 figures"),
+    ("qwen3-235b-a22b", "params_active", 22e9, 1e-2, "Qwen3 model card, 2 figures"),
+    ("palm-540b", "params_total", 540.35e9, 1e-4, "PaLM paper, Table 1, 5 figures"),
+    ("gpt-3-175b", "params_total", 175.0e9, 5e-3,
+     "GPT-3 paper, Table 2.1; 12*L*d**2 plus embeddings and biases gives 174.6B"),
+]
+
+
+@pytest.mark.parametrize("name,field,published,rtol,why", PUBLISHED_COUNTS,
+                         ids=[f"{c[0]}:{c[1]}" for c in PUBLISHED_COUNTS])
+def test_derived_counts_match_published(name, field, published, rtol, why):
+    derived = derive_model(model_card(name))[field]
+    assert derived == pytest.approx(published, rel=rtol), why
+    assert model_card(name)["published"][field] == published  # the card states the same number
+
+
+# KV-cache bytes per token by hand from each published architecture (bf16 cache, 2 bytes):
+# GQA/MHA/MQA 2 (K and V) * layers * KV heads * head dim * 2; MLA (latent + RoPE key) * layers * 2.
+KV_BY_HAND = [
+    ("llama-3-8b", 2 * 32 * 8 * 128 * 2, 131_072),
+    ("llama-3-70b", 2 * 80 * 8 * 128 * 2, 327_680),
+    ("llama-3-405b", 2 * 126 * 8 * 128 * 2, 516_096),
+    ("mixtral-8x7b", 2 * 32 * 8 * 128 * 2, 131_072),
+    ("deepseek-v3", (512 + 64) * 61 * 2, 70_272),
+    ("qwen3-235b-a22b", 2 * 94 * 4 * 128 * 2, 192_512),
+    ("palm-540b", 2 * 118 * 1 * 256 * 2, 120_832),
+    ("gpt-3-175b", 2 * 96 * 96 * 128 * 2, 4_718_592),
+]
+
+
+@pytest.mark.parametrize("name,by_hand,written", KV_BY_HAND, ids=[c[0] for c in KV_BY_HAND])
+def test_kv_bytes_per_token_by_hand(name, by_hand, written):
+    assert by_hand == written
+    assert derive_model(model_card(name))["kv_bytes_per_token"] == by_hand
+    assert float(dcost.model(name).kv_bytes_per_token) == by_hand
+
+
+@pytest.mark.parametrize("name", ["llama-3-405b", "deepseek-v3"])
+def test_kv_bytes_match_published_table(name):
+    """Zhao et al., 'Insights into DeepSeek-V3' (ISCA 2025), Table 1, states these in bf16."""
+    published = model_card(name)["published"]["kv_bytes_per_token"]
+    assert derive_model(model_card(name))["kv_bytes_per_token"] == published
+
+
+def test_deepseek_v3_sparsity_is_about_671_over_37():
+    m = dcost.model("deepseek-v3")
+    assert float(m.sparsity) == pytest.approx(671 / 37, rel=2e-2)  # see PUBLISHED_COUNTS on 37B
+    assert float(m.n_experts) == 256 and float(m.experts_active) == 8
+    assert float(m.moe_layers) == 61 - 3
+    assert float(m.bytes_per_param) == 1.0
+
+
+@pytest.mark.parametrize("name", REQUIRED_MODELS)
+def test_model_preset_builds_and_agrees_with_derivation(name):
+    card = model_card(name)
+    assert card["name"] and card["source"] and card["published"]["source"]
+    assert card["serving"]["note"]
+    expected_bytes = 1.0 if name == "deepseek-v3" else 2.0
+    assert card["serving"]["bytes_per_param"] == expected_bytes
+    m, derived = dcost.model(name), derive_model(card)
+    assert float(m.params_total) == pytest.approx(derived["params_total"], rel=1e-6)
+    assert float(m.params_active) == pytest.approx(derived["params_active"], rel=1e-6)
+    dense = card["arch"].get("n_experts", 0) == 0
+    assert (float(m.sparsity) == 1.0) == dense
+
+
+# ---- the derivation against an independent count: a checkpoint's tensors, name by name ----------
+
+def _checkpoint_shapes(a: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Weight tensors of a decoder-only transformer as a checkpoint lists them (HF naming)."""
+    d, L, h, V = a["d_model"], a["n_layers"], a["n_heads"], a["vocab"]
+    dh, kv = a.get("d_head", d // h), a.get("n_kv_heads", h)
+    bias, gated = a.get("biases", False), a.get("mlp", "swiglu") == "swiglu"
+    out = [("embed_tokens", (V, d)), ("final_norm.weight", (d,))]
+    out += [] if a.get("tied_embeddings", False) else [("lm_head", (V, d))]
+    out += [("wpe", (a["n_positions"], d))] if a.get("n_positions") else []
+    out += [("final_norm.bias", (d,))] if bias else []
+
+    def linear(name, n_out, n_in):
+        return [(name + ".weight", (n_out, n_in))] + ([(name + ".bias", (n_out,))] if bias else [])
+
+    def mlp(prefix, f):
+        up = linear(prefix + ".up_proj", f, d) + linear(prefix + ".down_proj", d, f)
+        return up + (linear(prefix + ".gate_proj", f, d) if gated else [])
+
+    for i in range(L):
+        p = f"layers.{i}"
+        if a.get("attention", "gqa") == "mla":
+            qr, kvr = a["q_lora_rank"], a["kv_lora_rank"]
+            n, r, v = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
+            out += [(p + ".q_a_proj", (qr, d)), (p + ".q_a_layernorm", (qr,)),
+                    (p + ".q_b_proj", (h * (n + r), qr)), (p + ".kv_a_proj_with_mqa", (kvr + r, d)),
+                    (p + ".kv_a_layernorm", (kvr,)), (p + ".kv_b_proj", (h * (n + v), kvr)),
+                    (p + ".o_proj", (d, h * v))]
+        else:
+            out += linear(p + ".q_proj", h * dh, d) + linear(p + ".k_proj", kv * dh, d)
+            out += linear(p + ".v_proj", kv * dh, d) + linear(p + ".o_proj", d, h * dh)
+            if a.get("qk_norm", False):
+                out += [(p + ".q_norm", (dh,)), (p + ".k_norm", (dh,))]
+        norms = ["input_layernorm"] + ([] if a.get("parallel_layers") else ["post_attn_layernorm"])
+        for nm in norms:
+            out += [(f"{p}.{nm}.weight", (d,))] + ([(f"{p}.{nm}.bias", (d,))] if bias else [])
+        if a.get("n_experts", 0) and i >= a.get("n_dense_layers", 0):
+            out += [(p + ".router", (a["n_experts"], d))]
+            for e in range(a["n_experts"]):
+                out += mlp(f"{p}.experts.{e}", a["d_ff_expert"])
+            for e in range(a.get("n_shared_experts", 0)):
+                out += mlp(f"{p}.shared_experts.{e}", a["d_ff_expert"])
+        else:
+            out += mlp(p + ".mlp", a["d_ff"])
+    return out
+
+
+def _count(shapes, skip=lambda name: False):
+    return sum(math.prod(s) for name, s in shapes if not skip(name))
+
+
+def _active_skip(a):
+    """Routed experts a token does not use (all but the first ``experts_active``)."""
+    k = a.get("experts_active", 0)
+    return lambda name: ".experts." in name and int(name.split(".experts.")[1].split(".")[0]) >= k
+
+
+ARCH_FLAGS = st.fixed_dictionaries(
+    {"n_layers": st.integers(1, 4), "n_heads": st.sampled_from([1, 2, 4]),
+     "d_head": st.sampled_from([2, 4]), "d_ff": st.integers(1, 24), "vocab": st.integers(1, 50),
+     "mlp": st.sampled_from(["swiglu", "gelu"]), "tied_embeddings": st.booleans(),
+     "biases": st.booleans(), "parallel_layers": st.booleans(), "qk_norm": st.booleans(),
+     "n_positions": st.integers(0, 16), "kv_divisor": st.sampled_from([1, 2, 4]),
+     "d_model": st.sampled_from([4, 8, 12])})
+
+
+@settings(max_examples=30, deadline=None)
+@given(ARCH_FLAGS, st.sampled_from([0, 4]), st.integers(1, 4), st.integers(0, 2))
+def test_derivation_counts_every_tensor(a, n_experts, k, n_shared):
+    a = dict(a)
+    a["n_kv_heads"] = max(1, a["n_heads"] // a.pop("kv_divisor"))
+    if n_experts:
+        a.update(n_experts=n_experts, experts_active=min(k, n_experts), d_ff_expert=a["d_ff"] + 1,
+                 n_shared_experts=n_shared, n_dense_layers=min(1, a["n_layers"] - 1))
+    derived = derive_model({"arch": a})
+    shapes = _checkpoint_shapes(a)
+    assert derived["params_total"] == _count(shapes)
+    assert derived["params_active"] == _count(shapes, _active_skip(a))
+    assert derived["kv_bytes_per_token"] == 2 * a["n_layers"] * a["n_kv_heads"] * a["d_head"] * 2
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "mixtral-8x7b", "qwen3-235b-a22b"])
+def test_moe_preset_counts_every_tensor(name):
+    """The real MoE architectures, counted tensor by tensor (one MoE layer, then scaled)."""
+    a = dict(model_card(name)["arch"])
+    one_layer = dict(a, n_layers=1, n_dense_layers=0, vocab=0)  # one MoE layer, no embeddings
+    shapes = _checkpoint_shapes(one_layer)
+    expert = _count([s for s in shapes if ".experts.0." in s[0]])
+    moe_layer_dense = _count(shapes, lambda nm: ".experts." in nm or "final_norm" in nm)
+    L, L_dense = a["n_layers"], a.get("n_dense_layers", 0)
+    dense_layer = dict(a, n_layers=1, n_experts=0, vocab=0)
+    dense_layer_count = (_count(_checkpoint_shapes(dense_layer), lambda nm: "final_norm" in nm)
+                         if L_dense else 0)
+    d, V = a["d_model"], a["vocab"]
+    dense = (L - L_dense) * moe_layer_dense + L_dense * dense_layer_count + 2 * V * d + d
+    derived = derive_model(model_card(name))
+    assert derived["params_per_expert"] == (L - L_dense) * expert
+    assert derived["params_dense"] == dense
+    assert derived["n_moe_layers"] == L - L_dense
+
+
+def test_mla_attention_flops_and_cache_are_the_latent():
+    """Decode with absorbed MLA up-projections: scores over 576 latent dims, values over 512."""
+    derived = derive_model(model_card("deepseek-v3"))
+    assert derived["attn_flops_per_context_token"] == 2 * 61 * 128 * (576 + 512)
+    gqa = derive_model(model_card("llama-3-70b"))
+    assert gqa["attn_flops_per_context_token"] == 4 * 80 * 64 * 128
+
+
+# ---- hardware --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", REQUIRED_HARDWARE)
+def test_hardware_preset_builds_with_sources(name):
+    card = hardware_card(name)
+    assert card["name"] and card["precision"] == "bf16"
+    for field in NUMERIC_HARDWARE_FIELDS:
+        entry = card[field]
+        assert isinstance(entry, dict), f"{name}.{field} has no source"
+        assert isinstance(entry["source"], str) and entry["source"].strip()
+        assert "placeholder" not in entry["source"].lower()
+        assert np.isfinite(entry["value"]) and entry["value"] > 0
+    hw = dcost.hardware(name)
+    assert isinstance(hw, dcost.Hardware)
+    for field in NUMERIC_HARDWARE_FIELDS:
+        assert float(getattr(hw, field)) == pytest.approx(card[field]["value"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", REQUIRED_HARDWARE)
+def test_hardware_numbers_are_plausible(name):
+    hw = dcost.hardware(name)
+    ridge = float(hw.flops / hw.hbm_bandwidth)  # FLOP per HBM byte at the roofline ridge
+    assert 100 <= ridge <= 700
+    assert float(hw.scaleup_bandwidth) > float(hw.scaleout_bandwidth)
+    assert float(hw.hbm_bandwidth) > float(hw.scaleup_bandwidth)
+    assert 10e9 <= float(hw.hbm_capacity) <= 300e9
+    assert 0.5 <= float(hw.price_per_hour) <= 20.0
+    assert float(hw.scaleup_size) == int(hw.scaleup_size) >= 8
+
+
+# NVIDIA datasheet headlines: BF16 Tensor Core with 2:4 sparsity, and bidirectional NVLink per GPU.
+# The presets must hold the dense figure (half) and one direction (half).
+NVIDIA_HEADLINES = [
+    ("a100-80gb", 624e12, 600e9, 8),
+    ("h100-sxm", 1979e12, 900e9, 8),
+    ("h200", 1979e12, 900e9, 8),
+    ("b200", 4.5e15, 1.8e12, 8),
+    ("gb200-nvl72", 5e15, 1.8e12, 72),
+]
+
+
+@pytest.mark.parametrize("name,sparse_bf16,nvlink_bidir,domain", NVIDIA_HEADLINES,
+                         ids=[c[0] for c in NVIDIA_HEADLINES])
+def test_nvidia_presets_are_dense_and_one_direction(name, sparse_bf16, nvlink_bidir, domain):
+    hw = dcost.hardware(name)
+    assert float(hw.flops) == pytest.approx(sparse_bf16 / 2, rel=1e-3)
+    assert float(hw.scaleup_bandwidth) == pytest.approx(nvlink_bidir / 2, rel=1e-6)
+    assert float(hw.scaleup_size) == domain
+
+
+# Google Cloud TPU docs: bidirectional ICI per chip (GB/s) and DCN per chip (Gb/s) where stated.
+@pytest.mark.parametrize("name,ici_bidir,dcn_gbit",
+                         [("tpu-v5e", 400e9, 25), ("tpu-v5p", 1200e9, 50)])
+def test_tpu_presets_are_one_direction(name, ici_bidir, dcn_gbit):
+    hw = dcost.hardware(name)
+    assert float(hw.scaleup_bandwidth) == pytest.approx(ici_bidir / 2)
+    assert float(hw.scaleout_bandwidth) == pytest.approx(dcn_gbit * 1e9 / 8)
+
+
+# ---- names, errors, overrides ------------------------------------------------------------------
+
+def test_name_lists_hold_every_required_preset():
+    assert set(REQUIRED_HARDWARE) <= set(dcost.hardware_names())
+    assert set(REQUIRED_MODELS) <= set(dcost.model_names())
+    assert dcost.model_names() == sorted(dcost.model_names())
+
+
+@pytest.mark.parametrize("loader,names", [(dcost.hardware, dcost.hardware_names),
+                                          (dcost.model, dcost.model_names)])
+def test_unknown_name_lists_the_known_ones(loader, names):
+    with pytest.raises(dcost.PresetError) as info:
+        loader("no-such-chip")
+    message = str(info.value)
+    assert "no-such-chip" in message
+    assert all(n in message for n in names())
+    assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
+
+
+def test_overrides_replace_one_field():
+    base, cheap = dcost.hardware("h100-sxm"), dcost.hardware("h100-sxm", price_per_hour=3.0)
+    assert float(cheap.price_per_hour) == 3.0
+    assert float(cheap.flops) == float(base.flops)
+    m = dcost.model("llama-3-70b", bytes_per_param=1.0)
+    assert float(m.bytes_per_param) == 1.0
+    assert float(m.params_total) == float(dcost.model("llama-3-70b").params_total)
+
+
+def test_bad_override_names_the_field():
+    with pytest.raises(dcost.SpecError, match="price_per_hour"):
+        dcost.hardware("h100-sxm", price_per_hour=-1.0)
