@@ -19,8 +19,14 @@ import time
 import jax
 import numpy as np
 
-from dcost import objectives, presets
-from dcost.cli import format_table, parse_duration, parse_number
+from dcost import objectives
+from dcost.cli import (
+    add_precision_argument,
+    format_table,
+    hardware_and_model,
+    parse_duration,
+    parse_number,
+)
 from dcost.grid import grid_search
 from dcost.optimize import optimize
 from dcost.problem import Problem
@@ -54,6 +60,7 @@ def _whole(text: str) -> int:
 def _common(p) -> None:
     p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
     p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
+    add_precision_argument(p)
     p.add_argument("--context", type=parse_number, required=True,
                    help="mean context length during decode, tokens")
     p.add_argument("--prompt", type=parse_number, default=None,
@@ -75,7 +82,7 @@ def _common(p) -> None:
 
 def problem_from_args(args) -> Problem:
     """The ``dcost.Problem`` the arguments describe (ValueError for bad values)."""
-    h, m = presets.hardware(args.hardware), presets.model(args.model)
+    h, m = hardware_and_model(args)
     work = Workload(args.context, prompt=args.prompt)
     free = {n: (1, _bound(args, n)) for n in ("batch", "chips", "stages")}
     kw = {} if args.tpot_slo is None else {"tpot_slo": args.tpot_slo}

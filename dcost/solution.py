@@ -20,6 +20,11 @@ __all__ = ["Solution", "Stats", "finish", "CHEAPER_RTOL"]
 
 CHEAPER_RTOL = 1e-6
 """A neighbour counts as cheaper when its cost is below ``cost*(1 - CHEAPER_RTOL)``."""
+BINDING_LAMBDA = 1e-3
+BINDING_NEAR = 0.95
+"""A constraint also binds when the continuous relaxation prices it (multiplier above
+``BINDING_LAMBDA``) and the design uses at least ``BINDING_NEAR`` of its limit: a joint move (more
+chips *and* a larger batch) may be what it blocks."""
 
 
 class Stats(eqx.Module):
@@ -54,7 +59,8 @@ class Solution(eqx.Module):
       feasible: True only when the exact model confirms every constraint.
       values, limits: the constrained quantities and their limits, ``(..., n_constraints)``.
       active: which constraints bind, ``(..., n_constraints)`` booleans: for a feasible design, the
-        constraints that some cheaper neighbouring design (one variable moved by 1) violates; for an
+        constraints that some cheaper neighbouring design (one variable moved by 1) violates, or
+        that the continuous relaxation prices while the design uses 95 % of the limit; for an
         infeasible one, the constraints it violates.
       bounds: which free variables sit at a bound that stops a cheaper feasible design (one step
         beyond it), ``(..., d)`` booleans; see ``at_bound``.
@@ -134,13 +140,15 @@ def finish(problem: Problem, x, lambdas, stats: Stats) -> Solution:
     inside = jnp.all((moved[1:] >= lo) & (moved[1:] <= hi), axis=-1)
     cheaper = (nev.cost < ev.cost * (1.0 - CHEAPER_RTOL)) & jnp.any(moved[1:] != x, axis=-1)
     blocks = jnp.any((inside & cheaper)[:, None] & ~nev.feasible_each, axis=0)
-    active = jnp.where(ev.feasible, blocks, ~ev.feasible_each)
+    lambdas = jnp.asarray(lambdas, ev.values.dtype)
+    priced = (lambdas > BINDING_LAMBDA) & (ev.values >= ev.limits * BINDING_NEAR)
+    active = jnp.where(ev.feasible, blocks | priced, ~ev.feasible_each)
     beyond = ~inside & cheaper & nev.feasible  # a bound stops a cheaper feasible design
     bounds = ev.feasible & (beyond[:d] | beyond[d:])
     return Solution(x=x, design=problem.design(x), report=ev.report, cost=ev.cost,
                     feasible=ev.feasible, values=ev.values, limits=ev.limits, active=active,
                     bounds=bounds,
-                    lambdas=jnp.asarray(lambdas, ev.values.dtype), stats=stats, problem=problem)
+                    lambdas=lambdas, stats=stats, problem=problem)
 
 
 def _pick(tree, i):
