@@ -21,7 +21,8 @@ import jax.numpy as jnp
 
 from dcost.problem import Problem, evaluate
 
-__all__ = ["Relaxed", "ActiveSet", "guess", "polish", "kkt_residual", "lagrangian", "log_terms"]
+__all__ = ["Relaxed", "ActiveSet", "guess", "assess", "snap_to_bounds", "polish", "kkt_residual",
+           "lagrangian", "log_terms"]
 
 SNAP = (0.1, 0.01)
 """Guesses put a variable within this distance (in log) of a bound on the bound: the search's
@@ -133,24 +134,23 @@ def _multipliers(gf, jc, interior, candidate):
     return lam, jnp.where(interior, gf + m @ lam, 0.0)
 
 
-def guess(problem: Problem, y0, near, snap, s, pin_tol=PIN_TOL):
-    """An active set at the search's point ``y0``: variables within ``snap`` (in log) of a
-    bound go on it; constraints with ``c > -near`` and positive least-squares multipliers are
-    active; variables whose stationarity residual exceeds ``pin_tol`` are held (``inf``: none).
+def snap_to_bounds(problem: Problem, y0, snap):
+    """``y0`` with the variables within ``snap`` (in log) of a bound put on it; the two masks."""
+    lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
+    at_hi = (y0 > hi - snap) | (hi <= lo)
+    at_lo = (y0 < lo + snap) & ~at_hi
+    return jnp.where(at_lo, lo, jnp.where(at_hi, hi, y0)), at_lo, at_hi
+
+
+def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL):
+    """The active-set guess from ``fc = (f, c)`` and its Jacobian ``jac`` (rows ``grad f``,
+    ``grad c_j``, in ``y``) at ``y0``: constraints with ``c > -near`` and positive least-squares
+    multipliers are active; moving variables whose stationarity residual exceeds ``pin_tol`` are
+    held (``inf``: none).
 
     Returns the active set, the starting ``(y, lam)``, and how far that is from a KKT point (the
     largest violation of stationarity, bound signs, feasibility and complementarity).
     """
-    lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
-    at_hi = (y0 > hi - snap) | (hi <= lo)
-    at_lo = (y0 < lo + snap) & ~at_hi
-    y0 = jnp.where(at_lo, lo, jnp.where(at_hi, hi, y0))
-
-    def f_and_c(y):
-        f, c = log_terms(problem, y, s)
-        return jnp.concatenate([f[None], c]), None
-
-    jac, (fc, _) = _jac_and_value(f_and_c)(y0)
     gf, jc, c = jac[0], jac[1:], fc[1:]
     candidate = c > -near
     interior = ~(at_lo | at_hi)
@@ -159,15 +159,24 @@ def guess(problem: Problem, y0, near, snap, s, pin_tol=PIN_TOL):
     lam, _ = _multipliers(gf, jc, interior, candidate)
     active = candidate & (lam > ACTIVE_TOL)
     lam = jnp.where(active, lam, 0.0)
-    # How far the guess is from a KKT point: stationarity of the moving variables, the sign of
-    # the gradient at a bound, feasibility, complementarity.
     g = gf + jc.T @ lam
     violation = jnp.concatenate([
         jnp.where(interior, jnp.abs(g), 0.0),
         jnp.where(at_lo, jnp.maximum(-g, 0.0), 0.0), jnp.where(at_hi, jnp.maximum(g, 0.0), 0.0),
         jnp.maximum(c, 0.0), jnp.where(active, jnp.abs(c), 0.0)])
-    w0 = jnp.concatenate([y0, lam])
-    return ActiveSet(y0, interior, active), w0, jnp.max(violation)
+    return ActiveSet(y0, interior, active), jnp.concatenate([y0, lam]), jnp.max(violation)
+
+
+def guess(problem: Problem, y0, near, snap, s, pin_tol=PIN_TOL):
+    """``assess`` at ``y0`` snapped to its bounds, the Jacobian taken there (forward mode)."""
+    y0, at_lo, at_hi = snap_to_bounds(problem, y0, snap)
+
+    def f_and_c(y):
+        f, c = log_terms(problem, y, s)
+        return jnp.concatenate([f[None], c]), None
+
+    jac, (fc, _) = _jac_and_value(f_and_c)(y0)
+    return assess(y0, at_lo, at_hi, fc, jac, near, pin_tol)
 
 
 def _newton(problem: Problem, y0, near, snap, pin_tol, s):

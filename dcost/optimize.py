@@ -116,9 +116,10 @@ class Continuous(eqx.Module):
 
     Attributes:
       z: unconstrained variables; ``v`` the free variables ``from_unconstrained(z)``.
-      lambdas: multipliers, ``-d log cost / d log limit`` per constraint.
+      lambdas: the augmented-Lagrangian multipliers, ``-d log cost / d log limit`` per constraint.
       log_cost: ``log cost(v)`` of the smooth model at ``smoothness``.
       log_ratios: ``log(value/limit)`` per constraint there.
+      jac: gradients in ``z`` of ``log cost`` and of every ``log_ratios`` there, ``(1 + n_c, d)``.
       smoothness: the last smoothness of the annealing.
     """
 
@@ -127,34 +128,38 @@ class Continuous(eqx.Module):
     lambdas: jax.Array
     log_cost: jax.Array
     log_ratios: jax.Array
+    jac: jax.Array
     smoothness: jax.Array
 
 
-def _terms(problem, z, smoothness):
+def _objective(z, lam, rho, smoothness, mode, weights, problem):
+    """``mode * L(z, lam) + weights . (log cost, log ratios)``: the augmented Lagrangian in the
+    search's steps (``mode = 1``, ``weights = 0``), one row of the Jacobian in the last steps
+    (``mode = 0``, ``weights`` a unit vector); one function, so one copy of the model compiles."""
     v = from_unconstrained(z, problem.lower, problem.upper)
     ev = evaluate(problem, v, smoothness)
-    return jnp.log(ev.cost), ev.log_ratios
-
-
-def _lagrangian(z, lam, rho, smoothness, problem):
-    f, c = _terms(problem, z, smoothness)
+    f, c = jnp.log(ev.cost), ev.log_ratios
     penalty = jnp.square(jnp.maximum(0.0, lam + rho * c)) - jnp.square(lam)
-    return f + jnp.sum(penalty) / (2.0 * rho), (f, c)
+    augmented = f + jnp.sum(penalty) / (2.0 * rho)
+    return mode * augmented + weights[0] * f + jnp.dot(weights[1:], c), (f, c)
 
 
-def _schedule(settings: Settings):
-    """Per-step (smoothness, rho, learning rate, update multipliers?) as arrays of length
-    ``rounds*steps + 1``; the last step has learning rate 0 and only evaluates the end point."""
-    n, k = settings.rounds, settings.steps
+def _schedule(settings: Settings, n_c: int):
+    """Per-step (smoothness, rho, learning rate, update multipliers?, mode, weights): the
+    ``rounds*steps`` steps of the search, then ``1 + n_c`` steps with learning rate 0 that take
+    the Jacobian of ``(log cost, log ratios)`` at the end point, one row each."""
+    n, k, m = settings.rounds, settings.steps, 1 + n_c
 
     def rep(pair):
         per_round = np.geomspace(*pair, n) if n > 1 else np.array([pair[1]])
-        return np.append(np.repeat(per_round, k), pair[1])
+        return np.append(np.repeat(per_round, k), np.full(m, pair[1]))
 
     lr = rep(settings.learning_rate)
-    lr[-1] = 0.0
-    update = np.append(np.tile(np.arange(k) == k - 1, n), False)
-    return (rep(settings.smoothness), rep(settings.penalty), lr, update)
+    lr[-m:] = 0.0
+    update = np.append(np.tile(np.arange(k) == k - 1, n), np.zeros(m, bool))
+    mode = np.append(np.ones(n * k), np.zeros(m))
+    weights = np.concatenate([np.zeros((n * k, m)), np.eye(m)])
+    return rep(settings.smoothness), rep(settings.penalty), lr, update, mode, weights
 
 
 def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Continuous:
@@ -164,25 +169,28 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     ``steps`` steps. Pure and jit/vmap friendly; ``optimize`` vmaps it over starts and scenarios.
     """
     dtype = jnp.result_type(float)
-    sched = tuple(jnp.asarray(a, dtype if a.dtype != bool else bool) for a in _schedule(settings))
-    adam = optax.scale_by_adam()
-    value_and_grad = jax.value_and_grad(_lagrangian, has_aux=True)
     n_c = len(problem.constraints)
+    sched = tuple(jnp.asarray(a, bool if a.dtype == bool else dtype)
+                  for a in _schedule(settings, n_c))
+    adam = optax.scale_by_adam()
+    value_and_grad = jax.value_and_grad(_objective, has_aux=True)
 
     def step(carry, sched_t):
-        z, state, lam, _, _ = carry
-        s, rho, lr, update = sched_t
-        (_, (f, c)), g = value_and_grad(z, lam, rho, s, problem)
+        z, state, lam, _, _, jac = carry
+        s, rho, lr, update, mode, weights = sched_t
+        (_, (f, c)), g = value_and_grad(z, lam, rho, s, mode, weights, problem)
         g = jnp.where(jnp.isfinite(g), g, 0.0)
         updates, state = adam.update(g, state)
         lam = jnp.where(update, jnp.maximum(0.0, lam + rho * c), lam)
-        return (z - lr * updates, state, lam, f, c), None
+        jac = jnp.where(weights[:, None] > 0, g[None, :], jac)
+        return (z - lr * updates, state, lam, f, c, jac), None
 
     z0 = jnp.asarray(z0, dtype)
-    init = (z0, adam.init(z0), jnp.zeros(n_c, dtype), jnp.zeros((), dtype), jnp.zeros(n_c, dtype))
-    (z, _, lam, f, c), _ = jax.lax.scan(step, init, sched)
+    init = (z0, adam.init(z0), jnp.zeros(n_c, dtype), jnp.zeros((), dtype), jnp.zeros(n_c, dtype),
+            jnp.zeros((1 + n_c, z0.shape[0]), dtype))
+    (z, _, lam, f, c, jac), _ = jax.lax.scan(step, init, sched)
     return Continuous(z=z, v=from_unconstrained(z, problem.lower, problem.upper), lambdas=lam,
-                      log_cost=f, log_ratios=c, smoothness=sched[0][-1])
+                      log_cost=f, log_ratios=c, jac=jac, smoothness=sched[0][-1])
 
 
 def _max_batch(problem, x, i_batch, lo, hi):
@@ -289,16 +297,36 @@ def best_continuous(problem: Problem, settings: Settings = DEFAULT):
     return jax.tree.map(lambda a: a[k], runs), runs
 
 
+def _shadow_prices(problem: Problem, best: Continuous):
+    """Least-squares multipliers at the continuous optimum (``dcost.kkt.assess``, from the
+    Jacobian the search took there, moved from ``z`` to ``y = log v``; values at a point snapped
+    to its bounds to first order), where they make it stationary; else the augmented-Lagrangian
+    ones."""
+    lo, hi = np.log(problem.lower), np.log(problem.upper)
+    u = jax.nn.sigmoid(best.z)
+    dy_dz = (hi - lo) * u * (1.0 - u)
+    jac = jnp.where(dy_dz > 0, best.jac / jnp.where(dy_dz > 0, dy_dz, 1.0), 0.0)
+    fc = jnp.concatenate([best.log_cost[None], best.log_ratios])
+
+    y0 = jnp.log(best.v)
+
+    def at(snap):
+        y, at_lo, at_hi = kkt.snap_to_bounds(problem, y0, snap)
+        moved = fc + jac @ (y - y0)  # (log cost, log ratios) at the snapped point, to first order
+        return kkt.assess(y, at_lo, at_hi, moved, jac, kkt.NEAR[0], jnp.inf)
+
+    _, w, left = jax.vmap(at)(jnp.asarray(kkt.SNAP, fc.dtype))
+    k = jnp.argmin(left)
+    return jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free):], best.lambdas)
+
+
 def _solve_one(problem: Problem, settings: Settings) -> Solution:
     best, runs = best_continuous(problem, settings)
     x, evaluations = _integer_search(problem, runs.v, settings)
     # Shadow prices: least-squares multipliers from stationarity at the continuous optimum where
     # they make it stationary (the augmented-Lagrangian iterates lose small multipliers to the
     # noise of the last steps), else (near a sharp kink) the iterates.
-    _, w, left = jax.vmap(lambda snap: kkt.guess(problem, jnp.log(best.v), kkt.NEAR[0], snap,
-                                                 best.smoothness, jnp.inf))(jnp.asarray(kkt.SNAP))
-    k = jnp.argmin(left)
-    lambdas = jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free):], best.lambdas)
+    lambdas = _shadow_prices(problem, best)
     f = jnp.result_type(float)
     stats = Stats(evaluations=jnp.asarray(evaluations, f),
                   steps=jnp.asarray(settings.rounds * settings.steps, f),
