@@ -15,7 +15,9 @@ such as a scale-up domain's edge, stay put):
     F(y, lam; theta) = 0  =>  d(y*, lam*)/d theta = -(dF/d(y, lam))^{-1} dF/d theta
 
 The continuous optimum from ``dcost.optimize``'s multi-start search is first polished by damped
-Newton steps on ``F`` so that derivatives are taken at a KKT point. These are the sensitivities
+Newton steps on ``F`` (``dcost.kkt``: every start under a few guesses of the active set, each
+result checked; the cheapest KKT point wins, ``relaxed.kkt`` says whether one passed) so that
+derivatives are taken at a KKT point. These are the sensitivities
 of the smooth relaxation at its final smoothness: the integer optimum itself moves in steps.
 Reference: Nocedal & Wright, "Numerical Optimization" (2006), 12.8 (sensitivity and multipliers);
 Fiacco, "Introduction to Sensitivity and Stability Analysis in Nonlinear Programming" (1983).
@@ -38,6 +40,7 @@ from dcost.problem import Problem, batch_size, broadcast
 from dcost.specs import Hardware, Model, Workload
 
 __all__ = ["sensitivity", "relax", "Sensitivity", "Relaxed", "Elasticities"]
+
 
 class Elasticities(eqx.Module):
     """``d log(something) / d log(field)`` for every field of the scenario's inputs."""
@@ -111,12 +114,11 @@ def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
         residual, (_, f, c) = kkt_residual(p, w, aset, s)
         return jnp.concatenate([residual, (f + jnp.dot(r.lambdas, c))[None]])
 
-    jac = jax.jacfwd(at)(inputs)  # every leaf: (d + n_c + 1,)
-    leaves, treedef = jax.tree.flatten(jac)
+    leaves, treedef = jax.tree.flatten(jax.jacfwd(at)(inputs))  # every leaf: (d + n_c + 1,)
     values = jax.tree.leaves(inputs)
-    jac = jnp.stack(leaves, axis=-1) * jnp.stack(values)  # derivatives in log(field)
-    cost = jax.tree.unflatten(treedef, list(jac[-1]))  # envelope theorem
-    moved = -jnp.linalg.lstsq(jac_w, jac[:-1])[0]  # implicit function theorem
+    d_log = jnp.stack(leaves, axis=-1) * jnp.stack(values)  # derivatives in log(field)
+    cost = jax.tree.unflatten(treedef, list(d_log[-1]))  # envelope theorem
+    moved = -jnp.linalg.lstsq(jac_w, d_log[:-1])[0]  # implicit function theorem
     design = {name: Elasticities(*jax.tree.unflatten(treedef, list(moved[i])))
               for i, name in enumerate(problem.names)}
     limits = {n: -r.lambdas[j] for j, n in enumerate(problem.constraints)}
