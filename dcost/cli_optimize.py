@@ -74,7 +74,7 @@ def _common(p) -> None:
                    help="most chips per replica (default: none)")
     p.add_argument("--memory-reserve", type=float, default=0.1,
                    help="fraction of HBM kept free (default 0.1)")
-    for name, default in (("batch", 4096), ("chips", 72), ("stages", 8)):
+    for name, default in (("batch", 65536), ("chips", 72), ("stages", 8)):
         p.add_argument(f"--max-{name}", type=str, default=str(default),
                        help=f"largest {name} to consider (default {default}; 1 fixes it at 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")

@@ -76,7 +76,8 @@ def pareto(problem: Problem, tpot_slos, settings: Settings = DEFAULT) -> Frontie
     own = None if problem.tpot_slo is None else float(problem.tpot_slo)
     if own is not None:
         slos = np.append(slos, own)
-    slos = np.unique(slos)  # sorted
+    # sorted, and deduplicated at the problem's float precision (its own SLO is stored in it)
+    slos = np.unique(slos.astype(np.asarray(problem.tpot_slo if own is not None else 0.0).dtype))
     n = slos.size
     padded = np.append(slos, np.full(max(8, 1 << (n - 1).bit_length()) - n, slos[-1]))
     batched = eqx.tree_at(lambda p: p.tpot_slo, problem,
