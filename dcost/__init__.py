@@ -4,6 +4,7 @@ The public face; everything else is a private detail of the modules named for th
 """
 
 from dcost import pricing
+from dcost.grid import grid_search
 from dcost.lifetime import (
     lecture_estimate,
     lifetime_cost,
@@ -12,8 +13,11 @@ from dcost.lifetime import (
     scale_model,
 )
 from dcost.moe import expert_fraction
+from dcost.optimize import optimize
+from dcost.pareto import Frontier, pareto
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
 from dcost.pricing import fit_prices, identifiability, predict_prices, price_sheets
+from dcost.problem import Problem
 from dcost.roofline import (
     Report,
     balance_batch,
@@ -31,7 +35,9 @@ from dcost.scaling import (
     scaling_fit,
     scaling_fit_names,
 )
+from dcost.sensitivity import Sensitivity, sensitivity
 from dcost.smooth import smax
+from dcost.solution import Solution
 from dcost.specs import Design, Hardware, Model, SpecError, Workload
 from dcost.training import bubble_fraction, training_run
 
@@ -45,5 +51,9 @@ __all__ += [
     "ScalingFit", "loss", "compute_optimal", "effective_params", "routed_fit", "scaling_fit",
     "scaling_fit_names", "training_run", "bubble_fraction", "lifetime_optimum", "lifetime_cost",
     "lifetime_optimum_dollars", "scale_model", "lecture_estimate",
+]
+__all__ += [
+    "Problem", "Solution", "Frontier", "Sensitivity", "optimize", "grid_search", "pareto",
+    "sensitivity",
 ]
 __version__ = "0.1.0"

@@ -33,6 +33,10 @@ def _float(x):
         return None
     if isinstance(x, jax.core.Tracer):
         return x
+    if not isinstance(x, jax.Array):
+        x = np.asarray(x)  # a Python int above 2**31 (70_000_000_000) must not pass through int32
+        if not np.issubdtype(x.dtype, np.floating):
+            x = x.astype(float)
     arr = jnp.asarray(x)
     dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.result_type(float)
     return jnp.asarray(arr, dtype=dtype)

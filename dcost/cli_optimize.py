@@ -1,0 +1,217 @@
+"""``dcost optimize`` and ``dcost grid``: the cheapest design for a preset, from the command line.
+
+    dcost optimize --hardware gb200-nvl72 --model deepseek-v3 --context 8192 --tpot-slo 50ms
+    dcost grid --hardware h100-sxm --model llama-3-70b --context 4096 --tpot-slo 30ms --json
+
+``optimize`` prints the design, its cost in $ per million tokens, its latency, the binding
+constraint with its shadow price, and the largest elasticities of the optimal cost ("what would
+make tokens cheaper"). ``grid`` searches exhaustively (a progress bar on stderr when it takes more
+than a second). ``--json`` prints SI units under the API's field names. Exit codes: 0 a feasible
+design, 1 no feasible design (the reason is printed), 2 a bad argument.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import jax
+import numpy as np
+
+from dcost import objectives
+from dcost.cli import (
+    add_precision_argument,
+    format_table,
+    hardware_and_model,
+    parse_duration,
+    parse_number,
+)
+from dcost.grid import grid_search
+from dcost.optimize import optimize
+from dcost.problem import Problem
+from dcost.sensitivity import sensitivity
+from dcost.specs import Workload
+
+__all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar"]
+
+
+def add_parsers(subparsers) -> None:
+    """Register ``optimize`` and ``grid`` on the ``dcost`` command's subparsers."""
+    p = subparsers.add_parser("optimize", help="the cheapest design by gradient search, checked "
+                              "exactly, with its binding constraint and sensitivities")
+    _common(p)
+    p.add_argument("--top", type=int, default=8, help="sensitivities to list (default 8)")
+    p.add_argument("--no-sensitivity", action="store_true",
+                   help="skip the elasticities (saves their compilation, a few seconds)")
+    p.set_defaults(func=cmd_optimize)
+    p = subparsers.add_parser("grid", help="the cheapest design by exhaustive search (exact)")
+    _common(p)
+    p.set_defaults(func=cmd_grid)
+
+
+def _whole(text: str) -> int:
+    value = parse_number(text)
+    if value < 1 or value != round(value):
+        raise ValueError(f"must be a whole number >= 1, got {text!r}")
+    return int(value)
+
+
+def _common(p) -> None:
+    p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
+    p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
+    add_precision_argument(p)
+    p.add_argument("--context", type=parse_number, required=True,
+                   help="mean context length during decode, tokens")
+    p.add_argument("--prompt", type=parse_number, default=None,
+                   help="prompt length for prefill and ttft, tokens (default: --context)")
+    p.add_argument("--objective", choices=sorted(objectives.OBJECTIVES), default="cost_per_token")
+    p.add_argument("--tpot-slo", type=parse_duration, default=None,
+                   help="time per output token target, e.g. 50ms (default 50ms for decode)")
+    p.add_argument("--ttft-slo", type=parse_duration, default=None,
+                   help="time of the prefill pass target, e.g. 2s (default: none)")
+    p.add_argument("--chip-budget", type=parse_number, default=None,
+                   help="most chips per replica (default: none)")
+    p.add_argument("--memory-reserve", type=float, default=0.1,
+                   help="fraction of HBM kept free (default 0.1)")
+    for name, default in (("batch", 65536), ("chips", 72), ("stages", 8)):
+        p.add_argument(f"--max-{name}", type=str, default=str(default),
+                       help=f"largest {name} to consider (default {default}; 1 fixes it at 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+
+
+def problem_from_args(args) -> Problem:
+    """The ``dcost.Problem`` the arguments describe (ValueError for bad values)."""
+    h, m = hardware_and_model(args)
+    work = Workload(args.context, prompt=args.prompt)
+    free = {n: (1, _bound(args, n)) for n in ("batch", "chips", "stages")}
+    kw = {} if args.tpot_slo is None else {"tpot_slo": args.tpot_slo}
+    return Problem(h, m, work, objective=args.objective, free=free, ttft_slo=args.ttft_slo,
+                   chip_budget=args.chip_budget, memory_reserve=args.memory_reserve, **kw)
+
+
+def _bound(args, name) -> int:
+    text = getattr(args, f"max_{name}")
+    try:
+        return _whole(text)
+    except ValueError as err:
+        raise ValueError(f"--max-{name}: {err}") from None
+
+
+class ProgressBar:
+    """``progress(done, total)`` callback drawing a bar on stderr once a second has passed."""
+
+    def __init__(self, label="designs", stream=None, delay=1.0, width=30):
+        self.label, self.stream, self.delay, self.width = label, stream or sys.stderr, delay, width
+        self.start = time.perf_counter()
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.drawn and time.perf_counter() - self.start < self.delay and done < total:
+            return
+        if not self.drawn and done >= total:
+            return  # finished within the delay: no bar at all
+        self.drawn = True
+        filled = int(self.width * done / total)
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {100 * done / total:5.1f}% of {total:,} {self.label}")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def cmd_optimize(args) -> int:
+    problem = problem_from_args(args)
+    sol = optimize(problem)
+    sens = None
+    if not args.no_sensitivity and bool(sol.feasible):
+        with jax.enable_x64(True):  # Newton on the KKT system wants float64
+            sens = jax.tree.map(np.asarray, sensitivity(problem_from_args(args)))
+    return _emit(args, problem, sol, sens, method="optimize")
+
+
+def cmd_grid(args) -> int:
+    problem = problem_from_args(args)
+    bar = None if args.json else ProgressBar(stream=sys.stderr)
+    sol = grid_search(problem, progress=bar)
+    return _emit(args, problem, sol, None, method="grid")
+
+
+def _si(value) -> float:
+    """A number for JSON: float32 values print at their own precision (0.02, not 0.0199999...)."""
+    return float(str(np.asarray(value)[()]))
+
+
+def _floats(tree) -> dict:
+    return {k: _si(v) for k, v in vars(tree).items() if v is not None}
+
+
+def _emit(args, problem, sol, sens, method) -> int:
+    unit = objectives.get(problem.objective).unit
+    feasible = bool(sol.feasible)
+    if args.json:
+        out = {"method": method, "hardware": args.hardware, "model": args.model,
+               "objective": problem.objective, "unit": unit,
+               "limits": {k: _si(v) for k, v in problem.limits().items()},
+               "design": _floats(sol.design), "cost": _si(sol.cost), "feasible": feasible,
+               "binding": list(sol.binding), "at_bound": list(sol.at_bound),
+               "message": sol.message,
+               "multipliers": {k: _si(v) for k, v in sol.multipliers.items()},
+               "report": _floats(sol.report),
+               "stats": {k: [_si(x) for x in np.ravel(v)] if np.ndim(v) else _si(v)
+                         for k, v in vars(sol.stats).items()}}
+        if sens is not None:
+            out["sensitivity"] = {part: _floats(getattr(sens, part))
+                                  for part in ("hardware", "model", "workload")}
+            out["sensitivity"]["limits"] = {k: _si(v) for k, v in sens.limits.items()}
+            out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
+        print(json.dumps(out, indent=2))
+        return 0 if feasible else 1
+    _print_text(args, problem, sol, sens, unit)
+    return 0 if feasible else 1
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms"
+
+
+def _print_text(args, problem, sol, sens, unit) -> None:
+    per = unit.replace("$ per ", "")
+    limits = {k: float(v) for k, v in problem.limits().items()}
+    target = ", ".join(f"{k} <= {_ms(v) if k in ('tpot', 'ttft') else _fmt_limit(k, v)}"
+                       for k, v in limits.items())
+    print(f"{args.model} on {args.hardware}, context {args.context:g} tokens: "
+          f"minimize {problem.objective} subject to {target}")
+    d = sol.design
+    b, g, st = float(d.batch), float(d.chips), float(d.stages)
+    print(f"design:          batch {b:.0f} x {g:.0f} chips per stage x {st:.0f} stages "
+          f"({g * st:.0f} chips per replica)")
+    if not bool(sol.feasible):
+        print(sol.message)
+        return
+    r = sol.report
+    print(f"cost:            ${float(sol.cost) * 1e6:.4g} per million {per}s")
+    label = "tpot" if problem.objective == "cost_per_token" else "prefill pass"
+    print(f"{label + ':':17s}{_ms(float(r.tpot))}")
+    print(f"memory per chip: {float(r.memory_per_chip) / 1e9:.3g} GB of "
+          f"{float(problem.hardware.hbm_capacity) / 1e9:.3g} GB")
+    binding = ", ".join(sol.binding + sol.at_bound) or "none (a flat optimum)"
+    print(f"binding:         {binding}")
+    for name in sol.binding:
+        price = float(sol.multipliers[name])
+        if np.isfinite(price):
+            print(f"  shadow price of {name}: ${price * 1e6 * 0.01:.3g} per million {per}s "
+                  f"cheaper per 1 % more {name} allowance")
+    if sens is None:
+        return
+    rows = sens.ranked(args.top)
+    note = "" if bool(sens.relaxed.kkt) else " (no KKT point confirmed: treat as rough)"
+    print(f"\nwhat would make tokens cheaper: d log cost / d log x at the continuous optimum{note}")
+    table = [[name, f"{v:+.3f}", f"{(1.1 ** v - 1) * 100:+.2f} %"] for name, v in rows]
+    print(format_table(table, ["input", "elasticity", "cost if x rises 10 %"]))
+
+
+def _fmt_limit(name, value) -> str:
+    if name == "memory":
+        return f"{value / 1e9:.3g} GB"
+    return f"{value:g}"

@@ -1,0 +1,369 @@
+"""Gradient search for the cheapest design: smooth log-space relaxation, then exact integer polish.
+
+1. *Continuous*: the free variables live in log space with their bounds built in,
+   ``v = lo*(hi/lo)**sigmoid(z)``. From a few starting points at once (vmapped), Adam (optax)
+   minimizes the augmented Lagrangian of ``log cost`` and the constraints scaled to their budgets,
+   ``c_j = log(value_j/limit_j) <= 0``, inside ``jax.lax.scan``::
+
+       L(z, lam) = log cost(v) + sum_j (max(0, lam_j + rho*c_j)**2 - lam_j**2) / (2*rho)
+
+   after every round the multipliers step ``lam_j <- max(0, lam_j + rho*c_j)``, the penalty
+   ``rho`` grows and the smoothness of the model anneals towards 0.
+2. *Integer*: every start's optimum is rounded to its ``2**d`` neighbouring integer designs
+   (floor/ceil per variable), which are evaluated with the **exact** model; when the objective is
+   monotone in batch (serving: cost per token never rises and no constraint ever eases as the
+   batch grows) each candidate takes the largest feasible batch by bisection. A few rounds of exact
+   local search follow (from the best design: every combination of -1/0/+1 over the variables,
+   and strides of 2, 4 and 8 along each). The cheapest feasible design wins, infeasible ones
+   ranked by their total violation; a result never claims feasibility that the exact model does
+   not confirm.
+3. *Shadow prices*: least-squares multipliers from stationarity at the best continuous point
+   (``dcost.kkt.guess``); ``dcost.sensitivity`` polishes that point to a KKT point first.
+
+Everything is one jitted function, vmapped over the scenarios of a batched problem.
+References: Nocedal & Wright, "Numerical Optimization" (2006), 17.4 (augmented Lagrangian for
+inequalities); Kingma & Ba, "Adam" (2015).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dcost import kkt, objectives
+from dcost._jit import jit
+from dcost.problem import Problem, batch_size, broadcast, evaluate
+from dcost.solution import Solution, Stats, finish
+
+__all__ = ["optimize", "Settings", "to_unconstrained", "from_unconstrained",
+           "solve_continuous", "best_continuous", "Continuous"]
+
+
+class Settings(NamedTuple):
+    """Knobs of ``optimize`` (static: a new value compiles anew).
+
+    Attributes:
+      starts: starting points of the continuous search (a Halton set in the unit box).
+      rounds: augmented-Lagrangian rounds (multiplier updates).
+      steps: Adam steps per round.
+      learning_rate: (first, last) Adam step in ``z``, geometric in between.
+      smoothness: (first, last) smoothness of the model, geometric in between.
+      penalty: (first, last) penalty ``rho``, geometric in between.
+      local_rounds: rounds of exact local search after rounding.
+    """
+
+    starts: int = 8
+    rounds: int = 12
+    steps: int = 25
+    learning_rate: tuple = (0.3, 0.01)
+    smoothness: tuple = (0.1, 0.003)
+    penalty: tuple = (10.0, 1000.0)
+    local_rounds: int = 4
+
+
+DEFAULT = Settings()
+
+
+def from_unconstrained(z, lower, upper):
+    """``v = lo*(hi/lo)**sigmoid(z)``: any real ``z`` maps into ``[lo, hi]``, log-uniformly.
+
+    >>> float(from_unconstrained(0.0, 1.0, 100.0))
+    10.0
+    """
+    lower, upper = jnp.asarray(lower), jnp.asarray(upper)
+    v = lower * jnp.exp(jax.nn.sigmoid(z) * jnp.log(upper / lower))
+    return jnp.clip(v, lower, upper)
+
+
+def to_unconstrained(v, lower, upper, margin=1e-4):
+    """Inverse of ``from_unconstrained`` (``v`` at a bound maps ``margin`` inside it).
+
+    >>> round(float(from_unconstrained(to_unconstrained(37.0, 1.0, 4096.0), 1.0, 4096.0)), 3)
+    37.0
+    """
+    lower, upper = jnp.asarray(lower), jnp.asarray(upper)
+    span = jnp.log(upper / lower)
+    wide = span > 0
+    u = jnp.where(wide, jnp.log(jnp.asarray(v) / lower) / jnp.where(wide, span, 1.0), 0.5)
+    u = jnp.clip(u, margin, 1.0 - margin)
+    return jnp.log(u) - jnp.log1p(-u)
+
+
+def _halton(n: int, d: int) -> np.ndarray:
+    """The first ``n`` points of the Halton sequence in ``(0, 1)**d`` (deterministic starts)."""
+    primes = [2, 3, 5, 7, 11, 13, 17, 19][:d]
+    out = np.empty((n, d))
+    for j, base in enumerate(primes):
+        for i in range(n):
+            f, r, k = 1.0, 0.0, i + 1
+            while k:
+                f /= base
+                r += f * (k % base)
+                k //= base
+            out[i, j] = r
+    return out
+
+
+class Continuous(eqx.Module):
+    """Optimum of the smooth relaxation from one start.
+
+    Attributes:
+      z: unconstrained variables; ``v`` the free variables ``from_unconstrained(z)``.
+      lambdas: the augmented-Lagrangian multipliers, ``-d log cost / d log limit`` per constraint.
+      log_cost: ``log cost(v)`` of the smooth model at ``smoothness``.
+      log_ratios: ``log(value/limit)`` per constraint there.
+      jac: gradients in ``z`` of ``log cost`` and of every ``log_ratios`` there, ``(1 + n_c, d)``.
+      smoothness: the last smoothness of the annealing.
+    """
+
+    z: jax.Array
+    v: jax.Array
+    lambdas: jax.Array
+    log_cost: jax.Array
+    log_ratios: jax.Array
+    jac: jax.Array
+    smoothness: jax.Array
+
+
+def _objective(z, lam, rho, smoothness, mode, weights, problem):
+    """``mode * L(z, lam) + weights . (log cost, log ratios)``: the augmented Lagrangian in the
+    search's steps (``mode = 1``, ``weights = 0``), one row of the Jacobian in the last steps
+    (``mode = 0``, ``weights`` a unit vector); one function, so one copy of the model compiles."""
+    v = from_unconstrained(z, problem.lower, problem.upper)
+    ev = evaluate(problem, v, smoothness)
+    f, c = jnp.log(ev.cost), ev.log_ratios
+    penalty = jnp.square(jnp.maximum(0.0, lam + rho * c)) - jnp.square(lam)
+    augmented = f + jnp.sum(penalty) / (2.0 * rho)
+    return mode * augmented + weights[0] * f + jnp.dot(weights[1:], c), (f, c)
+
+
+def _schedule(settings: Settings, n_c: int):
+    """Per-step (smoothness, rho, learning rate, update multipliers?, mode, weights): the
+    ``rounds*steps`` steps of the search, then ``1 + n_c`` steps with learning rate 0 that take
+    the Jacobian of ``(log cost, log ratios)`` at the end point, one row each."""
+    n, k, m = settings.rounds, settings.steps, 1 + n_c
+
+    def rep(pair):
+        per_round = np.geomspace(*pair, n) if n > 1 else np.array([pair[1]])
+        return np.append(np.repeat(per_round, k), np.full(m, pair[1]))
+
+    lr = rep(settings.learning_rate)
+    lr[-m:] = 0.0
+    update = np.append(np.tile(np.arange(k) == k - 1, n), np.zeros(m, bool))
+    mode = np.append(np.ones(n * k), np.zeros(m))
+    weights = np.concatenate([np.zeros((n * k, m)), np.eye(m)])
+    return rep(settings.smoothness), rep(settings.penalty), lr, update, mode, weights
+
+
+def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Continuous:
+    """Augmented-Lagrangian Adam on the smooth relaxation of one scenario from one start ``z0``.
+
+    One ``lax.scan`` of ``rounds*steps`` Adam steps on ``L(z, lam)``; the multipliers step every
+    ``steps`` steps. Pure and jit/vmap friendly; ``optimize`` vmaps it over starts and scenarios.
+    """
+    dtype = jnp.result_type(float)
+    n_c = len(problem.constraints)
+    sched = tuple(jnp.asarray(a, bool if a.dtype == bool else dtype)
+                  for a in _schedule(settings, n_c))
+    adam = optax.scale_by_adam()
+    value_and_grad = jax.value_and_grad(_objective, has_aux=True)
+
+    def step(carry, sched_t):
+        z, state, lam, _, _, jac = carry
+        s, rho, lr, update, mode, weights = sched_t
+        (_, (f, c)), g = value_and_grad(z, lam, rho, s, mode, weights, problem)
+        g = jnp.where(jnp.isfinite(g), g, 0.0)
+        updates, state = adam.update(g, state)
+        lam = jnp.where(update, jnp.maximum(0.0, lam + rho * c), lam)
+        jac = jnp.where(weights[:, None] > 0, g[None, :], jac)
+        return (z - lr * updates, state, lam, f, c, jac), None
+
+    z0 = jnp.asarray(z0, dtype)
+    init = (z0, adam.init(z0), jnp.zeros(n_c, dtype), jnp.zeros((), dtype), jnp.zeros(n_c, dtype),
+            jnp.zeros((1 + n_c, z0.shape[0]), dtype))
+    (z, _, lam, f, c, jac), _ = jax.lax.scan(step, init, sched)
+    return Continuous(z=z, v=from_unconstrained(z, problem.lower, problem.upper), lambdas=lam,
+                      log_cost=f, log_ratios=c, jac=jac, smoothness=sched[0][-1])
+
+
+def _max_batch(problem, x, i_batch, lo, hi):
+    """``x`` with the largest feasible batch in ``[lo, hi]``, by bisection (valid because no
+    constraint eases as the batch grows), and that design's (violation, cost). When even ``lo`` is
+    infeasible, ``lo`` (the least violation)."""
+    iters = 1 + math.ceil(math.log2(hi - lo + 1))
+
+    def body(t, carry):
+        good, bad, viol, cost = carry
+        mid = jnp.where(t == 0, lo, jnp.floor((good + bad) / 2.0))
+        ev = evaluate(problem, x.at[i_batch].set(mid))
+        ok = ev.feasible
+        keep = ok | (t == 0)
+        return (jnp.where(ok | (t == 0), mid, good), jnp.where(ok, bad, mid),
+                jnp.where(keep, ev.violation, viol), jnp.where(keep, _finite(ev.cost), cost))
+
+    dt = x.dtype
+    inf = jnp.asarray(jnp.inf, dt)
+    good, _, viol, cost = jax.lax.fori_loop(
+        0, iters, body, (jnp.asarray(lo, dt), jnp.asarray(hi + 1.0, dt), inf, inf))
+    return x.at[i_batch].set(good), viol, cost
+
+
+def _finite(a):
+    return jnp.where(jnp.isnan(a), jnp.inf, a)
+
+
+def _better(a, b):
+    """(violation, cost) of ``a`` strictly better than ``b``, lexicographically."""
+    return (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+
+
+def _stencil(d: int, moving: list[int]) -> np.ndarray:
+    """Moves of the exact local search: every combination of -1/0/+1 over the moving variables
+    (the first row stays put), and longer strides of 2, 4 and 8 along each one."""
+    if not moving:
+        return np.zeros((1, d))
+    box = np.array(np.meshgrid(*[[0, 1, -1]] * len(moving), indexing="ij"))
+    steps = np.zeros((3 ** len(moving), d))
+    steps[:, moving] = box.reshape(len(moving), -1).T
+    long = [np.eye(d)[j] * s for j in moving for s in (2, -2, 4, -4, 8, -8)]
+    return np.concatenate([steps, np.array(long).reshape(-1, d)])
+
+
+def _integer_search(problem: Problem, v_starts, settings: Settings):
+    """Round every start to its 2**d integer neighbours, then exact local search; the best design.
+
+    One ``lax.scan`` over ``1 + local_rounds`` rounds of a fixed number of candidates each (round 0:
+    the roundings; later rounds: the best design and its neighbours one step away in every
+    variable), so the exact model appears once in the compiled program.
+    """
+    lo, hi = problem.lower, problem.upper
+    d = len(lo)
+    names = problem.names
+    monotone = objectives.get(problem.objective).batch_monotone and "batch" in names
+    i_batch = names.index("batch") if monotone else None
+    moving = [j for j in range(d) if j != i_batch]  # batch is re-maximized, never moved
+    corners = np.array(np.meshgrid(*[[0, 1]] * d, indexing="ij")).reshape(d, -1).T
+    if monotone:
+        corners = corners[corners[:, i_batch] == 0]
+    dtype = v_starts.dtype
+    cand0 = jnp.floor(v_starts)[:, None, :] + jnp.asarray(corners, dtype)[None]
+    cand0 = jnp.clip(cand0.reshape(-1, d), lo, hi)
+    steps = _stencil(d, moving)
+    size = max(cand0.shape[0], steps.shape[0])
+    cand0 = jnp.concatenate([cand0, jnp.repeat(cand0[:1], size - cand0.shape[0], 0)])
+    steps = jnp.asarray(np.concatenate([steps, np.zeros((size - steps.shape[0], d))]), dtype)
+
+    def score(x):
+        if monotone:
+            return _max_batch(problem, x, i_batch, lo[i_batch], hi[i_batch])
+        ev = evaluate(problem, x)
+        return x, ev.violation, _finite(ev.cost)
+
+    def one_round(carry, r):
+        best = carry
+        xs = jnp.where(r == 0, cand0, jnp.clip(best[0] + steps, lo, hi))
+        xs, viol, cost = jax.vmap(score)(xs)
+        vmin = jnp.min(viol)
+        k = jnp.argmin(jnp.where(viol == vmin, cost, jnp.inf))
+        new = (xs[k], viol[k], cost[k])
+        keep_old = ~_better(new[1:], best[1:])
+        return tuple(jnp.where(keep_old, o, n) for o, n in zip(best, new, strict=True)), None
+
+    inf = jnp.asarray(jnp.inf, dtype)
+    init = (cand0[0], inf, inf)
+    (x, _, _), _ = jax.lax.scan(one_round, init, jnp.arange(1 + settings.local_rounds))
+    per = 1 + math.ceil(math.log2(hi[i_batch] - lo[i_batch] + 1)) if monotone else 1
+    return x, per * size * (1 + settings.local_rounds)
+
+
+def best_continuous(problem: Problem, settings: Settings = DEFAULT):
+    """Solve the relaxation of one scenario from every start; the best run and all of them.
+
+    The best run is the cheapest after a penalty of 10 per unit of total log-violation.
+    """
+    d = len(problem.free)
+    u0 = jnp.asarray(_halton(settings.starts, d), jnp.result_type(float))
+    z0 = jnp.log(u0) - jnp.log1p(-u0)
+    runs = jax.vmap(lambda z: solve_continuous(problem, z, settings))(z0)
+    viol = jnp.sum(jnp.maximum(runs.log_ratios, 0.0), axis=-1)
+    k = jnp.argmin(runs.log_cost + 10.0 * viol)
+    return jax.tree.map(lambda a: a[k], runs), runs
+
+
+def _shadow_prices(problem: Problem, best: Continuous):
+    """Least-squares multipliers at the continuous optimum (``dcost.kkt.assess``, from the
+    Jacobian the search took there, moved from ``z`` to ``y = log v``; values at a point snapped
+    to its bounds to first order), where they make it stationary; else the augmented-Lagrangian
+    ones."""
+    lo, hi = np.log(problem.lower), np.log(problem.upper)
+    u = jax.nn.sigmoid(best.z)
+    dy_dz = (hi - lo) * u * (1.0 - u)
+    jac = jnp.where(dy_dz > 0, best.jac / jnp.where(dy_dz > 0, dy_dz, 1.0), 0.0)
+    fc = jnp.concatenate([best.log_cost[None], best.log_ratios])
+
+    y0 = jnp.log(best.v)
+
+    def at(snap):
+        y, at_lo, at_hi = kkt.snap_to_bounds(problem, y0, snap)
+        moved = fc + jac @ (y - y0)  # (log cost, log ratios) at the snapped point, to first order
+        return kkt.assess(y, at_lo, at_hi, moved, jac, kkt.NEAR[0], jnp.inf)
+
+    _, w, left = jax.vmap(at)(jnp.asarray(kkt.SNAP, fc.dtype))
+    k = jnp.argmin(left)
+    return jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free):], best.lambdas)
+
+
+def _solve_one(problem: Problem, settings: Settings) -> Solution:
+    best, runs = best_continuous(problem, settings)
+    x, evaluations = _integer_search(problem, runs.v, settings)
+    # Shadow prices: least-squares multipliers from stationarity at the continuous optimum where
+    # they make it stationary (the augmented-Lagrangian iterates lose small multipliers to the
+    # noise of the last steps), else (near a sharp kink) the iterates.
+    lambdas = _shadow_prices(problem, best)
+    f = jnp.result_type(float)
+    stats = Stats(evaluations=jnp.asarray(evaluations, f),
+                  steps=jnp.asarray(settings.rounds * settings.steps, f),
+                  starts=jnp.asarray(settings.starts, f), continuous_x=best.v,
+                  continuous_cost=jnp.exp(best.log_cost), smoothness=best.smoothness)
+    return finish(problem, x, lambdas, stats)
+
+
+@functools.partial(jit, static_argnames=("settings", "batch"))
+def _solve(problem: Problem, settings: Settings, batch: int | None) -> Solution:
+    if batch is None:
+        return _solve_one(problem, settings)
+    return jax.vmap(lambda p: _solve_one(p, settings))(broadcast(problem, batch))
+
+
+def optimize(problem: Problem, settings: Settings = DEFAULT) -> Solution:
+    """The cheapest feasible integer design, found by gradient search and checked exactly.
+
+    Minimizes the objective over the free variables, subject to the problem's constraints (see the
+    module docstring for the method). Deterministic: the same problem gives the same answer.
+
+    Args:
+      problem: a ``dcost.Problem``; leaves with a leading batch axis are many scenarios, solved in
+        one jitted, vmapped call (the result's fields carry that axis).
+      settings: a ``Settings`` (starts, rounds, schedules).
+
+    Returns:
+      A ``dcost.Solution``: ``.design`` (whole numbers), ``.report`` (exact), ``.cost``,
+      ``.feasible`` (confirmed by the exact model), ``.binding``, ``.multipliers`` (shadow prices
+      from the continuous relaxation), ``.stats``, ``.message`` (which constraint cannot be met,
+      when none of the designs is feasible).
+
+    >>> import dcost
+    >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"),
+    ...                   dcost.Workload(4096), tpot_slo=0.05)
+    >>> s = dcost.optimize(p)
+    >>> bool(s.feasible), bool(s.report.tpot <= 0.05)
+    (True, True)
+    """
+    return _solve(problem, settings, batch_size(problem))

@@ -1,0 +1,175 @@
+"""How the optimal cost and design respond to every input: elasticities at the continuous optimum.
+
+Let ``y = log v`` be the free variables, ``f(y; theta) = log cost`` and ``c_j(y; theta) =
+log(value_j/limit_j)`` on the smooth model, and ``(y*, lam*)`` the optimum of the relaxation with
+its multipliers. By the envelope theorem the optimal cost moves with any input ``theta`` as the
+Lagrangian does at fixed ``(y*, lam*)``:
+
+    d log cost* / d log theta = theta * d/dtheta [f(y*; theta) + sum_j lam*_j c_j(y*; theta)]
+
+so ``d log cost* / d log limit_j = -lam*_j``. The optimal design moves by implicit
+differentiation of the KKT conditions on the active set (stationarity in the interior variables,
+``c_j = 0`` for the active constraints; variables at a bound, or pinned at a jump of the model
+such as a scale-up domain's edge, stay put):
+
+    F(y, lam; theta) = 0  =>  d(y*, lam*)/d theta = -(dF/d(y, lam))^{-1} dF/d theta
+
+The continuous optimum from ``dcost.optimize``'s multi-start search is first polished by damped
+Newton steps on ``F`` (``dcost.kkt``: every start under a few guesses of the active set, each
+result checked; the cheapest KKT point wins, ``relaxed.kkt`` says whether one passed) so that
+derivatives are taken at a KKT point. These are the sensitivities
+of the smooth relaxation at its final smoothness: the integer optimum itself moves in steps.
+Reference: Nocedal & Wright, "Numerical Optimization" (2006), 12.8 (sensitivity and multipliers);
+Fiacco, "Introduction to Sensitivity and Stability Analysis in Nonlinear Programming" (1983).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost._jit import jit
+from dcost.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
+from dcost.optimize import DEFAULT, Settings, best_continuous
+from dcost.problem import Problem, batch_size, broadcast
+from dcost.specs import Hardware, Model, Workload
+
+__all__ = ["sensitivity", "relax", "Sensitivity", "Relaxed", "Elasticities"]
+
+
+class Elasticities(eqx.Module):
+    """``d log(something) / d log(field)`` for every field of the scenario's inputs."""
+
+    hardware: Hardware
+    model: Model
+    workload: Workload
+
+
+class Sensitivity(eqx.Module):
+    """Result of ``dcost.sensitivity``.
+
+    Attributes:
+      hardware, model, workload: pytrees shaped like the inputs holding
+        ``d log(optimal cost) / d log(field)`` (e.g. ``.hardware.hbm_bandwidth``).
+      limits: ``{constraint: d log(optimal cost) / d log(limit)}`` (``= -lambda``).
+      design: ``{free variable: Elasticities}``: ``d log(optimal value) / d log(field)``.
+      relaxed: the ``Relaxed`` optimum they are taken at.
+      problem: the problem.
+    """
+
+    hardware: Hardware
+    model: Model
+    workload: Workload
+    limits: dict
+    design: dict
+    relaxed: Relaxed
+    problem: Problem
+
+    def ranked(self, top: int | None = None) -> list[tuple[str, float]]:
+        """``[(name, elasticity), ...]`` of the cost, largest magnitude first, zeros dropped
+        (a single scenario): "what would make tokens cheaper"."""
+        rows = []
+        for part in ("hardware", "model", "workload"):
+            tree = getattr(self, part)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+                name = jax.tree_util.keystr(path, simple=True, separator=".")
+                rows.append((f"{part}.{name}", float(leaf)))
+        rows += [(f"{name}_limit", float(v)) for name, v in self.limits.items()]
+        rows = [r for r in rows if r[1] != 0.0 and np.isfinite(r[1])]
+        rows.sort(key=lambda r: -abs(r[1]))
+        return rows[:top]
+
+
+def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array]:
+    """Polish every start of the continuous search under every guess; the cheapest KKT point
+    (or, when none passes the checks, the best start's first guess, flagged ``kkt = False``)."""
+    best, runs = best_continuous(problem, settings)
+    s = best.smoothness
+    starts = jnp.concatenate([jnp.log(best.v)[None], jnp.log(runs.v)])
+    guesses = list(itertools.product(NEAR, SNAP, (PIN_TOL, jnp.inf)))
+    y0 = jnp.tile(starts, (len(guesses), 1))
+    near, snap, pin = (jnp.repeat(jnp.asarray(g, starts.dtype), starts.shape[0])
+                       for g in zip(*guesses, strict=True))
+    every, jacs = jax.vmap(lambda *a: polish(problem, *a, s))(y0, near, snap, pin)
+    score = jnp.where(every.kkt & jnp.isfinite(every.log_cost), every.log_cost, jnp.inf)
+    k = jnp.where(jnp.any(every.kkt), jnp.argmin(score), 0)
+    return jax.tree.map(lambda a: a[k], every), jacs[k]
+
+
+def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
+    r, jac_w = _relax_one(problem, settings)
+    s = r.smoothness
+    w = jnp.concatenate([r.y, r.lambdas])
+    aset = ActiveSet(jax.lax.stop_gradient(r.y), r.interior, r.active)
+    inputs = (problem.hardware, problem.model, problem.workload)
+
+    def at(parts):
+        """KKT residual (implicit function) and Lagrangian (envelope) as the inputs change."""
+        p = eqx.tree_at(lambda q: (q.hardware, q.model, q.workload), problem, parts)
+        residual, (_, f, c) = kkt_residual(p, w, aset, s)
+        return jnp.concatenate([residual, (f + jnp.dot(r.lambdas, c))[None]])
+
+    leaves, treedef = jax.tree.flatten(jax.jacfwd(at)(inputs))  # every leaf: (d + n_c + 1,)
+    values = jax.tree.leaves(inputs)
+    d_log = jnp.stack(leaves, axis=-1) * jnp.stack(values)  # derivatives in log(field)
+    cost = jax.tree.unflatten(treedef, list(d_log[-1]))  # envelope theorem
+    moved = -jnp.linalg.lstsq(jac_w, d_log[:-1])[0]  # implicit function theorem
+    design = {name: Elasticities(*jax.tree.unflatten(treedef, list(moved[i])))
+              for i, name in enumerate(problem.names)}
+    limits = {n: -r.lambdas[j] for j, n in enumerate(problem.constraints)}
+    return Sensitivity(hardware=cost[0], model=cost[1], workload=cost[2], limits=limits,
+                       design=design, relaxed=r, problem=problem)
+
+
+@functools.partial(jit, static_argnames=("settings", "batch"), fast_compile=True)
+def _sensitivity(problem, settings, batch):
+    if batch is None:
+        return _sensitivity_one(problem, settings)
+    return jax.vmap(lambda p: _sensitivity_one(p, settings))(broadcast(problem, batch))
+
+
+def relax(problem: Problem, settings: Settings = DEFAULT) -> Relaxed:
+    """The polished optimum of the smooth relaxation (batched problems: one vmapped call).
+
+    The same compiled program as ``sensitivity`` (its ``.relaxed``): the derivatives cost little
+    beside the search, and one program compiles once.
+
+    >>> import dcost
+    >>> from dcost.sensitivity import relax
+    >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
+    ...                   dcost.Workload(2048), free={"batch": (1, 4096)}, tpot_slo=0.02)
+    >>> r = relax(p)
+    >>> bool(r.active[0]), bool(abs(float(dcost.decode(dcost.Design(r.x[0]), p.hardware,
+    ...     p.model, p.workload, r.smoothness).tpot) / 0.02 - 1) < 1e-3)  # tpot binds
+    (True, True)
+    """
+    return sensitivity(problem, settings).relaxed
+
+
+def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
+    """Elasticities of the optimal cost (and design) with respect to every input field.
+
+    See the module docstring for the method (envelope theorem at the polished continuous optimum;
+    implicit differentiation of the active-set KKT conditions for the design).
+
+    Args:
+      problem: a ``dcost.Problem``; a batched one gives fields with the batch axis.
+      settings: the continuous search's settings (as ``dcost.optimize``).
+
+    Returns:
+      A ``Sensitivity``: ``.hardware``, ``.model``, ``.workload`` hold ``d log cost* / d log
+      field``; ``.limits`` the constraints'; ``.design[var]`` how the optimal design moves.
+
+    >>> import dcost
+    >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
+    ...                   dcost.Workload(2048), free={"batch": (1, 4096)}, tpot_slo=0.02)
+    >>> s = dcost.sensitivity(p)
+    >>> round(float(s.hardware.price_per_hour), 4)  # cost is proportional to the price
+    1.0
+    """
+    return _sensitivity(problem, settings, batch_size(problem))

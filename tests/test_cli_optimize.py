@@ -1,0 +1,124 @@
+"""``dcost optimize`` and ``dcost grid`` through ``dcost.cli.main``, in process."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+import dcost
+from dcost.cli import main
+from dcost.cli_optimize import ProgressBar
+
+BASE = ["--hardware", "h100-sxm", "--model", "llama-3-8b", "--context", "2048",
+        "--max-batch", "1024", "--max-chips", "8", "--max-stages", "2"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def optimized():
+    import contextlib
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["optimize", *BASE, "--tpot-slo", "10ms", "--json"])
+    return code, json.loads(buf.getvalue())
+
+
+def test_optimize_json_is_si_and_checked(optimized):
+    code, out = optimized
+    assert code == 0 and out["feasible"] and out["method"] == "optimize"
+    d = out["design"]
+    assert all(float(v).is_integer() for v in d.values())
+    assert out["limits"]["tpot"] == 0.01 and out["report"]["tpot"] <= 0.01
+    r = dcost.decode(dcost.Design(d["batch"], d["chips"], d["stages"]),
+                     dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), dcost.Workload(2048))
+    assert float(r.cost_per_token) == pytest.approx(out["cost"], rel=1e-5)
+    assert out["binding"] == ["tpot"] and out["at_bound"] == []  # 9 chips: TP over the NIC
+    assert out["multipliers"]["tpot"] > 0
+    sens = out["sensitivity"]
+    assert sens["hardware"]["price_per_hour"] == pytest.approx(1.0, abs=1e-9)
+    assert sens["limits"]["tpot"] < 0 and sens["kkt"]
+    # the shadow price is the multiplier times the cost: -d cost / d log(tpot_slo)
+    assert out["multipliers"]["tpot"] == pytest.approx(-sens["limits"]["tpot"] * out["cost"],
+                                                       rel=0.05)
+
+
+def test_at_bound_when_the_batch_limit_binds(capsys):
+    code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "20ms", "--no-sensitivity")
+    assert code == 0 and "binding:         batch <= 1024" in out
+
+
+def test_grid_agrees_with_optimize(capsys, optimized):
+    _, opt = optimized
+    code, out, err = run(capsys, "grid", *BASE, "--tpot-slo", "0.01", "--json")
+    grid = json.loads(out)
+    assert code == 0 and grid["feasible"] and err == ""
+    assert grid["cost"] <= opt["cost"] <= grid["cost"] * 1.005
+
+
+def test_optimize_text(capsys):
+    code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "10ms")
+    assert code == 0
+    assert "per million output tokens" in out and "binding:         tpot\n" in out
+    assert "what would make tokens cheaper" in out
+    rows = out.split("cost if x rises 10 %")[1].strip().splitlines()[1:]
+    mags = [abs(float(line.split()[1])) for line in rows]
+    assert mags == sorted(mags, reverse=True) and len(rows) == 8
+
+
+def test_durations_parse_alike():
+    from dcost.cli import build_parser
+    from dcost.cli_optimize import problem_from_args
+
+    parser = build_parser()
+    slos = [float(problem_from_args(parser.parse_args(["optimize", *BASE, "--tpot-slo", t]))
+                  .tpot_slo) for t in ("50ms", "0.05s", "0.05")]
+    assert slos[0] == slos[1] == slos[2] == pytest.approx(0.05)
+
+
+def test_infeasible_exits_1_with_the_reason(capsys):
+    code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "0.1ms", "--no-sensitivity")
+    assert code == 1 and "infeasible: tpot:" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--max-batch", "0"], "--max-batch: must be a whole number >= 1"),
+    (["--max-chips", "2.5"], "--max-chips: must be a whole number >= 1"),
+    (["--memory-reserve", "1.5"], "memory_reserve"),
+])
+def test_bad_values_one_line_exit_2(capsys, argv, needle):
+    code, _, err = run(capsys, "optimize", *BASE, *argv)
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_bad_duration_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["optimize", *BASE, "--tpot-slo", "5xs"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "not a duration" in err and err.count("\n") == 1
+
+
+def test_unknown_preset(capsys):
+    code, _, err = run(capsys, "grid", "--hardware", "h100", "--model", "llama-3-8b",
+                       "--context", "10")
+    assert code == 2 and "unknown hardware preset 'h100'" in err
+
+
+def test_progress_bar_draws_after_the_delay():
+    stream = io.StringIO()
+    p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
+                      dcost.Workload(2048), free={"batch": (1, 999), "chips": (1, 8)})
+    dcost.grid_search(p, chunk_size=1000, progress=ProgressBar(stream=stream, delay=0.0))
+    text = stream.getvalue()
+    assert text.endswith("100.0% of 7,992 designs\n") and text.count("\r") == 8
+    quiet = io.StringIO()
+    dcost.grid_search(p, progress=ProgressBar(stream=quiet, delay=60.0))
+    assert quiet.getvalue() == ""
+
