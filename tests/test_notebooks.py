@@ -220,3 +220,24 @@ def test_tour(executed):
     # The exact sweep turns compute bound between two grid points around B* (all experts read).
     assert s["batch_before_knee"] < s["balance_batch_1024"] <= s["knee"]
     assert s["elasticity_max_gap"] < 0.01
+
+
+def test_tour_optimizer(executed):
+    """The optimized fleet: feasible, priced by hand, and no worse than 1 % above the exhaustive
+    grid (the exact optimum, which it can never beat)."""
+    _, s = executed("tour")
+    for name, o in s["optimize"].items():
+        h = _card("hardware", name)
+        batch, chips, stages = o["x"]
+        assert o["feasible"]
+        assert o["tpot"] <= 0.05 and o["memory_per_chip"] <= 0.9 * h["hbm_capacity"]
+        assert batch == round(batch) and chips == round(chips) and stages == round(stages)
+        # P*G chips at p $/h produce P*B tokens per tpot
+        by_hand = stages * chips * h["price_per_hour"] / 3600 * o["tpot"] / (stages * batch)
+        assert o["cost"] == pytest.approx(by_hand, rel=1e-5)
+        assert o["grid_cost"] * (1 - 1e-6) <= o["cost"] <= 1.01 * o["grid_cost"]
+    assert s["sensitivity_price"] == pytest.approx(1.0, abs=1e-4)
+    f = s["frontier"]
+    finite = np.isfinite(f["cost"])
+    assert np.all(np.diff(np.asarray(f["cost"])[finite]) <= 1e-12)  # looser target, cheaper token
+    assert np.all(np.asarray(f["tpot"])[finite] <= np.asarray(f["tpot_slo"])[finite])
