@@ -241,3 +241,31 @@ def test_tour_optimizer(executed):
     finite = np.isfinite(f["cost"])
     assert np.all(np.diff(np.asarray(f["cost"])[finite]) <= 1e-12)  # looser target, cheaper token
     assert np.all(np.asarray(f["tpot"])[finite] <= np.asarray(f["tpot_slo"])[finite])
+
+
+# --- sensitivity -------------------------------------------------------------------------------
+
+
+def test_sensitivity(executed):
+    _, s = executed("sensitivity")
+    e = np.asarray(s["elasticity"])  # (model, hardware, field)
+    fields = s["fields"]
+    kkt = np.asarray(s["kkt"])
+    # Cost is proportional to the price, and the optimal design does not depend on it.
+    assert np.allclose(e[..., fields.index("price_per_hour")], 1.0, atol=1e-3)
+    # Dimensional analysis: scale every rate and the latency target together, or every byte count
+    # and bandwidth together (see the notebook); these identities are coded nowhere in dcost.
+    assert np.allclose(s["time_rule"], -1.0, atol=1e-3)
+    assert np.allclose(s["byte_rule"], 0.0, atol=1e-3)
+    # 10 % more HBM bandwidth: the elasticity against re-solving exactly, where the relaxation's
+    # optimum is a verified KKT point (the integer optimum moves in steps: 1 point of tolerance).
+    assert kkt.sum() >= kkt.size // 2
+    gap = np.abs(np.asarray(s["predicted"]) - np.asarray(s["resolved"]))
+    assert np.all(gap[kkt] < 1.0)
+    # The latency multiplier is the slope of the re-solved relaxation where it is a KKT point.
+    ok = np.asarray(s["lambda_kkt"])
+    assert ok.any()
+    lam, slope = np.asarray(s["lambda_tpot"]), np.asarray(s["relaxed_slope"])
+    assert np.allclose(lam[ok], slope[ok], atol=0.05)
+    cost = np.asarray(s["frontier_cost"])
+    assert np.all(np.diff(cost) <= 1e-12 * cost[:-1])  # exact frontier: looser target, cheaper
