@@ -80,13 +80,15 @@ def test_saved_executed(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_runs_clean(name, executed):
-    """Top to bottom without error (nbclient raises on one), warning or stray stderr, on this
-    interpreter and this checkout's dcost."""
+    """Top to bottom without error (nbclient raises on one) or Python warning, on this interpreter
+    and this checkout's dcost. (Other stderr, such as JAX's note that it falls back to the CPU,
+    depends on the machine and is allowed.)"""
     nb, _ = executed(name)
     for cell in nb.cells:
         for o in cell.get("outputs", []):
-            assert not (o.output_type == "stream" and o.name == "stderr"), (
-                f"{name}: stderr output {o.text[:500]!r}")
+            if o.output_type == "stream" and o.name == "stderr":
+                assert "Warning:" not in o.text and "Traceback" not in o.text, (
+                    f"{name}: {o.text[:500]!r}")
     exe, module = _stdout(nb.cells[-1]).split()
     assert pathlib.Path(exe) == pathlib.Path(sys.executable)
     assert pathlib.Path(module).resolve().is_relative_to(ROOT)
