@@ -123,7 +123,7 @@ def plot(res):
 
     colors = (C.COLORS["dense"], C.COLORS["alt"], C.COLORS["extra"])
     keys = [k for k in res if k.startswith("lifetime_")]
-    for key, c, dy in zip(keys, colors, (22, -26, 22), strict=False):
+    for key, c, xy_text in zip(keys, colors, ((120, 1.5), (10, 1.12), (10, 1.6)), strict=False):
         r = res[key]
         ok, bb = r["feasible"], r["best"]
         share = bb["pretrain"] / bb["total"]
@@ -131,9 +131,9 @@ def plot(res):
                       label=f"D_inf = {r['inference_tokens']:.0e} output tokens "
                             f"(optimum ${bb['total'] / 1e6:,.1f}M, pretraining {share:.0%})")
         ax_l.scatter([bb["experts"]], [1.0], marker="*", s=220, color="k", zorder=4)
-        ax_l.annotate(f"E = {bb['experts']:.0f}, r = {bb['overtrain']:.0f}, "
-                      f"B = {bb['batch']:,.0f}", (bb["experts"], 1.0), xytext=(-90, dy),
-                      textcoords="offset points", fontsize=8.5, color=c)
+        ax_l.annotate(f"optimum E = {bb['experts']:.0f}, r = {bb['overtrain']:.0f}, "
+                      f"B = {bb['batch']:,.0f}", (bb["experts"], 1.0), xytext=xy_text,
+                      fontsize=8.5, color=c, arrowprops={"arrowstyle": "->", "color": c})
     ax_l.axvline(256, color=C.COLORS["grey"], ls=":", lw=1)
     ax_l.scatter([], [], marker="*", s=120, color="k", label="optimizer: E, r and batch free")
     ax_l.set(xlabel="routed experts E (k = 8 active)",
