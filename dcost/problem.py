@@ -53,7 +53,7 @@ class Problem(eqx.Module):
         ``dcost.Workload``); their leaves may carry a leading batch axis.
       objective: a name in ``dcost.objectives.OBJECTIVES``: ``"cost_per_token"`` ($ per output
         token, decode), ``"cost_per_input_token"`` ($ per input token, prefill), and
-        ``"lifetime_cost"`` once ``dcost.training`` registers it.
+        ``"lifetime_cost"`` ($ of pretraining + RL + inference; ``dcost.lifetime_objective``).
       free: ``{name: (lo, hi)}`` for any of ``batch``, ``chips`` (per stage), ``stages``,
         ``experts`` (routed, >= the model's ``experts_active``), ``overtrain``; whole numbers with
         ``1 <= lo <= hi``.
@@ -63,7 +63,8 @@ class Problem(eqx.Module):
       ttft_slo: time of the prefill pass limit (s), or None.
       chip_budget: most chips per replica ``P*G``, or None.
       loss_target: most pretraining loss (nats), for ``lifetime_cost``; or None.
-      extras: objective-specific inputs (a pytree), e.g. the training economics of lifetime_cost.
+      extras: objective-specific inputs (a pytree), e.g. the training economics of lifetime_cost
+        (a ``dcost.LifetimeInputs``).
 
     >>> import dcost
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
@@ -109,6 +110,8 @@ class Problem(eqx.Module):
         self.objective = objective
         self.free = _check_free(_DEFAULT_FREE if free is None else free, obj, model)
         self._check_limits(obj)
+        if obj.validate is not None:
+            obj.validate(self)
         batch_size(self)  # raises when leading axes disagree
 
     def _check_limits(self, obj):
