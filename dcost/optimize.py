@@ -41,7 +41,7 @@ import optax
 
 from dcost import kkt, objectives
 from dcost._jit import jit
-from dcost.problem import Problem, batch_size, broadcast, evaluate
+from dcost.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
 from dcost.solution import Solution, Stats, finish
 
 __all__ = ["optimize", "Settings", "to_unconstrained", "from_unconstrained",
@@ -204,7 +204,7 @@ def _max_batch(problem, x, i_batch, lo, hi):
     def body(t, carry):
         good, bad, viol, cost = carry
         mid = jnp.where(t == 0, lo, jnp.floor((good + bad) / 2.0))
-        ev = evaluate(problem, x.at[i_batch].set(mid))
+        ev = evaluate(problem, x.at[i_batch].set(mid), rtol=SEARCH_RTOL)
         ok = ev.feasible
         keep = ok | (t == 0)
         return (jnp.where(ok | (t == 0), mid, good), jnp.where(ok, bad, mid),
@@ -226,7 +226,7 @@ def _min_var(problem, x, i, lo, hi):
     def body(t, carry):
         good, bad, viol, cost = carry
         mid = jnp.where(t == 0, hi, jnp.ceil((good + bad) / 2.0))
-        ev = evaluate(problem, x.at[i].set(mid))
+        ev = evaluate(problem, x.at[i].set(mid), rtol=SEARCH_RTOL)
         ok = ev.feasible
         keep = ok | (t == 0)
         return (jnp.where(keep, mid, good), jnp.where(ok, bad, mid),
@@ -297,7 +297,7 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
             return _min_var(problem, x, i_over, lo[i_over], hi[i_over])
         if monotone:
             return x, viol, cost
-        ev = evaluate(problem, x)
+        ev = evaluate(problem, x, rtol=SEARCH_RTOL)
         return x, ev.violation, _finite(ev.cost)
 
     def one_round(carry, r):

@@ -40,6 +40,11 @@ exactly."""
 EXACT = ("chips",)
 """Constraints on whole-number counts, compared without the margin."""
 
+SEARCH_RTOL = 4 * FEASIBILITY_RTOL
+"""The stricter margin the searches (grid, integer polish) judge candidates by, so that the final
+exact re-check (``FEASIBILITY_RTOL``), whose float32 rounding may differ by an ulp from the
+vectorized search's, confirms every design the search picked as feasible."""
+
 _DEFAULT_FREE = {"batch": (1, 4096), "chips": (1, 72), "stages": (1, 8)}
 _DEFAULT = object()
 _DEFAULT_TPOT_SLO = 0.05
@@ -274,10 +279,11 @@ class Evaluation(NamedTuple):
         return jnp.all(self.feasible_each, axis=-1)
 
 
-def evaluate(problem: Problem, x, smoothness=0.0) -> Evaluation:
+def evaluate(problem: Problem, x, smoothness=0.0, rtol=FEASIBILITY_RTOL) -> Evaluation:
     """Evaluate the design vector ``x`` (free variables, shape ``(d,)``) of one scenario.
 
     ``smoothness = 0`` is the exact model (for whole-number ``x``); ``> 0`` the smooth relaxation.
+    ``rtol`` is the relative margin of feasibility (searches pass ``SEARCH_RTOL``).
 
     >>> import dcost, jax.numpy as jnp
     >>> from dcost.problem import evaluate
@@ -298,5 +304,5 @@ def evaluate(problem: Problem, x, smoothness=0.0) -> Evaluation:
         limits = jnp.stack([jnp.asarray(limits_[n], dtype) for n in names], axis=-1)
     else:
         values = limits = jnp.zeros((0,), dtype)
-    margins = jnp.asarray([1.0 if n in EXACT else 1.0 - FEASIBILITY_RTOL for n in names], dtype)
+    margins = jnp.asarray([1.0 if n in EXACT else 1.0 - rtol for n in names], dtype)
     return Evaluation(cost, values, limits, margins, report)
