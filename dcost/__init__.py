@@ -12,6 +12,7 @@ from dcost.lifetime import (
     lifetime_optimum_dollars,
     scale_model,
 )
+from dcost.lifetime_objective import LifetimeInputs, LifetimeReport
 from dcost.moe import expert_fraction
 from dcost.optimize import optimize
 from dcost.pareto import Frontier, pareto
@@ -50,7 +51,8 @@ __all__ = [
 __all__ += [
     "ScalingFit", "loss", "compute_optimal", "effective_params", "routed_fit", "scaling_fit",
     "scaling_fit_names", "training_run", "bubble_fraction", "lifetime_optimum", "lifetime_cost",
-    "lifetime_optimum_dollars", "scale_model", "lecture_estimate",
+    "lifetime_optimum_dollars", "scale_model", "lecture_estimate", "LifetimeInputs",
+    "LifetimeReport",
 ]
 __all__ += [
     "Problem", "Solution", "Frontier", "Sensitivity", "optimize", "grid_search", "pareto",

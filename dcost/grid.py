@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from dcost._jit import jit
-from dcost.problem import Problem, batch_size, broadcast, evaluate
+from dcost.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
 from dcost.solution import Solution, Stats, finish
 
 __all__ = ["grid_search", "grid_points"]
@@ -134,7 +134,7 @@ def _best_of(problem1, index):
     total = grid_points(problem1)
     valid = index < total
     x = _unravel(problem1, jnp.minimum(index, total - 1))
-    ev = jax.vmap(lambda v: evaluate(problem1, v))(x)
+    ev = jax.vmap(lambda v: evaluate(problem1, v, rtol=SEARCH_RTOL))(x)
     viol = jnp.where(valid & ~jnp.isnan(ev.violation), ev.violation, jnp.inf)
     cost = jnp.where(valid & ~jnp.isnan(ev.cost), ev.cost, jnp.inf)
     vmin = jnp.min(viol)

@@ -4,7 +4,8 @@ An objective maps ``(design, problem, smoothness)`` to its cost and to the *quan
 constraints bound (``tpot`` in s, ``ttft`` in s, ``memory`` in bytes per chip, ``chips`` per
 replica, ``loss`` in nats). ``dcost.Problem`` pairs the quantities with their limits; the
 optimizer and the grid search only ever call ``evaluate`` through this registry, so a new
-objective (``lifetime_cost``, from ``dcost.training``) plugs in with one ``register`` call:
+objective plugs in with one ``register`` call (``lifetime_cost`` does, in
+``dcost.lifetime_objective``):
 
 Adding an objective: write ``evaluate(design, problem, smoothness) -> (cost, quantities, report)``
 from pure JAX (``quantities`` holding every constraint it bounds, e.g. ``"loss"`` for
@@ -45,6 +46,11 @@ class Objective:
       batch_monotone: True when, with every other variable held, the cost never rises and no
         constraint quantity ever falls as ``batch`` grows; the integer search then takes the
         largest feasible batch by bisection.
+      overtrain_monotone: True when, with every other variable held, the cost never falls and no
+        constraint quantity ever rises as ``overtrain`` grows; the integer search then takes the
+        smallest feasible over-training by bisection.
+      validate: ``problem -> None``, called when a ``Problem`` is built; raises ``SpecError`` on
+        inputs the objective cannot use (e.g. missing ``extras``). None: nothing to check.
     """
 
     name: str
@@ -53,6 +59,8 @@ class Objective:
     variables: frozenset
     constraints: frozenset
     batch_monotone: bool = False
+    overtrain_monotone: bool = False
+    validate: Callable | None = None
 
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -68,9 +76,8 @@ def get(name: str) -> Objective:
     """The registered objective ``name``; an unknown name raises ValueError listing the known."""
     if name not in OBJECTIVES:
         known = ", ".join(sorted(OBJECTIVES))
-        hint = " (lifetime_cost arrives with dcost.training)" if name == "lifetime_cost" else ""
         raise ValueError(f"Problem.objective = {name!r} is not allowed: known objectives are "
-                         f"{known}{hint}")
+                         f"{known}")
     return OBJECTIVES[name]
 
 

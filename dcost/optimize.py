@@ -12,11 +12,13 @@
 2. *Integer*: every start's optimum is rounded to its ``2**d`` neighbouring integer designs
    (floor/ceil per variable), which are evaluated with the **exact** model; when the objective is
    monotone in batch (serving: cost per token never rises and no constraint ever eases as the
-   batch grows) each candidate takes the largest feasible batch by bisection. A few rounds of exact
-   local search follow (from the best design: every combination of -1/0/+1 over the variables,
-   and strides of 2, 4 and 8 along each). The cheapest feasible design wins, infeasible ones
-   ranked by their total violation; a result never claims feasibility that the exact model does
-   not confirm.
+   batch grows) each candidate takes the largest feasible batch by bisection; when it is monotone
+   in over-training (``lifetime_cost``: dollars rise and the loss falls with ``r``) each candidate
+   then takes the smallest feasible ``r`` by bisection (the batch first, at the largest ``r``).
+   A few rounds of exact local search follow (from the best design: every combination of
+   -1/0/+1 over the variables, and strides of 2, 4 and 8 along each). The cheapest feasible
+   design wins, infeasible ones ranked by their total violation; a result never claims
+   feasibility that the exact model does not confirm.
 3. *Shadow prices*: least-squares multipliers from stationarity at the best continuous point
    (``dcost.kkt.guess``); ``dcost.sensitivity`` polishes that point to a KKT point first.
 
@@ -39,7 +41,7 @@ import optax
 
 from dcost import kkt, objectives
 from dcost._jit import jit
-from dcost.problem import Problem, batch_size, broadcast, evaluate
+from dcost.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
 from dcost.solution import Solution, Stats, finish
 
 __all__ = ["optimize", "Settings", "to_unconstrained", "from_unconstrained",
@@ -202,7 +204,7 @@ def _max_batch(problem, x, i_batch, lo, hi):
     def body(t, carry):
         good, bad, viol, cost = carry
         mid = jnp.where(t == 0, lo, jnp.floor((good + bad) / 2.0))
-        ev = evaluate(problem, x.at[i_batch].set(mid))
+        ev = evaluate(problem, x.at[i_batch].set(mid), rtol=SEARCH_RTOL)
         ok = ev.feasible
         keep = ok | (t == 0)
         return (jnp.where(ok | (t == 0), mid, good), jnp.where(ok, bad, mid),
@@ -213,6 +215,28 @@ def _max_batch(problem, x, i_batch, lo, hi):
     good, _, viol, cost = jax.lax.fori_loop(
         0, iters, body, (jnp.asarray(lo, dt), jnp.asarray(hi + 1.0, dt), inf, inf))
     return x.at[i_batch].set(good), viol, cost
+
+
+def _min_var(problem, x, i, lo, hi):
+    """``x`` with the smallest feasible value of variable ``i`` in ``[lo, hi]``, by bisection
+    (valid when no constraint tightens as it grows: over-training only lowers the loss), and that
+    design's (violation, cost). When even ``hi`` is infeasible, ``hi`` (the least violation)."""
+    iters = 1 + math.ceil(math.log2(hi - lo + 1))
+
+    def body(t, carry):
+        good, bad, viol, cost = carry
+        mid = jnp.where(t == 0, hi, jnp.ceil((good + bad) / 2.0))
+        ev = evaluate(problem, x.at[i].set(mid), rtol=SEARCH_RTOL)
+        ok = ev.feasible
+        keep = ok | (t == 0)
+        return (jnp.where(keep, mid, good), jnp.where(ok, bad, mid),
+                jnp.where(keep, ev.violation, viol), jnp.where(keep, _finite(ev.cost), cost))
+
+    dt = x.dtype
+    inf = jnp.asarray(jnp.inf, dt)
+    good, _, viol, cost = jax.lax.fori_loop(
+        0, iters, body, (jnp.asarray(hi, dt), jnp.asarray(lo - 1.0, dt), inf, inf))
+    return x.at[i].set(good), viol, cost
 
 
 def _finite(a):
@@ -248,10 +272,14 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     names = problem.names
     monotone = objectives.get(problem.objective).batch_monotone and "batch" in names
     i_batch = names.index("batch") if monotone else None
-    moving = [j for j in range(d) if j != i_batch]  # batch is re-maximized, never moved
+    shrink = objectives.get(problem.objective).overtrain_monotone and "overtrain" in names
+    i_over = names.index("overtrain") if shrink else None
+    # batch is re-maximized and over-training re-minimized, never moved
+    moving = [j for j in range(d) if j not in (i_batch, i_over)]
     corners = np.array(np.meshgrid(*[[0, 1]] * d, indexing="ij")).reshape(d, -1).T
-    if monotone:
-        corners = corners[corners[:, i_batch] == 0]
+    for i in (i_batch, i_over):
+        if i is not None:
+            corners = corners[corners[:, i] == 0]
     dtype = v_starts.dtype
     cand0 = jnp.floor(v_starts)[:, None, :] + jnp.asarray(corners, dtype)[None]
     cand0 = jnp.clip(cand0.reshape(-1, d), lo, hi)
@@ -261,9 +289,15 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     steps = jnp.asarray(np.concatenate([steps, np.zeros((size - steps.shape[0], d))]), dtype)
 
     def score(x):
+        if shrink:  # the batch is maximized where the over-training eases every constraint most
+            x = x.at[i_over].set(hi[i_over])
         if monotone:
-            return _max_batch(problem, x, i_batch, lo[i_batch], hi[i_batch])
-        ev = evaluate(problem, x)
+            x, viol, cost = _max_batch(problem, x, i_batch, lo[i_batch], hi[i_batch])
+        if shrink:
+            return _min_var(problem, x, i_over, lo[i_over], hi[i_over])
+        if monotone:
+            return x, viol, cost
+        ev = evaluate(problem, x, rtol=SEARCH_RTOL)
         return x, ev.violation, _finite(ev.cost)
 
     def one_round(carry, r):
@@ -280,6 +314,8 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     init = (cand0[0], inf, inf)
     (x, _, _), _ = jax.lax.scan(one_round, init, jnp.arange(1 + settings.local_rounds))
     per = 1 + math.ceil(math.log2(hi[i_batch] - lo[i_batch] + 1)) if monotone else 1
+    if shrink:
+        per += 1 + math.ceil(math.log2(hi[i_over] - lo[i_over] + 1))
     return x, per * size * (1 + settings.local_rounds)
 
 

@@ -40,6 +40,11 @@ exactly."""
 EXACT = ("chips",)
 """Constraints on whole-number counts, compared without the margin."""
 
+SEARCH_RTOL = 4 * FEASIBILITY_RTOL
+"""The stricter margin the searches (grid, integer polish) judge candidates by, so that the final
+exact re-check (``FEASIBILITY_RTOL``), whose float32 rounding may differ by an ulp from the
+vectorized search's, confirms every design the search picked as feasible."""
+
 _DEFAULT_FREE = {"batch": (1, 4096), "chips": (1, 72), "stages": (1, 8)}
 _DEFAULT = object()
 _DEFAULT_TPOT_SLO = 0.05
@@ -53,7 +58,7 @@ class Problem(eqx.Module):
         ``dcost.Workload``); their leaves may carry a leading batch axis.
       objective: a name in ``dcost.objectives.OBJECTIVES``: ``"cost_per_token"`` ($ per output
         token, decode), ``"cost_per_input_token"`` ($ per input token, prefill), and
-        ``"lifetime_cost"`` once ``dcost.training`` registers it.
+        ``"lifetime_cost"`` ($ of pretraining + RL + inference; ``dcost.lifetime_objective``).
       free: ``{name: (lo, hi)}`` for any of ``batch``, ``chips`` (per stage), ``stages``,
         ``experts`` (routed, >= the model's ``experts_active``), ``overtrain``; whole numbers with
         ``1 <= lo <= hi``.
@@ -63,7 +68,8 @@ class Problem(eqx.Module):
       ttft_slo: time of the prefill pass limit (s), or None.
       chip_budget: most chips per replica ``P*G``, or None.
       loss_target: most pretraining loss (nats), for ``lifetime_cost``; or None.
-      extras: objective-specific inputs (a pytree), e.g. the training economics of lifetime_cost.
+      extras: objective-specific inputs (a pytree), e.g. the training economics of lifetime_cost
+        (a ``dcost.LifetimeInputs``).
 
     >>> import dcost
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
@@ -109,6 +115,8 @@ class Problem(eqx.Module):
         self.objective = objective
         self.free = _check_free(_DEFAULT_FREE if free is None else free, obj, model)
         self._check_limits(obj)
+        if obj.validate is not None:
+            obj.validate(self)
         batch_size(self)  # raises when leading axes disagree
 
     def _check_limits(self, obj):
@@ -271,10 +279,11 @@ class Evaluation(NamedTuple):
         return jnp.all(self.feasible_each, axis=-1)
 
 
-def evaluate(problem: Problem, x, smoothness=0.0) -> Evaluation:
+def evaluate(problem: Problem, x, smoothness=0.0, rtol=FEASIBILITY_RTOL) -> Evaluation:
     """Evaluate the design vector ``x`` (free variables, shape ``(d,)``) of one scenario.
 
     ``smoothness = 0`` is the exact model (for whole-number ``x``); ``> 0`` the smooth relaxation.
+    ``rtol`` is the relative margin of feasibility (searches pass ``SEARCH_RTOL``).
 
     >>> import dcost, jax.numpy as jnp
     >>> from dcost.problem import evaluate
@@ -295,5 +304,5 @@ def evaluate(problem: Problem, x, smoothness=0.0) -> Evaluation:
         limits = jnp.stack([jnp.asarray(limits_[n], dtype) for n in names], axis=-1)
     else:
         values = limits = jnp.zeros((0,), dtype)
-    margins = jnp.asarray([1.0 if n in EXACT else 1.0 - FEASIBILITY_RTOL for n in names], dtype)
+    margins = jnp.asarray([1.0 if n in EXACT else 1.0 - rtol for n in names], dtype)
     return Evaluation(cost, values, limits, margins, report)

@@ -395,3 +395,22 @@ def test_chip_budget_allows_equality(table):
         x = np.asarray(sol.x[i])
         assert bool(sol.feasible[i]) and x[1] * x[2] == 4
     assert opt.binding[i] == ("chips",) or "chips" in opt.binding[i]
+
+
+@pytest.mark.parametrize("experts", [11, 19])
+def test_grid_pick_at_the_memory_limit_is_confirmed_feasible(experts):
+    # In float32 the vectorized grid and the final exact re-check can round the memory of the same
+    # design one ulp apart; these expert counts put the best batch exactly at the limit, and the
+    # re-check used to call the grid's own pick infeasible. The searches now judge candidates by a
+    # stricter margin than the re-check.
+    h, m = dcost.presets.pair("gb200-nvl72", "deepseek-v3")
+    p = dcost.Problem(h, m, dcost.Workload(4096), free={"batch": (1, 65536)},
+                      fixed=dcost.Design(batch=1, chips=72, stages=1, experts=experts),
+                      tpot_slo=0.05)
+    g = dcost.grid_search(p)
+    assert bool(g.feasible)
+    assert float(g.report.memory_per_chip) <= float(h.hbm_capacity) * 0.9
+    # one more sequence would not fit: the pick is the memory-bound batch
+    bigger = dcost.decode(dcost.Design(batch=g.design.batch + 1, chips=72, experts=experts), h, m,
+                          dcost.Workload(4096))
+    assert float(bigger.memory_per_chip) > float(h.hbm_capacity) * 0.9 * (1 - 4e-6)
