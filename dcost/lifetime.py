@@ -155,8 +155,13 @@ def lifetime_optimum(target_loss, inference_tokens, fit="hoffmann2022", *,
     fit = as_fit(fit)
     _checks("lifetime_optimum", target_loss, inference_tokens, fit, max_tokens)
     f = jnp.result_type(float)
-    return _lifetime_flops(jnp.asarray(target_loss, f), jnp.asarray(inference_tokens, f), fit,
-                           jnp.asarray(max_tokens, f))
+    args = jnp.broadcast_arrays(jnp.asarray(target_loss, f), jnp.asarray(inference_tokens, f),
+                                jnp.asarray(max_tokens, f))
+    if args[0].ndim == 0:
+        return _lifetime_flops(args[0], args[1], fit, args[2])
+    # arrays of targets or traffic: the scalar solver mapped over them (one compiled call)
+    flat = jax.vmap(lambda a, b, c: _lifetime_flops(a, b, fit, c))(*(x.ravel() for x in args))
+    return jax.tree.map(lambda x: x.reshape(args[0].shape), flat)
 
 
 def _flop_problem(target_loss, d_inf, fit, max_tokens):

@@ -519,3 +519,13 @@ def test_training_run_vmaps_over_layouts():
                                                  tensor=8.0, microbatches=16.0))(stages)
     assert np.all(np.diff(np.asarray(runs.seconds)) > 0)  # deeper pipeline, bigger bubble
     assert np.all(np.diff(np.asarray(runs.memory_weights)) < 0)
+
+
+def test_lifetime_optimum_takes_arrays_like_one_by_one():
+    traffic = np.array([[0.0, 1e12], [1e13, 1e14]])
+    batched = dcost.lifetime_optimum(2.0, traffic)
+    assert batched.n_params.shape == traffic.shape
+    for idx in np.ndindex(traffic.shape):
+        one = dcost.lifetime_optimum(2.0, float(traffic[idx]))
+        np.testing.assert_allclose(float(batched.n_params[idx]), float(one.n_params), rtol=1e-5)
+        np.testing.assert_allclose(float(batched.n_tokens[idx]), float(one.n_tokens), rtol=1e-5)
