@@ -88,7 +88,18 @@ else:  # pragma: no cover
 
 __all__ = ["KINDS", "PARAMS", "Serving", "PriceFit", "Identifiability", "PriceSheet",
            "predict_prices", "fit_prices", "fit_log_prices", "identifiability", "price_sheets",
-           "serving_for", "fit_sheet", "DEFAULT_PRIOR", "DEFAULT_SIGMA"]
+           "serving_for", "fit_sheet", "DEFAULT_PRIOR", "DEFAULT_SIGMA", "PLANTED"]
+
+# Hidden values planted in prices the model itself generates, to show that ``fit_prices`` recovers
+# them: a Llama-3-70B-like dense model, a small GQA model and a DeepSeek-V3-like MLA model.
+PLANTED = {
+    "dense-70b": {"kv_bytes_per_token": 327680.0, "params_active": 70e9, "flops_per_byte": 295.0,
+                  "margin": 5.0},
+    "small-gqa": {"kv_bytes_per_token": 65536.0, "params_active": 8e9, "flops_per_byte": 160.0,
+                  "margin": 2.5},
+    "big-mla": {"kv_bytes_per_token": 70272.0, "params_active": 37e9, "flops_per_byte": 600.0,
+                "margin": 9.0},
+}
 
 KINDS = ("input", "output", "input_long", "output_long", "cache_write", "cache_hit",
          "cache_storage")

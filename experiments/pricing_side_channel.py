@@ -20,14 +20,6 @@ from dcost import pricing
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-PLANTED = {
-    "dense-70b": {"kv_bytes_per_token": 327680.0, "params_active": 70e9, "flops_per_byte": 295.0,
-                  "margin": 5.0},
-    "small-gqa": {"kv_bytes_per_token": 65536.0, "params_active": 8e9, "flops_per_byte": 160.0,
-                  "margin": 2.5},
-    "big-mla": {"kv_bytes_per_token": 70272.0, "params_active": 37e9, "flops_per_byte": 600.0,
-                "margin": 9.0},
-}
 NOISE = 0.05  # sd of the log-normal noise put on planted prices
 # Published checks of the DeepSeek fits (sources in price_sheets.toml): MLA KV bytes per token, and
 # DeepSeek's theoretical revenue / cost at R1 prices for 2025-02-27/28.
@@ -44,7 +36,7 @@ def _combo_sd(fit, coeffs):
 def _planted(rng):
     serving = pricing.Serving(dcost.hardware("h100-sxm"))
     rows = []
-    for case, truth in PLANTED.items():
+    for case, truth in pricing.PLANTED.items():
         y = pricing.predict_prices(truth, serving)
         for anchor in ("params_active", "margin"):
             prior = {anchor: (truth[anchor], 1.01)}

@@ -96,14 +96,7 @@ def test_log_price_gradients_match_finite_differences_in_float64():
                     modes=("fwd", "rev"), eps=1e-4, atol=1e-6, rtol=1e-6)
 
 
-PLANTED = {
-    "dense-70b": {"kv_bytes_per_token": 327680.0, "params_active": 70e9, "flops_per_byte": 295.0,
-                  "margin": 5.0},
-    "small-gqa": {"kv_bytes_per_token": 65536.0, "params_active": 8e9, "flops_per_byte": 160.0,
-                  "margin": 2.5},
-    "big-mla": {"kv_bytes_per_token": 70272.0, "params_active": 37e9, "flops_per_byte": 600.0,
-                "margin": 9.0},
-}
+PLANTED = pricing.PLANTED
 SUBSETS = {
     "no-long-tier": ("input", "output", "cache_write", "cache_hit"),
     "no-cache": ("input", "output", "input_long", "output_long"),
