@@ -21,8 +21,8 @@ import jax.numpy as jnp
 
 from dcost.problem import Problem, evaluate
 
-__all__ = ["Relaxed", "ActiveSet", "guess", "assess", "snap_to_bounds", "polish", "kkt_residual",
-           "lagrangian", "log_terms"]
+__all__ = ["Relaxed", "ActiveSet", "JUMPS", "jumps", "guess", "assess", "snap_to_bounds", "polish",
+           "kkt_residual", "lagrangian", "log_terms"]
 
 SNAP = (0.1, 0.01)
 """Guesses put a variable within this distance (in log) of a bound on the bound: the search's
@@ -95,6 +95,17 @@ def lagrangian(problem, y, lam, smoothness):
     return f + jnp.dot(lam, c)
 
 
+JUMPS = ("chips", "stages")
+"""The variables the model jumps in: the links switch from scale-up to scale-out where a stage's
+``G`` chips (tensor parallel, all-to-all) or a replica's ``P*G`` (pipeline hops) outgrow one
+scale-up domain. Only these are held where stationarity fails."""
+
+
+def jumps(problem: Problem):
+    """Mask of ``problem.names`` in ``JUMPS``."""
+    return jnp.asarray([name in JUMPS for name in problem.names])
+
+
 class ActiveSet(NamedTuple):
     y_pin: jax.Array  # where held variables stay
     interior: jax.Array  # variables that move
@@ -142,20 +153,35 @@ def snap_to_bounds(problem: Problem, y0, snap):
     return jnp.where(at_lo, lo, jnp.where(at_hi, hi, y0)), at_lo, at_hi
 
 
-def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL):
+def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
     """The active-set guess from ``fc = (f, c)`` and its Jacobian ``jac`` (rows ``grad f``,
     ``grad c_j``, in ``y``) at ``y0``: constraints with ``c > -near`` and positive least-squares
-    multipliers are active; moving variables whose stationarity residual exceeds ``pin_tol`` are
-    held (``inf``: none).
+    multipliers are active; while the stationarity residual of a moving variable exceeds
+    ``pin_tol`` (``inf``: never), the variable among ``jumps`` (those the model jumps in, default
+    all) whose holding leaves the rest nearest stationary with non-negative multipliers is held,
+    and the multipliers re-estimated. One at a time: a
+    variable at a jump spoils the joint estimate, and holding every variable it makes look
+    non-stationary would also hold the ones the binding constraints keep stationary (e.g. the
+    batch against the tpot limit), losing their prices.
 
     Returns the active set, the starting ``(y, lam)``, and how far that is from a KKT point (the
     largest violation of stationarity, bound signs, feasibility and complementarity).
     """
     gf, jc, c = jac[0], jac[1:], fc[1:]
+    jumps = jnp.ones(y0.shape, bool) if jumps is None else jnp.asarray(jumps)
     candidate = c > -near
     interior = ~(at_lo | at_hi)
-    _, resid = _multipliers(gf, jc, interior, candidate)
-    interior = interior & (jnp.abs(resid) < pin_tol)
+    index = jnp.arange(y0.shape[0])
+    def left(mask):  # how far from stationary with non-negative multipliers
+        lam, resid = _multipliers(gf, jc, mask, candidate)
+        return jnp.max(jnp.abs(resid)) + jnp.sum(jnp.maximum(-lam, 0.0))
+
+    for _ in range(y0.shape[0]):  # hold the best one, re-estimate, until the rest is stationary
+        _, resid = _multipliers(gf, jc, interior, candidate)
+        score = jax.vmap(lambda i, mask=interior: left(mask & (index != i)))(index)
+        pick = jnp.argmin(jnp.where(jumps & interior, score, jnp.inf))
+        hold = (jnp.max(jnp.abs(resid)) >= pin_tol) & jumps[pick] & interior[pick]
+        interior = interior & ~((index == pick) & hold)
     lam, _ = _multipliers(gf, jc, interior, candidate)
     active = candidate & (lam > ACTIVE_TOL)
     lam = jnp.where(active, lam, 0.0)
@@ -168,7 +194,12 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL):
 
 
 def guess(problem: Problem, y0, near, snap, s, pin_tol=PIN_TOL):
-    """``assess`` at ``y0`` snapped to its bounds, the Jacobian taken there (forward mode)."""
+    """``assess`` at ``y0`` snapped to its bounds, the Jacobian taken there (forward mode).
+
+    A held variable within ``snap`` (in log) of the next whole number downhill (of the Lagrangian
+    with the guessed multipliers) is put on it: the jumps sit at whole numbers (``G = S``; ``P*G
+    = S`` for whole ``P``), and the search stops short of the one it pushes against.
+    """
     y0, at_lo, at_hi = snap_to_bounds(problem, y0, snap)
 
     def f_and_c(y):
@@ -176,7 +207,14 @@ def guess(problem: Problem, y0, near, snap, s, pin_tol=PIN_TOL):
         return jnp.concatenate([f[None], c]), None
 
     jac, (fc, _) = _jac_and_value(f_and_c)(y0)
-    return assess(y0, at_lo, at_hi, fc, jac, near, pin_tol)
+    aset, w0, left = assess(y0, at_lo, at_hi, fc, jac, near, pin_tol, jumps(problem))
+    d = y0.shape[0]
+    g = jac[0] + jac[1:].T @ w0[d:]
+    v = jnp.exp(y0)
+    whole = jnp.log(jnp.maximum(jnp.where(g < 0, jnp.ceil(v), jnp.floor(v)), 1.0))
+    held = ~aset.interior & ~at_lo & ~at_hi & (jnp.abs(whole - y0) < snap)
+    y_pin = jnp.where(held, whole, y0)
+    return aset._replace(y_pin=y_pin), w0.at[:d].set(y_pin), left
 
 
 def _newton(problem: Problem, y0, near, snap, pin_tol, s):

@@ -336,8 +336,8 @@ def best_continuous(problem: Problem, settings: Settings = DEFAULT):
 def _shadow_prices(problem: Problem, best: Continuous):
     """Least-squares multipliers at the continuous optimum (``dcost.kkt.assess``, from the
     Jacobian the search took there, moved from ``z`` to ``y = log v``; values at a point snapped
-    to its bounds to first order), where they make it stationary; else the augmented-Lagrangian
-    ones."""
+    to its bounds to first order), where they make it stationary (with every variable moving if
+    that works, else holding chips or stages at a jump); else the augmented-Lagrangian ones."""
     lo, hi = np.log(problem.lower), np.log(problem.upper)
     u = jax.nn.sigmoid(best.z)
     dy_dz = (hi - lo) * u * (1.0 - u)
@@ -346,13 +346,16 @@ def _shadow_prices(problem: Problem, best: Continuous):
 
     y0 = jnp.log(best.v)
 
-    def at(snap):
+    def at(snap, pin_tol):
         y, at_lo, at_hi = kkt.snap_to_bounds(problem, y0, snap)
         moved = fc + jac @ (y - y0)  # (log cost, log ratios) at the snapped point, to first order
-        return kkt.assess(y, at_lo, at_hi, moved, jac, kkt.NEAR[0], jnp.inf)
+        return kkt.assess(y, at_lo, at_hi, moved, jac, kkt.NEAR[0], pin_tol, kkt.jumps(problem))
 
-    _, w, left = jax.vmap(at)(jnp.asarray(kkt.SNAP, fc.dtype))
-    k = jnp.argmin(left)
+    # every variable moving first; then holding chips or stages at a jump (a domain's edge)
+    snaps = jnp.asarray(kkt.SNAP * 2, fc.dtype)
+    pins = jnp.repeat(jnp.asarray([jnp.inf, kkt.PIN_TOL], fc.dtype), len(kkt.SNAP))
+    _, w, left = jax.vmap(at)(snaps, pins)
+    k = jnp.argmax(left < kkt.PIN_TOL)
     return jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free):], best.lambdas)
 
 

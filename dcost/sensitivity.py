@@ -9,8 +9,9 @@ Lagrangian does at fixed ``(y*, lam*)``:
 
 so ``d log cost* / d log limit_j = -lam*_j``. The optimal design moves by implicit
 differentiation of the KKT conditions on the active set (stationarity in the interior variables,
-``c_j = 0`` for the active constraints; variables at a bound, or pinned at a jump of the model
-such as a scale-up domain's edge, stay put):
+``c_j = 0`` for the active constraints; variables at a bound, or held at a jump of the model
+such as a scale-up domain's edge, stay put, so that there the multipliers and elasticities are
+those of the layout held, e.g. ``G = S`` chips per stage):
 
     F(y, lam; theta) = 0  =>  d(y*, lam*)/d theta = -(dF/d(y, lam))^{-1} dF/d theta
 
