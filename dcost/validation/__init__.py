@@ -1,0 +1,182 @@
+"""Published measurements of LLM serving, as data, and the checks every record must pass.
+
+The shipped set ``records.toml`` holds one ``[[record]]`` table per measured figure (DESIGN.md,
+section 5): where it comes from (``source``, ``quote``, ``source_id``), what ran (``hardware``,
+``model``, precisions, parallel degrees, ``serving`` pool, ``concurrency``, mean lengths, optional
+``speculative``) and what was measured (``metric`` and ``value``, in SI units: seconds or tokens/s).
+Inputs a source does not state are named in ``assumed`` and explained in ``note``.
+
+>>> records = load()
+>>> len(records) >= 60
+True
+>>> for r in records:
+...     check_record(r)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from importlib import resources
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "METRICS",
+    "PRECISIONS",
+    "REQUIRED",
+    "SERVING",
+    "check_record",
+    "check_records",
+    "load",
+    "unknown_presets",
+]
+
+REQUIRED = (
+    "id",
+    "source",
+    "source_id",
+    "family",
+    "quote",
+    "hardware",
+    "model",
+    "weights",
+    "kv_cache",
+    "compute",
+    "gpus",
+    "serving",
+    "concurrency",
+    "prompt_tokens",
+    "output_tokens",
+    "metric",
+    "value",
+)
+METRICS = (
+    "tpot",
+    "ttft",
+    "step_time",
+    "output_throughput_per_gpu",
+    "input_throughput_per_gpu",
+    "total_throughput_per_gpu",
+)
+SERVING = ("aggregated", "prefill", "decode")
+PRECISIONS = ("bf16", "fp8", "fp4", "int8")
+_DEGREES = ("tensor_parallel", "expert_parallel", "pipeline_parallel", "attention_data_parallel")
+_COUNTS = ("gpus", "concurrency")
+_LENGTHS = ("prompt_tokens", "output_tokens")  # means: need not be whole
+_TEXT = ("id", "source", "source_id", "family", "quote", "hardware", "model")
+
+
+def load() -> list[dict]:
+    """The shipped measurement records, in file order, each a plain ``dict``.
+
+    Reads ``records.toml`` beside this module through ``importlib.resources`` (so it works from an
+    installed wheel). Parallel degrees left out of a record default to 1. Nothing is checked here:
+    call :func:`check_record` / :func:`check_records`, and :func:`unknown_presets` for preset names.
+    """
+    text = resources.files(__name__).joinpath("records.toml").read_text(encoding="utf-8")
+    records = tomllib.loads(text).get("record", [])
+    for record in records:
+        for degree in _DEGREES:
+            record.setdefault(degree, 1)
+    return records
+
+
+def _fail(record: Mapping, field: str, value, allowed: str):
+    rid = record.get("id", "<no id>") if isinstance(record, Mapping) else "<not a mapping>"
+    raise ValueError(f"record {rid!r}: field {field!r} = {value!r}; {allowed}")
+
+
+def _positive_number(record, field, integer=False):
+    value = record[field]
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+        _fail(record, field, value, "must be a positive " + ("integer" if integer else "number"))
+
+
+def check_record(record: Mapping) -> None:
+    """Raise ``ValueError`` if ``record`` breaks the schema; return ``None`` if it is well formed.
+
+    The message names the record id, the field, its value and what is allowed. Checked: every
+    required field is present; ``metric``, ``serving`` and the three precisions are known values;
+    ``value`` is a positive number; ``gpus``, ``concurrency`` and parallel degrees are positive
+    integers; mean lengths are positive numbers; ``speculative`` has ``draft_tokens >= 1``
+    and ``0 <= acceptance < 1``;
+    ``assumed`` is a list of strings; ``hardware_overrides`` maps names to positive numbers.
+    Preset names are not checked here (see :func:`unknown_presets`), nor are duplicate ids (see
+    :func:`check_records`).
+    """
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a record must be a mapping, got {type(record).__name__}")
+    for field in REQUIRED:
+        if field not in record:
+            _fail(record, field, None, "is required")
+    for field in _TEXT:
+        if not isinstance(record[field], str) or not record[field].strip():
+            _fail(record, field, record[field], "must be a non-empty string")
+    if record["metric"] not in METRICS:
+        _fail(record, "metric", record["metric"], f"allowed: {', '.join(METRICS)}")
+    if record["serving"] not in SERVING:
+        _fail(record, "serving", record["serving"], f"allowed: {', '.join(SERVING)}")
+    for field in ("weights", "kv_cache", "compute"):
+        if record[field] not in PRECISIONS:
+            _fail(record, field, record[field], f"allowed: {', '.join(PRECISIONS)}")
+    _positive_number(record, "value")
+    for field in _COUNTS:
+        _positive_number(record, field, integer=True)
+    for field in _LENGTHS:
+        _positive_number(record, field)
+    for field in _DEGREES:
+        if field in record:
+            _positive_number(record, field, integer=True)
+    spec = record.get("speculative")
+    if spec is not None:
+        if not isinstance(spec, Mapping) or set(spec) != {"draft_tokens", "acceptance"}:
+            _fail(record, "speculative", spec, "must be {draft_tokens = k, acceptance = a}")
+        k, a = spec["draft_tokens"], spec["acceptance"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            _fail(record, "speculative.draft_tokens", k, "must be an integer >= 1")
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a < 1:
+            _fail(record, "speculative.acceptance", a, "must be a number in [0, 1)")
+    assumed = record.get("assumed", [])
+    if not isinstance(assumed, list) or not all(isinstance(x, str) for x in assumed):
+        _fail(record, "assumed", assumed, "must be a list of field names")
+    overrides = record.get("hardware_overrides", {})
+    if not isinstance(overrides, Mapping):
+        _fail(record, "hardware_overrides", overrides, "must be a table of field = number")
+    for name, value in overrides.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            _fail(
+                record, f"hardware_overrides.{name}", value, "must be a positive number (SI units)"
+            )
+
+
+def check_records(records: Iterable[Mapping]) -> None:
+    """Check each record with :func:`check_record`; raise ``ValueError`` on a duplicate ``id``."""
+    seen = set()
+    for record in records:
+        check_record(record)
+        if record["id"] in seen:
+            _fail(record, "id", record["id"], "must be unique; this id appears twice")
+        seen.add(record["id"])
+
+
+def unknown_presets(records: Iterable[Mapping]) -> list[tuple[str, str, str]]:
+    """``(record id, field, name)`` for every ``hardware`` or ``model`` that is not a preset.
+
+    Kept apart from :func:`check_record` so that a record may name a preset that is still being
+    added without making :func:`load` fail; callers that predict from the records require it empty.
+    """
+    from dcost.presets import hardware_names, model_names
+
+    known = {"hardware": set(hardware_names()), "model": set(model_names())}
+    missing = []
+    for record in records:
+        for field, names in known.items():
+            name = record.get(field)
+            if name not in names:
+                missing.append((record.get("id", "<no id>"), field, name))
+    return missing
