@@ -19,11 +19,30 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["hardware", "model", "pair", "precisions", "serving_precision", "hardware_names",
-           "model_names", "hardware_card", "model_card", "derive_model", "PresetError"]
+__all__ = [
+    "hardware",
+    "model",
+    "pair",
+    "precisions",
+    "serving_precision",
+    "hardware_names",
+    "model_names",
+    "hardware_card",
+    "model_card",
+    "derive_model",
+    "PresetError",
+    "PRECISIONS",
+]
 
-_HARDWARE_FIELDS = ("flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
-                    "scaleout_bandwidth", "scaleup_size", "price_per_hour")
+_HARDWARE_FIELDS = (
+    "flops",
+    "hbm_bandwidth",
+    "hbm_capacity",
+    "scaleup_bandwidth",
+    "scaleout_bandwidth",
+    "scaleup_size",
+    "price_per_hour",
+)
 
 
 class PresetError(KeyError, ValueError):
@@ -72,15 +91,30 @@ def model_card(name: str) -> dict:
     return _lookup("models", name)
 
 
+# Matmul precisions a preset may list: "bf16" is ``flops``; each other has its own field
+# ``flops_<precision>`` (dense rate, no 2:4 sparsity).
+PRECISIONS = ("bf16", "fp8", "int8", "fp4")
+
+
 def precisions(name: str) -> list[str]:
-    """Precisions whose dense FLOP/s the hardware preset ``name`` lists ("bf16" always)."""
+    """Precisions whose dense FLOP/s the hardware preset ``name`` lists ("bf16" always), in the
+    order of ``PRECISIONS``; "fp4" is the NVFP4/MXFP4 rate (Blackwell, MI355X)."""
     card = hardware_card(name)
-    return ["bf16"] + [p for p in ("fp8", "int8") if f"flops_{p}" in card]
+    return ["bf16"] + [p for p in PRECISIONS[1:] if f"flops_{p}" in card]
 
 
 def serving_precision(name: str) -> str:
-    """The precision model preset ``name`` serves its matmuls in ("bf16" unless its card says)."""
-    return str(model_card(name)["serving"].get("precision", "bf16"))
+    """The precision model preset ``name`` serves its matmuls in ("bf16" unless its card says):
+    the ``serving.precision`` field, one of ``PRECISIONS``. It names the matmul rate only; a card
+    may record weight precisions per part (e.g. gpt-oss-120b: fp4 experts, bf16 attention) in
+    other ``serving`` fields, with ``bytes_per_param`` their parameter-weighted mean."""
+    precision = str(model_card(name)["serving"].get("precision", "bf16"))
+    if precision not in PRECISIONS:
+        raise PresetError(
+            f"model preset {name!r}: serving.precision {precision!r} is not one of "
+            f"{', '.join(PRECISIONS)}"
+        )
+    return precision
 
 
 def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
@@ -88,9 +122,10 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
 
     Args:
       name: a preset from ``hardware_names()``.
-      precision: "bf16" (the default), "fp8" or "int8": ``flops`` is the dense rate at that
-        precision. Pair a model with the precision it serves in (``serving_precision``): an fp8
-        model on bf16 FLOP/s doubles its compute time.
+      precision: "bf16" (the default), "fp8", "int8" or "fp4": ``flops`` is the dense rate at
+        that precision (the card's ``flops_<precision>``). Pair a model with the precision it
+        serves in (``serving_precision``): an fp8 model on bf16 FLOP/s doubles its compute time.
+        An unknown precision, or one the chip lists no rate for, raises ``PresetError``.
       **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
 
     >>> import dcost
@@ -102,10 +137,18 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
     """
     card = hardware_card(name)
     fields = {f: float(_value(card[f])) for f in _HARDWARE_FIELDS}
+    if precision not in PRECISIONS:
+        raise PresetError(
+            f"unknown precision {precision!r} for hardware preset {name!r}; "
+            f"allowed: {', '.join(PRECISIONS)}"
+        )
     if precision != "bf16":
         if f"flops_{precision}" not in card:
-            raise PresetError(f"hardware preset {name!r} lists no {precision!r} FLOP/s; "
-                              f"known precisions: {', '.join(precisions(name))}")
+            raise PresetError(
+                f"hardware preset {name!r} lists no {precision!r} FLOP/s (no field "
+                f"'flops_{precision}'); its precisions: "
+                f"{', '.join(precisions(name))}"
+            )
         fields["flops"] = float(_value(card[f"flops_{precision}"]))
     fields.update(overrides)
     return Hardware(**fields)
@@ -113,7 +156,8 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
 
 def pair(hardware_name: str, model_name: str, **hardware_overrides) -> tuple[Hardware, Model]:
     """Hardware and model presets matched in precision: the chip's FLOP/s at the model's serving
-    precision (fp8 for deepseek-v3, bf16 for the rest).
+    precision (fp8 for deepseek-v3, deepseek-r1 and kimi-k2, bf16 for the rest; see
+    ``serving_precision``). A chip without that rate raises ``PresetError``.
 
     >>> import dcost
     >>> h, m = dcost.presets.pair("gb200-nvl72", "deepseek-v3")
@@ -153,6 +197,15 @@ def derive_model(card: dict) -> dict:
     - MLP: see ``_mlp_params`` (``3*d*d_ff`` for SwiGLU, ``2*d*d_ff`` for GELU, plus biases).
     - Norms: two per layer, one with parallel attention/MLP blocks (PaLM), plus the final one; each
       ``d`` weights, ``2*d`` with biases (LayerNorm).
+    - Sliding-window attention (gpt-oss): ``n_sliding_layers`` of the ``L`` layers attend only to
+      the last ``sliding_window`` tokens. Their parameters count as any layer's; their KV cache
+      is bounded by the window, so ``kv_bytes_per_token`` and ``attn_flops_per_context_token``
+      (the terms the v1 cost model multiplies by the context ``T``) count the
+      ``L - n_sliding_layers`` full-attention layers only, and the bounded part is returned
+      apart as ``kv_bytes_sliding`` (bytes per sequence once ``T >= sliding_window``:
+      ``2*n_sliding*kv*dh*b*window``). The v1 cost model ignores that bounded part: with as
+      many sliding as full layers (gpt-oss) it is ``window/T`` of the KV the full layers hold,
+      1 % at ``T = 100*window``, but as large as theirs at ``T = window``.
     - Embeddings: ``V*d``, twice when the output layer is untied; learned positions add
       ``n_positions*d`` (GPT-3).
     - MoE: the first ``n_dense_layers`` layers have a dense MLP of ``d_ff``; each of the other
@@ -161,7 +214,10 @@ def derive_model(card: dict) -> dict:
       expert summed over the ``L_moe`` layers.
 
     Not counted (below 0.01 % of any preset): DeepSeek-V3's per-expert router bias; its
-    multi-token-prediction module is no part of the card, as it is no part of the published 671B.
+    multi-token-prediction module is no part of the card, as it is no part of the published 671B
+    (cards record it in a separate ``mtp`` table); gpt-oss's per-head attention sinks and router
+    bias. With ``biases`` every norm gets a bias too, which RMSNorm models (gpt-oss) lack: also
+    below 0.01 %.
 
     Args:
       card: a model card as in ``models.toml``: ``card["arch"]`` holds the hyperparameters.
@@ -170,7 +226,7 @@ def derive_model(card: dict) -> dict:
       dict of floats: ``n_layers``, ``d_model``, ``params_dense``, ``params_per_expert``,
       ``n_experts``, ``experts_active``, ``kv_bytes_per_token`` (bytes),
       ``attn_flops_per_context_token`` (FLOP), ``n_moe_layers``, ``params_total``,
-      ``params_active``.
+      ``params_active``, ``kv_bytes_sliding`` (bytes per sequence, 0 without sliding layers).
 
     >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
     >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
@@ -186,20 +242,33 @@ def derive_model(card: dict) -> dict:
 
     if a.get("attention", "gqa") == "mla":
         qr, kvr = float(a["q_lora_rank"]), float(a["kv_lora_rank"])
-        nope, rope, vd = (float(a["qk_nope_head_dim"]), float(a["qk_rope_head_dim"]),
-                          float(a["v_head_dim"]))
+        nope, rope, vd = (
+            float(a["qk_nope_head_dim"]),
+            float(a["qk_rope_head_dim"]),
+            float(a["v_head_dim"]),
+        )
         q = d * qr + qr + qr * heads * (nope + rope) if qr > 0 else d * heads * (nope + rope)
         attn = q + d * (kvr + rope) + kvr + kvr * heads * (nope + vd) + heads * vd * d
         kv_bytes = layers * (kvr + rope) * kv_elem_bytes
         attn_flops = 2.0 * layers * heads * ((kvr + rope) + kvr)
+        kv_sliding = 0.0
     else:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
         attn = 2.0 * d * heads * dh + 2.0 * d * kvh * dh
         attn += ((heads + 2.0 * kvh) * dh + d) if biases else 0.0
         attn += 2.0 * dh if a.get("qk_norm", False) else 0.0
-        kv_bytes = 2.0 * layers * kvh * dh * kv_elem_bytes
-        attn_flops = 4.0 * layers * heads * dh
+        sliding = float(a.get("n_sliding_layers", 0))
+        window = float(a.get("sliding_window", 0))
+        if sliding and not (0 < sliding < layers and window > 0):
+            raise ValueError(
+                f"n_sliding_layers must be in (0, n_layers) with sliding_window > 0; "
+                f"got n_sliding_layers={sliding}, sliding_window={window}, "
+                f"n_layers={layers}"
+            )
+        kv_bytes = 2.0 * (layers - sliding) * kvh * dh * kv_elem_bytes
+        kv_sliding = 2.0 * sliding * kvh * dh * kv_elem_bytes * window
+        attn_flops = 4.0 * (layers - sliding) * heads * dh
 
     norms_per_layer = 1.0 if a.get("parallel_layers", False) else 2.0
     norms = (norms_per_layer * layers + 1.0) * d * (2.0 if biases else 1.0)
@@ -221,11 +290,18 @@ def derive_model(card: dict) -> dict:
         moe_layers, per_expert, active = 0.0, 0.0, 0.0
         dense = shared_part + layers * _mlp_params(d, float(a["d_ff"]), gated, biases)
     return {
-        "n_layers": layers, "d_model": d, "params_dense": dense, "params_per_expert": per_expert,
-        "n_experts": n_experts, "experts_active": active, "kv_bytes_per_token": kv_bytes,
-        "attn_flops_per_context_token": attn_flops, "n_moe_layers": moe_layers,
+        "n_layers": layers,
+        "d_model": d,
+        "params_dense": dense,
+        "params_per_expert": per_expert,
+        "n_experts": n_experts,
+        "experts_active": active,
+        "kv_bytes_per_token": kv_bytes,
+        "attn_flops_per_context_token": attn_flops,
+        "n_moe_layers": moe_layers,
         "params_total": dense + n_experts * per_expert,
         "params_active": dense + active * per_expert,
+        "kv_bytes_sliding": kv_sliding,
     }
 
 
@@ -240,9 +316,20 @@ def model(name: str, **overrides) -> Model:
     """
     card = model_card(name)
     derived = derive_model(card)
-    fields = {k: derived[k] for k in ("n_layers", "d_model", "params_dense", "params_per_expert",
-                                      "n_experts", "experts_active", "kv_bytes_per_token",
-                                      "attn_flops_per_context_token", "n_moe_layers")}
+    fields = {
+        k: derived[k]
+        for k in (
+            "n_layers",
+            "d_model",
+            "params_dense",
+            "params_per_expert",
+            "n_experts",
+            "experts_active",
+            "kv_bytes_per_token",
+            "attn_flops_per_context_token",
+            "n_moe_layers",
+        )
+    }
     fields["bytes_per_param"] = float(card["serving"]["bytes_per_param"])
     fields["act_bytes"] = float(card["serving"].get("act_bytes", 2.0))
     fields.update(overrides)
