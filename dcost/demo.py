@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dcost
-from dcost.cli.app import format_table
+from dcost.cli.common import format_table
 
 SCENARIO = {"hardware": "gb200-nvl72", "model": "deepseek-v3", "chips": 72, "context": 8192,
             "tpot_slo": 0.05}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost import calibrate as cal
+from dcost.calibrate import local as cal
 from dcost.cli.app import main
 
 # L=2, d=128, heads 4, d_ff=512, V=1024, T=16 (cal.QUICK)

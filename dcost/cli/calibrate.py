@@ -9,7 +9,7 @@ import math
 
 import jax
 
-from dcost.calibrate.local import FULL, QUICK, calibrate
+from dcost.calibrate import local
 
 __all__ = ["add_parsers"]
 
@@ -22,11 +22,11 @@ def _cmd_calibrate(args) -> int:
     changes = {k: v for k, v in (("n_layers", args.layers), ("d_model", args.d_model),
                                  ("context", args.context), ("dtype", args.dtype))
                if v is not None}
-    cfg = dataclasses.replace(QUICK if args.quick else FULL, **changes)
+    cfg = dataclasses.replace(local.QUICK if args.quick else local.FULL, **changes)
     batches = None
     if args.max_batch:
         batches = [2 ** i for i in range(int(math.log2(args.max_batch)) + 1)]
-    cal = calibrate(quick=args.quick, config=cfg, batches=batches)
+    cal = local.calibrate(quick=args.quick, config=cfg, batches=batches)
     if args.json:
         print(json.dumps(cal.to_dict(), indent=2, default=float))
         return 0

@@ -141,7 +141,7 @@ def relax(problem: Problem, settings: Settings = DEFAULT) -> Relaxed:
     beside the search, and one program compiles once.
 
     >>> import dcost
-    >>> from dcost.sensitivity import relax
+    >>> from dcost.search.sensitivity import relax
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
     ...                   dcost.Workload(2048), free={"batch": (1, 4096)}, tpot_slo=0.02)
     >>> r = relax(p)
