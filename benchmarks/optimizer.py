@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dcost
-from dcost.grid import grid_points
+from dcost.search.grid import grid_points
 
 
 def moe_models() -> dict:

@@ -4,22 +4,17 @@ The public face; everything else is a private detail of the modules named for th
 """
 
 from dcost import pricing
-from dcost.grid import grid_search
-from dcost.lifetime import (
-    lecture_estimate,
-    lifetime_cost,
-    lifetime_optimum,
-    lifetime_optimum_dollars,
-    scale_model,
-)
-from dcost.lifetime_objective import LifetimeInputs, LifetimeReport
-from dcost.moe import expert_fraction
-from dcost.optimize import optimize
-from dcost.pareto import Frontier, pareto
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
 from dcost.pricing import fit_prices, identifiability, predict_prices, price_sheets
-from dcost.problem import Problem
-from dcost.roofline import (
+from dcost.search.grid import grid_search
+from dcost.search.lifetime_objective import LifetimeInputs, LifetimeReport
+from dcost.search.optimize import optimize
+from dcost.search.pareto import Frontier, pareto
+from dcost.search.problem import Problem
+from dcost.search.sensitivity import Sensitivity, sensitivity
+from dcost.search.solution import Solution
+from dcost.serving.moe import expert_fraction
+from dcost.serving.roofline import (
     Report,
     balance_batch,
     bottleneck,
@@ -27,7 +22,17 @@ from dcost.roofline import (
     decode,
     prefill,
 )
-from dcost.scaling import (
+from dcost.smooth import smax
+from dcost.specs import Design, Hardware, Model, SpecError, Workload
+from dcost.training.lifetime import (
+    lecture_estimate,
+    lifetime_cost,
+    lifetime_optimum,
+    lifetime_optimum_dollars,
+    scale_model,
+)
+from dcost.training.runs import bubble_fraction, training_run
+from dcost.training.scaling import (
     ScalingFit,
     compute_optimal,
     effective_params,
@@ -36,11 +41,6 @@ from dcost.scaling import (
     scaling_fit,
     scaling_fit_names,
 )
-from dcost.sensitivity import Sensitivity, sensitivity
-from dcost.smooth import smax
-from dcost.solution import Solution
-from dcost.specs import Design, Hardware, Model, SpecError, Workload
-from dcost.training import bubble_fraction, training_run
 
 __all__ = [
     "Design", "Hardware", "Model", "Workload", "Report", "SpecError", "PresetError",

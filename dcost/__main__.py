@@ -1,5 +1,5 @@
 import sys
 
-from dcost.cli import main
+from dcost.cli.app import main
 
 sys.exit(main())

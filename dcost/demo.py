@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dcost
-from dcost.cli import format_table
+from dcost.cli.common import format_table
 
 SCENARIO = {"hardware": "gb200-nvl72", "model": "deepseek-v3", "chips": 72, "context": 8192,
             "tpot_slo": 0.05}
@@ -42,7 +42,7 @@ def knee(batches, report):
 
 def optimize_default() -> int:
     """``dcost optimize`` on the default scenario (prints the design and its sensitivities)."""
-    from dcost.cli import main as cli
+    from dcost.cli.app import main as cli
 
     return cli(["optimize", "--hardware", SCENARIO["hardware"], "--model", SCENARIO["model"],
                 "--context", str(SCENARIO["context"]), "--tpot-slo", f"{SCENARIO['tpot_slo']}s"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcost import objectives
+from dcost.search import objectives
 
 __all__ = ["batch_curve", "plot_pareto"]
 
@@ -113,7 +113,7 @@ def plot_pareto(frontier, ax=None, label=None, color=None):
     target.
 
     Args:
-      frontier: a ``dcost.pareto.Frontier``.
+      frontier: a ``dcost.Frontier``.
       ax: a matplotlib Axes; a new figure's when None.
       label: legend label of the line.
       color: matplotlib color.

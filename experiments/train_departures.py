@@ -4,7 +4,8 @@ Claim (lecture): if a batch leaves every ``tau`` (the latency floor, ~20 ms) and
 ``tau``, a request waits for the next departure, uniformly ``0..tau``, then rides one step: the
 worst latency is ``2 tau`` and the mean ``1.5 tau``.
 
-Setting: ``dcost.queueing.simulate_departures`` with Poisson arrivals (the same unit-rate draws
+Setting: ``dcost.serving.queueing.simulate_departures``
+with Poisson arrivals (the same unit-rate draws
 scaled to every load, one vmapped call per policy), a constant step ``tau`` (memory-bound decode,
 batches below the balance batch), at most ``CAPACITY`` requests per batch. Policies: ``fixed``
 (the train timetable), ``when_free`` (leave as soon as the previous batch is done and someone
@@ -23,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.queueing import POLICIES, poisson_gaps, simulate_departures, train_latency
+from dcost.serving.queueing import POLICIES, poisson_gaps, simulate_departures, train_latency
 
 TAU = 0.020  # s, the latency floor of latency_floor.py, about M/BW
 CAPACITY = 256.0  # requests per batch

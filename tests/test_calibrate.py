@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost import calibrate as cal
-from dcost.cli import main
+from dcost.calibrate import local as cal
+from dcost.cli.app import main
 
 # L=2, d=128, heads 4, d_ff=512, V=1024, T=16 (cal.QUICK)
 HAND_N = 2 * (4 * 128 * 128 + 2 * 128 * 512) + 128 * 1024       # = 524,288

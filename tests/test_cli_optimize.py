@@ -8,8 +8,8 @@ import json
 import pytest
 
 import dcost
-from dcost.cli import main
-from dcost.cli_optimize import ProgressBar
+from dcost.cli.app import main
+from dcost.cli.search import ProgressBar
 
 BASE = ["--hardware", "h100-sxm", "--model", "llama-3-8b", "--context", "2048",
         "--max-batch", "1024", "--max-chips", "8", "--max-stages", "2"]
@@ -74,8 +74,8 @@ def test_optimize_text(capsys):
 
 
 def test_durations_parse_alike():
-    from dcost.cli import build_parser
-    from dcost.cli_optimize import problem_from_args
+    from dcost.cli.app import build_parser
+    from dcost.cli.search import problem_from_args
 
     parser = build_parser()
     slos = [float(problem_from_args(parser.parse_args(["optimize", *BASE, "--tpot-slo", t]))

@@ -9,7 +9,7 @@ import jax
 import pytest
 
 import dcost
-from dcost.cli_training import add_parsers
+from dcost.cli.training import add_parsers
 
 
 def _run(argv, capsys):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost.problem import evaluate
+from dcost.search.problem import evaluate
 
 TARGET = 1.95
 

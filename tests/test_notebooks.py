@@ -36,7 +36,7 @@ _PROBE = "import sys, dcost\nprint(sys.executable)\nprint(dcost.__file__)"
 def _card(kind: str, name: str) -> dict:
     """Numbers of a preset file entry (``{value = ..., source = ...}`` tables unwrapped)."""
     card = {"hardware": dcost.presets.hardware_card,
-            "fit": dcost.scaling.scaling_fit_card}[kind](name)
+            "fit": dcost.training.scaling.scaling_fit_card}[kind](name)
     return {k: (v["value"] if isinstance(v, dict) and "value" in v else v)
             for k, v in card.items()}
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost.optimize import from_unconstrained, to_unconstrained
-from dcost.problem import FEASIBILITY_RTOL
+from dcost.search.optimize import from_unconstrained, to_unconstrained
+from dcost.search.problem import FEASIBILITY_RTOL
 
 FREE = {"batch": (1, 1024), "chips": (1, 32), "stages": (1, 4)}
 OFF = 1e6  # a limit that never binds, for cases of the table that leave a constraint off
@@ -306,7 +306,7 @@ def test_batched_equals_one_by_one_and_deterministic(table):
 
 
 def test_optimize_compiles_once_per_structure():
-    from dcost.optimize import _solve
+    from dcost.search.optimize import _solve
 
     p1 = case_problem("dense-tight-slo")
     dcost.optimize(p1)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost.scaling import scaling_fit_card
+from dcost.training.scaling import scaling_fit_card
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
 

@@ -92,7 +92,7 @@ def test_log_price_gradients_match_finite_differences_in_float64():
     with jax.enable_x64(True):
         serving = pricing.Serving(H100, smoothness=0.05, **CASES["dense-memory-bound"][1])
         theta = jnp.log(jnp.array([327680.0, 70e9, 295.0, 5.0], dtype=jnp.float64))
-        check_grads(jax.jit(lambda th: pricing._log_prices(th, serving)), (theta,), order=1,
+        check_grads(jax.jit(lambda th: pricing.model._log_prices(th, serving)), (theta,), order=1,
                     modes=("fwd", "rev"), eps=1e-4, atol=1e-6, rtol=1e-6)
 
 
@@ -190,9 +190,9 @@ def test_laplace_standard_errors_match_spread_of_fits_under_noise():
                                    jnp.asarray(mu_i), jnp.asarray(w))
         fits.append(np.asarray(f.log_values))
         if i == 0:
-            before = pricing._fit._cache_size()
+            before = pricing.fit._fit._cache_size()
             laplace = np.sqrt(np.diag(np.asarray(f.log_cov)))
-    assert pricing._fit._cache_size() == before  # one compilation serves every draw
+    assert pricing.fit._fit._cache_size() == before  # one compilation serves every draw
     spread = np.std(np.stack(fits), axis=0, ddof=1)
     # The sd of an sd estimated from 150 draws is ~6 %; allow 25 %.
     np.testing.assert_allclose(spread / laplace, 1.0, atol=0.25)

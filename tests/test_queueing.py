@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost.queueing import poisson_gaps, simulate_departures, train_latency
+from dcost.serving.queueing import poisson_gaps, simulate_departures, train_latency
 
 TAU = 0.02  # s
 SMALL, LARGE = 400, 100_000  # requests; few distinct shapes keep the compilations few

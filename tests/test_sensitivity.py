@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost.problem import evaluate
+from dcost.search.problem import evaluate
 
 H = 1e-4  # relative perturbation of the finite differences
 FREE = {"batch": (1, 4096), "chips": (1, 8)}

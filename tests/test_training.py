@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import dcost
-from dcost.scaling import scaling_fit_card
-from dcost.training import activation_bytes
+from dcost.training.runs import activation_bytes
+from dcost.training.scaling import scaling_fit_card
 
 
 @pytest.fixture(autouse=True)

@@ -12,21 +12,15 @@ routed (Mixture-of-Experts) model enters through an effective parameter count
 from __future__ import annotations
 
 import functools
-import sys
-from importlib import resources
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost._toml import read_toml
 from dcost.presets import PresetError
 from dcost.specs import Model, _concrete, _float, check
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["ScalingFit", "Plan", "Allocation", "scaling_fit", "scaling_fit_names",
            "scaling_fit_card", "as_fit", "loss", "effective_params", "routed_fit",
@@ -71,8 +65,7 @@ class ScalingFit(eqx.Module):
 
 @functools.cache
 def _fits() -> dict:
-    text = resources.files("dcost.presets").joinpath("scaling_fits.toml").read_text("utf-8")
-    return tomllib.loads(text)
+    return read_toml("dcost.presets", "scaling_fits.toml")
 
 
 def scaling_fit_names() -> list[str]:

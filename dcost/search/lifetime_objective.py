@@ -11,9 +11,10 @@ parameters ``N_active`` (``k`` of ``E`` experts per token); ``E`` sets
     \\text{loss} = L\\big(N_{active} (N_{total}/N_{active})^{\\gamma},\\ D\\big), \\quad
     \\$ = \\text{lifetime\\_cost}(N_{active}, D, D_{inf})
 
-with ``L`` the scaling fit and ``lifetime_cost`` from ``dcost.lifetime`` (pretraining ``6 N D``
-FLOP at the training price, RL tokens generated and trained on, inference tokens at the serving
-cost per token of ``dcost.decode`` at the design). More experts buy quality (``N_eff`` grows as
+with ``L`` the scaling fit and ``lifetime_cost`` from ``dcost.training.lifetime``
+(pretraining ``6 N D`` FLOP at the training price, RL tokens generated and trained on,
+inference tokens at the serving cost per token of ``dcost.decode`` at the design). More experts
+buy quality (``N_eff`` grows as
 ``E**gamma`` roughly) but cost HBM and weight reads; more over-training buys quality for
 pretraining dollars. The constraints are ``loss <= loss_target`` and the serving ones (``tpot``,
 ``ttft``, ``memory``, ``chips``), as for ``cost_per_token``. The loss enters the search scaled to
@@ -43,11 +44,18 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from dcost.lifetime import LifetimeCost, lifetime_cost
-from dcost.objectives import Objective, register
-from dcost.roofline import Report, decode, prefill
-from dcost.scaling import GAMMA, TOKENS_PER_PARAM, ScalingFit, as_fit, effective_params, loss
+from dcost.search.objectives import Objective, register
+from dcost.serving.roofline import Report, decode, prefill
 from dcost.specs import Hardware, SpecError, _concrete, _float, check, with_experts
+from dcost.training.lifetime import LifetimeCost, lifetime_cost
+from dcost.training.scaling import (
+    GAMMA,
+    TOKENS_PER_PARAM,
+    ScalingFit,
+    as_fit,
+    effective_params,
+    loss,
+)
 
 __all__ = ["LifetimeInputs", "LifetimeReport"]
 
@@ -99,7 +107,8 @@ class LifetimeReport(eqx.Module):
 
     Attributes:
       serving: the ``dcost.Report`` of decode at the design (tpot, memory, cost per token...).
-      cost: the ``dcost.lifetime.LifetimeCost`` (pretrain, rl, inference, total, cost_per_token).
+      cost: the ``dcost.training.lifetime.LifetimeCost`` (pretrain, rl, inference, total,
+        cost_per_token).
       loss: the pretraining loss (nats per token).
       n_active, n_total: active and total parameters at the design's expert count.
       n_effective: ``effective_params(n_active, n_total, gamma)``.

@@ -15,9 +15,9 @@ import math
 import jax
 
 import dcost
-from dcost.lifetime import lifetime_optimum
-from dcost.scaling import as_fit, scaling_fit_names
-from dcost.training import RECOMPUTE, training_run
+from dcost.training.lifetime import lifetime_optimum
+from dcost.training.runs import RECOMPUTE, training_run
+from dcost.training.scaling import as_fit, scaling_fit_names
 
 __all__ = ["add_parsers", "train_command", "lifetime_command"]
 

@@ -5,7 +5,7 @@ constraints bound (``tpot`` in s, ``ttft`` in s, ``memory`` in bytes per chip, `
 replica, ``loss`` in nats). ``dcost.Problem`` pairs the quantities with their limits; the
 optimizer and the grid search only ever call ``evaluate`` through this registry, so a new
 objective plugs in with one ``register`` call (``lifetime_cost`` does, in
-``dcost.lifetime_objective``):
+``dcost.search.lifetime_objective``):
 
 Adding an objective: write ``evaluate(design, problem, smoothness) -> (cost, quantities, report)``
 from pure JAX (``quantities`` holding every constraint it bounds, e.g. ``"loss"`` for
@@ -15,7 +15,7 @@ variables, constraints))``. ``batch_monotone=True`` only when cost never rises a
 constraint quantity ever falls as the batch grows (the integer search relies on it).
 
 >>> import dcost
->>> from dcost.objectives import OBJECTIVES
+>>> from dcost.search.objectives import OBJECTIVES
 >>> sorted(OBJECTIVES)[:2]
 ['cost_per_input_token', 'cost_per_token']
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dcost.roofline import Report, decode, prefill
+from dcost.serving.roofline import Report, decode, prefill
 
 __all__ = ["Objective", "OBJECTIVES", "register", "get"]
 
@@ -42,7 +42,7 @@ class Objective:
         any pytree) describing the design. Pure and jit/vmap/grad friendly; ``smoothness = 0`` is
         the exact model.
       variables: the free variables that mean something for this objective.
-      constraints: the constraints it can evaluate (names of ``dcost.problem.CONSTRAINTS``).
+      constraints: the constraints it can evaluate (names of ``dcost.search.problem.CONSTRAINTS``).
       batch_monotone: True when, with every other variable held, the cost never rises and no
         constraint quantity ever falls as ``batch`` grows; the integer search then takes the
         largest feasible batch by bisection.

@@ -16,7 +16,7 @@ those of the layout held, e.g. ``G = S`` chips per stage):
     F(y, lam; theta) = 0  =>  d(y*, lam*)/d theta = -(dF/d(y, lam))^{-1} dF/d theta
 
 The continuous optimum from ``dcost.optimize``'s multi-start search is first polished by damped
-Newton steps on ``F`` (``dcost.kkt``: every start under a few guesses of the active set, each
+Newton steps on ``F`` (``dcost.search.kkt``: every start under a few guesses of the active set, each
 result checked; the cheapest KKT point wins, ``relaxed.kkt`` says whether one passed) so that
 derivatives are taken at a KKT point. These are the sensitivities
 of the smooth relaxation at its final smoothness: the integer optimum itself moves in steps.
@@ -34,10 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost._jit import jit
-from dcost.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
-from dcost.optimize import DEFAULT, Settings, best_continuous
-from dcost.problem import Problem, batch_size, broadcast
+from dcost.search._jit import jit
+from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
+from dcost.search.optimize import DEFAULT, Settings, best_continuous
+from dcost.search.problem import Problem, batch_size, broadcast
 from dcost.specs import Hardware, Model, Workload
 
 __all__ = ["sensitivity", "relax", "Sensitivity", "Relaxed", "Elasticities"]
@@ -141,7 +141,7 @@ def relax(problem: Problem, settings: Settings = DEFAULT) -> Relaxed:
     beside the search, and one program compiles once.
 
     >>> import dcost
-    >>> from dcost.sensitivity import relax
+    >>> from dcost.search.sensitivity import relax
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
     ...                   dcost.Workload(2048), free={"batch": (1, 4096)}, tpot_slo=0.02)
     >>> r = relax(p)

@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost import objectives
-from dcost._jit import jit
-from dcost.optimize import DEFAULT, Settings, optimize
-from dcost.problem import Problem, batch_size
-from dcost.solution import Solution, finish
+from dcost.search import objectives
+from dcost.search._jit import jit
+from dcost.search.optimize import DEFAULT, Settings, optimize
+from dcost.search.problem import Problem, batch_size
+from dcost.search.solution import Solution, finish
 from dcost.specs import SpecError
 
 __all__ = ["pareto", "Frontier"]

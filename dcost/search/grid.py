@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from dcost._jit import jit
-from dcost.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
-from dcost.solution import Solution, Stats, finish
+from dcost.search._jit import jit
+from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
+from dcost.search.solution import Solution, Stats, finish
 
 __all__ = ["grid_search", "grid_points"]
 

@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from dcost.problem import Problem, evaluate
+from dcost.search.problem import Problem, evaluate
 
 __all__ = ["Relaxed", "ActiveSet", "JUMPS", "jumps", "guess", "assess", "snap_to_bounds", "polish",
            "kkt_residual", "lagrangian", "log_terms"]

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost import objectives
+from dcost.search import objectives
 from dcost.smooth import safe_log
 from dcost.specs import Design, Hardware, Model, SpecError, Workload, _concrete, _float, check
 
@@ -56,9 +56,10 @@ class Problem(eqx.Module):
     Args:
       hardware, model, workload: the scenario (``dcost.Hardware``, ``dcost.Model``,
         ``dcost.Workload``); their leaves may carry a leading batch axis.
-      objective: a name in ``dcost.objectives.OBJECTIVES``: ``"cost_per_token"`` ($ per output
-        token, decode), ``"cost_per_input_token"`` ($ per input token, prefill), and
-        ``"lifetime_cost"`` ($ of pretraining + RL + inference; ``dcost.lifetime_objective``).
+      objective: a name in ``dcost.search.objectives.OBJECTIVES``: ``"cost_per_token"``
+        ($ per output token, decode), ``"cost_per_input_token"`` ($ per input token, prefill), and
+        ``"lifetime_cost"`` ($ of pretraining + RL + inference;
+        ``dcost.search.lifetime_objective``).
       free: ``{name: (lo, hi)}`` for any of ``batch``, ``chips`` (per stage), ``stages``,
         ``experts`` (routed, >= the model's ``experts_active``), ``overtrain``; whole numbers with
         ``1 <= lo <= hi``.
@@ -243,7 +244,7 @@ class Evaluation(NamedTuple):
     """One design of one scenario, evaluated.
 
     Attributes:
-      cost: the objective (its unit: ``dcost.objectives.get(problem.objective).unit``).
+      cost: the objective (its unit: ``dcost.search.objectives.get(problem.objective).unit``).
       values: the constrained quantities, shape ``(n_constraints,)`` in ``problem.constraints``
         order (SI units).
       limits: their limits, the same shape.
@@ -286,7 +287,7 @@ def evaluate(problem: Problem, x, smoothness=0.0, rtol=FEASIBILITY_RTOL) -> Eval
     ``rtol`` is the relative margin of feasibility (searches pass ``SEARCH_RTOL``).
 
     >>> import dcost, jax.numpy as jnp
-    >>> from dcost.problem import evaluate
+    >>> from dcost.search.problem import evaluate
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
     ...                   dcost.Workload(4096), free={"batch": (1, 256)}, tpot_slo=0.03)
     >>> ev = evaluate(p, jnp.array([16.0]))

@@ -109,7 +109,7 @@ def activation_bytes(seq_len, micro_batch, d_model, heads, tensor, recompute="se
     Returns:
       Bytes.
 
-    >>> import dcost.training as tr
+    >>> from dcost.training import runs as tr
     >>> float(tr.activation_bytes(2048, 1, 12288, 96, 8)) / 1e6  # GPT-3 175B, selective
     106.954752
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.problem import Problem, evaluate
+from dcost.search.problem import Problem, evaluate
 from dcost.specs import Design
 
 __all__ = ["Solution", "Stats", "finish", "CHEAPER_RTOL"]

@@ -20,7 +20,7 @@
    design wins, infeasible ones ranked by their total violation; a result never claims
    feasibility that the exact model does not confirm.
 3. *Shadow prices*: least-squares multipliers from stationarity at the best continuous point
-   (``dcost.kkt.guess``); ``dcost.sensitivity`` polishes that point to a KKT point first.
+   (``dcost.search.kkt.guess``); ``dcost.sensitivity`` polishes that point to a KKT point first.
 
 Everything is one jitted function, vmapped over the scenarios of a batched problem.
 References: Nocedal & Wright, "Numerical Optimization" (2006), 17.4 (augmented Lagrangian for
@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dcost import kkt, objectives
-from dcost._jit import jit
-from dcost.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
-from dcost.solution import Solution, Stats, finish
+from dcost.search import kkt, objectives
+from dcost.search._jit import jit
+from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
+from dcost.search.solution import Solution, Stats, finish
 
 __all__ = ["optimize", "Settings", "to_unconstrained", "from_unconstrained",
            "solve_continuous", "best_continuous", "Continuous"]
@@ -334,7 +334,7 @@ def best_continuous(problem: Problem, settings: Settings = DEFAULT):
 
 
 def _shadow_prices(problem: Problem, best: Continuous):
-    """Least-squares multipliers at the continuous optimum (``dcost.kkt.assess``, from the
+    """Least-squares multipliers at the continuous optimum (``dcost.search.kkt.assess``, from the
     Jacobian the search took there, moved from ``z`` to ``y = log v``; values at a point snapped
     to its bounds to first order), where they make it stationary (with every variable moving if
     that works, else holding chips or stages at a jump); else the augmented-Lagrangian ones."""

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.roofline import SECONDS_PER_HOUR, decode
-from dcost.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
+from dcost.serving.roofline import SECONDS_PER_HOUR, decode
 from dcost.specs import Design, Hardware, Model, Workload, _concrete, check
+from dcost.training.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
 
 __all__ = ["Lifetime", "LifetimeCost", "LifetimeDollars", "LectureEstimate", "lifetime_optimum",
            "lifetime_cost", "lifetime_optimum_dollars", "scale_model", "lecture_estimate"]

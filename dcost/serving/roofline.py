@@ -13,8 +13,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from dcost.moe import comm_time, expert_fraction
-from dcost.pipeline import hop_time, pipeline_latency
+from dcost.serving.moe import comm_time, expert_fraction
+from dcost.serving.pipeline import hop_time, pipeline_latency
 from dcost.smooth import smax
 from dcost.specs import Design, Hardware, Model, Workload, check, with_experts
 

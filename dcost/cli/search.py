@@ -19,18 +19,18 @@ import time
 import jax
 import numpy as np
 
-from dcost import objectives
-from dcost.cli import (
+from dcost.cli.common import (
     add_precision_argument,
     format_table,
     hardware_and_model,
     parse_duration,
     parse_number,
 )
-from dcost.grid import grid_search
-from dcost.optimize import optimize
-from dcost.problem import Problem
-from dcost.sensitivity import sensitivity
+from dcost.search import objectives
+from dcost.search.grid import grid_search
+from dcost.search.optimize import optimize
+from dcost.search.problem import Problem
+from dcost.search.sensitivity import sensitivity
 from dcost.specs import Workload
 
 __all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar"]

@@ -1,0 +1,5 @@
+"""The ``dcost`` command line (``dcost.cli.app.main``); one module per subcommand."""
+
+from dcost.cli.app import main
+
+__all__ = ["main"]

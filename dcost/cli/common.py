@@ -1,0 +1,129 @@
+"""What every subcommand shares: numbers as people type them, tables, the argument types.
+
+Numbers are typed and printed in units people read (ms, GB, $ per million tokens); ``--json``
+prints the API's field names in SI units. A bad argument prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from dcost import presets
+
+__all__ = ["parse_number", "parse_duration", "format_table", "fmt_time", "positive",
+           "at_least_one", "non_negative", "Parser", "add_precision_argument",
+           "hardware_and_model"]
+
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_number(text: str) -> float:
+    """A number as people type it: ``70e9``, ``4096``, ``1.5k``, ``2M``, ``3B``, ``15T``.
+
+    >>> parse_number("70e9"), parse_number("1.5k"), parse_number("15T")
+    (70000000000.0, 1500.0, 15000000000000.0)
+    """
+    t = text.strip()
+    scale = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+    mult = 1.0
+    if t and t[-1] in scale:
+        mult, t = scale[t[-1]], t[:-1]
+    try:
+        value = float(t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """A duration in seconds from ``50ms``, ``0.05s``, ``200us`` or a bare number of seconds.
+
+    >>> parse_duration("50ms"), parse_duration("0.05"), parse_duration("2s")
+    (0.05, 0.05, 2.0)
+    """
+    t = text.strip().lower()
+    for unit in sorted(_DURATION_UNITS, key=len, reverse=True):
+        if t.endswith(unit):
+            number, scale = t[: -len(unit)], _DURATION_UNITS[unit]
+            break
+    else:
+        number, scale = t, 1.0
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (use e.g. 50ms, 0.05s or 0.05)") from None
+    if not np.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be > 0: {text!r}")
+    return round(value, 12)
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    """Left-aligned text table with a rule under the header."""
+    cols = list(zip(header, *rows, strict=False)) if rows else [(h,) for h in header]
+    widths = [max(len(str(c)) for c in col) for col in cols]
+
+    def line(r):
+        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def fmt_time(s: float) -> str:
+    if s == 0:
+        return "0"
+    if s < 1e-3:
+        return f"{s * 1e6:.3g} us"
+    if s < 1:
+        return f"{s * 1e3:.4g} ms"
+    return f"{s:.4g} s"
+
+
+def add_precision_argument(parser) -> None:
+    """``--precision``: the chip's FLOP/s at this precision (auto: the model's own)."""
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp8", "int8"), default="auto",
+                        help="matmul precision for the chip's FLOP/s (auto: the model's serving "
+                             "precision, fp8 for deepseek-v3, else bf16)")
+
+
+def hardware_and_model(args):
+    """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own)."""
+    m = presets.model(args.model)
+    precision = getattr(args, "precision", "auto")
+    if precision == "auto":
+        precision = presets.serving_precision(args.model)
+    return presets.hardware(args.hardware, precision=precision), m
+
+
+def positive(text):
+    v = parse_number(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return v
+
+
+def at_least_one(text):
+    v = parse_number(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return v
+
+
+def non_negative(text):
+    v = parse_number(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"dcost: error: {message}\n")
+
+
