@@ -83,14 +83,22 @@ CHECKS = ((1, 1024), (32, 2048), (256, 4096))
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true",
-                   help="3 repeats, 3 s of llm-analysis, and no install of llm-analysis")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 repeats, 3 s of llm-analysis, and no install of llm-analysis",
+    )
     p.add_argument("--designs", type=int, default=10**6, help="designs per dcost call")
     p.add_argument("--repeats", type=int, default=None, help="timed dcost calls (default 15)")
-    p.add_argument("--seconds", type=float, default=None,
-                   help="wall time given to llm-analysis (default 15)")
-    p.add_argument("--venv", type=Path, default=ROOT / ".bench-venv",
-                   help="virtual environment for llm-analysis")
+    p.add_argument(
+        "--seconds", type=float, default=None, help="wall time given to llm-analysis (default 15)"
+    )
+    p.add_argument(
+        "--venv",
+        type=Path,
+        default=ROOT / ".bench-venv",
+        help="virtual environment for llm-analysis",
+    )
     p.add_argument("--no-llm-analysis", action="store_true", help="time dcost only")
     p.add_argument("--x64", action="store_true", help="evaluate dcost in float64")
     p.add_argument("--seed", type=int, default=0)
@@ -111,6 +119,7 @@ def designs(n, seed):
 
 
 # ----------------------------------------------------------------------------------------- dcost
+
 
 def _time_calls(call, repeats):
     """Median and minimum wall time of ``call()`` (which blocks until its result is ready)."""
@@ -143,8 +152,9 @@ def time_dcost(batch, context, repeats):
     jax.block_until_ready((b, t))
 
     def report(b, t):
-        return dcost.decode(dcost.Design(batch=b, chips=CHIPS), hw, model, dcost.Workload(t),
-                            smoothness=0.0)
+        return dcost.decode(
+            dcost.Design(batch=b, chips=CHIPS), hw, model, dcost.Workload(t), smoothness=0.0
+        )
 
     full = jax.vmap(report)
     plain = jax.jit(full)
@@ -152,10 +162,12 @@ def time_dcost(batch, context, repeats):
     cost_only = jax.jit(lambda b, t: full(b, t).cost_per_token)
     summed = jax.jit(lambda b, t: sum(jax.tree.leaves(full(b, t))))
 
-    variants = (("full report (11 fields)", plain, False),
-                ("full report, outputs donated", donated, True),
-                ("cost_per_token only", cost_only, False),
-                ("full report summed in-graph", summed, False))
+    variants = (
+        ("full report (11 fields)", plain, False),
+        ("full report, outputs donated", donated, True),
+        ("cost_per_token only", cost_only, False),
+        ("full report summed in-graph", summed, False),
+    )
     compiled, compile_s = {}, {}
     for name, jitted, donate in variants:  # compile everything before any call: nothing cached
         args = (b, t, jax.eval_shape(full, b, t)) if donate else (b, t)
@@ -180,12 +192,21 @@ def time_dcost(batch, context, repeats):
 
         median, fastest = _time_calls(call, repeats)
         if donate:
-            assert all(np.array_equal(x, y) for x, y in
-                       zip(jax.tree.leaves(state[0]), jax.tree.leaves(reference), strict=True))
-        results.append({"name": name, "compile_s": compile_s[name], "median_s": median,
-                        "min_s": fastest, "rate": len(batch) / median,
-                        "loops": _loops(compiled[name]),
-                        "out_mb": sum(x.nbytes for x in jax.tree.leaves(state[0])) / 1e6})
+            assert all(
+                np.array_equal(x, y)
+                for x, y in zip(jax.tree.leaves(state[0]), jax.tree.leaves(reference), strict=True)
+            )
+        results.append(
+            {
+                "name": name,
+                "compile_s": compile_s[name],
+                "median_s": median,
+                "min_s": fastest,
+                "rate": len(batch) / median,
+                "loops": _loops(compiled[name]),
+                "out_mb": sum(x.nbytes for x in jax.tree.leaves(state[0])) / 1e6,
+            }
+        )
     return results, str(b.dtype)
 
 
@@ -197,12 +218,14 @@ def dcost_checks():
     out = []
     for b, t in CHECKS:
         r = dcost.decode(dcost.Design(batch=b, chips=CHIPS), hw, model, dcost.Workload(t))
-        out.append({k: float(getattr(r, k)) for k in
-                    ("t_compute", "t_weights", "t_kv", "t_comm", "tpot")})
+        out.append(
+            {k: float(getattr(r, k)) for k in ("t_compute", "t_weights", "t_kv", "t_comm", "tpot")}
+        )
     return out
 
 
 # ---------------------------------------------------------------------------------- llm-analysis
+
 
 def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
@@ -211,8 +234,9 @@ def _venv_python(venv: Path) -> Path:
 def _has_llm_analysis(python: Path) -> bool:
     if not python.exists():
         return False
-    probe = subprocess.run([str(python), "-c", "import llm_analysis.analysis"],
-                           capture_output=True, timeout=300)
+    probe = subprocess.run(
+        [str(python), "-c", "import llm_analysis.analysis"], capture_output=True, timeout=300
+    )
     return probe.returncode == 0
 
 
@@ -223,11 +247,26 @@ def ensure_llm_analysis(venv: Path, install: bool):
         return python, None
     if not install:
         return None, f"not installed in {venv.name}/ (run once without --quick to install it)"
-    print(f"installing {LLM_ANALYSIS} into {venv.name}/ (a separate virtual environment) ...",
-          flush=True)
-    steps = [[sys.executable, "-m", "venv", str(venv)],
-             [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-              "--retries", "1", "--timeout", "20", LLM_ANALYSIS]]
+    print(
+        f"installing {LLM_ANALYSIS} into {venv.name}/ (a separate virtual environment) ...",
+        flush=True,
+    )
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--retries",
+            "1",
+            "--timeout",
+            "20",
+            LLM_ANALYSIS,
+        ],
+    ]
     for cmd in steps:
         if cmd[0] != sys.executable and not python.exists():
             break
@@ -248,14 +287,25 @@ def time_llm_analysis(python: Path, batch, context, seconds: float):
     import dcost.presets
 
     arch = dcost.presets.model_card("llama-3-70b")["arch"]
-    request = {"arch": arch, "gpu": "h100-sxm-80gb", "tp": CHIPS, "seconds": seconds,
-               "points": [[int(x), int(y)] for x, y in zip(batch[:200_000], context[:200_000],
-                                                           strict=True)],
-               "checks": [list(c) for c in CHECKS]}
+    request = {
+        "arch": arch,
+        "gpu": "h100-sxm-80gb",
+        "tp": CHIPS,
+        "seconds": seconds,
+        "points": [
+            [int(x), int(y)] for x, y in zip(batch[:200_000], context[:200_000], strict=True)
+        ],
+        "checks": [list(c) for c in CHECKS],
+    }
     script = Path(__file__).with_name("llm_analysis_rate.py")
     try:
-        done = subprocess.run([str(python), str(script)], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=seconds + 300)
+        done = subprocess.run(
+            [str(python), str(script)],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=seconds + 300,
+        )
     except subprocess.TimeoutExpired:
         return None, "timed out"
     if done.returncode != 0:
@@ -266,31 +316,56 @@ def time_llm_analysis(python: Path, batch, context, seconds: float):
 
 # ---------------------------------------------------------------------------------------- report
 
+
 def print_cross_check(ours, theirs):
     """dcost's decode step against llm-analysis's, term by term (ms); see the module docstring."""
     print("\ncross-check: one decode step of llama-3-70b on 8 x H100 (TP 8, efficiencies 1.0), ms")
-    print(f"  {'':13s} | {'dcost':^37s} | {'llm-analysis':^41s} | {'ratio':^5s} |"
-          f" {'llm-analysis, dcost terms':^25s}")
-    print(f"  {'batch':>5s} {'context':>7s} | {'tpot':>7s}{'weights':>8s}{'kv':>7s}{'comm':>7s}"
-          f"{'compute':>8s}"
-          f" | {'decode':>7s}{'layers':>8s}{'kv(x2)':>9s}{'tp-comm':>9s}{'embed':>8s} | {'':5s} |"
-          f" {'decode':>15s} {'ratio':>9s}")
+    print(
+        f"  {'':13s} | {'dcost':^37s} | {'llm-analysis':^41s} | {'ratio':^5s} |"
+        f" {'llm-analysis, dcost terms':^25s}"
+    )
+    print(
+        f"  {'batch':>5s} {'context':>7s} | {'tpot':>7s}{'weights':>8s}{'kv':>7s}{'comm':>7s}"
+        f"{'compute':>8s}"
+        f" | {'decode':>7s}{'layers':>8s}{'kv(x2)':>9s}{'tp-comm':>9s}{'embed':>8s} | {'':5s} |"
+        f" {'decode':>15s} {'ratio':>9s}"
+    )
     for d, r in zip(ours, theirs, strict=True):
-        layers = (r["decode_latency_fwd_attn"] + r["decode_latency_fwd_mlp"]
-                  + r["decode_latency_fwd_layernorm"])
-        embed = (r["decode_latency_fwd_input_embedding"]
-                 + r["decode_latency_fwd_output_embedding_loss"])
+        layers = (
+            r["decode_latency_fwd_attn"]
+            + r["decode_latency_fwd_mlp"]
+            + r["decode_latency_fwd_layernorm"]
+        )
+        embed = (
+            r["decode_latency_fwd_input_embedding"] + r["decode_latency_fwd_output_embedding_loss"]
+        )
         kv, comm = r["kv_cache_latency"], r["decode_latency_fwd_tp_comm"]
         total = r["decode_latency"]
         # llm-analysis without the terms dcost does not have: its serial TP all-reduces, its read
         # of the whole input-embedding table, and its second pass over the KV cache
         aligned = total - comm - r["decode_latency_fwd_input_embedding"] - kv / 2
-        ms = [1e3 * x for x in (d["tpot"], d["t_weights"], d["t_kv"], d["t_comm"], d["t_compute"],
-                                total, layers, kv, comm, embed, aligned)]
-        print(f"  {r['batch']:5d} {r['context']:7d} | {ms[0]:7.2f}{ms[1]:8.2f}{ms[2]:7.2f}"
-              f"{ms[3]:7.2f}{ms[4]:8.2f} | {ms[5]:7.2f}{ms[6]:8.2f}{ms[7]:9.2f}{ms[8]:9.2f}"
-              f"{ms[9]:8.2f} | {total / d['tpot']:5.2f} | {ms[10]:15.2f} "
-              f"{aligned / d['tpot']:9.2f}")
+        ms = [
+            1e3 * x
+            for x in (
+                d["tpot"],
+                d["t_weights"],
+                d["t_kv"],
+                d["t_comm"],
+                d["t_compute"],
+                total,
+                layers,
+                kv,
+                comm,
+                embed,
+                aligned,
+            )
+        ]
+        print(
+            f"  {r['batch']:5d} {r['context']:7d} | {ms[0]:7.2f}{ms[1]:8.2f}{ms[2]:7.2f}"
+            f"{ms[3]:7.2f}{ms[4]:8.2f} | {ms[5]:7.2f}{ms[6]:8.2f}{ms[7]:9.2f}{ms[8]:9.2f}"
+            f"{ms[9]:8.2f} | {total / d['tpot']:5.2f} | {ms[10]:15.2f} "
+            f"{aligned / d['tpot']:9.2f}"
+        )
 
 
 def main(argv=None) -> int:
@@ -305,22 +380,32 @@ def main(argv=None) -> int:
     results, dtype = time_dcost(batch, context, args.repeats)
     cpu = jax.devices()[0]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"dcost {dcost.__version__}, jax {jax.__version__}, {cpu.platform} "
-          f"({os.cpu_count()} cores, load average {load:.1f}), {dtype}")
-    print(f"{args.designs:,} random designs of llama-3-70b on {CHIPS} x h100-sxm: batch "
-          f"{BATCH[0]}..{BATCH[1]}, context {CONTEXT[0]}..{CONTEXT[1]}; decode, smoothness 0; "
-          f"one jit(vmap) call, median of {args.repeats}")
-    print(f"  {'variant':32s} {'kernels':>7s} {'out MB':>7s} {'compile':>8s} {'median':>9s} "
-          f"{'min':>9s} {'evaluations/s':>14s}")
+    print(
+        f"dcost {dcost.__version__}, jax {jax.__version__}, {cpu.platform} "
+        f"({os.cpu_count()} cores, load average {load:.1f}), {dtype}"
+    )
+    print(
+        f"{args.designs:,} random designs of llama-3-70b on {CHIPS} x h100-sxm: batch "
+        f"{BATCH[0]}..{BATCH[1]}, context {CONTEXT[0]}..{CONTEXT[1]}; decode, smoothness 0; "
+        f"one jit(vmap) call, median of {args.repeats}"
+    )
+    print(
+        f"  {'variant':32s} {'kernels':>7s} {'out MB':>7s} {'compile':>8s} {'median':>9s} "
+        f"{'min':>9s} {'evaluations/s':>14s}"
+    )
     for r in results:
-        print(f"  {r['name']:32s} {r['loops']:7d} {r['out_mb']:7.0f} {r['compile_s']:7.2f}s "
-              f"{1e3 * r['median_s']:7.2f}ms {1e3 * r['min_s']:7.2f}ms {r['rate']:14.3g}")
+        print(
+            f"  {r['name']:32s} {r['loops']:7d} {r['out_mb']:7.0f} {r['compile_s']:7.2f}s "
+            f"{1e3 * r['median_s']:7.2f}ms {1e3 * r['min_s']:7.2f}ms {r['rate']:14.3g}"
+        )
     headline = results[0]["rate"]
     met = "met" if headline >= TARGET_RATE else "MISSED"
     print(f"  target >= {TARGET_RATE:.0e} evaluations/s (full report): {met}")
     if headline < TARGET_RATE:
-        print("  (the gap is output memory traffic, not arithmetic: compare the donated and the "
-              "summed-in-graph rows)")
+        print(
+            "  (the gap is output memory traffic, not arithmetic: compare the donated and the "
+            "summed-in-graph rows)"
+        )
 
     if args.no_llm_analysis:
         return 0
@@ -333,10 +418,12 @@ def main(argv=None) -> int:
         print(f"llm-analysis: skipped, {why}; dcost's figures above stand alone")
         return 0
     rate = theirs["evaluated"] / theirs["seconds"]
-    print(f"llm-analysis {theirs['version']} (separate venv {args.venv.name}/): "
-          f"{theirs['evaluated']:,} designs in {theirs['seconds']:.1f} s "
-          f"({theirs['failed']} rejected as not fitting in memory), {rate:,.0f} evaluations/s; "
-          f"its model has {theirs['params_total'] / 1e9:.1f} B parameters")
+    print(
+        f"llm-analysis {theirs['version']} (separate venv {args.venv.name}/): "
+        f"{theirs['evaluated']:,} designs in {theirs['seconds']:.1f} s "
+        f"({theirs['failed']} rejected as not fitting in memory), {rate:,.0f} evaluations/s; "
+        f"its model has {theirs['params_total'] / 1e9:.1f} B parameters"
+    )
     for r in results:
         print(f"  ratio, dcost {r['name']:32s} / llm-analysis: {r['rate'] / rate:12,.0f} x")
     met = "met" if headline / rate >= TARGET_RATIO else "MISSED"

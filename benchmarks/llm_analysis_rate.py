@@ -61,14 +61,18 @@ def main() -> None:
     logger.setLevel(logging.ERROR)
     gpu = get_gpu_config_by_name(request["gpu"])
     analysis = LLMAnalysis(
-        llama_like(request["arch"]), gpu, get_dtype_config_by_name("w16a16e16"),
+        llama_like(request["arch"]),
+        gpu,
+        get_dtype_config_by_name("w16a16e16"),
         ParallelismConfig(tp_size=int(request["tp"])),
-        flops_efficiency=1.0, hbm_memory_efficiency=1.0,
+        flops_efficiency=1.0,
+        hbm_memory_efficiency=1.0,
     )
 
     def evaluate(batch: int, context: int) -> dict:
-        return analysis.inference(batch_size_per_gpu=batch, seq_len=context - 1,
-                                  num_tokens_to_generate=1)
+        return analysis.inference(
+            batch_size_per_gpu=batch, seq_len=context - 1, num_tokens_to_generate=1
+        )
 
     budget = float(request["seconds"])
     evaluated = failed = 0
@@ -87,21 +91,29 @@ def main() -> None:
     checks = []
     for batch, context in request["checks"]:
         r = evaluate(int(batch), int(context))
-        checks.append({k: r[k] for k in r if k.startswith("decode_") or k == "kv_cache_latency"}
-                      | {"batch": batch, "context": context})
+        checks.append(
+            {k: r[k] for k in r if k.startswith("decode_") or k == "kv_cache_latency"}
+            | {"batch": batch, "context": context}
+        )
 
-    json.dump({
-        "version": metadata.version("llm-analysis"),
-        "evaluated": evaluated,
-        "failed": failed,
-        "seconds": elapsed,
-        "params_total": analysis.total_num_params,
-        "gpu": {"name": gpu.name, "peak_fp16_TFLOPS": gpu.peak_fp16_TFLOPS,
+    json.dump(
+        {
+            "version": metadata.version("llm-analysis"),
+            "evaluated": evaluated,
+            "failed": failed,
+            "seconds": elapsed,
+            "params_total": analysis.total_num_params,
+            "gpu": {
+                "name": gpu.name,
+                "peak_fp16_TFLOPS": gpu.peak_fp16_TFLOPS,
                 "hbm_bandwidth_in_GB_per_sec": gpu.hbm_bandwidth_in_GB_per_sec,
                 "intra_node_bandwidth_in_GB_per_sec": gpu.intra_node_bandwidth_in_GB_per_sec,
-                "intra_node_min_message_latency": gpu.intra_node_min_message_latency},
-        "checks": checks,
-    }, sys.stdout)
+                "intra_node_min_message_latency": gpu.intra_node_min_message_latency,
+            },
+            "checks": checks,
+        },
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

@@ -35,18 +35,42 @@ def moe_models() -> dict:
     """Hand-built MoE models (the presets are dense until MoE presets arrive)."""
     return {
         "moe-671b-a37b": dcost.Model(  # DeepSeek-V3-sized, fp8
-            n_layers=61, d_model=7168, params_dense=16.5e9, params_per_expert=2.55e9,
-            n_experts=256, experts_active=8, kv_bytes_per_token=61 * 576,
-            bytes_per_param=1.0, attn_flops_per_context_token=2 * 61 * 128 * 1088, act_bytes=1.0,
-            n_moe_layers=58),
+            n_layers=61,
+            d_model=7168,
+            params_dense=16.5e9,
+            params_per_expert=2.55e9,
+            n_experts=256,
+            experts_active=8,
+            kv_bytes_per_token=61 * 576,
+            bytes_per_param=1.0,
+            attn_flops_per_context_token=2 * 61 * 128 * 1088,
+            act_bytes=1.0,
+            n_moe_layers=58,
+        ),
         "moe-47b-a13b": dcost.Model(  # Mixtral-8x7B-sized
-            n_layers=32, d_model=4096, params_dense=1.6e9, params_per_expert=32 * 3 * 4096 * 14336,
-            n_experts=8, experts_active=2, kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-            bytes_per_param=2.0, attn_flops_per_context_token=4 * 32 * 32 * 128, n_moe_layers=32),
+            n_layers=32,
+            d_model=4096,
+            params_dense=1.6e9,
+            params_per_expert=32 * 3 * 4096 * 14336,
+            n_experts=8,
+            experts_active=2,
+            kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+            bytes_per_param=2.0,
+            attn_flops_per_context_token=4 * 32 * 32 * 128,
+            n_moe_layers=32,
+        ),
         "moe-14b-64e": dcost.Model(
-            n_layers=24, d_model=2048, params_dense=1.0e9, params_per_expert=24 * 3 * 2048 * 1408,
-            n_experts=64, experts_active=6, kv_bytes_per_token=2 * 24 * 16 * 128 * 2,
-            bytes_per_param=2.0, attn_flops_per_context_token=4 * 24 * 16 * 128, n_moe_layers=24),
+            n_layers=24,
+            d_model=2048,
+            params_dense=1.0e9,
+            params_per_expert=24 * 3 * 2048 * 1408,
+            n_experts=64,
+            experts_active=6,
+            kv_bytes_per_token=2 * 24 * 16 * 128 * 2,
+            bytes_per_param=2.0,
+            attn_flops_per_context_token=4 * 24 * 16 * 128,
+            n_moe_layers=24,
+        ),
     }
 
 
@@ -63,20 +87,27 @@ def scenarios(n: int, seed: int):
         hn, mn = rng.choice(sorted(hws)), rng.choice(sorted(models))
         h = hws[hn]
         h = dcost.Hardware(
-            float(h.flops) * loguniform(0.5, 2), float(h.hbm_bandwidth) * loguniform(0.5, 2),
+            float(h.flops) * loguniform(0.5, 2),
+            float(h.hbm_bandwidth) * loguniform(0.5, 2),
             float(h.hbm_capacity) * float(rng.choice([0.1, 0.25, 0.5, 1, 1.5, 2.4])),
             float(h.scaleup_bandwidth) * loguniform(0.5, 2),
             float(h.scaleout_bandwidth) * loguniform(0.5, 2),
-            float(rng.choice([4, 8, 16, 72])), float(h.price_per_hour) * loguniform(0.5, 2))
+            float(rng.choice([4, 8, 16, 72])),
+            float(h.price_per_hour) * loguniform(0.5, 2),
+        )
         context = loguniform(256, 131072)
         slo = loguniform(0.0005, 0.3)
         budget = float(rng.integers(1, 65)) if rng.random() < 0.2 else 1e9
         rows.append((h, models[mn], dcost.Workload(context), slo, budget))
         labels.append(f"{hn}/{mn}/ctx {context:.0f}/tpot {slo * 1e3:.1f} ms/budget {budget:g}")
     stack = lambda xs: jax.tree.map(lambda *a: jnp.stack(a), *xs)  # noqa: E731
-    problem = dcost.Problem(stack([r[0] for r in rows]), stack([r[1] for r in rows]),
-                            stack([r[2] for r in rows]), tpot_slo=jnp.array([r[3] for r in rows]),
-                            chip_budget=jnp.array([r[4] for r in rows]))
+    problem = dcost.Problem(
+        stack([r[0] for r in rows]),
+        stack([r[1] for r in rows]),
+        stack([r[2] for r in rows]),
+        tpot_slo=jnp.array([r[3] for r in rows]),
+        chip_budget=jnp.array([r[4] for r in rows]),
+    )
     return problem, labels
 
 
@@ -97,8 +128,10 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1000, help="scenarios in the timed batched call")
     ap.add_argument("--no-big-grid", action="store_true", help="skip the 1e8-design grid")
     args = ap.parse_args(argv)
-    print(f"jax {jax.__version__} on {jax.devices()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"jax {jax.__version__} on {jax.devices()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
 
     # Compile and one solve, on a single scenario.
     problem, labels = scenarios(args.scenarios, args.seed)
@@ -122,9 +155,11 @@ def main(argv=None) -> int:
     for i in np.flatnonzero(of):
         p = pick(problem, i)
         r = dcost.decode(dcost.Design(*x[i]), p.hardware, p.model, p.workload)
-        ok = (float(r.tpot) <= float(p.tpot_slo)
-              and float(r.memory_per_chip) <= 0.9 * float(p.hardware.hbm_capacity)
-              and x[i, 1] * x[i, 2] <= float(p.chip_budget))
+        ok = (
+            float(r.tpot) <= float(p.tpot_slo)
+            and float(r.memory_per_chip) <= 0.9 * float(p.hardware.hbm_capacity)
+            and x[i, 1] * x[i, 2] <= float(p.chip_budget)
+        )
         bad += not ok
     agree = float(np.mean(of == gf))
 
@@ -133,41 +168,67 @@ def main(argv=None) -> int:
     _, batch_first, _ = timed(dcost.optimize, big)
     _, batch_wall, batch_cpu = timed(dcost.optimize, big)
 
-    print(f"\n{args.scenarios} scenarios: {int(gf.sum())} feasible by grid search, "
-          f"{int((~gf).sum())} infeasible")
-    print(f"  within 0.5 % of the grid optimum:   {within * 100:.1f} % of feasible scenarios "
-          f"(target >= 99 %)  {'ok' if within >= 0.99 else 'MISSED'}")
+    print(
+        f"\n{args.scenarios} scenarios: {int(gf.sum())} feasible by grid search, "
+        f"{int((~gf).sum())} infeasible"
+    )
+    print(
+        f"  within 0.5 % of the grid optimum:   {within * 100:.1f} % of feasible scenarios "
+        f"(target >= 99 %)  {'ok' if within >= 0.99 else 'MISSED'}"
+    )
     finite = gap[np.isfinite(gap)]
-    print(f"  gap: median {np.median(finite) * 100:.3f} %, 99th percentile "
-          f"{np.percentile(finite, 99) * 100:.3f} %, max {finite.max() * 100:.3f} %")
-    print(f"  claimed feasible, exact model says not: {bad} (target 0)  "
-          f"{'ok' if bad == 0 else 'MISSED'}")
-    print(f"  agreement on feasibility:            {agree * 100:.1f} %  "
-          f"(optimize found none where grid found one: {int(np.sum(gf & ~of))})")
+    print(
+        f"  gap: median {np.median(finite) * 100:.3f} %, 99th percentile "
+        f"{np.percentile(finite, 99) * 100:.3f} %, max {finite.max() * 100:.3f} %"
+    )
+    print(
+        f"  claimed feasible, exact model says not: {bad} (target 0)  "
+        f"{'ok' if bad == 0 else 'MISSED'}"
+    )
+    print(
+        f"  agreement on feasibility:            {agree * 100:.1f} %  "
+        f"(optimize found none where grid found one: {int(np.sum(gf & ~of))})"
+    )
     for i in np.flatnonzero(gf & (gap > 0.005)):
-        print(f"    {labels[i]}: optimize {x[i]} ${oc[i] * 1e6:.4g}/M, grid "
-              f"{np.asarray(grid.x[i])} ${gc[i] * 1e6:.4g}/M ({gap[i] * 100:+.2f} %)")
-    print(f"  batched optimize of all {args.scenarios}: {opt_wall:.2f} s (compile included); "
-          f"grid search of all: {grid_wall:.1f} s")
+        print(
+            f"    {labels[i]}: optimize {x[i]} ${oc[i] * 1e6:.4g}/M, grid "
+            f"{np.asarray(grid.x[i])} ${gc[i] * 1e6:.4g}/M ({gap[i] * 100:+.2f} %)"
+        )
+    print(
+        f"  batched optimize of all {args.scenarios}: {opt_wall:.2f} s (compile included); "
+        f"grid search of all: {grid_wall:.1f} s"
+    )
     print("\ntimings (wall; CPU time of this process in brackets)")
-    print(f"  compile (first call less one solve): {compile_wall:.2f} s [{compile_cpu:.2f} s] "
-          f"(target < 5 s)  {'ok' if compile_wall < 5 else 'MISSED'}")
-    print(f"  one solve after compilation:         {solve_wall * 1e3:.2f} ms "
-          f"(target < 10 ms)  {'ok' if solve_wall < 0.01 else 'MISSED'}")
-    print(f"  {args.batch} scenarios in one call:        {batch_wall:.2f} s [{batch_cpu:.2f} s] "
-          f"(target < 2 s)  {'ok' if batch_wall < 2 else 'MISSED'}; first call with its compile "
-          f"{batch_first:.1f} s")
+    print(
+        f"  compile (first call less one solve): {compile_wall:.2f} s [{compile_cpu:.2f} s] "
+        f"(target < 5 s)  {'ok' if compile_wall < 5 else 'MISSED'}"
+    )
+    print(
+        f"  one solve after compilation:         {solve_wall * 1e3:.2f} ms "
+        f"(target < 10 ms)  {'ok' if solve_wall < 0.01 else 'MISSED'}"
+    )
+    print(
+        f"  {args.batch} scenarios in one call:        {batch_wall:.2f} s [{batch_cpu:.2f} s] "
+        f"(target < 2 s)  {'ok' if batch_wall < 2 else 'MISSED'}; first call with its compile "
+        f"{batch_first:.1f} s"
+    )
 
     if not args.no_big_grid:
-        p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"),
-                          dcost.Workload(4096), tpot_slo=0.05,
-                          free={"batch": (1, 173_611), "chips": (1, 72), "stages": (1, 8)})
+        p = dcost.Problem(
+            dcost.hardware("h100-sxm"),
+            dcost.model("llama-3-70b"),
+            dcost.Workload(4096),
+            tpot_slo=0.05,
+            free={"batch": (1, 173_611), "chips": (1, 72), "stages": (1, 8)},
+        )
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         g, wall, _ = timed(dcost.grid_search, p)
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         n = grid_points(p)
-        print(f"  grid of {n:.3g} designs: {wall:.1f} s, peak RSS {after / 1e6:.2f} GB "
-              f"(was {before / 1e6:.2f} GB before it), optimum {np.asarray(g.x)}")
+        print(
+            f"  grid of {n:.3g} designs: {wall:.1f} s, peak RSS {after / 1e6:.2f} GB "
+            f"(was {before / 1e6:.2f} GB before it), optimum {np.asarray(g.x)}"
+        )
     return 0
 
 

@@ -20,8 +20,13 @@ import numpy as np
 import dcost
 from dcost.cli.common import format_table
 
-SCENARIO = {"hardware": "gb200-nvl72", "model": "deepseek-v3", "chips": 72, "context": 8192,
-            "tpot_slo": 0.05}
+SCENARIO = {
+    "hardware": "gb200-nvl72",
+    "model": "deepseek-v3",
+    "chips": 72,
+    "context": 8192,
+    "tpot_slo": 0.05,
+}
 FIGURE = pathlib.Path("docs/figures/demo_batch_curve.png")
 PARETO = pathlib.Path("docs/figures/demo_pareto.png")
 PARETO_SLOS = (0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
@@ -29,8 +34,11 @@ PARETO_SLOS = (0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)
 
 def batch_sweep(hardware, model, workload, chips, batches):
     """Exact decode reports for every batch in ``batches`` (one jitted, vmapped call)."""
-    f = jax.jit(jax.vmap(lambda b: dcost.decode(dcost.Design(batch=b, chips=chips), hardware,
-                                                model, workload)))
+    f = jax.jit(
+        jax.vmap(
+            lambda b: dcost.decode(dcost.Design(batch=b, chips=chips), hardware, model, workload)
+        )
+    )
     return f(batches)
 
 
@@ -44,8 +52,19 @@ def optimize_default() -> int:
     """``dcost optimize`` on the default scenario (prints the design and its sensitivities)."""
     from dcost.cli.app import main as cli
 
-    return cli(["optimize", "--hardware", SCENARIO["hardware"], "--model", SCENARIO["model"],
-                "--context", str(SCENARIO["context"]), "--tpot-slo", f"{SCENARIO['tpot_slo']}s"])
+    return cli(
+        [
+            "optimize",
+            "--hardware",
+            SCENARIO["hardware"],
+            "--model",
+            SCENARIO["model"],
+            "--context",
+            str(SCENARIO["context"]),
+            "--tpot-slo",
+            f"{SCENARIO['tpot_slo']}s",
+        ]
+    )
 
 
 def pareto_figure(path=PARETO):
@@ -53,9 +72,14 @@ def pareto_figure(path=PARETO):
     from dcost.plots import plot_pareto
 
     h, m = dcost.presets.pair(SCENARIO["hardware"], SCENARIO["model"])
-    problem = dcost.Problem(h, m, dcost.Workload(SCENARIO["context"]),
-                            free={"batch": (1, 65536), "chips": (1, 72), "stages": (1, 8)},
-                            tpot_slo=SCENARIO["tpot_slo"], memory_reserve=0.1)
+    problem = dcost.Problem(
+        h,
+        m,
+        dcost.Workload(SCENARIO["context"]),
+        free={"batch": (1, 65536), "chips": (1, 72), "stages": (1, 8)},
+        tpot_slo=SCENARIO["tpot_slo"],
+        memory_reserve=0.1,
+    )
     frontier = dcost.pareto(problem, PARETO_SLOS)
     import matplotlib.figure
 
@@ -64,29 +88,51 @@ def pareto_figure(path=PARETO):
     sol = frontier.solution
     for i in range(frontier.tpot_slo.size):
         if bool(frontier.feasible[i]):
-            d = f"B={float(sol.design.batch[i]):,.0f} G={float(sol.design.chips[i]):.0f} " \
+            d = (
+                f"B={float(sol.design.batch[i]):,.0f} G={float(sol.design.chips[i]):.0f} "
                 f"P={float(sol.design.stages[i]):.0f}"
-            ax.annotate(d, (float(frontier.tpot_slo[i]) * 1e3, float(frontier.cost[i]) * 1e6),
-                        fontsize=6, rotation=30, xytext=(2, 4), textcoords="offset points")
+            )
+            ax.annotate(
+                d,
+                (float(frontier.tpot_slo[i]) * 1e3, float(frontier.cost[i]) * 1e6),
+                fontsize=6,
+                rotation=30,
+                xytext=(2, 4),
+                textcoords="offset points",
+            )
     i = frontier.optimum
     if i >= 0 and bool(frontier.feasible[i]):
         binding = ", ".join(sol.binding[i]) if hasattr(sol.binding, "__getitem__") else ""
-        ax.annotate(f"binding at the optimum: {binding or 'none'}",
-                    (float(frontier.tpot_slo[i]) * 1e3, float(frontier.cost[i]) * 1e6),
-                    xytext=(-40, 110), textcoords="offset points", ha="right", fontsize=9,
-                    arrowprops={"arrowstyle": "->", "color": "gray"})
-    ax.set_title(f"{SCENARIO['model']} on {SCENARIO['hardware']} (chips 1..72, stages 1..8), "
-                 f"context {SCENARIO['context']:,} tokens\ncheapest token against the time per "
-                 "output token target", fontsize=10)
+        ax.annotate(
+            f"binding at the optimum: {binding or 'none'}",
+            (float(frontier.tpot_slo[i]) * 1e3, float(frontier.cost[i]) * 1e6),
+            xytext=(-40, 110),
+            textcoords="offset points",
+            ha="right",
+            fontsize=9,
+            arrowprops={"arrowstyle": "->", "color": "gray"},
+        )
+    ax.set_title(
+        f"{SCENARIO['model']} on {SCENARIO['hardware']} (chips 1..72, stages 1..8), "
+        f"context {SCENARIO['context']:,} tokens\ncheapest token against the time per "
+        "output token target",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     print(f"figure: {path}")
-    rows = [[f"{float(s_) * 1e3:g}", f"{float(c) * 1e6:.4g}" if ok else "infeasible",
-             f"{float(t) * 1e3:.3g}" if ok else "-"]
-            for s_, c, t, ok in zip(frontier.tpot_slo, frontier.cost, frontier.tpot,
-                                    frontier.feasible, strict=True)]
+    rows = [
+        [
+            f"{float(s_) * 1e3:g}",
+            f"{float(c) * 1e6:.4g}" if ok else "infeasible",
+            f"{float(t) * 1e3:.3g}" if ok else "-",
+        ]
+        for s_, c, t, ok in zip(
+            frontier.tpot_slo, frontier.cost, frontier.tpot, frontier.feasible, strict=True
+        )
+    ]
     print(format_table(rows, ["tpot target ms", "$/M tokens", "tpot ms"]))
 
 
@@ -102,29 +148,58 @@ def main(path=FIGURE):
     r = batch_sweep(h, m, w, float(SCENARIO["chips"]), batches)
     bstar = float(dcost.balance_batch(h, m, w.context))
     k = knee(batches, r)
-    print(f"{SCENARIO['model']} on {SCENARIO['hardware']}, {SCENARIO['chips']} chips, "
-          f"context {SCENARIO['context']} tokens (exact model)")
+    print(
+        f"{SCENARIO['model']} on {SCENARIO['hardware']}, {SCENARIO['chips']} chips, "
+        f"context {SCENARIO['context']} tokens (exact model)"
+    )
     rows = []
     for b in (1, 16, 64, 256, 1024, 4096, 16384):
         i = int(np.argmin(np.abs(np.asarray(batches) - b)))
-        rows.append([f"{b}", f"{float(r.t_compute[i]) * 1e3:.3f}",
-                     f"{float(r.t_weights[i]) * 1e3:.3f}", f"{float(r.t_kv[i]) * 1e3:.3f}",
-                     f"{float(r.t_comm[i]) * 1e3:.3f}", f"{float(r.tpot[i]) * 1e3:.3f}",
-                     f"{float(r.cost_per_token[i]) * 1e6:.4g}",
-                     f"{float(r.memory_per_chip[i]) / 1e9:.1f}"])
-    print(format_table(rows, ["batch", "compute ms", "weights ms", "KV ms", "comm ms",
-                              "tpot ms", "$/M tokens", "GB/chip"]))
+        rows.append(
+            [
+                f"{b}",
+                f"{float(r.t_compute[i]) * 1e3:.3f}",
+                f"{float(r.t_weights[i]) * 1e3:.3f}",
+                f"{float(r.t_kv[i]) * 1e3:.3f}",
+                f"{float(r.t_comm[i]) * 1e3:.3f}",
+                f"{float(r.tpot[i]) * 1e3:.3f}",
+                f"{float(r.cost_per_token[i]) * 1e6:.4g}",
+                f"{float(r.memory_per_chip[i]) / 1e9:.1f}",
+            ]
+        )
+    print(
+        format_table(
+            rows,
+            [
+                "batch",
+                "compute ms",
+                "weights ms",
+                "KV ms",
+                "comm ms",
+                "tpot ms",
+                "$/M tokens",
+                "GB/chip",
+            ],
+        )
+    )
     print(f"balance batch (closed form, all experts touched): {bstar:,.0f}")
-    print(f"knee of the exact model: {k:,.0f}" if k
-          else "the exact model never turns compute bound")
+    print(
+        f"knee of the exact model: {k:,.0f}" if k else "the exact model never turns compute bound"
+    )
     from dcost.plots import batch_curve
 
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    batch_curve(np.asarray(batches), r, balance=bstar, knee=k, path=path,
-                capacity=float(h.hbm_capacity),
-                title=f"{SCENARIO['model']} on {SCENARIO['chips']} x {SCENARIO['hardware']}, "
-                      f"context {SCENARIO['context']:,} tokens")
+    batch_curve(
+        np.asarray(batches),
+        r,
+        balance=bstar,
+        knee=k,
+        path=path,
+        capacity=float(h.hbm_capacity),
+        title=f"{SCENARIO['model']} on {SCENARIO['chips']} x {SCENARIO['hardware']}, "
+        f"context {SCENARIO['context']:,} tokens",
+    )
     print(f"figure: {path}")
 
 

@@ -59,14 +59,28 @@ def batch_curve(batch, report, *, balance=None, knee=None, capacity=None, title=
     for ax in (ax1, ax2):
         if balance is not None and np.isfinite(balance):
             ax.axvline(balance, color="gray", ls="--", lw=1)
-            ax.annotate(f"balance batch B* = {balance:,.0f}", (balance, 0.97),
-                        xycoords=("data", "axes fraction"), ha="right", va="top",
-                        rotation=90, fontsize=8, color="gray")
+            ax.annotate(
+                f"balance batch B* = {balance:,.0f}",
+                (balance, 0.97),
+                xycoords=("data", "axes fraction"),
+                ha="right",
+                va="top",
+                rotation=90,
+                fontsize=8,
+                color="gray",
+            )
         if knee is not None:
             ax.axvline(knee, color="tab:orange", ls=":", lw=1.5)
-            ax.annotate(f"knee (exact) = {knee:,.0f}", (knee, 0.03),
-                        xycoords=("data", "axes fraction"), ha="left", va="bottom",
-                        rotation=90, fontsize=8, color="tab:orange")
+            ax.annotate(
+                f"knee (exact) = {knee:,.0f}",
+                (knee, 0.03),
+                xycoords=("data", "axes fraction"),
+                ha="left",
+                va="bottom",
+                rotation=90,
+                fontsize=8,
+                color="tab:orange",
+            )
         ax.grid(True, which="both", alpha=0.25)
     ax1.legend(fontsize=8, loc="upper left")
     fits = np.ones_like(b, dtype=bool)
@@ -76,19 +90,31 @@ def batch_curve(batch, report, *, balance=None, knee=None, capacity=None, title=
             first = b[np.argmin(fits)] if fits.any() else b[0]
             for ax in (ax1, ax2):
                 ax.axvspan(first, b[-1], color="tab:red", alpha=0.08, lw=0)
-                ax.annotate("KV + weights exceed HBM", (first, 0.5),
-                            xycoords=("data", "axes fraction"), fontsize=8, color="tab:red",
-                            xytext=(4, 0), textcoords="offset points")
+                ax.annotate(
+                    "KV + weights exceed HBM",
+                    (first, 0.5),
+                    xycoords=("data", "axes fraction"),
+                    fontsize=8,
+                    color="tab:red",
+                    xytext=(4, 0),
+                    textcoords="offset points",
+                )
     if not fits.any():
         fits = np.ones_like(fits)
     # Cost is flat once compute bound: mark the smallest batch within 1 % of the cheapest.
     cheapest = cost[fits].min()
     i = int(np.flatnonzero(fits & (cost <= 1.01 * cheapest))[0])
     ax2.plot(b[i], cost[i], "o", color="tab:orange")
-    ax2.annotate(f"within 1 % of the cheapest that fits\nfrom batch {b[i]:,.0f}: "
-                 f"${cost[i]:.3g}/M tokens", (b[i], cost[i]), textcoords="offset points",
-                 xytext=(-20, 40), ha="right", va="bottom", fontsize=8,
-                 arrowprops={"arrowstyle": "-", "color": "gray"})
+    ax2.annotate(
+        f"within 1 % of the cheapest that fits\nfrom batch {b[i]:,.0f}: ${cost[i]:.3g}/M tokens",
+        (b[i], cost[i]),
+        textcoords="offset points",
+        xytext=(-20, 40),
+        ha="right",
+        va="bottom",
+        fontsize=8,
+        arrowprops={"arrowstyle": "-", "color": "gray"},
+    )
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -134,12 +160,26 @@ def plot_pareto(frontier, ax=None, label=None, color=None):
     ok = np.asarray(frontier.feasible)
     per_m = np.where(ok, np.asarray(frontier.cost) * 1e6, np.nan)
     (line,) = ax.step(slo_ms, per_m, where="post", color=color, label=label or "cheapest design")
-    ax.plot(np.asarray(frontier.tpot)[ok] * 1e3, per_m[ok], "o", ms=3, color=line.get_color(),
-            alpha=0.6, label="its time per token")
+    ax.plot(
+        np.asarray(frontier.tpot)[ok] * 1e3,
+        per_m[ok],
+        "o",
+        ms=3,
+        color=line.get_color(),
+        alpha=0.6,
+        label="its time per token",
+    )
     if frontier.optimum >= 0 and ok[frontier.optimum]:
         i = frontier.optimum
-        ax.plot([slo_ms[i]], [per_m[i]], "*", ms=14, color=line.get_color(), markeredgecolor="k",
-                label=f"optimum at {slo_ms[i]:.3g} ms: ${per_m[i]:.3g}/M")
+        ax.plot(
+            [slo_ms[i]],
+            [per_m[i]],
+            "*",
+            ms=14,
+            color=line.get_color(),
+            markeredgecolor="k",
+            label=f"optimum at {slo_ms[i]:.3g} ms: ${per_m[i]:.3g}/M",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("time per output token target (ms)")

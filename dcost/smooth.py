@@ -60,8 +60,10 @@ def smax(xs, smoothness=0.0):
     logs = [jnp.log(jnp.where(p, x, 1.0)) for p, x in zip(pos, xs, strict=True)]
     top = jax.lax.stop_gradient(jnp.log(jnp.where(any_pos, hard, 1.0)))  # max of the logs
     # a zero term gives exp(0) in the branch that `where` discards: finite, so no 0 * inf
-    total = sum(jnp.where(p, jnp.exp((jnp.where(p, lg, top) - top) / s_safe), 0.0)
-                for p, lg in zip(pos, logs, strict=True))
+    total = sum(
+        jnp.where(p, jnp.exp((jnp.where(p, lg, top) - top) / s_safe), 0.0)
+        for p, lg in zip(pos, logs, strict=True)
+    )
     lse = top / s_safe + jnp.log(jnp.where(any_pos, total, 1.0))
     soft = jnp.where(any_pos, jnp.exp(s_safe * lse), 0.0)
     return jnp.where(positive_s, soft, hard)

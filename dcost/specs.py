@@ -123,8 +123,13 @@ class Hardware(eqx.Module):
     bandwidth_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
 
     def __check_init__(self):
-        for name in ("flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
-                     "scaleout_bandwidth"):
+        for name in (
+            "flops",
+            "hbm_bandwidth",
+            "hbm_capacity",
+            "scaleup_bandwidth",
+            "scaleout_bandwidth",
+        ):
             check("Hardware", name, getattr(self, name), low_open=True)
         check("Hardware", "scaleup_size", self.scaleup_size, low=1.0)
         check("Hardware", "price_per_hour", self.price_per_hour)
@@ -185,15 +190,21 @@ class Model(eqx.Module):
         check("Model", "n_layers", self.n_layers, low_open=True)
         check("Model", "d_model", self.d_model, low_open=True)
         check("Model", "params_dense", self.params_dense, low_open=True)
-        for name in ("params_per_expert", "n_experts", "experts_active", "kv_bytes_per_token",
-                     "attn_flops_per_context_token"):
+        for name in (
+            "params_per_expert",
+            "n_experts",
+            "experts_active",
+            "kv_bytes_per_token",
+            "attn_flops_per_context_token",
+        ):
             check("Model", name, getattr(self, name))
         check("Model", "bytes_per_param", self.bytes_per_param, low_open=True)
         check("Model", "act_bytes", self.act_bytes, low_open=True)
         if self.n_moe_layers is not None:
             check("Model", "n_moe_layers", self.n_moe_layers, high=_max_or_none(self.n_layers))
-        e, k, ne = (_concrete(v) for v in (self.n_experts, self.experts_active,
-                                            self.params_per_expert))
+        e, k, ne = (
+            _concrete(v) for v in (self.n_experts, self.experts_active, self.params_per_expert)
+        )
         if e is not None and k is not None and np.any(k > e):
             raise SpecError(
                 f"Model.experts_active = {_show(k)} is not allowed: it must be <= n_experts "
@@ -202,14 +213,20 @@ class Model(eqx.Module):
         if e is not None and k is not None and ne is not None:
             moe = e > 0
             if np.any(moe & (k <= 0)):
-                raise SpecError("Model.experts_active = 0 is not allowed for an MoE model "
-                                "(n_experts > 0): it must be >= 1")
+                raise SpecError(
+                    "Model.experts_active = 0 is not allowed for an MoE model "
+                    "(n_experts > 0): it must be >= 1"
+                )
             if np.any(moe & (ne <= 0)):
-                raise SpecError("Model.params_per_expert = 0 is not allowed for an MoE model "
-                                "(n_experts > 0): it must be > 0")
+                raise SpecError(
+                    "Model.params_per_expert = 0 is not allowed for an MoE model "
+                    "(n_experts > 0): it must be > 0"
+                )
             if np.any(~moe & ((k > 0) | (ne > 0))):
-                raise SpecError("a dense model (Model.n_experts = 0) must have experts_active = 0 "
-                                "and params_per_expert = 0")
+                raise SpecError(
+                    "a dense model (Model.n_experts = 0) must have experts_active = 0 "
+                    "and params_per_expert = 0"
+                )
 
     @property
     def moe_layers(self):
@@ -311,11 +328,15 @@ def with_experts(model: Model, design: Design) -> Model:
         return model
     e, k = _concrete(design.experts), _concrete(model.experts_active)
     if e is not None and k is not None and np.any(k <= 0):
-        raise SpecError(f"Design.experts = {_show(e)} is not allowed for a dense model "
-                        "(Model.experts_active = 0): leave it None")
+        raise SpecError(
+            f"Design.experts = {_show(e)} is not allowed for a dense model "
+            "(Model.experts_active = 0): leave it None"
+        )
     if e is not None and k is not None and np.any(e < k):
-        raise SpecError(f"Design.experts = {_show(e)} is not allowed: it must be >= the model's "
-                        f"experts_active ({_show(k)})")
+        raise SpecError(
+            f"Design.experts = {_show(e)} is not allowed: it must be >= the model's "
+            f"experts_active ({_show(k)})"
+        )
     return eqx.tree_at(lambda m: m.n_experts, model, design.experts)
 
 

@@ -29,8 +29,14 @@ import dcost  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 
-COLORS = {"dense": "#1f77b4", "moe": "#d62728", "alt": "#2ca02c", "grey": "#7f7f7f",
-          "extra": "#9467bd", "orange": "#ff7f0e"}
+COLORS = {
+    "dense": "#1f77b4",
+    "moe": "#d62728",
+    "alt": "#2ca02c",
+    "grey": "#7f7f7f",
+    "extra": "#9467bd",
+    "orange": "#ff7f0e",
+}
 
 
 def serving_hardware(name: str, model: dcost.Model) -> dcost.Hardware:
@@ -96,12 +102,14 @@ def decode_sweep(batch, chips, stages, hardware, model, context):
     One jitted, vmapped call; the specs are arguments (not closed over), so later calls with the
     same shapes reuse the compiled code. Returns a ``Report`` of the broadcast shape.
     """
-    b, g, p, t = jnp.broadcast_arrays(*(jnp.asarray(x, dtype=jnp.result_type(float))
-                                        for x in (batch, chips, stages, context)))
+    b, g, p, t = jnp.broadcast_arrays(
+        *(jnp.asarray(x, dtype=jnp.result_type(float)) for x in (batch, chips, stages, context))
+    )
 
     def one(b, g, p, t):
-        return dcost.decode(dcost.Design(batch=b, chips=g, stages=p), hardware, model,
-                            dcost.Workload(t))
+        return dcost.decode(
+            dcost.Design(batch=b, chips=g, stages=p), hardware, model, dcost.Workload(t)
+        )
 
     r = jax.vmap(one)(b.ravel(), g.ravel(), p.ravel(), t.ravel())
     return jax.tree.map(lambda x: x.reshape(b.shape), r)
@@ -109,8 +117,14 @@ def decode_sweep(batch, chips, stages, hardware, model, context):
 
 def figure(ncols: int = 2, width: float = 6.0, height: float = 4.6, nrows: int = 1):
     """``nrows`` x ``ncols`` axes (a flat list, row by row) with the house style."""
-    plt.rcParams.update({"font.size": 10.5, "axes.titlesize": 11.5, "legend.fontsize": 9,
-                         "axes.grid": True, "grid.alpha": 0.3})
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
-                             squeeze=False)
+    plt.rcParams.update(
+        {
+            "font.size": 10.5,
+            "axes.titlesize": 11.5,
+            "legend.fontsize": 9,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+        }
+    )
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, list(axes.ravel())

@@ -36,20 +36,31 @@ def compute():
     p = np.concatenate([CHIPS, ones, ones])
     b = np.concatenate([BATCH * ones, BATCH * ones, BATCH * CHIPS])
     r = C.decode_sweep(b, g, p, h, m, CONTEXT)
-    out = {"hardware": HARDWARE, "model": MODEL, "context": CONTEXT, "batch": BATCH,
-           "chips": CHIPS, "hbm_capacity": float(h.hbm_capacity)}
+    out = {
+        "hardware": HARDWARE,
+        "model": MODEL,
+        "context": CONTEXT,
+        "batch": BATCH,
+        "chips": CHIPS,
+        "hbm_capacity": float(h.hbm_capacity),
+    }
     weights = float(m.bytes_per_param * m.params_total) / (g * p)
     kv = b * CONTEXT * float(m.kv_bytes_per_token) / g
     for i, name in enumerate(STRATEGIES):
         sl = slice(i * n, (i + 1) * n)
-        out[name] = {"stages": p[sl], "chips_per_stage": g[sl], "batch": b[sl],
-                     "tpot_s": np.asarray(r.tpot)[sl],
-                     "cost_per_token": np.asarray(r.cost_per_token)[sl],
-                     "tokens_per_s": np.asarray(r.tokens_per_s)[sl],
-                     "memory_per_chip": np.asarray(r.memory_per_chip)[sl],
-                     "weights_per_chip": weights[sl], "kv_per_chip": kv[sl],
-                     "fits": np.asarray(r.memory_per_chip)[sl] <= float(h.hbm_capacity),
-                     "bottleneck": dcost.bottleneck(jax.tree.map(lambda x, sl=sl: x[sl], r))}
+        out[name] = {
+            "stages": p[sl],
+            "chips_per_stage": g[sl],
+            "batch": b[sl],
+            "tpot_s": np.asarray(r.tpot)[sl],
+            "cost_per_token": np.asarray(r.cost_per_token)[sl],
+            "tokens_per_s": np.asarray(r.tokens_per_s)[sl],
+            "memory_per_chip": np.asarray(r.memory_per_chip)[sl],
+            "weights_per_chip": weights[sl],
+            "kv_per_chip": kv[sl],
+            "fits": np.asarray(r.memory_per_chip)[sl] <= float(h.hbm_capacity),
+            "bottleneck": dcost.bottleneck(jax.tree.map(lambda x, sl=sl: x[sl], r)),
+        }
     return out
 
 
@@ -57,43 +68,87 @@ def plot(res):
     fig, (ax_m, ax_t, ax_c) = C.figure(3, width=5.2, height=4.8)
     n = res["chips"]
     pl, tp = res["pipeline"], res["tensor"]
-    ax_m.loglog(n, pl["weights_per_chip"] / 1e9, "o-", color=C.COLORS["dense"],
-                label="pipeline: weights per chip (1/P)")
-    ax_m.loglog(n, pl["kv_per_chip"] / 1e9, "s-", color=C.COLORS["moe"],
-                label="pipeline: KV per chip (flat)")
-    ax_m.loglog(n, pl["memory_per_chip"] / 1e9, "-", color="k", lw=2,
-                label="pipeline: total per chip")
-    ax_m.loglog(n, tp["memory_per_chip"] / 1e9, "--", color=C.COLORS["alt"],
-                label="tensor parallel, same batch: total")
+    ax_m.loglog(
+        n,
+        pl["weights_per_chip"] / 1e9,
+        "o-",
+        color=C.COLORS["dense"],
+        label="pipeline: weights per chip (1/P)",
+    )
+    ax_m.loglog(
+        n,
+        pl["kv_per_chip"] / 1e9,
+        "s-",
+        color=C.COLORS["moe"],
+        label="pipeline: KV per chip (flat)",
+    )
+    ax_m.loglog(
+        n, pl["memory_per_chip"] / 1e9, "-", color="k", lw=2, label="pipeline: total per chip"
+    )
+    ax_m.loglog(
+        n,
+        tp["memory_per_chip"] / 1e9,
+        "--",
+        color=C.COLORS["alt"],
+        label="tensor parallel, same batch: total",
+    )
     ax_m.axhline(res["hbm_capacity"] / 1e9, color=C.COLORS["grey"], ls=":")
-    ax_m.text(n[-1], res["hbm_capacity"] / 1e9 * 1.08, f"HBM {res['hbm_capacity'] / 1e9:.0f} GB",
-              ha="right", fontsize=8.5, color=C.COLORS["grey"])
-    ax_m.set(xlabel="chips per replica (P for the pipeline, G for tensor parallel)",
-             ylabel="HBM per chip (GB)", ylim=(1, 600),
-             title="Memory: weights shrink with P, KV does not")
+    ax_m.text(
+        n[-1],
+        res["hbm_capacity"] / 1e9 * 1.08,
+        f"HBM {res['hbm_capacity'] / 1e9:.0f} GB",
+        ha="right",
+        fontsize=8.5,
+        color=C.COLORS["grey"],
+    )
+    ax_m.set(
+        xlabel="chips per replica (P for the pipeline, G for tensor parallel)",
+        ylabel="HBM per chip (GB)",
+        ylim=(1, 600),
+        title="Memory: weights shrink with P, KV does not",
+    )
     ax_m.legend(fontsize=8, loc="lower left")
-    styles = (("pipeline", "o-", C.COLORS["dense"], f"pipeline, batch {res['batch']:.0f} per "
-               "micro-batch"),
-              ("tensor", "--", C.COLORS["alt"], f"tensor parallel, batch {res['batch']:.0f}"),
-              ("tensor_same_inflight", "-.", C.COLORS["extra"],
-               f"tensor parallel, batch {res['batch']:.0f} x chips (as many in flight)"))
+    styles = (
+        (
+            "pipeline",
+            "o-",
+            C.COLORS["dense"],
+            f"pipeline, batch {res['batch']:.0f} per micro-batch",
+        ),
+        ("tensor", "--", C.COLORS["alt"], f"tensor parallel, batch {res['batch']:.0f}"),
+        (
+            "tensor_same_inflight",
+            "-.",
+            C.COLORS["extra"],
+            f"tensor parallel, batch {res['batch']:.0f} x chips (as many in flight)",
+        ),
+    )
     for key, ls, c, label in styles:
         r = res[key]
         ax_t.loglog(n, r["tpot_s"] * 1e3, ls, color=c, label=label, lw=1.8)
         ax_c.semilogx(n, r["cost_per_token"] * 1e6, ls, color=c, label=label, lw=1.8)
-        ax_t.scatter(n[~r["fits"]], r["tpot_s"][~r["fits"]] * 1e3, marker="x", color="k", s=40,
-                     zorder=3)
+        ax_t.scatter(
+            n[~r["fits"]], r["tpot_s"][~r["fits"]] * 1e3, marker="x", color="k", s=40, zorder=3
+        )
     ax_t.scatter([], [], marker="x", color="k", label="does not fit in HBM")
-    ax_t.set(xlabel="chips per replica", ylabel="time per output token (ms)",
-             title="Latency: stages do not lower tpot")
+    ax_t.set(
+        xlabel="chips per replica",
+        ylabel="time per output token (ms)",
+        title="Latency: stages do not lower tpot",
+    )
     ax_t.legend(fontsize=8, loc="lower left")
-    ax_c.set(xlabel="chips per replica", ylabel="cost ($ per million output tokens)",
-             ylim=(0, max(pl["cost_per_token"]) * 1e6 * 1.3),
-             title="Cost: P micro-batches in flight, same $/token")
+    ax_c.set(
+        xlabel="chips per replica",
+        ylabel="cost ($ per million output tokens)",
+        ylim=(0, max(pl["cost_per_token"]) * 1e6 * 1.3),
+        title="Cost: P micro-batches in flight, same $/token",
+    )
     ax_c.legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"Pipelining {res['model']} on {res['hardware']} (context "
-                 f"{res['context']:,.0f}): room for weights and throughput, not for KV or latency",
-                 fontsize=12)
+    fig.suptitle(
+        f"Pipelining {res['model']} on {res['hardware']} (context "
+        f"{res['context']:,.0f}): room for weights and throughput, not for KV or latency",
+        fontsize=12,
+    )
     fig.tight_layout()
     return fig
 
@@ -103,13 +158,17 @@ def summary(res):
     out["lecture"] = "weights per chip ~ 1/stages, KV per chip flat, latency not improved"
     for key in STRATEGIES:
         r = res[key]
-        out[key] = {f"{c:.0f}": {"tpot_ms": r["tpot_s"][i] * 1e3,
-                                 "cost_per_mtok": r["cost_per_token"][i] * 1e6,
-                                 "memory_per_chip_gb": r["memory_per_chip"][i] / 1e9,
-                                 "weights_per_chip_gb": r["weights_per_chip"][i] / 1e9,
-                                 "kv_per_chip_gb": r["kv_per_chip"][i] / 1e9,
-                                 "fits": bool(r["fits"][i])}
-                    for i, c in enumerate(res["chips"])}
+        out[key] = {
+            f"{c:.0f}": {
+                "tpot_ms": r["tpot_s"][i] * 1e3,
+                "cost_per_mtok": r["cost_per_token"][i] * 1e6,
+                "memory_per_chip_gb": r["memory_per_chip"][i] / 1e9,
+                "weights_per_chip_gb": r["weights_per_chip"][i] / 1e9,
+                "kv_per_chip_gb": r["kv_per_chip"][i] / 1e9,
+                "fits": bool(r["fits"][i]),
+            }
+            for i, c in enumerate(res["chips"])
+        }
     pl = res["pipeline"]
     out["pipeline_tpot_ratio_64_over_1"] = pl["tpot_s"][-1] / pl["tpot_s"][0]
     out["pipeline_kv_ratio_64_over_1"] = pl["kv_per_chip"][-1] / pl["kv_per_chip"][0]

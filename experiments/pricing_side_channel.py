@@ -41,19 +41,26 @@ def _planted(rng):
         for anchor in ("params_active", "margin"):
             prior = {anchor: (truth[anchor], 1.01)}
             clean = pricing.fit_prices({k: float(v) for k, v in y.items()}, serving, prior=prior)
-            noisy_prices = {k: float(v) * math.exp(NOISE * rng.standard_normal())
-                            for k, v in y.items()}
+            noisy_prices = {
+                k: float(v) * math.exp(NOISE * rng.standard_normal()) for k, v in y.items()
+            }
             noisy = pricing.fit_prices(noisy_prices, serving, prior=prior, sigma=NOISE)
             status = pricing.identifiability(noisy).status
             for k in pricing.PARAMS:
-                rows.append({
-                    "case": case, "anchor": anchor, "param": k, "truth": truth[k],
-                    "noise_free": float(clean.values[k]),
-                    "noise_free_error": float(clean.values[k]) / truth[k] - 1.0,
-                    "noisy": float(noisy.values[k]), "noisy_log_sd": float(noisy.log_sd[k]),
-                    "z": math.log(float(noisy.values[k]) / truth[k]) / float(noisy.log_sd[k]),
-                    "status": status[k],
-                })
+                rows.append(
+                    {
+                        "case": case,
+                        "anchor": anchor,
+                        "param": k,
+                        "truth": truth[k],
+                        "noise_free": float(clean.values[k]),
+                        "noise_free_error": float(clean.values[k]) / truth[k] - 1.0,
+                        "noisy": float(noisy.values[k]),
+                        "noisy_log_sd": float(noisy.log_sd[k]),
+                        "z": math.log(float(noisy.values[k]) / truth[k]) / float(noisy.log_sd[k]),
+                        "status": status[k],
+                    }
+                )
     return rows
 
 
@@ -64,21 +71,31 @@ def _sheets():
         rep = pricing.identifiability(fit)
         v, sd = fit.values, fit.log_sd
         entry = {
-            "provider": sheet.provider, "model": sheet.model, "page": sheet.page,
-            "published": sheet.published, "retrieved": sheet.retrieved,
-            "prices_per_million": {k: p * (1e6 * 3600.0 if k == "cache_storage" else 1e6)
-                                   for k, p in sheet.prices.items()},
+            "provider": sheet.provider,
+            "model": sheet.model,
+            "page": sheet.page,
+            "published": sheet.published,
+            "retrieved": sheet.retrieved,
+            "prices_per_million": {
+                k: p * (1e6 * 3600.0 if k == "cache_storage" else 1e6)
+                for k, p in sheet.prices.items()
+            },
             "anchors": {k: list(x) for k, x in sheet.prior.items()},
             "serving_overrides": sheet.serving,
             "values": {k: float(v[k]) for k in pricing.PARAMS},
             "log_sd": {k: float(sd[k]) for k in pricing.PARAMS},
             "status": rep.status,
-            "residuals": {k: float(r) for k, r, m in zip(pricing.KINDS, fit.residuals, fit.mask,
-                                                          strict=True) if m},
-            "condition": rep.condition, "singular": rep.singular,
+            "residuals": {
+                k: float(r)
+                for k, r, m in zip(pricing.KINDS, fit.residuals, fit.mask, strict=True)
+                if m
+            },
+            "condition": rep.condition,
+            "singular": rep.singular,
             "kv_per_param": float(v["kv_bytes_per_token"] / v["params_active"]),
-            "kv_per_param_log_sd": _combo_sd(fit, {"kv_bytes_per_token": 1.0,
-                                                   "params_active": -1.0}),
+            "kv_per_param_log_sd": _combo_sd(
+                fit, {"kv_bytes_per_token": 1.0, "params_active": -1.0}
+            ),
             "margin_x_params": float(v["margin"] * v["params_active"]),
             "margin_x_params_log_sd": _combo_sd(fit, {"margin": 1.0, "params_active": 1.0}),
             "converged_grad_norm": float(fit.grad_norm),
@@ -88,12 +105,16 @@ def _sheets():
     checks = {}
     if r1 is not None:
         checks = {
-            "deepseek_r1_kv_bytes": {"fitted": r1["values"]["kv_bytes_per_token"],
-                                     "log_sd": r1["log_sd"]["kv_bytes_per_token"],
-                                     "published_architecture": DEEPSEEK_KV},
-            "deepseek_r1_margin": {"fitted": r1["values"]["margin"],
-                                   "log_sd": r1["log_sd"]["margin"],
-                                   "published_day_average": DEEPSEEK_R1_PRICE_OVER_COST},
+            "deepseek_r1_kv_bytes": {
+                "fitted": r1["values"]["kv_bytes_per_token"],
+                "log_sd": r1["log_sd"]["kv_bytes_per_token"],
+                "published_architecture": DEEPSEEK_KV,
+            },
+            "deepseek_r1_margin": {
+                "fitted": r1["values"]["margin"],
+                "log_sd": r1["log_sd"]["margin"],
+                "published_day_average": DEEPSEEK_R1_PRICE_OVER_COST,
+            },
         }
     return out, checks
 
@@ -108,9 +129,12 @@ def _sensitivity(names=("deepseek-r1", "anthropic-claude-sonnet-4")):
         batch = float(sheet.serving.get("batch", base.batch))
         hold = float(sheet.serving.get("cache_hold_s", base.cache_hold_s))
         rows = {}
-        for label, change in (("batch/2", {"batch": batch / 2}), ("batch*2", {"batch": batch * 2}),
-                              ("hold/10", {"cache_hold_s": hold / 10}),
-                              ("hold*10", {"cache_hold_s": hold * 10})):
+        for label, change in (
+            ("batch/2", {"batch": batch / 2}),
+            ("batch*2", {"batch": batch * 2}),
+            ("hold/10", {"cache_hold_s": hold / 10}),
+            ("hold*10", {"cache_hold_s": hold * 10}),
+        ):
             moved = dataclasses.replace(sheet, serving={**sheet.serving, **change})
             fit = pricing.fit_sheet(moved)
             rows[label] = {k: float(fit.values[k]) for k in pricing.PARAMS}
@@ -124,9 +148,20 @@ def compute() -> dict:
     sheets, checks = _sheets()
     serving = pricing.serving_for()
     return {
-        "assumptions": {k: float(getattr(serving, k)) for k in (
-            "chips", "batch", "context", "context_long", "bytes_per_param", "sparsity",
-            "attn_flops_per_kv_byte", "cache_hold_s", "smoothness")},
+        "assumptions": {
+            k: float(getattr(serving, k))
+            for k in (
+                "chips",
+                "batch",
+                "context",
+                "context_long",
+                "bytes_per_param",
+                "sparsity",
+                "attn_flops_per_kv_byte",
+                "cache_hold_s",
+                "smoothness",
+            )
+        },
         "reference_chip": "h100-sxm",
         "noise": NOISE,
         "planted": planted,
@@ -145,16 +180,26 @@ def plot(results: dict, path: Path | None = None):
 
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.8))
     ax = axes[0]
-    markers = {"kv_bytes_per_token": "o", "params_active": "s", "flops_per_byte": "^",
-               "margin": "D"}
+    markers = {
+        "kv_bytes_per_token": "o",
+        "params_active": "s",
+        "flops_per_byte": "^",
+        "margin": "D",
+    }
     for k, mk in markers.items():
         rows = [r for r in results["planted"] if r["param"] == k and r["anchor"] != k]
         t = np.array([r["truth"] for r in rows])
         y = np.array([r["noisy"] for r in rows])
         s = np.array([r["noisy_log_sd"] for r in rows])
-        ax.errorbar(y / t, np.arange(len(rows)) + 0.15 * list(markers).index(k),
-                    xerr=[y / t - y / t * np.exp(-s), y / t * np.exp(s) - y / t], fmt=mk,
-                    label=k, capsize=2, ms=4)
+        ax.errorbar(
+            y / t,
+            np.arange(len(rows)) + 0.15 * list(markers).index(k),
+            xerr=[y / t - y / t * np.exp(-s), y / t * np.exp(s) - y / t],
+            fmt=mk,
+            label=k,
+            capsize=2,
+            ms=4,
+        )
     ax.axvline(1.0, color="k", lw=0.8)
     ax.axvspan(0.95, 1.05, color="0.9")
     ax.set_xscale("log")
@@ -170,8 +215,13 @@ def plot(results: dict, path: Path | None = None):
     def panel(ax, key, sd_key, scale, title, xlabel):
         vals = np.array([results["sheets"][n][key] for n in names]) * scale
         sds = np.array([results["sheets"][n][sd_key] for n in names])
-        ax.errorbar(vals, yy, xerr=[vals - vals * np.exp(-sds), vals * np.exp(sds) - vals],
-                    fmt="o", capsize=3)
+        ax.errorbar(
+            vals,
+            yy,
+            xerr=[vals - vals * np.exp(-sds), vals * np.exp(sds) - vals],
+            fmt="o",
+            capsize=3,
+        )
         ax.set_xscale("log")
         ax.set_yticks(yy)
         ax.set_yticklabels(labels, fontsize=8)
@@ -183,9 +233,15 @@ def plot(results: dict, path: Path | None = None):
         sds = np.array([results["sheets"][n]["log_sd"][k] for n in names])
         for i, n in enumerate(names):
             st = results["sheets"][n]["status"][k]
-            ax.errorbar([vals[i]], [i], xerr=[[vals[i] - vals[i] * np.exp(-sds[i])],
-                                              [vals[i] * np.exp(sds[i]) - vals[i]]],
-                        fmt="o", mfc="C0" if st == "pinned" else "white", color="C0", capsize=3)
+            ax.errorbar(
+                [vals[i]],
+                [i],
+                xerr=[[vals[i] - vals[i] * np.exp(-sds[i])], [vals[i] * np.exp(sds[i]) - vals[i]]],
+                fmt="o",
+                mfc="C0" if st == "pinned" else "white",
+                color="C0",
+                capsize=3,
+            )
         ax.set_xscale("log")
         ax.set_yticks(yy)
         ax.set_yticklabels(labels, fontsize=8)
@@ -193,13 +249,24 @@ def plot(results: dict, path: Path | None = None):
         ax.set_xlabel(xlabel)
 
     param_panel(axes[1], "flops_per_byte", 1.0, "hardware F/BW (filled: pinned)", "FLOP / byte")
-    panel(axes[2], "kv_per_param", "kv_per_param_log_sd", 1e9,
-          "KV bytes per token per active parameter", "bytes per token per 1e9 parameters")
+    panel(
+        axes[2],
+        "kv_per_param",
+        "kv_per_param_log_sd",
+        1e9,
+        "KV bytes per token per active parameter",
+        "bytes per token per 1e9 parameters",
+    )
     param_panel(axes[3], "margin", 1.0, "margin (hollow: set by the prior)", "price / cost")
     chk = results["published_checks"].get("deepseek_r1_margin")
     if chk:
-        axes[3].axvline(chk["published_day_average"], color="C3", lw=0.8, ls="--",
-                        label="DeepSeek's own day average (R1 prices)")
+        axes[3].axvline(
+            chk["published_day_average"],
+            color="C3",
+            lw=0.8,
+            ls="--",
+            label="DeepSeek's own day average (R1 prices)",
+        )
         axes[3].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     if path is not None:
@@ -213,18 +280,28 @@ def main():
     results = compute()
     (RESULTS / "pricing_side_channel.json").write_text(json.dumps(results, indent=2))
     plot(results, RESULTS / "pricing_side_channel.png")
-    print(f"planted, noise free: max |recovered/planted - 1| = "
-          f"{results['max_noise_free_error']:.3%} over {len(results['planted'])} values")
+    print(
+        f"planted, noise free: max |recovered/planted - 1| = "
+        f"{results['max_noise_free_error']:.3%} over {len(results['planted'])} values"
+    )
     zs = [abs(r["z"]) for r in results["planted"] if r["param"] != r["anchor"]]
-    print(f"planted, {results['noise']:.0%} noise: |error|/Laplace sd: median "
-          f"{np.median(zs):.2f}, max {max(zs):.2f}")
+    print(
+        f"planted, {results['noise']:.0%} noise: |error|/Laplace sd: median "
+        f"{np.median(zs):.2f}, max {max(zs):.2f}"
+    )
     print(f"{'sheet':28s} {'b_kv kB':>16s} {'N active B':>16s} {'F/BW':>14s} {'margin':>14s}")
     for name, s in results["sheets"].items():
         cells = []
-        for k, scale in (("kv_bytes_per_token", 1e-3), ("params_active", 1e-9),
-                         ("flops_per_byte", 1.0), ("margin", 1.0)):
-            cells.append(f"{s['values'][k] * scale:7.3g} x{math.exp(s['log_sd'][k]):4.2f}"
-                         f"{'' if s['status'][k] == 'pinned' else '*'}")
+        for k, scale in (
+            ("kv_bytes_per_token", 1e-3),
+            ("params_active", 1e-9),
+            ("flops_per_byte", 1.0),
+            ("margin", 1.0),
+        ):
+            cells.append(
+                f"{s['values'][k] * scale:7.3g} x{math.exp(s['log_sd'][k]):4.2f}"
+                f"{'' if s['status'][k] == 'pinned' else '*'}"
+            )
         print(f"{name:28s} " + " ".join(f"{c:>16s}" for c in cells))
     print("(x f: one-sigma multiplicative Laplace error; *: not pinned by the prices)")
     for name, c in results["published_checks"].items():

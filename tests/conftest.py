@@ -21,7 +21,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", max_examples=20, deadline=None, derandomize=True, database=None,
+    "ci",
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=200, deadline=None)

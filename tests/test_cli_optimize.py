@@ -11,8 +11,20 @@ import dcost
 from dcost.cli.app import main
 from dcost.cli.search import ProgressBar
 
-BASE = ["--hardware", "h100-sxm", "--model", "llama-3-8b", "--context", "2048",
-        "--max-batch", "1024", "--max-chips", "8", "--max-stages", "2"]
+BASE = [
+    "--hardware",
+    "h100-sxm",
+    "--model",
+    "llama-3-8b",
+    "--context",
+    "2048",
+    "--max-batch",
+    "1024",
+    "--max-chips",
+    "8",
+    "--max-stages",
+    "2",
+]
 
 
 def run(capsys, *argv):
@@ -37,8 +49,12 @@ def test_optimize_json_is_si_and_checked(optimized):
     d = out["design"]
     assert all(float(v).is_integer() for v in d.values())
     assert out["limits"]["tpot"] == 0.01 and out["report"]["tpot"] <= 0.01
-    r = dcost.decode(dcost.Design(d["batch"], d["chips"], d["stages"]),
-                     dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), dcost.Workload(2048))
+    r = dcost.decode(
+        dcost.Design(d["batch"], d["chips"], d["stages"]),
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-8b"),
+        dcost.Workload(2048),
+    )
     assert float(r.cost_per_token) == pytest.approx(out["cost"], rel=1e-5)
     assert out["binding"] == ["tpot"] and out["at_bound"] == []  # 9 chips: TP over the NIC
     assert out["multipliers"]["tpot"] > 0
@@ -46,8 +62,9 @@ def test_optimize_json_is_si_and_checked(optimized):
     assert sens["hardware"]["price_per_hour"] == pytest.approx(1.0, abs=1e-9)
     assert sens["limits"]["tpot"] < 0 and sens["kkt"]
     # the shadow price is the multiplier times the cost: -d cost / d log(tpot_slo)
-    assert out["multipliers"]["tpot"] == pytest.approx(-sens["limits"]["tpot"] * out["cost"],
-                                                       rel=0.05)
+    assert out["multipliers"]["tpot"] == pytest.approx(
+        -sens["limits"]["tpot"] * out["cost"], rel=0.05
+    )
 
 
 def test_at_bound_when_the_batch_limit_binds(capsys):
@@ -78,8 +95,10 @@ def test_durations_parse_alike():
     from dcost.cli.search import problem_from_args
 
     parser = build_parser()
-    slos = [float(problem_from_args(parser.parse_args(["optimize", *BASE, "--tpot-slo", t]))
-                  .tpot_slo) for t in ("50ms", "0.05s", "0.05")]
+    slos = [
+        float(problem_from_args(parser.parse_args(["optimize", *BASE, "--tpot-slo", t])).tpot_slo)
+        for t in ("50ms", "0.05s", "0.05")
+    ]
     assert slos[0] == slos[1] == slos[2] == pytest.approx(0.05)
 
 
@@ -88,11 +107,14 @@ def test_infeasible_exits_1_with_the_reason(capsys):
     assert code == 1 and "infeasible: tpot:" in out
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--max-batch", "0"], "--max-batch: must be a whole number >= 1"),
-    (["--max-chips", "2.5"], "--max-chips: must be a whole number >= 1"),
-    (["--memory-reserve", "1.5"], "memory_reserve"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--max-batch", "0"], "--max-batch: must be a whole number >= 1"),
+        (["--max-chips", "2.5"], "--max-chips: must be a whole number >= 1"),
+        (["--memory-reserve", "1.5"], "memory_reserve"),
+    ],
+)
 def test_bad_values_one_line_exit_2(capsys, argv, needle):
     code, _, err = run(capsys, "optimize", *BASE, *argv)
     assert code == 2 and needle in err and err.count("\n") == 1
@@ -106,19 +128,23 @@ def test_bad_duration_is_refused_by_the_parser(capsys):
 
 
 def test_unknown_preset(capsys):
-    code, _, err = run(capsys, "grid", "--hardware", "h100", "--model", "llama-3-8b",
-                       "--context", "10")
+    code, _, err = run(
+        capsys, "grid", "--hardware", "h100", "--model", "llama-3-8b", "--context", "10"
+    )
     assert code == 2 and "unknown hardware preset 'h100'" in err
 
 
 def test_progress_bar_draws_after_the_delay():
     stream = io.StringIO()
-    p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
-                      dcost.Workload(2048), free={"batch": (1, 999), "chips": (1, 8)})
+    p = dcost.Problem(
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-8b"),
+        dcost.Workload(2048),
+        free={"batch": (1, 999), "chips": (1, 8)},
+    )
     dcost.grid_search(p, chunk_size=1000, progress=ProgressBar(stream=stream, delay=0.0))
     text = stream.getvalue()
     assert text.endswith("100.0% of 7,992 designs\n") and text.count("\r") == 8
     quiet = io.StringIO()
     dcost.grid_search(p, progress=ProgressBar(stream=quiet, delay=60.0))
     assert quiet.getvalue() == ""
-

@@ -20,18 +20,31 @@ def _run(argv, capsys):
     return code, capsys.readouterr().out
 
 
-TRAIN = ["train", "--params", "70e9", "--tokens", "15e12", "--hardware", "h100-sxm",
-         "--chips", "4096", "--mfu", "0.45"]
+TRAIN = [
+    "train",
+    "--params",
+    "70e9",
+    "--tokens",
+    "15e12",
+    "--hardware",
+    "h100-sxm",
+    "--chips",
+    "4096",
+    "--mfu",
+    "0.45",
+]
 
 
 def test_train_json_has_si_fields_matching_training_run(capsys):
-    code, out = _run(TRAIN + ["--tensor", "8", "--stages", "4", "--microbatches", "32", "--json"],
-                     capsys)
+    code, out = _run(
+        TRAIN + ["--tensor", "8", "--stages", "4", "--microbatches", "32", "--json"], capsys
+    )
     assert code == 0
     got = json.loads(out)
     with jax.enable_x64(True):
-        run = dcost.training_run(70e9, 15e12, dcost.hardware("h100-sxm"), 4096, 0.45, tensor=8,
-                                 stages=4, microbatches=32)
+        run = dcost.training_run(
+            70e9, 15e12, dcost.hardware("h100-sxm"), 4096, 0.45, tensor=8, stages=4, microbatches=32
+        )
     assert got["flops"] == pytest.approx(6 * 70e9 * 15e12, rel=1e-12)
     assert got["seconds"] == pytest.approx(float(run.seconds), rel=1e-12)
     assert got["cost_usd"] == pytest.approx(float(run.cost), rel=1e-12)
@@ -51,12 +64,24 @@ def test_train_readable_output_reports_days_cost_and_fit(capsys):
     argv = ["train", "--model", "llama-3-70b"] + TRAIN[3:] + ["--tensor", "8", "--json"]
     _, out = _run(argv, capsys)
     assert json.loads(out)["n_params"] == pytest.approx(
-        float(dcost.model("llama-3-70b").params_active), rel=1e-6)
+        float(dcost.model("llama-3-70b").params_active), rel=1e-6
+    )
 
 
 def test_lifetime_json_and_text(capsys):
-    code, out = _run(["lifetime", "--loss", "1.95", "--inference-tokens", "2e12", "--fit",
-                      "besiroglu2024", "--json"], capsys)
+    code, out = _run(
+        [
+            "lifetime",
+            "--loss",
+            "1.95",
+            "--inference-tokens",
+            "2e12",
+            "--fit",
+            "besiroglu2024",
+            "--json",
+        ],
+        capsys,
+    )
     got = json.loads(out)
     with jax.enable_x64(True):
         best = dcost.lifetime_optimum(1.95, 2e12, "besiroglu2024")
@@ -69,25 +94,52 @@ def test_lifetime_json_and_text(capsys):
 
 
 def test_lifetime_unreachable_is_exit_1_with_nulls(capsys):
-    code, out = _run(["lifetime", "--loss", "1.75", "--inference-tokens", "1e12",
-                      "--max-tokens", "1e11", "--json"], capsys)
+    code, out = _run(
+        [
+            "lifetime",
+            "--loss",
+            "1.75",
+            "--inference-tokens",
+            "1e12",
+            "--max-tokens",
+            "1e11",
+            "--json",
+        ],
+        capsys,
+    )
     got = json.loads(out)
     assert code == 1 and got["reachable"] is False and got["n_params"] is None
-    code, out = _run(["lifetime", "--loss", "1.75", "--inference-tokens", "1e12",
-                      "--max-tokens", "1e11"], capsys)
+    code, out = _run(
+        ["lifetime", "--loss", "1.75", "--inference-tokens", "1e12", "--max-tokens", "1e11"], capsys
+    )
     assert code == 1 and "unreachable" in out
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["lifetime", "--loss", "1.6", "--inference-tokens", "1e12"], "target_loss"),
-    (["lifetime", "--loss", "2.0", "--inference-tokens", "1e12", "--fit", "kaplan"], "kaplan"),
-    (["lifetime", "--loss", "2.0", "--inference-tokens", "-5"], "inference_tokens"),
-    (TRAIN[:6] + ["tpu-v9"] + TRAIN[7:], "tpu-v9"),
-    (TRAIN + ["--tensor", "3"], "chips"),
-    (TRAIN + ["--recompute", "some"], "recompute"),
-    (["train", "--params", "70e9", "--tokens", "0", "--hardware", "h100-sxm", "--chips", "8"],
-     "n_tokens"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["lifetime", "--loss", "1.6", "--inference-tokens", "1e12"], "target_loss"),
+        (["lifetime", "--loss", "2.0", "--inference-tokens", "1e12", "--fit", "kaplan"], "kaplan"),
+        (["lifetime", "--loss", "2.0", "--inference-tokens", "-5"], "inference_tokens"),
+        (TRAIN[:6] + ["tpu-v9"] + TRAIN[7:], "tpu-v9"),
+        (TRAIN + ["--tensor", "3"], "chips"),
+        (TRAIN + ["--recompute", "some"], "recompute"),
+        (
+            [
+                "train",
+                "--params",
+                "70e9",
+                "--tokens",
+                "0",
+                "--hardware",
+                "h100-sxm",
+                "--chips",
+                "8",
+            ],
+            "n_tokens",
+        ),
+    ],
+)
 def test_bad_values_raise_value_error_naming_them(argv, field, capsys):
     with pytest.raises(ValueError, match=field):
         _run(argv, capsys)

@@ -28,8 +28,16 @@ import moe_racks  # noqa: E402
 import pipelines  # noqa: E402
 import train_departures  # noqa: E402
 
-MODULES = [batch_curve, balance_batch, latency_floor, train_departures, fast_mode,
-           context_length, moe_racks, pipelines]
+MODULES = [
+    batch_curve,
+    balance_batch,
+    latency_floor,
+    train_departures,
+    fast_mode,
+    context_length,
+    moe_racks,
+    pipelines,
+]
 
 
 def f_over_bw(name):
@@ -80,6 +88,7 @@ def stages():
 
 # batch_curve ---------------------------------------------------------------------------------
 
+
 def test_batch1_cost_ratio_is_the_balance_batch_for_a_dense_model(curve):
     """Cost at B = 1 over the compute-bound floor = B* = (F/BW)(b_w/2), about 300 on B200."""
     d = curve["dense"]
@@ -105,6 +114,7 @@ def test_moe_at_batch1_reads_only_k_experts(curve):
 
 # balance_batch -------------------------------------------------------------------------------
 
+
 def test_balance_batch_is_300_x_sparsity_on_every_chip(balance):
     for i, name in enumerate(balance["hardware"]):
         ridge = f_over_bw(name)
@@ -117,6 +127,7 @@ def test_balance_batch_is_300_x_sparsity_on_every_chip(balance):
 
 
 # latency_floor -------------------------------------------------------------------------------
+
 
 def test_latency_floor_is_capacity_over_bandwidth(floor):
     for i, name in enumerate(floor["hardware"]):
@@ -131,6 +142,7 @@ def test_latency_floor_is_capacity_over_bandwidth(floor):
 
 
 # train_departures ----------------------------------------------------------------------------
+
 
 def test_train_departures_against_the_closed_form(trains):
     mean, worst = trains["closed_form_over_tau"]
@@ -149,6 +161,7 @@ def test_train_departures_against_the_closed_form(trains):
 
 
 # fast_mode -----------------------------------------------------------------------------------
+
 
 def test_fast_mode_matches_the_memory_bound_closed_form(fast):
     """Past the critical context decode is memory bound at every batch, so
@@ -186,6 +199,7 @@ def test_fast_mode_free_chips_is_no_worse_than_one_rack(fast):
 
 # context_length ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["dense", "moe"])
 def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
     r = context[kind]
@@ -193,12 +207,16 @@ def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
     h = _common.serving_hardware(r["hardware"], m)
     # closed form from the fields: 2 N BW / (b_kv F - a BW)
     f, bw = float(h.flops), float(h.hbm_bandwidth)
-    tc = 2 * float(m.params_active) * bw / (float(m.kv_bytes_per_token) * f
-                                            - float(m.attn_flops_per_context_token) * bw)
+    tc = (
+        2
+        * float(m.params_active)
+        * bw
+        / (float(m.kv_bytes_per_token) * f - float(m.attn_flops_per_context_token) * bw)
+    )
     assert r["critical_context"] == pytest.approx(tc, rel=1e-4)
     assert r["crossing"] == pytest.approx(tc, rel=0.01)  # numeric crossing of the curve
     assert tc > context["t0"]
-    assert r["crossing_sparse"] == pytest.approx(tc ** 2 / context["t0"], rel=0.01)
+    assert r["crossing_sparse"] == pytest.approx(tc**2 / context["t0"], rel=0.01)
     t = np.asarray(context["context"])
     long = t > 4 * r["critical_context_sparse"]
     assert np.all(r["mfu_sparse"][long] > r["mfu_full"][long])
@@ -206,6 +224,7 @@ def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
 
 
 # moe_racks -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["h100-sxm", "gb200-nvl72"])
 def test_pipeline_rule_crossing(racks, name):
@@ -224,8 +243,9 @@ def test_expert_parallel_past_the_domain(racks):
     h100, gb = racks["h100-sxm"], racks["gb200-nvl72"]
     m = dcost.model("deepseek-v3")
     cap = (1 - moe_racks.MEMORY_RESERVE) * float(dcost.hardware("h100-sxm").hbm_capacity)
-    need = float(m.bytes_per_param * m.params_total
-                 + moe_racks.CONTEXT * m.kv_bytes_per_token) / cap  # one sequence
+    need = (
+        float(m.bytes_per_param * m.params_total + moe_racks.CONTEXT * m.kv_bytes_per_token) / cap
+    )  # one sequence
     first = h100["ep"]["chips"][np.argmax(h100["ep"]["feasible"])]
     assert first == math.ceil(need) and first > h100["scaleup_size"]  # must spill past S = 8
     ep, pp = gb["ep"], gb["pp"]
@@ -239,6 +259,7 @@ def test_expert_parallel_past_the_domain(racks):
 
 # pipelines -----------------------------------------------------------------------------------
 
+
 def test_pipeline_weights_fall_kv_and_latency_do_not(stages):
     pl, tp = stages["pipeline"], stages["tensor"]
     n = stages["chips"]
@@ -251,6 +272,7 @@ def test_pipeline_weights_fall_kv_and_latency_do_not(stages):
 
 # plumbing ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_scripts_have_the_standard_shape(module):
     assert callable(module.compute) and callable(module.plot) and callable(module.main)
@@ -261,7 +283,8 @@ def test_plot_labels_every_axis_and_save_writes_png_and_json(trains, tmp_path):
     fig = train_departures.plot(trains)
     for ax in fig.axes:
         assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
-    png, js = _common.save("demo", fig, {"x": np.float32(1.5), "inf": math.inf,
-                                         "a": np.arange(3)}, directory=tmp_path)
+    png, js = _common.save(
+        "demo", fig, {"x": np.float32(1.5), "inf": math.inf, "a": np.arange(3)}, directory=tmp_path
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(js.read_text()) == {"x": 1.5, "inf": "inf", "a": [0, 1, 2]}

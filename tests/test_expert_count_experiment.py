@@ -37,12 +37,13 @@ def serving_grid():
 
 def hand_min_overtrain(model, experts, target):
     """Smallest whole r with hoffmann2022 loss <= target (1e-6 margin), in NumPy float64."""
-    dense, n_e, k = (float(v) for v in (model.params_dense, model.params_per_expert,
-                                        model.experts_active))
+    dense, n_e, k = (
+        float(v) for v in (model.params_dense, model.params_per_expert, model.experts_active)
+    )
     n_act = dense + k * n_e
     n_eff = n_act * ((dense + experts * n_e) / n_act) ** (1.0 / 3.0)
     r = np.arange(1.0, X.OVERTRAIN[1] + 1.0)
-    ok = 1.69 + 406.4 / n_eff ** 0.34 + 410.7 / (20.0 * r * n_act) ** 0.28 <= target * (1 - 1e-6)
+    ok = 1.69 + 406.4 / n_eff**0.34 + 410.7 / (20.0 * r * n_act) ** 0.28 <= target * (1 - 1e-6)
     return r[np.argmax(ok)], n_act
 
 
@@ -80,5 +81,5 @@ def test_target_is_deepseek_v3_as_trained(res):
     m = dcost.model("deepseek-v3")
     n_act, n_tot = float(m.params_active), float(m.params_total)
     n_eff = n_act * (n_tot / n_act) ** (1.0 / 3.0)
-    hand = 1.69 + 406.4 / n_eff ** 0.34 + 410.7 / 14.8e12 ** 0.28
+    hand = 1.69 + 406.4 / n_eff**0.34 + 410.7 / 14.8e12**0.28
     np.testing.assert_allclose(res["target_loss"], hand, rtol=1e-5)

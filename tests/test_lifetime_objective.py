@@ -14,20 +14,28 @@ TARGET = 1.95
 def problem(inference_tokens, free=None, target=TARGET, tpot_slo=0.05, **kw):
     h, m = dcost.presets.pair("h100-sxm", "mixtral-8x7b")
     free = free or {"batch": (1, 256), "experts": (2, 32), "overtrain": (1, 40)}
-    return dcost.Problem(h, m, dcost.Workload(4096), objective="lifetime_cost", free=free,
-                         fixed=dcost.Design(batch=1, chips=8, overtrain=4), loss_target=target,
-                         tpot_slo=tpot_slo,
-                         extras=dcost.LifetimeInputs(inference_tokens=inference_tokens, **kw))
+    return dcost.Problem(
+        h,
+        m,
+        dcost.Workload(4096),
+        objective="lifetime_cost",
+        free=free,
+        fixed=dcost.Design(batch=1, chips=8, overtrain=4),
+        loss_target=target,
+        tpot_slo=tpot_slo,
+        extras=dcost.LifetimeInputs(inference_tokens=inference_tokens, **kw),
+    )
 
 
 def hand_loss(model, experts, overtrain):
     """Loss from the preset's fields and the hoffmann2022 numbers, in NumPy float64."""
-    n_e, dense, k = (float(v) for v in (model.params_per_expert, model.params_dense,
-                                        model.experts_active))
+    n_e, dense, k = (
+        float(v) for v in (model.params_per_expert, model.params_dense, model.experts_active)
+    )
     n_act, n_tot = dense + k * n_e, dense + experts * n_e
     n_eff = n_act * (n_tot / n_act) ** (1.0 / 3.0)
     d = 20.0 * overtrain * n_act
-    return 1.69 + 406.4 / n_eff ** 0.34 + 410.7 / d ** 0.28
+    return 1.69 + 406.4 / n_eff**0.34 + 410.7 / d**0.28
 
 
 @pytest.mark.x64
@@ -91,28 +99,38 @@ def test_overtrain_only_matches_closed_form():
     assert float(s.design.overtrain) == r
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(extras=None), "Problem.extras"),
-    (dict(loss_target=1.6), "loss_target"),
-    (dict(fixed=dcost.Design(batch=1, chips=8)), "overtrain"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(extras=None), "Problem.extras"),
+        (dict(loss_target=1.6), "loss_target"),
+        (dict(fixed=dcost.Design(batch=1, chips=8)), "overtrain"),
+    ],
+)
 def test_bad_problem_raises(kwargs, match):
     h, m = dcost.presets.pair("h100-sxm", "mixtral-8x7b")
-    args = dict(objective="lifetime_cost", free={"batch": (1, 64)}, loss_target=TARGET,
-                fixed=dcost.Design(batch=1, chips=8, overtrain=4),
-                extras=dcost.LifetimeInputs(inference_tokens=1e12))
+    args = dict(
+        objective="lifetime_cost",
+        free={"batch": (1, 64)},
+        loss_target=TARGET,
+        fixed=dcost.Design(batch=1, chips=8, overtrain=4),
+        extras=dcost.LifetimeInputs(inference_tokens=1e12),
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         dcost.Problem(h, m, dcost.Workload(4096), **args)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(inference_tokens=-1.0), "inference_tokens"),
-    (dict(inference_tokens=1e12, mfu=0.0), "mfu"),
-    (dict(inference_tokens=1e12, gamma=2.0), "gamma"),
-    (dict(inference_tokens=1e12, rl_tokens=float("nan")), "rl_tokens"),
-    (dict(inference_tokens=1e12, train_hardware="h100"), "train_hardware"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(inference_tokens=-1.0), "inference_tokens"),
+        (dict(inference_tokens=1e12, mfu=0.0), "mfu"),
+        (dict(inference_tokens=1e12, gamma=2.0), "gamma"),
+        (dict(inference_tokens=1e12, rl_tokens=float("nan")), "rl_tokens"),
+        (dict(inference_tokens=1e12, train_hardware="h100"), "train_hardware"),
+    ],
+)
 def test_bad_inputs_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         dcost.LifetimeInputs(**kwargs)

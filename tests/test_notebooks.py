@@ -35,10 +35,11 @@ _PROBE = "import sys, dcost\nprint(sys.executable)\nprint(dcost.__file__)"
 
 def _card(kind: str, name: str) -> dict:
     """Numbers of a preset file entry (``{value = ..., source = ...}`` tables unwrapped)."""
-    card = {"hardware": dcost.presets.hardware_card,
-            "fit": dcost.training.scaling.scaling_fit_card}[kind](name)
-    return {k: (v["value"] if isinstance(v, dict) and "value" in v else v)
-            for k, v in card.items()}
+    card = {
+        "hardware": dcost.presets.hardware_card,
+        "fit": dcost.training.scaling.scaling_fit_card,
+    }[kind](name)
+    return {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in card.items()}
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +51,9 @@ def executed():
         if name not in cache:
             nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
             nb.cells.append(nbformat.v4.new_code_cell(_PROBE))
-            client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                             resources={"metadata": {"path": str(ROOT)}})
+            client = nbclient.NotebookClient(
+                nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+            )
             client.execute()
             cells = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
             assert len(cells) == 1, f"{name}: exactly one cell must be tagged 'summary'"
@@ -62,8 +64,11 @@ def executed():
 
 
 def _stdout(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", [])
-                   if o.output_type == "stream" and o.name == "stdout")
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.output_type == "stream" and o.name == "stdout"
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -88,7 +93,8 @@ def test_runs_clean(name, executed):
         for o in cell.get("outputs", []):
             if o.output_type == "stream" and o.name == "stderr":
                 assert "Warning:" not in o.text and "Traceback" not in o.text, (
-                    f"{name}: {o.text[:500]!r}")
+                    f"{name}: {o.text[:500]!r}"
+                )
     exe, module = _stdout(nb.cells[-1]).split()
     assert pathlib.Path(exe) == pathlib.Path(sys.executable)
     assert pathlib.Path(module).resolve().is_relative_to(ROOT)
@@ -150,15 +156,17 @@ def test_training_budget(executed):
     for name, opt in s["lifetime"].items():
         f = fits[name]
         assert opt["target_loss"] == pytest.approx(_loss(f, 1e11, lec["n_tokens"]), rel=1e-12)
-        assert _loss(f, opt["n_params"], opt["n_tokens"]) == pytest.approx(opt["target_loss"],
-                                                                           rel=1e-9)
+        assert _loss(f, opt["n_params"], opt["n_tokens"]) == pytest.approx(
+            opt["target_loss"], rel=1e-9
+        )
         n, d, flops = _brute_force_lifetime(f, opt["target_loss"], lec["inference_tokens"])
         assert opt["flops"] == pytest.approx(flops, rel=1e-9)
         assert opt["n_params"] == pytest.approx(n, rel=1e-4)
         assert opt["n_tokens"] == pytest.approx(d, rel=1e-4)
         assert opt["flops"] <= lec["flops"]
         assert opt["train_fraction"] == pytest.approx(
-            6 * opt["n_params"] * opt["n_tokens"] / opt["flops"], rel=1e-9)
+            6 * opt["n_params"] * opt["n_tokens"] / opt["flops"], rel=1e-9
+        )
     assert s["n_falls_with_traffic"] and s["r_grows_with_traffic"]
 
     # Dollars: the dense template keeps the loss constraint exact; a served token dearer than its
@@ -166,8 +174,9 @@ def test_training_budget(executed):
     for name, usd in s["dollars"].items():
         f, opt = fits[name], s["lifetime"][name]
         assert usd["inference_tokens"] == pytest.approx(lec["inference_tokens"], rel=1e-12)
-        assert _loss(f, usd["n_params"], usd["n_tokens"]) == pytest.approx(opt["target_loss"],
-                                                                           rel=1e-6)
+        assert _loss(f, usd["n_params"], usd["n_tokens"]) == pytest.approx(
+            opt["target_loss"], rel=1e-6
+        )
         assert usd["rho"] > 1.0
         assert usd["n_params"] < opt["n_params"]
 
@@ -176,8 +185,9 @@ def test_training_budget(executed):
     bubble = (run["stages"] - 1) / (run["microbatches"] + run["stages"] - 1)
     seconds = 6 * run["n_params"] * run["n_tokens"] / (run["chips"] * h["flops"] * run["mfu"])
     assert run["seconds"] == pytest.approx(seconds / (1 - bubble), rel=1e-9)
-    assert run["cost"] == pytest.approx(run["chips"] * h["price_per_hour"] * run["seconds"] / 3600,
-                                        rel=1e-9)
+    assert run["cost"] == pytest.approx(
+        run["chips"] * h["price_per_hour"] * run["seconds"] / 3600, rel=1e-9
+    )
     assert run["fits"] and run["memory_per_chip"] <= h["hbm_capacity"]
     weights_and_grads = 4.0 * run["n_params"] / (run["tensor"] * run["stages"])
     assert run["memory_per_chip"] >= weights_and_grads
@@ -194,8 +204,12 @@ def test_tour(executed):
     n_total, n_active, b_kv = pub["params_total"], pub["params_active"], pub["kv_bytes_per_token"]
     b_w = card["serving"]["bytes_per_param"]
     # MLA decode with absorbed projections: 2 L h ((r_kv + r_rope) + r_kv) FLOP per context token
-    a = 2 * arch["n_layers"] * arch["n_heads"] * (2 * arch["kv_lora_rank"]
-                                                  + arch["qk_rope_head_dim"])
+    a = (
+        2
+        * arch["n_layers"]
+        * arch["n_heads"]
+        * (2 * arch["kv_lora_rank"] + arch["qk_rope_head_dim"])
+    )
     f, bw = h["flops_fp8"], h["hbm_bandwidth"]
     assert s["flops"] == pytest.approx(f, rel=1e-6)
     assert s["hbm_bandwidth"] == pytest.approx(bw, rel=1e-6)
@@ -205,10 +219,12 @@ def test_tour(executed):
     bsz, g, t = d["batch"], d["chips"], d["context"]
     assert d["t_kv"] == pytest.approx(bsz * t * b_kv / (g * bw), rel=1e-5)
     assert d["t_compute"] == pytest.approx(bsz * (2 * n_active + a * t) / (g * f), rel=0.02)
-    assert d["tpot"] == pytest.approx(max(d["t_compute"], d["t_weights"] + d["t_kv"],
-                                          d["t_comm"]), rel=1e-6)
-    assert d["cost_per_token"] == pytest.approx(g * h["price_per_hour"] / 3600 * d["tpot"] / bsz,
-                                                rel=1e-5)
+    assert d["tpot"] == pytest.approx(
+        max(d["t_compute"], d["t_weights"] + d["t_kv"], d["t_comm"]), rel=1e-6
+    )
+    assert d["cost_per_token"] == pytest.approx(
+        g * h["price_per_hour"] / 3600 * d["tpot"] / bsz, rel=1e-5
+    )
     assert d["memory_per_chip"] == pytest.approx((b_w * n_total + bsz * t * b_kv) / g, rel=0.01)
     # at most every routed expert is read once: weights <= all parameters over G chips
     assert d["t_weights"] <= b_w * 1.01 * n_total / (g * bw)

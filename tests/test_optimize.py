@@ -27,20 +27,37 @@ OFF = 1e6  # a limit that never binds, for cases of the table that leave a const
 
 def moe64(**kw):
     """A hand-built MoE: 24 layers, width 2048, 64 routed experts of which 6 are active."""
-    fields = dict(n_layers=24, d_model=2048, params_dense=1.0e9, params_per_expert=24 * 3 * 2048
-                  * 1408, n_experts=64, experts_active=6, kv_bytes_per_token=2 * 24 * 16 * 128 * 2,
-                  bytes_per_param=2.0, attn_flops_per_context_token=4 * 24 * 16 * 128,
-                  n_moe_layers=24)
+    fields = dict(
+        n_layers=24,
+        d_model=2048,
+        params_dense=1.0e9,
+        params_per_expert=24 * 3 * 2048 * 1408,
+        n_experts=64,
+        experts_active=6,
+        kv_bytes_per_token=2 * 24 * 16 * 128 * 2,
+        bytes_per_param=2.0,
+        attn_flops_per_context_token=4 * 24 * 16 * 128,
+        n_moe_layers=24,
+    )
     fields.update(kw)
     return dcost.Model(**fields)
 
 
 def big_moe():
     """A DeepSeek-V3-sized MoE in fp8 (671e9 total, 37e9 active parameters, 256 experts)."""
-    return dcost.Model(n_layers=61, d_model=7168, params_dense=16.5e9, params_per_expert=2.55e9,
-                       n_experts=256, experts_active=8, kv_bytes_per_token=61 * 576,
-                       bytes_per_param=1.0, attn_flops_per_context_token=2 * 61 * 128 * 1088,
-                       act_bytes=1.0, n_moe_layers=58)
+    return dcost.Model(
+        n_layers=61,
+        d_model=7168,
+        params_dense=16.5e9,
+        params_per_expert=2.55e9,
+        n_experts=256,
+        experts_active=8,
+        kv_bytes_per_token=61 * 576,
+        bytes_per_param=1.0,
+        attn_flops_per_context_token=2 * 61 * 128 * 1088,
+        act_bytes=1.0,
+        n_moe_layers=58,
+    )
 
 
 H100 = dcost.hardware("h100-sxm")
@@ -78,17 +95,28 @@ def stack(items):
 
 def table_problem(names=NAMES):
     rows = [CASES[n] for n in names]
-    return dcost.Problem(stack([r[0] for r in rows]), stack([get_model(r[1]) for r in rows]),
-                         dcost.Workload(jnp.array([float(r[2]) for r in rows])), free=FREE,
-                         tpot_slo=jnp.array([r[3] for r in rows]),
-                         ttft_slo=jnp.array([r[4] for r in rows]),
-                         chip_budget=jnp.array([float(r[5]) for r in rows]))
+    return dcost.Problem(
+        stack([r[0] for r in rows]),
+        stack([get_model(r[1]) for r in rows]),
+        dcost.Workload(jnp.array([float(r[2]) for r in rows])),
+        free=FREE,
+        tpot_slo=jnp.array([r[3] for r in rows]),
+        ttft_slo=jnp.array([r[4] for r in rows]),
+        chip_budget=jnp.array([float(r[5]) for r in rows]),
+    )
 
 
 def case_problem(name):
     h, m, ctx, tpot, ttft, budget, _ = CASES[name]
-    return dcost.Problem(h, get_model(m), dcost.Workload(ctx), free=FREE, tpot_slo=tpot,
-                         ttft_slo=ttft, chip_budget=budget)
+    return dcost.Problem(
+        h,
+        get_model(m),
+        dcost.Workload(ctx),
+        free=FREE,
+        tpot_slo=tpot,
+        ttft_slo=ttft,
+        chip_budget=budget,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,25 +132,28 @@ def pick(tree, i):
 # ---------------------------------------------------------------- Problem: bad input
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(free={"batches": (1, 8)}), "unknown variable 'batches'"),
-    (dict(free={"batch": (0, 8)}), r"free\['batch'\].*1 <= lo <= hi"),
-    (dict(free={"batch": (9, 8)}), r"free\['batch'\].*1 <= lo <= hi"),
-    (dict(free={"batch": (1, 8.5)}), "whole numbers"),
-    (dict(free={"batch": 8}), "pair"),
-    (dict(free={}), "non-empty"),
-    (dict(free={"experts": (1, 8)}), "dense model"),
-    (dict(free={"overtrain": (1, 8)}), "does not apply to objective 'cost_per_token'"),
-    (dict(objective="cheapest"), "objective = 'cheapest'"),
-    (dict(tpot_slo=-0.05), "tpot_slo"),
-    (dict(ttft_slo=0.0), "ttft_slo"),
-    (dict(chip_budget=0.5), "chip_budget"),
-    (dict(memory_reserve=1.0), "memory_reserve"),
-    (dict(objective="cost_per_input_token", tpot_slo=0.05), "tpot_slo does not apply"),
-    (dict(tpot_slo=jnp.ones(3) * 0.05, ttft_slo=jnp.ones(4)), "batch axis"),
-    (dict(tpot_slo=jnp.ones((2, 2)) * 0.05), "at most one leading batch axis"),
-    (dict(fixed=(1, 2, 3)), "fixed must be a dcost.Design"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(free={"batches": (1, 8)}), "unknown variable 'batches'"),
+        (dict(free={"batch": (0, 8)}), r"free\['batch'\].*1 <= lo <= hi"),
+        (dict(free={"batch": (9, 8)}), r"free\['batch'\].*1 <= lo <= hi"),
+        (dict(free={"batch": (1, 8.5)}), "whole numbers"),
+        (dict(free={"batch": 8}), "pair"),
+        (dict(free={}), "non-empty"),
+        (dict(free={"experts": (1, 8)}), "dense model"),
+        (dict(free={"overtrain": (1, 8)}), "does not apply to objective 'cost_per_token'"),
+        (dict(objective="cheapest"), "objective = 'cheapest'"),
+        (dict(tpot_slo=-0.05), "tpot_slo"),
+        (dict(ttft_slo=0.0), "ttft_slo"),
+        (dict(chip_budget=0.5), "chip_budget"),
+        (dict(memory_reserve=1.0), "memory_reserve"),
+        (dict(objective="cost_per_input_token", tpot_slo=0.05), "tpot_slo does not apply"),
+        (dict(tpot_slo=jnp.ones(3) * 0.05, ttft_slo=jnp.ones(4)), "batch axis"),
+        (dict(tpot_slo=jnp.ones((2, 2)) * 0.05), "at most one leading batch axis"),
+        (dict(fixed=(1, 2, 3)), "fixed must be a dcost.Design"),
+    ],
+)
 def test_problem_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         dcost.Problem(H100, dcost.model("llama-3-8b"), dcost.Workload(1024), **kwargs)
@@ -144,8 +175,9 @@ def test_problem_defaults():
     assert p.free == (("batch", 1, 4096), ("chips", 1, 72), ("stages", 1, 8))
     assert p.constraints == ("tpot", "memory")
     assert float(p.limits()["memory"]) == pytest.approx(0.9 * 80e9)
-    pre = dcost.Problem(H100, dcost.model("llama-3-8b"), dcost.Workload(1024),
-                        objective="cost_per_input_token")
+    pre = dcost.Problem(
+        H100, dcost.model("llama-3-8b"), dcost.Workload(1024), objective="cost_per_input_token"
+    )
     assert pre.constraints == ("memory",)
 
 
@@ -171,23 +203,37 @@ def brute_force(problem):
     axes = [np.arange(lo, hi + 1, dtype=float) for _, lo, hi in problem.free]
     mesh = np.meshgrid(*axes, indexing="ij")
     fields = dict(zip(problem.names, (jnp.asarray(m.ravel()) for m in mesh), strict=True))
-    design = dcost.Design(batch=fields.get("batch", 1.0), chips=fields.get("chips", 1.0),
-                          stages=fields.get("stages", 1.0))
+    design = dcost.Design(
+        batch=fields.get("batch", 1.0),
+        chips=fields.get("chips", 1.0),
+        stages=fields.get("stages", 1.0),
+    )
     r = jax.jit(dcost.decode)(design, problem.hardware, problem.model, problem.workload)
     cap = float(problem.hardware.hbm_capacity) * (1 - float(problem.memory_reserve))
     margin = 1 - FEASIBILITY_RTOL
-    ok = (np.asarray(r.tpot) <= float(problem.tpot_slo) * margin) & \
-        (np.asarray(r.memory_per_chip) <= cap * margin)
+    ok = (np.asarray(r.tpot) <= float(problem.tpot_slo) * margin) & (
+        np.asarray(r.memory_per_chip) <= cap * margin
+    )
     cost = np.where(ok, np.asarray(r.cost_per_token), np.inf)
     return cost.min(), ok.any()
 
 
-@pytest.mark.parametrize("model, context, slo", [
-    ("llama-3-70b", 4096, 0.03), ("llama-3-8b", 256, 0.2), ("moe64", 8192, 0.01),
-])
+@pytest.mark.parametrize(
+    "model, context, slo",
+    [
+        ("llama-3-70b", 4096, 0.03),
+        ("llama-3-8b", 256, 0.2),
+        ("moe64", 8192, 0.01),
+    ],
+)
 def test_grid_search_matches_brute_force(model, context, slo):
-    p = dcost.Problem(H100, get_model(model), dcost.Workload(context), tpot_slo=slo,
-                      free={"batch": (1, 300), "chips": (1, 12), "stages": (1, 3)})
+    p = dcost.Problem(
+        H100,
+        get_model(model),
+        dcost.Workload(context),
+        tpot_slo=slo,
+        free={"batch": (1, 300), "chips": (1, 12), "stages": (1, 3)},
+    )
     best, any_ok = brute_force(p)
     g = dcost.grid_search(p, chunk_size=4096)  # many chunks, one partial
     assert bool(g.feasible) == bool(any_ok)
@@ -195,11 +241,17 @@ def test_grid_search_matches_brute_force(model, context, slo):
 
 
 def test_grid_search_chunking_and_progress():
-    p = dcost.Problem(H100, dcost.model("llama-3-8b"), dcost.Workload(4096), tpot_slo=0.02,
-                      free={"batch": (1, 500), "chips": (1, 9)})
+    p = dcost.Problem(
+        H100,
+        dcost.model("llama-3-8b"),
+        dcost.Workload(4096),
+        tpot_slo=0.02,
+        free={"batch": (1, 500), "chips": (1, 9)},
+    )
     calls = []
-    small = dcost.grid_search(p, chunk_size=333, progress=lambda done, total: calls.append(
-        (done, total)))
+    small = dcost.grid_search(
+        p, chunk_size=333, progress=lambda done, total: calls.append((done, total))
+    )
     whole = dcost.grid_search(p)
     assert float(small.cost) == float(whole.cost)
     np.testing.assert_array_equal(small.x, whole.x)
@@ -209,8 +261,13 @@ def test_grid_search_chunking_and_progress():
 
 def test_grid_search_shards_across_devices():
     """With 4 (forced host) devices the grid is split across them; the answer is the same."""
-    p = dcost.Problem(H100, dcost.model("llama-3-70b"), dcost.Workload(4096), tpot_slo=0.03,
-                      free={"batch": (1, 700), "chips": (1, 16), "stages": (1, 3)})
+    p = dcost.Problem(
+        H100,
+        dcost.model("llama-3-70b"),
+        dcost.Workload(4096),
+        tpot_slo=0.03,
+        free={"batch": (1, 700), "chips": (1, 16), "stages": (1, 3)},
+    )
     here = dcost.grid_search(p, chunk_size=10_000)
     script = textwrap.dedent("""
         import json, jax, dcost
@@ -221,20 +278,31 @@ def test_grid_search_shards_across_devices():
         g = dcost.grid_search(p, chunk_size=10_000)
         print(json.dumps({"x": [float(v) for v in g.x], "cost": float(g.cost)}))
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     there = json.loads(out.stdout.strip().splitlines()[-1])
     assert there["x"] == [float(v) for v in here.x]
     assert there["cost"] == pytest.approx(float(here.cost), rel=1e-6)
 
 
 def test_grid_search_infeasible_memory_message():
-    p = dcost.Problem(TINY_HBM, dcost.model("llama-3-70b"), dcost.Workload(1024),
-                      free={"batch": (1, 64), "chips": (1, 8)})
+    p = dcost.Problem(
+        TINY_HBM,
+        dcost.model("llama-3-70b"),
+        dcost.Workload(1024),
+        free={"batch": (1, 64), "chips": (1, 8)},
+    )
     g = dcost.grid_search(p)
     assert not bool(g.feasible)
     weights_gb = 2 * float(dcost.model("llama-3-70b").params_total) / 8 / 1e9
@@ -269,16 +337,24 @@ def test_optimize_design_rechecked_with_exact_model(table, i):
     design = dcost.Design(*(float(v) for v in o.x))
     r = dcost.decode(design, h, get_model(m), dcost.Workload(ctx))
     pre = dcost.prefill(design, h, get_model(m), dcost.Workload(ctx))
-    ok = (float(r.tpot) <= tpot and float(r.memory_per_chip) <= 0.9 * float(h.hbm_capacity)
-          and float(pre.tpot) <= ttft and float(o.x[1] * o.x[2]) <= budget)
+    ok = (
+        float(r.tpot) <= tpot
+        and float(r.memory_per_chip) <= 0.9 * float(h.hbm_capacity)
+        and float(pre.tpot) <= ttft
+        and float(o.x[1] * o.x[2]) <= budget
+    )
     assert ok == bool(o.feasible)
     assert float(r.cost_per_token) == pytest.approx(float(o.cost), rel=1e-5)
 
 
-@pytest.mark.parametrize("name, binding", [
-    ("dense-tight-slo", ("tpot",)), ("dense-loose-memory-bound", ("memory",)),
-    ("ttft-bound", ("ttft",)),
-])
+@pytest.mark.parametrize(
+    "name, binding",
+    [
+        ("dense-tight-slo", ("tpot",)),
+        ("dense-loose-memory-bound", ("memory",)),
+        ("ttft-bound", ("ttft",)),
+    ],
+)
 def test_binding_constraint(table, name, binding):
     _, _, opt = table
     assert opt.binding[NAMES.index(name)] == binding
@@ -311,17 +387,28 @@ def test_optimize_compiles_once_per_structure():
     p1 = case_problem("dense-tight-slo")
     dcost.optimize(p1)
     before = _solve.compiled()._cache_size()
-    p2 = dcost.Problem(dcost.hardware("h100-sxm", flops=1.5e15), dcost.model("llama-3-70b"),
-                       dcost.Workload(1000), free=FREE, tpot_slo=0.07, ttft_slo=3.0,
-                       chip_budget=100)
+    p2 = dcost.Problem(
+        dcost.hardware("h100-sxm", flops=1.5e15),
+        dcost.model("llama-3-70b"),
+        dcost.Workload(1000),
+        free=FREE,
+        tpot_slo=0.07,
+        ttft_slo=3.0,
+        chip_budget=100,
+    )
     dcost.optimize(p2)
     assert _solve.compiled()._cache_size() == before
 
 
 def test_prefill_objective_against_grid():
-    p = dcost.Problem(H100, dcost.model("llama-3-70b"), dcost.Workload(8192),
-                      objective="cost_per_input_token", ttft_slo=2.0,
-                      free={"batch": (1, 64), "chips": (1, 16), "stages": (1, 4)})
+    p = dcost.Problem(
+        H100,
+        dcost.model("llama-3-70b"),
+        dcost.Workload(8192),
+        objective="cost_per_input_token",
+        ttft_slo=2.0,
+        free={"batch": (1, 64), "chips": (1, 16), "stages": (1, 4)},
+    )
     g, o = dcost.grid_search(p), dcost.optimize(p)
     assert bool(g.feasible) and bool(o.feasible)
     assert float(o.cost) <= float(g.cost) * 1.005
@@ -331,8 +418,13 @@ def test_prefill_objective_against_grid():
 
 def test_free_experts_against_grid():
     """Serving alone prefers the fewest experts (the lifetime objective will trade quality)."""
-    p = dcost.Problem(H100, moe64(), dcost.Workload(4096), tpot_slo=0.02,
-                      free={"batch": (1, 256), "chips": (1, 8), "experts": (6, 64)})
+    p = dcost.Problem(
+        H100,
+        moe64(),
+        dcost.Workload(4096),
+        tpot_slo=0.02,
+        free={"batch": (1, 256), "chips": (1, 8), "experts": (6, 64)},
+    )
     g, o = dcost.grid_search(p), dcost.optimize(p)
     assert bool(o.feasible) and float(o.cost) <= float(g.cost) * 1.005
     assert float(o.design.experts) == float(g.design.experts) == 6.0
@@ -343,8 +435,9 @@ def test_free_experts_against_grid():
 
 @pytest.fixture(scope="module")
 def frontier():
-    p = dcost.Problem(H100, dcost.model("llama-3-70b"), dcost.Workload(4096), tpot_slo=0.03,
-                      free=FREE)
+    p = dcost.Problem(
+        H100, dcost.model("llama-3-70b"), dcost.Workload(4096), tpot_slo=0.03, free=FREE
+    )
     return p, dcost.pareto(p, [0.008, 0.012, 0.02, 0.05, 0.1, 0.003])
 
 
@@ -357,8 +450,9 @@ def test_pareto_is_monotone_and_matches_grid(frontier):
     cost = np.asarray(f.cost)
     assert np.all(np.diff(cost[ok]) <= 0)  # a looser target never costs more
     assert np.all(np.asarray(f.tpot)[ok] <= slo[ok])
-    batched = dcost.Problem(H100, dcost.model("llama-3-70b"), dcost.Workload(4096),
-                            tpot_slo=jnp.asarray(slo), free=FREE)
+    batched = dcost.Problem(
+        H100, dcost.model("llama-3-70b"), dcost.Workload(4096), tpot_slo=jnp.asarray(slo), free=FREE
+    )
     g = dcost.grid_search(batched)
     np.testing.assert_array_equal(np.asarray(g.feasible), ok)
     assert np.all(cost[ok] <= np.asarray(g.cost)[ok] * 1.005)
@@ -368,8 +462,9 @@ def test_pareto_rejects_bad_input(frontier):
     p, _ = frontier
     with pytest.raises(ValueError, match="tpot_slos"):
         dcost.pareto(p, [0.01, -1.0])
-    pre = dcost.Problem(H100, dcost.model("llama-3-8b"), dcost.Workload(1024),
-                        objective="cost_per_input_token")
+    pre = dcost.Problem(
+        H100, dcost.model("llama-3-8b"), dcost.Workload(1024), objective="cost_per_input_token"
+    )
     with pytest.raises(ValueError, match="no tpot constraint"):
         dcost.pareto(pre, [0.01])
 
@@ -404,13 +499,22 @@ def test_grid_pick_at_the_memory_limit_is_confirmed_feasible(experts):
     # re-check used to call the grid's own pick infeasible. The searches now judge candidates by a
     # stricter margin than the re-check.
     h, m = dcost.presets.pair("gb200-nvl72", "deepseek-v3")
-    p = dcost.Problem(h, m, dcost.Workload(4096), free={"batch": (1, 65536)},
-                      fixed=dcost.Design(batch=1, chips=72, stages=1, experts=experts),
-                      tpot_slo=0.05)
+    p = dcost.Problem(
+        h,
+        m,
+        dcost.Workload(4096),
+        free={"batch": (1, 65536)},
+        fixed=dcost.Design(batch=1, chips=72, stages=1, experts=experts),
+        tpot_slo=0.05,
+    )
     g = dcost.grid_search(p)
     assert bool(g.feasible)
     assert float(g.report.memory_per_chip) <= float(h.hbm_capacity) * 0.9
     # one more sequence would not fit: the pick is the memory-bound batch
-    bigger = dcost.decode(dcost.Design(batch=g.design.batch + 1, chips=72, experts=experts), h, m,
-                          dcost.Workload(4096))
+    bigger = dcost.decode(
+        dcost.Design(batch=g.design.batch + 1, chips=72, experts=experts),
+        h,
+        m,
+        dcost.Workload(4096),
+    )
     assert float(bigger.memory_per_chip) > float(h.hbm_capacity) * 0.9 * (1 - 4e-6)

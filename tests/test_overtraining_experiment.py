@@ -45,7 +45,7 @@ def foc_ratio(name, n, d, d_inf):
     D^-beta N): (3 D + D_inf) beta B D^-beta = 3 D alpha A N^-alpha. Returns left / right."""
     _, a, b, alpha, beta = card(name)
     n, d = np.asarray(n), np.asarray(d)
-    return (3 * d + d_inf) * beta * b * d ** -beta / (3 * d * alpha * a * n ** -alpha)
+    return (3 * d + d_inf) * beta * b * d**-beta / (3 * d * alpha * a * n**-alpha)
 
 
 def test_lecture_estimate_arithmetic(res):
@@ -72,7 +72,7 @@ def test_flop_optimum_first_order_condition(res, name):
     assert foc_ratio(name, n, d, d_inf) == pytest.approx(1.0, rel=1e-6)
     assert opt["flops"] == pytest.approx(6 * n * d + 2 * n * d_inf, rel=1e-12)
     _, a, _, alpha, beta = card(name)
-    u = a * n ** -alpha / (target - e)  # the parameter term's share of the reducible loss
+    u = a * n**-alpha / (target - e)  # the parameter term's share of the reducible loss
     assert opt["train_fraction"] == pytest.approx(beta * (1 - u) / (alpha * u), rel=1e-6)
     assert opt["flops"] <= lec["flops"]  # the optimizer's plan is no worse than the lecture's
     assert opt["flop_saving"] == pytest.approx(1 - opt["flops"] / lec["flops"], rel=1e-9)
@@ -101,8 +101,9 @@ def test_flop_optimum_beats_every_point_on_the_constraint(res, name):
 def test_sweep_holds_the_first_order_condition_everywhere(res, name):
     s, f = res["sweep"][name], res["fits"][name]
     x = res["sweep"]["inference_tokens"]
-    np.testing.assert_allclose(loss(name, s["n_params"], s["n_tokens"]), f["target_loss"],
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        loss(name, s["n_params"], s["n_tokens"]), f["target_loss"], rtol=1e-9
+    )
     np.testing.assert_allclose(foc_ratio(name, s["n_params"], s["n_tokens"], x), 1.0, rtol=1e-6)
     np.testing.assert_allclose(s["overtrain"], s["n_tokens"] / (20 * s["n_params"]), rtol=1e-12)
     assert np.all(np.diff(s["n_params"]) < 0) and np.all(np.diff(s["n_tokens"]) > 0)
@@ -143,8 +144,7 @@ def test_dollar_optimum_is_on_the_constraint_and_no_dearer(res, name):
     f = res["fits"][name]
     usd, lec = f["dollar_optimum"], f["lecture_plan_usd"]
     # llama-3-70b is dense (sparsity 1): the routed fit is the plain fit
-    assert loss(name, usd["n_params"], usd["n_tokens"]) == pytest.approx(f["target_loss"],
-                                                                         rel=1e-9)
+    assert loss(name, usd["n_params"], usd["n_tokens"]) == pytest.approx(f["target_loss"], rel=1e-9)
     assert usd["cost_usd"] <= lec["cost_usd"]
     assert usd["pretrain_usd"] + usd["inference_usd"] == pytest.approx(usd["cost_usd"], rel=1e-9)
     d_inf = res["inputs"]["inference_tokens"]
@@ -158,8 +158,13 @@ def test_plot_and_summary(res):
         assert "(" in ax.get_xlabel()  # a unit
     s = overtraining.summary(res)
     assert {"inputs", "lecture", "fits"} <= set(s)
-    keys = {"target_loss", "flop_optimum", "compute_optimal_same_loss", "dollar_optimum",
-            "lecture_plan_usd"}
+    keys = {
+        "target_loss",
+        "flop_optimum",
+        "compute_optimal_same_loss",
+        "dollar_optimum",
+        "lecture_plan_usd",
+    }
     assert all(keys <= set(s["fits"][n]) for n in FITS)
     assert overtraining.__doc__ and "Claim" in overtraining.__doc__
     plt.close(fig)

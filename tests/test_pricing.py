@@ -39,28 +39,73 @@ def _hand_prices(v, *, G, B, T, T_L, b_w, s, g, tau):
         return max(B * (2 * N + a * t) / F_r, (b_w * s * N + B * t * b_kv) / BW_r) / B
 
     storage = m * c * b_kv / M_r
-    return {"input": m * c * prefill(T), "output": m * c * decode(T),
-            "input_long": m * c * prefill(T_L), "output_long": m * c * decode(T_L),
-            "cache_write": m * c * prefill(T) + tau * storage,
-            "cache_hit": tau * storage + m * c * b_kv / BW_r, "cache_storage": storage}
+    return {
+        "input": m * c * prefill(T),
+        "output": m * c * decode(T),
+        "input_long": m * c * prefill(T_L),
+        "output_long": m * c * decode(T_L),
+        "cache_write": m * c * prefill(T) + tau * storage,
+        "cache_hit": tau * storage + m * c * b_kv / BW_r,
+        "cache_storage": storage,
+    }
 
 
 CASES = {
     # name: (hidden values, serving fields)
-    "dense-memory-bound": ({"kv_bytes_per_token": 327680.0, "params_active": 70e9,
-                            "flops_per_byte": 295.0, "margin": 5.0},
-                           dict(chips=8, batch=64, context=8192, context_long=400_000,
-                                bytes_per_param=2.0, sparsity=1.0, attn_flops_per_kv_byte=8.0,
-                                cache_hold_s=300.0)),
-    "compute-bound-decode": ({"kv_bytes_per_token": 4096.0, "params_active": 8e9,
-                              "flops_per_byte": 150.0, "margin": 2.0},
-                             dict(chips=1, batch=4096, context=512, context_long=2048,
-                                  bytes_per_param=2.0, sparsity=1.0, attn_flops_per_kv_byte=4.0,
-                                  cache_hold_s=30.0)),
-    "moe-fp8": ({"kv_bytes_per_token": 70272.0, "params_active": 37e9, "flops_per_byte": 590.0,
-                 "margin": 6.0},
-                dict(chips=16, batch=256, context=4989, context_long=100_000, bytes_per_param=1.0,
-                     sparsity=18.14, attn_flops_per_kv_byte=241.8, cache_hold_s=10.0)),
+    "dense-memory-bound": (
+        {
+            "kv_bytes_per_token": 327680.0,
+            "params_active": 70e9,
+            "flops_per_byte": 295.0,
+            "margin": 5.0,
+        },
+        dict(
+            chips=8,
+            batch=64,
+            context=8192,
+            context_long=400_000,
+            bytes_per_param=2.0,
+            sparsity=1.0,
+            attn_flops_per_kv_byte=8.0,
+            cache_hold_s=300.0,
+        ),
+    ),
+    "compute-bound-decode": (
+        {
+            "kv_bytes_per_token": 4096.0,
+            "params_active": 8e9,
+            "flops_per_byte": 150.0,
+            "margin": 2.0,
+        },
+        dict(
+            chips=1,
+            batch=4096,
+            context=512,
+            context_long=2048,
+            bytes_per_param=2.0,
+            sparsity=1.0,
+            attn_flops_per_kv_byte=4.0,
+            cache_hold_s=30.0,
+        ),
+    ),
+    "moe-fp8": (
+        {
+            "kv_bytes_per_token": 70272.0,
+            "params_active": 37e9,
+            "flops_per_byte": 590.0,
+            "margin": 6.0,
+        },
+        dict(
+            chips=16,
+            batch=256,
+            context=4989,
+            context_long=100_000,
+            bytes_per_param=1.0,
+            sparsity=18.14,
+            attn_flops_per_kv_byte=241.8,
+            cache_hold_s=10.0,
+        ),
+    ),
 }
 
 
@@ -69,10 +114,17 @@ def test_prices_match_hand_formulas(name):
     values, fields = CASES[name]
     serving = pricing.Serving(H100, smoothness=0.0, **fields)
     got = pricing.predict_prices(values, serving)
-    want = _hand_prices(values, G=fields["chips"], B=fields["batch"], T=fields["context"],
-                        T_L=fields["context_long"], b_w=fields["bytes_per_param"],
-                        s=fields["sparsity"], g=fields["attn_flops_per_kv_byte"],
-                        tau=fields["cache_hold_s"])
+    want = _hand_prices(
+        values,
+        G=fields["chips"],
+        B=fields["batch"],
+        T=fields["context"],
+        T_L=fields["context_long"],
+        b_w=fields["bytes_per_param"],
+        s=fields["sparsity"],
+        g=fields["attn_flops_per_kv_byte"],
+        tau=fields["cache_hold_s"],
+    )
     for kind in pricing.KINDS:
         assert float(got[kind]) == pytest.approx(want[kind], rel=2e-5), kind
 
@@ -84,16 +136,24 @@ def test_compute_bound_decode_costs_the_same_as_prefill_per_token():
     values, fields = CASES["compute-bound-decode"]
     p = pricing.predict_prices(values, pricing.Serving(H100, smoothness=0.0, **fields))
     n, a, t = 8e9, 4.0 * 4096.0, 512.0
-    assert float(p["output"] / p["input"]) == pytest.approx((2 * n + a * t) / (2 * n + a * t / 2),
-                                                            rel=1e-5)
+    assert float(p["output"] / p["input"]) == pytest.approx(
+        (2 * n + a * t) / (2 * n + a * t / 2), rel=1e-5
+    )
 
 
 def test_log_price_gradients_match_finite_differences_in_float64():
     with jax.enable_x64(True):
         serving = pricing.Serving(H100, smoothness=0.05, **CASES["dense-memory-bound"][1])
         theta = jnp.log(jnp.array([327680.0, 70e9, 295.0, 5.0], dtype=jnp.float64))
-        check_grads(jax.jit(lambda th: pricing.model._log_prices(th, serving)), (theta,), order=1,
-                    modes=("fwd", "rev"), eps=1e-4, atol=1e-6, rtol=1e-6)
+        check_grads(
+            jax.jit(lambda th: pricing.model._log_prices(th, serving)),
+            (theta,),
+            order=1,
+            modes=("fwd", "rev"),
+            eps=1e-4,
+            atol=1e-6,
+            rtol=1e-6,
+        )
 
 
 PLANTED = pricing.PLANTED
@@ -111,8 +171,9 @@ def test_recovers_planted_values_within_5_percent(planted, anchor):
     truth = PLANTED[planted]
     serving = pricing.Serving(H100)
     y = pricing.predict_prices(truth, serving)
-    fit = pricing.fit_prices({k: float(v) for k, v in y.items()}, serving,
-                             prior={anchor: (truth[anchor], 1.01)})
+    fit = pricing.fit_prices(
+        {k: float(v) for k, v in y.items()}, serving, prior={anchor: (truth[anchor], 1.01)}
+    )
     rep = pricing.identifiability(fit)
     for k in pricing.PARAMS:
         assert float(fit.values[k]) == pytest.approx(truth[k], rel=0.05), k
@@ -131,8 +192,9 @@ def test_partial_sheets_recover_what_they_pin(planted, subset, anchor):
     truth = PLANTED[planted]
     serving = pricing.Serving(H100)
     y = pricing.predict_prices(truth, serving)
-    fit = pricing.fit_prices({k: float(y[k]) for k in SUBSETS[subset]}, serving,
-                             prior={anchor: (truth[anchor], 1.01)})
+    fit = pricing.fit_prices(
+        {k: float(y[k]) for k in SUBSETS[subset]}, serving, prior={anchor: (truth[anchor], 1.01)}
+    )
     rep = pricing.identifiability(fit)
     for k in pricing.PARAMS:
         err = math.log(float(fit.values[k]) / truth[k])
@@ -160,8 +222,11 @@ def test_null_direction_is_scale_of_model_against_margin():
         assert rep.status[k] != "pinned", k
     # The flat direction really is flat: moving along it changes no predicted price.
     moved = dict(PLANTED["dense-70b"])
-    moved.update(kv_bytes_per_token=moved["kv_bytes_per_token"] * 3,
-                 params_active=moved["params_active"] * 3, margin=moved["margin"] / 3)
+    moved.update(
+        kv_bytes_per_token=moved["kv_bytes_per_token"] * 3,
+        params_active=moved["params_active"] * 3,
+        margin=moved["margin"] / 3,
+    )
     z = pricing.predict_prices(moved, serving)
     for k in pricing.KINDS:
         assert float(z[k]) == pytest.approx(float(y[k]), rel=1e-4), k
@@ -185,9 +250,14 @@ def test_laplace_standard_errors_match_spread_of_fits_under_noise():
     for i in range(n):
         mu_i = mu.copy()
         mu_i[1] += w[1] * rng.standard_normal()
-        f = pricing.fit_log_prices(jnp.asarray(log_y + sigma * rng.standard_normal(7)),
-                                   jnp.asarray(mask), serving, jnp.asarray(sigma),
-                                   jnp.asarray(mu_i), jnp.asarray(w))
+        f = pricing.fit_log_prices(
+            jnp.asarray(log_y + sigma * rng.standard_normal(7)),
+            jnp.asarray(mask),
+            serving,
+            jnp.asarray(sigma),
+            jnp.asarray(mu_i),
+            jnp.asarray(w),
+        )
         fits.append(np.asarray(f.log_values))
         if i == 0:
             before = pricing.fit._fit._cache_size()
@@ -198,18 +268,25 @@ def test_laplace_standard_errors_match_spread_of_fits_under_noise():
     np.testing.assert_allclose(spread / laplace, 1.0, atol=0.25)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda s: pricing.fit_prices({"inptu": 1e-6}, s), r"unknown price kind \['inptu'\]"),
-    (lambda s: pricing.fit_prices({"input": -1e-6}, s), r"prices.input = -1e-06"),
-    (lambda s: pricing.fit_prices({}, s), "prices is empty"),
-    (lambda s: pricing.fit_prices({"input": 1e-6}, s, prior={"marg": (1.0, 2.0)}),
-     r"unknown prior parameter \['marg'\]"),
-    (lambda s: pricing.fit_prices({"input": 1e-6}, s, prior={"margin": (3.0, 1.0)}),
-     r"prior factor.margin = 1.0"),
-    (lambda s: pricing.fit_prices({"input": 1e-6}, s, sigma={"output": 0.0}), r"sigma.output"),
-    (lambda s: pricing.predict_prices({"margin": 1.0}, s), "missing"),
-    (lambda s: pricing.Serving(H100, batch=0.5), r"Serving.batch = 0.5"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda s: pricing.fit_prices({"inptu": 1e-6}, s), r"unknown price kind \['inptu'\]"),
+        (lambda s: pricing.fit_prices({"input": -1e-6}, s), r"prices.input = -1e-06"),
+        (lambda s: pricing.fit_prices({}, s), "prices is empty"),
+        (
+            lambda s: pricing.fit_prices({"input": 1e-6}, s, prior={"marg": (1.0, 2.0)}),
+            r"unknown prior parameter \['marg'\]",
+        ),
+        (
+            lambda s: pricing.fit_prices({"input": 1e-6}, s, prior={"margin": (3.0, 1.0)}),
+            r"prior factor.margin = 1.0",
+        ),
+        (lambda s: pricing.fit_prices({"input": 1e-6}, s, sigma={"output": 0.0}), r"sigma.output"),
+        (lambda s: pricing.predict_prices({"margin": 1.0}, s), "missing"),
+        (lambda s: pricing.Serving(H100, batch=0.5), r"Serving.batch = 0.5"),
+    ],
+)
 def test_bad_input_names_field_and_value(call, match):
     with pytest.raises(ValueError, match=match):
         call(pricing.Serving(H100))

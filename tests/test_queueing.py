@@ -54,8 +54,14 @@ CASES = {
 def test_scan_matches_event_loop(case):
     policy, interval, capacity, per_seq, rate = CASES[case]
     gaps = np.asarray(poisson_gaps(jax.random.PRNGKey(1), rate, SMALL))
-    d = simulate_departures(gaps, TAU, policy=policy, interval=interval, capacity=capacity,
-                            step_time_per_sequence=per_seq)
+    d = simulate_departures(
+        gaps,
+        TAU,
+        policy=policy,
+        interval=interval,
+        capacity=capacity,
+        step_time_per_sequence=per_seq,
+    )
     wait, lat, size = reference(gaps, TAU, policy, interval or TAU, capacity, per_seq)
     # float32 scan against float64 loop: rounding of quantities up to a few seconds
     np.testing.assert_allclose(np.asarray(d.wait), wait, rtol=1e-5, atol=1e-5 * TAU)
@@ -111,18 +117,22 @@ def test_vmap_over_loads_equals_single_runs():
     rates = np.array([10.0, 100.0, 1000.0])
     unit = poisson_gaps(jax.random.PRNGKey(5), 1.0, SMALL)
     batched = jax.vmap(lambda r: simulate_departures(unit / r, TAU, policy="when_free").latency)(
-        rates)
+        rates
+    )
     for i, r in enumerate(rates):
         single = simulate_departures(unit / r, TAU, policy="when_free").latency
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(single), rtol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"policy": "sometimes"}, "policy"),
-    ({"capacity": 0.0}, "capacity"),
-    ({"interval": -1.0}, "interval"),
-    ({"step_time_per_sequence": -1e-3}, "step_time_per_sequence"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"policy": "sometimes"}, "policy"),
+        ({"capacity": 0.0}, "capacity"),
+        ({"interval": -1.0}, "interval"),
+        ({"step_time_per_sequence": -1e-3}, "step_time_per_sequence"),
+    ],
+)
 def test_bad_input_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         simulate_departures(np.ones(4), TAU, **kwargs)

@@ -25,22 +25,45 @@ from dcost import Design, Workload
 
 def chip(**kw):
     """F = 1e15 FLOP/s, BW = 1e12 B/s (F/BW = 1000), U = 1e11, O = 1e10, S = 8, $3.6/h."""
-    base = dict(flops=1e15, hbm_bandwidth=1e12, hbm_capacity=1e11, scaleup_bandwidth=1e11,
-                scaleout_bandwidth=1e10, scaleup_size=8, price_per_hour=3.6)
+    base = dict(
+        flops=1e15,
+        hbm_bandwidth=1e12,
+        hbm_capacity=1e11,
+        scaleup_bandwidth=1e11,
+        scaleout_bandwidth=1e10,
+        scaleup_size=8,
+        price_per_hour=3.6,
+    )
     return dcost.Hardware(**{**base, **kw})
 
 
 def dense(**kw):
     """N = 1e9, bf16 weights (b_w = 2), L = 10, d = 1000, b_kv = 1e5 B, a = 0."""
-    base = dict(n_layers=10, d_model=1000, params_dense=1e9, params_per_expert=0.0, n_experts=0,
-                experts_active=0, kv_bytes_per_token=1e5, bytes_per_param=2.0)
+    base = dict(
+        n_layers=10,
+        d_model=1000,
+        params_dense=1e9,
+        params_per_expert=0.0,
+        n_experts=0,
+        experts_active=0,
+        kv_bytes_per_token=1e5,
+        bytes_per_param=2.0,
+    )
     return dcost.Model(**{**base, **kw})
 
 
 def moe(**kw):
     """N_dense = 1e9, n_e = 1e8, E = 64, k = 4: N_total = 7.4e9, N_active = 1.4e9; fp8 weights."""
-    base = dict(n_layers=10, d_model=1000, params_dense=1e9, params_per_expert=1e8, n_experts=64,
-                experts_active=4, kv_bytes_per_token=1e5, bytes_per_param=1.0)
+    base = dict(
+        n_layers=10,
+        d_model=1000,
+        params_dense=1e9,
+        params_per_expert=1e8,
+        n_experts=64,
+        experts_active=4,
+        kv_bytes_per_token=1e5,
+        bytes_per_param=1.0,
+    )
     return dcost.Model(**{**base, **kw})
 
 
@@ -62,16 +85,28 @@ BALANCE_CASES = {
     "dense T=0": lambda: (chip(), dense(), 0.0),
     "dense T>0, attention, efficiencies": lambda: (
         chip(flops_efficiency=0.6, bandwidth_efficiency=0.8),
-        dense(kv_bytes_per_token=1e3, attn_flops_per_context_token=1e5), 1000.0),
+        dense(kv_bytes_per_token=1e3, attn_flops_per_context_token=1e5),
+        1000.0,
+    ),
     "moe k=E (phi=1)": lambda: (chip(), moe(n_experts=4, experts_active=4), 0.0),
-    "moe k=E, T>0": lambda: (chip(), moe(n_experts=4, experts_active=4, kv_bytes_per_token=1e3,
-                                         attn_flops_per_context_token=1e5), 1000.0),
+    "moe k=E, T>0": lambda: (
+        chip(),
+        moe(
+            n_experts=4, experts_active=4, kv_bytes_per_token=1e3, attn_flops_per_context_token=1e5
+        ),
+        1000.0,
+    ),
     "moe k<E, phi(B*)~1": lambda: (chip(), moe(), 0.0),
-    "moe k<E, T>0": lambda: (chip(bandwidth_efficiency=0.7),
-                             moe(kv_bytes_per_token=1e3, attn_flops_per_context_token=1e5),
-                             1000.0),
-    "llama-3-70b on h100, T=500": lambda: (dcost.hardware("h100-sxm"),
-                                           dcost.model("llama-3-70b"), 500.0),
+    "moe k<E, T>0": lambda: (
+        chip(bandwidth_efficiency=0.7),
+        moe(kv_bytes_per_token=1e3, attn_flops_per_context_token=1e5),
+        1000.0,
+    ),
+    "llama-3-70b on h100, T=500": lambda: (
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-70b"),
+        500.0,
+    ),
 }
 
 
@@ -102,8 +137,9 @@ def test_balance_batch_h100_dense_bf16_is_flops_over_bandwidth():
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize(("bytes_per_param", "dense_b", "moe_b"), [(2.0, 1000.0, 8000.0),
-                                                                  (1.0, 500.0, 4000.0)])
+@pytest.mark.parametrize(
+    ("bytes_per_param", "dense_b", "moe_b"), [(2.0, 1000.0, 8000.0), (1.0, 500.0, 4000.0)]
+)
 def test_one_in_eight_sparsity_balances_eight_times_higher(bytes_per_param, dense_b, moe_b):
     """B* = (F/BW)(b_w/2)(N_total/N_active) at T = 0, with F/BW = 1000.
 
@@ -124,16 +160,20 @@ def test_one_in_eight_sparsity_balances_eight_times_higher(bytes_per_param, dens
 @pytest.mark.x64
 @pytest.mark.parametrize(
     "specs",
-    [lambda: (chip(), dense()), lambda: (dcost.hardware("h100-sxm"), dcost.model("llama-3-8b")),
-     lambda: (dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"))],
+    [
+        lambda: (chip(), dense()),
+        lambda: (dcost.hardware("h100-sxm"), dcost.model("llama-3-8b")),
+        lambda: (dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")),
+    ],
     ids=["tiny", "llama-3-8b", "llama-3-70b"],
 )
 def test_cost_at_batch_one_over_cost_at_large_batch_is_balance_batch(specs):
     """Dense, G = P = 1, T = 0: per token, b_w N/BW at B = 1 against 2N/F once compute bound."""
     hw, m = specs()
     w = Workload(0)
-    ratio = (float(report_of(Design(batch=1), hw, m, w).cost_per_token)
-             / float(report_of(Design(batch=1e7), hw, m, w).cost_per_token))
+    ratio = float(report_of(Design(batch=1), hw, m, w).cost_per_token) / float(
+        report_of(Design(batch=1e7), hw, m, w).cost_per_token
+    )
     assert ratio == pytest.approx(float(dcost.balance_batch(hw, m)), rel=1e-9)
 
 
@@ -178,10 +218,18 @@ BATCH_SLOPES = jax.jit(jax.jacfwd(_kv_and_compute))
 @pytest.mark.x64
 @pytest.mark.parametrize(
     "specs",
-    [lambda: (dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")),
-     lambda: (chip(flops_efficiency=0.5, bandwidth_efficiency=0.9),
-              moe(n_experts=8, experts_active=8, kv_bytes_per_token=1e4,
-                  attn_flops_per_context_token=1e6))],
+    [
+        lambda: (dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")),
+        lambda: (
+            chip(flops_efficiency=0.5, bandwidth_efficiency=0.9),
+            moe(
+                n_experts=8,
+                experts_active=8,
+                kv_bytes_per_token=1e4,
+                attn_flops_per_context_token=1e6,
+            ),
+        ),
+    ],
     ids=["llama-3-70b-h100", "moe-with-efficiencies"],
 )
 def test_critical_context_kv_slope_equals_compute_slope(specs):
@@ -203,8 +251,9 @@ def test_critical_context_infinite_without_kv_cache():
 @pytest.mark.x64
 def test_batch_one_time_is_the_weight_read():
     # Tiny: 2 B * 1e9 / 1e12 B/s = 2 ms.
-    assert float(report_of(Design(batch=1), chip(), dense(), Workload(0)).tpot) == \
-        pytest.approx(2e-3, rel=1e-12)
+    assert float(report_of(Design(batch=1), chip(), dense(), Workload(0)).tpot) == pytest.approx(
+        2e-3, rel=1e-12
+    )
     # Llama 3 8B on one H100: b_w N / BW.
     m = dcost.model("llama-3-8b")
     r = report_of(Design(batch=1), dcost.hardware("h100-sxm"), m, Workload(0))
@@ -217,11 +266,14 @@ def test_batch_one_time_is_the_weight_read():
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize(("batch", "weight_bytes"), [
-    (1, 1e9 + 4 * 1e8),                         # k of E experts: N_dense + k n_e
-    (2, 1e9 + 64e8 * (1 - (60 / 64) ** 2)),     # phi(2) = 1 - (15/16)^2 = 0.12109375
-    (1e6, 7.4e9),                               # every expert
-])
+@pytest.mark.parametrize(
+    ("batch", "weight_bytes"),
+    [
+        (1, 1e9 + 4 * 1e8),  # k of E experts: N_dense + k n_e
+        (2, 1e9 + 64e8 * (1 - (60 / 64) ** 2)),  # phi(2) = 1 - (15/16)^2 = 0.12109375
+        (1e6, 7.4e9),  # every expert
+    ],
+)
 def test_moe_reads_only_the_experts_a_batch_touches(batch, weight_bytes):
     r = report_of(Design(batch=batch), chip(), moe(), Workload(0))
     assert float(r.t_weights) == pytest.approx(weight_bytes / 1e12, rel=1e-12)
@@ -262,11 +314,21 @@ def test_prefill_by_hand_single_chip():
     """B = 2 prompts of 1000 tokens, a = 1e4:
     compute 2000*(2e9 + 1e4*500)/1e15 = 4.01 ms; weights 2e9/1e12 = 2 ms; KV 2000*1e5/1e12 = 0.2 ms.
     """
-    r = dcost.prefill(Design(batch=2), chip(), dense(attn_flops_per_context_token=1e4),
-                      Workload(0, prompt=1000))
-    expected = dict(t_compute=4.01e-3, t_weights=2e-3, t_kv=2e-4, t_comm=0.0, t_stage=4.01e-3,
-                    tpot=4.01e-3, tokens_per_s=2000 / 4.01e-3, cost_per_token=1e-3 * 4.01e-3 / 2000,
-                    memory_per_chip=2e9 + 2e8, mfu=2e9 * (2000 / 4.01e-3) / 1e15)
+    r = dcost.prefill(
+        Design(batch=2), chip(), dense(attn_flops_per_context_token=1e4), Workload(0, prompt=1000)
+    )
+    expected = dict(
+        t_compute=4.01e-3,
+        t_weights=2e-3,
+        t_kv=2e-4,
+        t_comm=0.0,
+        t_stage=4.01e-3,
+        tpot=4.01e-3,
+        tokens_per_s=2000 / 4.01e-3,
+        cost_per_token=1e-3 * 4.01e-3 / 2000,
+        memory_per_chip=2e9 + 2e8,
+        mfu=2e9 * (2000 / 4.01e-3) / 1e15,
+    )
     for name, value in expected.items():
         assert float(getattr(r, name)) == pytest.approx(value, rel=1e-12, abs=1e-30), name
 
@@ -278,11 +340,24 @@ def test_prefill_by_hand_tensor_and_pipeline_parallel():
     all-reduces (10/2 layers)*2*(2*1/2)*(2000*1000*2 B)/1e11 = 0.4 ms; hop 4e6/(2*1e11) = 20 us;
     ttft = 2*1.0025 ms + 20 us = 2.025 ms; cost 4 chips * $0.001/s * 2.025e-3 s / 4000 tokens.
     """
-    r = dcost.prefill(Design(batch=2, chips=2, stages=2), chip(),
-                      dense(attn_flops_per_context_token=1e4), Workload(0, prompt=1000))
-    expected = dict(t_compute=1.0025e-3, t_weights=5e-4, t_kv=5e-5, t_comm=4e-4, t_hop=2e-5,
-                    t_stage=1.0025e-3, tpot=2.025e-3, tokens_per_s=4000 / 2.025e-3,
-                    cost_per_token=4e-3 * 2.025e-3 / 4000, memory_per_chip=5e8 + 1e8)
+    r = dcost.prefill(
+        Design(batch=2, chips=2, stages=2),
+        chip(),
+        dense(attn_flops_per_context_token=1e4),
+        Workload(0, prompt=1000),
+    )
+    expected = dict(
+        t_compute=1.0025e-3,
+        t_weights=5e-4,
+        t_kv=5e-5,
+        t_comm=4e-4,
+        t_hop=2e-5,
+        t_stage=1.0025e-3,
+        tpot=2.025e-3,
+        tokens_per_s=4000 / 2.025e-3,
+        cost_per_token=4e-3 * 2.025e-3 / 4000,
+        memory_per_chip=5e8 + 1e8,
+    )
     for name, value in expected.items():
         assert float(getattr(r, name)) == pytest.approx(value, rel=1e-12), name
     assert float(r.ttft) == float(r.tpot)
@@ -300,8 +375,16 @@ def test_prefill_reads_every_expert():
 
 def comm_moe(**kw):
     """L = L_moe = 2, d = 1000, b_a = 2, k = 2 of E = 8, tiny weights so communication binds."""
-    base = dict(n_layers=2, d_model=1000, params_dense=1e6, params_per_expert=1e6, n_experts=8,
-                experts_active=2, kv_bytes_per_token=0.0, bytes_per_param=2.0)
+    base = dict(
+        n_layers=2,
+        d_model=1000,
+        params_dense=1e6,
+        params_per_expert=1e6,
+        n_experts=8,
+        experts_active=2,
+        kv_bytes_per_token=0.0,
+        bytes_per_param=2.0,
+    )
     return dcost.Model(**{**base, **kw})
 
 
@@ -322,12 +405,19 @@ ALL_TO_ALL = [
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize(("chips", "stages", "s", "u", "o", "moe_layers", "expected"),
-                         [c[1:] for c in ALL_TO_ALL], ids=[c[0] for c in ALL_TO_ALL])
+@pytest.mark.parametrize(
+    ("chips", "stages", "s", "u", "o", "moe_layers", "expected"),
+    [c[1:] for c in ALL_TO_ALL],
+    ids=[c[0] for c in ALL_TO_ALL],
+)
 def test_all_to_all_by_hand(chips, stages, s, u, o, moe_layers, expected):
     hw = chip(scaleup_size=s, scaleup_bandwidth=u, scaleout_bandwidth=o)
-    r = report_of(Design(batch=16, chips=chips, stages=stages), hw,
-                  comm_moe(n_moe_layers=moe_layers), Workload(0))
+    r = report_of(
+        Design(batch=16, chips=chips, stages=stages),
+        hw,
+        comm_moe(n_moe_layers=moe_layers),
+        Workload(0),
+    )
     assert float(r.t_comm) == pytest.approx(expected, rel=1e-12, abs=0.0)
 
 
@@ -352,8 +442,11 @@ TENSOR_PARALLEL = [
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize(("chips", "s", "expected"), [c[1:] for c in TENSOR_PARALLEL],
-                         ids=[c[0] for c in TENSOR_PARALLEL])
+@pytest.mark.parametrize(
+    ("chips", "s", "expected"),
+    [c[1:] for c in TENSOR_PARALLEL],
+    ids=[c[0] for c in TENSOR_PARALLEL],
+)
 def test_tensor_parallel_by_hand(chips, s, expected):
     hw = chip(scaleup_size=s, scaleup_bandwidth=1e9, scaleout_bandwidth=1e8)
     r = report_of(Design(batch=8, chips=chips, stages=2), hw, dense(n_layers=4), Workload(0))
@@ -361,8 +454,11 @@ def test_tensor_parallel_by_hand(chips, s, expected):
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize(("s", "hop"), [(8, 8 * 1000 * 2 / 1e11), (2, 8 * 1000 * 2 / 1e10)],
-                         ids=["4 chips in a domain of 8", "4 chips over domains of 2"])
+@pytest.mark.parametrize(
+    ("s", "hop"),
+    [(8, 8 * 1000 * 2 / 1e11), (2, 8 * 1000 * 2 / 1e10)],
+    ids=["4 chips in a domain of 8", "4 chips over domains of 2"],
+)
 def test_pipeline_latency_by_hand(s, hop):
     """P = 4 stages of one chip, B = 8, T = 0: t_stage = 2e9 B/(4 * 1e12 B/s) = 0.5 ms (compute
     8*2e9/4e15 = 4 us); hop = 8*1000*2 B over U (all 4 chips in one domain) or O;
@@ -390,8 +486,9 @@ MFU_COST = [
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize(("batch", "eta", "step", "mfu", "cost"), [c[1:] for c in MFU_COST],
-                         ids=[c[0] for c in MFU_COST])
+@pytest.mark.parametrize(
+    ("batch", "eta", "step", "mfu", "cost"), [c[1:] for c in MFU_COST], ids=[c[0] for c in MFU_COST]
+)
 def test_mfu_and_cost_by_hand(batch, eta, step, mfu, cost):
     r = report_of(Design(batch=batch), chip(flops_efficiency=eta), dense(), Workload(0))
     assert float(r.tpot) == pytest.approx(step, rel=1e-12)
@@ -430,27 +527,39 @@ GRAD = jax.jit(jax.grad(_cost, argnums=(0, 1, 2, 3)))
 GRADIENT_CASES = {
     # memory 0.46 ms vs compute 4 us and all-to-all 1.4 us; phi(16) = 0.64; hop over scale-out.
     "moe memory bound, pipelined": lambda: (
-        Design(batch=16, chips=4, stages=3), chip(),
+        Design(batch=16, chips=4, stages=3),
+        chip(),
         moe(n_moe_layers=9, kv_bytes_per_token=1e4, attn_flops_per_context_token=1e5),
-        Workload(2000, prompt=1500, output=500)),
+        Workload(2000, prompt=1500, output=500),
+    ),
     # all-to-all out of the domain 3.2 ms vs weights 0.46 ms.
     "moe all-to-all bound, spilling": lambda: (
-        Design(batch=64, chips=16), chip(scaleout_bandwidth=1e8),
-        moe(kv_bytes_per_token=1e4, n_moe_layers=10), Workload(100, prompt=80, output=40)),
+        Design(batch=64, chips=16),
+        chip(scaleout_bandwidth=1e8),
+        moe(kv_bytes_per_token=1e4, n_moe_layers=10),
+        Workload(100, prompt=80, output=40),
+    ),
     # compute 2.1 ms vs memory 0.81 ms and all-reduces 0.82 ms.
     "dense compute bound, TP and pipeline": lambda: (
-        Design(batch=4096, chips=2, stages=2), chip(),
+        Design(batch=4096, chips=2, stages=2),
+        chip(),
         dense(kv_bytes_per_token=1e3, attn_flops_per_context_token=1e5, n_moe_layers=0),
-        Workload(300, prompt=200, output=200)),
+        Workload(300, prompt=200, output=200),
+    ),
     # all-reduces over scale-out 19 ms vs weights 0.13 ms.
     "dense all-reduce bound across domains": lambda: (
-        Design(batch=256, chips=16), chip(scaleout_bandwidth=1e9),
-        dense(kv_bytes_per_token=1e3, n_moe_layers=0), Workload(100, prompt=100, output=10)),
+        Design(batch=256, chips=16),
+        chip(scaleout_bandwidth=1e9),
+        dense(kv_bytes_per_token=1e3, n_moe_layers=0),
+        Workload(100, prompt=100, output=10),
+    ),
     # the design sets E = 32 (and an unused over-training ratio): memory 1.4 ms vs compute 0.18 ms.
     "moe with design experts": lambda: (
-        Design(batch=256, chips=2, stages=2, experts=32, overtrain=2.0), chip(),
+        Design(batch=256, chips=2, stages=2, experts=32, overtrain=2.0),
+        chip(),
         moe(kv_bytes_per_token=1e4, attn_flops_per_context_token=1e5, n_moe_layers=10),
-        Workload(500)),
+        Workload(500),
+    ),
 }
 
 
@@ -484,14 +593,16 @@ def test_gradient_of_cost_matches_central_differences(case, smoothness):
 
             def at(x, i=i, spec=spec, name=field.name):
                 moved = eqx.tree_at(lambda t: getattr(t, name), spec, jnp.asarray(x, jnp.float64))
-                return float(COST(*specs[:i], moved, *specs[i + 1:], smoothness))
+                return float(COST(*specs[:i], moved, *specs[i + 1 :], smoothness))
 
             fd = (at(x0 + h) - at(x0 - h)) / (2 * h)
             e_ad, e_fd = g * x0 / f0, fd * x0 / f0
             checked += 1
             if abs(e_ad - e_fd) > 1e-6 * (1 + abs(e_fd)):
-                failures.append(f"{type(spec).__name__}.{field.name}: autodiff elasticity "
-                                f"{e_ad:.9g}, central difference {e_fd:.9g}")
+                failures.append(
+                    f"{type(spec).__name__}.{field.name}: autodiff elasticity "
+                    f"{e_ad:.9g}, central difference {e_fd:.9g}"
+                )
     assert not failures, "\n".join(failures)
     assert checked >= 20
 
@@ -522,10 +633,21 @@ def _range_model(is_moe):
     """Llama-3-70B-like dense or DeepSeek-V3-like MoE, round numbers; n_moe_layers given in both so
     one compiled function serves both."""
     if is_moe:
-        return dcost.Model(61, 7168, 1.5e10, 2.6e9, 256, 8, 7e4, 1.0,
-                           attn_flops_per_context_token=1.7e7, n_moe_layers=58)
-    return dcost.Model(80, 8192, 7e10, 0.0, 0, 0, 3.3e5, 2.0,
-                       attn_flops_per_context_token=2.6e6, n_moe_layers=0)
+        return dcost.Model(
+            61,
+            7168,
+            1.5e10,
+            2.6e9,
+            256,
+            8,
+            7e4,
+            1.0,
+            attn_flops_per_context_token=1.7e7,
+            n_moe_layers=58,
+        )
+    return dcost.Model(
+        80, 8192, 7e10, 0.0, 0, 0, 3.3e5, 2.0, attn_flops_per_context_token=2.6e6, n_moe_layers=0
+    )
 
 
 COST_AND_GRAD = jax.jit(jax.value_and_grad(_cost, argnums=(0, 1, 2, 3)))
@@ -543,8 +665,12 @@ drawn_design = dict(
 @given(**drawn_design)
 def test_every_gradient_finite_over_the_range(batch, context, is_moe, chips, stages, smoothness):
     """Batch 1 to 1e5, context 0 to 1e6, dense and MoE, 1 to 144 chips, 1 to 16 stages (float32)."""
-    specs = (Design(batch=batch, chips=chips, stages=stages), dcost.hardware("h100-sxm"),
-             _range_model(is_moe), Workload(context))
+    specs = (
+        Design(batch=batch, chips=chips, stages=stages),
+        dcost.hardware("h100-sxm"),
+        _range_model(is_moe),
+        Workload(context),
+    )
     value, grads = COST_AND_GRAD(*specs, smoothness)
     assert np.isfinite(float(value)) and float(value) > 0
     for leaf in jax.tree_util.tree_leaves(grads):
@@ -554,8 +680,12 @@ def test_every_gradient_finite_over_the_range(batch, context, is_moe, chips, sta
 SWEEP = jax.jit(jax.vmap(dcost.decode, in_axes=(0, None, None, None)))
 
 
-@given(context=drawn_design["context"], is_moe=st.booleans(), chips=st.integers(1, 144),
-       stages=st.integers(1, 16))
+@given(
+    context=drawn_design["context"],
+    is_moe=st.booleans(),
+    chips=st.integers(1, 144),
+    stages=st.integers(1, 16),
+)
 def test_cost_per_token_never_rises_with_batch(context, is_moe, chips, stages):
     """Weights are shared by the batch, everything else grows with it: cost/token is non-increasing,
     tokens/s non-decreasing."""
@@ -575,8 +705,12 @@ CONTEXT_SWEEP = jax.jit(jax.vmap(dcost.decode, in_axes=(None, None, None, 0)))
 def test_step_time_grows_with_context_and_kv_memory_is_linear(batch, is_moe, chips):
     contexts = jnp.asarray([0.0, 1e3, 2e3, 4e3, 1e5, 1e6])
     m = _range_model(is_moe)
-    r = CONTEXT_SWEEP(Design(batch=batch, chips=chips), dcost.hardware("h100-sxm"), m,
-                      Workload(contexts, prompt=contexts, output=jnp.zeros(6)))
+    r = CONTEXT_SWEEP(
+        Design(batch=batch, chips=chips),
+        dcost.hardware("h100-sxm"),
+        m,
+        Workload(contexts, prompt=contexts, output=jnp.zeros(6)),
+    )
     assert np.all(np.diff(np.asarray(r.tpot)) >= 0)
     kv = np.asarray(r.memory_per_chip) - float(r.memory_per_chip[0])
     expected = np.asarray(contexts) * batch * float(m.kv_bytes_per_token) / chips
@@ -592,22 +726,29 @@ def test_vmap_over_designs_equals_one_by_one():
     hw, m, w = dcost.hardware("h100-sxm"), moe(), Workload(3000)
     swept = jax.jit(jax.vmap(dcost.decode, in_axes=(0, None, None, None, None)))(
         Design(batch=jnp.asarray(batch), chips=jnp.asarray(chips), stages=jnp.asarray(stages)),
-        hw, m, w, 0.05)
+        hw,
+        m,
+        w,
+        0.05,
+    )
     for j in range(len(batch)):
         one = dcost.decode(Design(batch=batch[j], chips=chips[j], stages=stages[j]), hw, m, w, 0.05)
         for name in [f.name for f in dataclasses.fields(one)]:
-            assert float(getattr(swept, name)[j]) == pytest.approx(float(getattr(one, name)),
-                                                                   rel=1e-12, abs=1e-300), name
+            assert float(getattr(swept, name)[j]) == pytest.approx(
+                float(getattr(one, name)), rel=1e-12, abs=1e-300
+            ), name
 
 
 @pytest.mark.x64
 def test_vmap_over_hardware_scenarios():
     """A batch of chips (array fields) is one call, and equals the chips one by one."""
     bws = [1e12, 2e12, 3.35e12]
-    scenarios = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (3,)),
-                                       chip(hbm_bandwidth=jnp.asarray(bws)))
+    scenarios = jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(x, (3,)), chip(hbm_bandwidth=jnp.asarray(bws))
+    )
     swept = jax.jit(jax.vmap(dcost.decode, in_axes=(None, 0, None, None)))(
-        Design(batch=8), scenarios, dense(), Workload(500))
+        Design(batch=8), scenarios, dense(), Workload(500)
+    )
     for j, bw in enumerate(bws):
         one = dcost.decode(Design(batch=8), chip(hbm_bandwidth=bw), dense(), Workload(500))
         assert float(swept.cost_per_token[j]) == pytest.approx(float(one.cost_per_token), rel=1e-12)
@@ -622,9 +763,12 @@ def test_jitted_decode_does_not_recompile():
         return dcost.decode(design, hardware, model, workload)
 
     hw, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-8b")
-    calls = [(Design(batch=1), Workload(0)), (Design(batch=64, chips=8), Workload(4096)),
-             (Design(batch=64.0, chips=2.0, stages=4.0), Workload(100.5, prompt=10)),
-             (Design(batch=np.float32(3)), Workload(np.int64(7)))]
+    calls = [
+        (Design(batch=1), Workload(0)),
+        (Design(batch=64, chips=8), Workload(4096)),
+        (Design(batch=64.0, chips=2.0, stages=4.0), Workload(100.5, prompt=10)),
+        (Design(batch=np.float32(3)), Workload(np.int64(7))),
+    ]
     for d, w in calls:
         step(d, hw, m, w)
     assert len(traces) == 1
@@ -634,24 +778,45 @@ def test_jitted_decode_does_not_recompile():
 # --------------------------------------------------------------------- valid edge inputs
 
 EDGE_CASES = {
-    "dense, one chip, T=0, B=1": lambda: (Design(batch=1), chip(), dense(),
-                                          Workload(0, prompt=1)),
-    "dense, TP and pipeline": lambda: (Design(batch=3, chips=8, stages=2), chip(), dense(),
-                                       Workload(10)),
-    "moe k=E": lambda: (Design(batch=5, chips=4), chip(), moe(n_experts=4, experts_active=4),
-                        Workload(0, prompt=1)),
-    "moe k=E via design": lambda: (Design(batch=5, chips=2, experts=4), chip(), moe(),
-                                   Workload(100)),
-    "moe spilling, one stage per chip": lambda: (Design(batch=1, chips=144, stages=16),
-                                                 chip(scaleup_size=1), moe(),
-                                                 Workload(0, prompt=1)),
-    "no KV cache, no attention": lambda: (Design(batch=100), chip(),
-                                          dense(kv_bytes_per_token=0.0), Workload(1e6)),
+    "dense, one chip, T=0, B=1": lambda: (Design(batch=1), chip(), dense(), Workload(0, prompt=1)),
+    "dense, TP and pipeline": lambda: (
+        Design(batch=3, chips=8, stages=2),
+        chip(),
+        dense(),
+        Workload(10),
+    ),
+    "moe k=E": lambda: (
+        Design(batch=5, chips=4),
+        chip(),
+        moe(n_experts=4, experts_active=4),
+        Workload(0, prompt=1),
+    ),
+    "moe k=E via design": lambda: (
+        Design(batch=5, chips=2, experts=4),
+        chip(),
+        moe(),
+        Workload(100),
+    ),
+    "moe spilling, one stage per chip": lambda: (
+        Design(batch=1, chips=144, stages=16),
+        chip(scaleup_size=1),
+        moe(),
+        Workload(0, prompt=1),
+    ),
+    "no KV cache, no attention": lambda: (
+        Design(batch=100),
+        chip(),
+        dense(kv_bytes_per_token=0.0),
+        Workload(1e6),
+    ),
     "free hardware": lambda: (Design(batch=10), chip(price_per_hour=0.0), moe(), Workload(10)),
     # n_moe_layers=None (its meaning for a dense model) gives the hand-built models' structure.
-    "huge batch and context": lambda: (Design(batch=1e5, chips=72), dcost.hardware("h100-sxm"),
-                                       dcost.model("llama-3-70b", n_moe_layers=None),
-                                       Workload(1e6)),
+    "huge batch and context": lambda: (
+        Design(batch=1e5, chips=72),
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-70b", n_moe_layers=None),
+        Workload(1e6),
+    ),
 }
 
 
@@ -663,8 +828,10 @@ def _report_and_grads(fn):
     return jax.jit(jax.grad(cost, argnums=(0, 1, 2, 3), has_aux=True))
 
 
-REPORT_AND_GRADS = {"decode": _report_and_grads(dcost.decode),
-                    "prefill": _report_and_grads(dcost.prefill)}
+REPORT_AND_GRADS = {
+    "decode": _report_and_grads(dcost.decode),
+    "prefill": _report_and_grads(dcost.prefill),
+}
 
 
 @pytest.mark.parametrize("fn", ["decode", "prefill"])

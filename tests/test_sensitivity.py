@@ -30,10 +30,18 @@ PERTURB = ("base", "bw+", "bw-", "flops+", "flops-", "slo+", "slo-")
 
 
 def moe64():
-    return dcost.Model(n_layers=24, d_model=2048, params_dense=1.0e9,
-                       params_per_expert=24 * 3 * 2048 * 1408, n_experts=64, experts_active=6,
-                       kv_bytes_per_token=2 * 24 * 16 * 128 * 2, bytes_per_param=2.0,
-                       attn_flops_per_context_token=4 * 24 * 16 * 128, n_moe_layers=24)
+    return dcost.Model(
+        n_layers=24,
+        d_model=2048,
+        params_dense=1.0e9,
+        params_per_expert=24 * 3 * 2048 * 1408,
+        n_experts=64,
+        experts_active=6,
+        kv_bytes_per_token=2 * 24 * 16 * 128 * 2,
+        bytes_per_param=2.0,
+        attn_flops_per_context_token=4 * 24 * 16 * 128,
+        n_moe_layers=24,
+    )
 
 
 def scenario(name, kind):
@@ -58,12 +66,23 @@ def stack(items):
 def solved():
     with jax.enable_x64(True):
         rows = [scenario(n, k) for n in CASES for k in PERTURB]
-        rows.append((dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"), dcost.Workload(128),
-                     0.002, OFF))  # infeasible: the weights alone take 5 ms to read
-        p = dcost.Problem(stack([r[0] for r in rows]), stack([r[1] for r in rows]),
-                          stack([r[2] for r in rows]), free=FREE,
-                          tpot_slo=jnp.array([r[3] for r in rows]),
-                          ttft_slo=jnp.array([r[4] for r in rows]))
+        rows.append(
+            (
+                dcost.hardware("h100-sxm"),
+                dcost.model("llama-3-70b"),
+                dcost.Workload(128),
+                0.002,
+                OFF,
+            )
+        )  # infeasible: the weights alone take 5 ms to read
+        p = dcost.Problem(
+            stack([r[0] for r in rows]),
+            stack([r[1] for r in rows]),
+            stack([r[2] for r in rows]),
+            free=FREE,
+            tpot_slo=jnp.array([r[3] for r in rows]),
+            ttft_slo=jnp.array([r[4] for r in rows]),
+        )
         s = dcost.sensitivity(p)
         o = dcost.optimize(p)
         jax.block_until_ready((s, o))
@@ -130,7 +149,8 @@ def test_optimize_shadow_prices_near_exact_multipliers(solved, name):
     j = p.constraints.index(slo)
     assert float(o.lambdas[i, j]) == pytest.approx(float(s.relaxed.lambdas[i, j]), rel=0.1)
     assert float(o.multipliers[slo][i]) == pytest.approx(
-        float(o.lambdas[i, j] * o.stats.continuous_cost[i]), rel=1e-9)
+        float(o.lambdas[i, j] * o.stats.continuous_cost[i]), rel=1e-9
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))

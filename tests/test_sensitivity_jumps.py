@@ -22,9 +22,15 @@ FREE = {"batch": (1, 1024), "chips": (1, 16), "stages": (1, 8)}
 
 
 def problem(tpot, free=FREE, fixed=None):
-    return dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"),
-                         dcost.Workload(4096), free=free, fixed=fixed, tpot_slo=tpot,
-                         objective="cost_per_token")
+    return dcost.Problem(
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-70b"),
+        dcost.Workload(4096),
+        free=free,
+        fixed=fixed,
+        tpot_slo=tpot,
+        objective="cost_per_token",
+    )
 
 
 @pytest.fixture(scope="module")

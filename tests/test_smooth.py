@@ -37,12 +37,12 @@ def _np_pnorm(xs, s):
 @pytest.mark.parametrize(
     ("xs", "s", "expected"),
     [
-        ([3.0, 4.0], 0.0, 4.0),          # exact maximum
-        ([3.0, 4.0], 0.5, 5.0),          # the Euclidean norm
-        ([1.0, 2.0, 3.0], 1.0, 6.0),     # the sum
+        ([3.0, 4.0], 0.0, 4.0),  # exact maximum
+        ([3.0, 4.0], 0.5, 5.0),  # the Euclidean norm
+        ([1.0, 2.0, 3.0], 1.0, 6.0),  # the sum
         ([2.0, 2.0, 2.0, 2.0], 0.5, 4.0),  # n**s * max when all terms tie: 4**0.5 * 2
-        ([0.0, 0.0], 0.3, 0.0),          # all zero
-        ([0.0, 7.0], 0.3, 7.0),          # a zero term drops out
+        ([0.0, 0.0], 0.3, 0.0),  # all zero
+        ([0.0, 7.0], 0.3, 7.0),  # a zero term drops out
     ],
 )
 @pytest.mark.x64

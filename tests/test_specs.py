@@ -14,10 +14,25 @@ import pytest
 
 import dcost
 
-HW = dict(flops=1e15, hbm_bandwidth=1e12, hbm_capacity=1e11, scaleup_bandwidth=1e11,
-          scaleout_bandwidth=1e10, scaleup_size=8, price_per_hour=2.0)
-DENSE = dict(n_layers=10, d_model=1000, params_dense=1e9, params_per_expert=0.0, n_experts=0,
-             experts_active=0, kv_bytes_per_token=1e5, bytes_per_param=2.0)
+HW = dict(
+    flops=1e15,
+    hbm_bandwidth=1e12,
+    hbm_capacity=1e11,
+    scaleup_bandwidth=1e11,
+    scaleout_bandwidth=1e10,
+    scaleup_size=8,
+    price_per_hour=2.0,
+)
+DENSE = dict(
+    n_layers=10,
+    d_model=1000,
+    params_dense=1e9,
+    params_per_expert=0.0,
+    n_experts=0,
+    experts_active=0,
+    kv_bytes_per_token=1e5,
+    bytes_per_param=2.0,
+)
 MOE = dict(DENSE, params_per_expert=1e8, n_experts=8, experts_active=2)
 
 
@@ -84,8 +99,9 @@ def _build(builder, key, value):
     return builder(**{key: value})
 
 
-@pytest.mark.parametrize(("builder", "key", "value", "field", "shown"), BAD,
-                         ids=[f"{b[3]}={b[2]}" for b in BAD])
+@pytest.mark.parametrize(
+    ("builder", "key", "value", "field", "shown"), BAD, ids=[f"{b[3]}={b[2]}" for b in BAD]
+)
 def test_bad_field_raises_value_error_naming_field_and_value(builder, key, value, field, shown):
     with pytest.raises(ValueError) as info:
         _build(builder, key, value)
@@ -137,8 +153,8 @@ def test_traced_fields_are_not_checked_inside_jit():
 
 def test_good_values_at_the_edges_are_accepted():
     dcost.Hardware(1.0, 1.0, 1.0, 1.0, 1.0, 1, 0.0, flops_efficiency=1.0, bandwidth_efficiency=1e-9)
-    dcost.Model(1, 1, 1.0, 0.0, 0, 0, 0.0, 1.0)          # dense, no KV cache
-    dcost.Model(1, 1, 1.0, 1.0, 4, 4, 0.0, 1.0)          # MoE with k = E
+    dcost.Model(1, 1, 1.0, 0.0, 0, 0, 0.0, 1.0)  # dense, no KV cache
+    dcost.Model(1, 1, 1.0, 1.0, 4, 4, 0.0, 1.0)  # MoE with k = E
     dcost.Workload(0.0)
     dcost.Design(batch=1, chips=1, stages=1, experts=1, overtrain=1e-3)
 
@@ -169,8 +185,14 @@ def test_workload_defaults():
 
 @pytest.mark.parametrize(
     "spec",
-    [hw(), dense(), moe(n_moe_layers=5), dcost.Workload(10), dcost.Design(batch=64, chips=8),
-     dcost.Design(batch=64.0, chips=8.0, stages=2, experts=16, overtrain=3)],
+    [
+        hw(),
+        dense(),
+        moe(n_moe_layers=5),
+        dcost.Workload(10),
+        dcost.Design(batch=64, chips=8),
+        dcost.Design(batch=64.0, chips=8.0, stages=2, experts=16, overtrain=3),
+    ],
     ids=["hardware", "dense", "moe", "workload", "design-int", "design-float"],
 )
 def test_every_leaf_is_a_strong_float(spec):

@@ -57,7 +57,8 @@ def test_loss_against_hand_calculation(name, n, d):
     expected = e + a / n**alpha + b / d**beta
     assert float(dcost.loss(n, d, name)) == pytest.approx(expected, rel=1e-12)
     assert float(dcost.loss(n, d, dcost.ScalingFit(e, a, b, alpha, beta))) == pytest.approx(
-        expected, rel=1e-12)
+        expected, rel=1e-12
+    )
 
 
 def _numeric_compute_optimum(budgets, fit):
@@ -124,13 +125,22 @@ def test_effective_params_and_routed_fit():
     assert float(dcost.effective_params(1e9, 64e9, gamma=0.0)) == pytest.approx(1e9)
     assert float(dcost.effective_params(1e9, 64e9, gamma=1.0)) == pytest.approx(64e9)
     # A routed model's loss = the dense loss at N_eff; routed_fit says the same in N_active.
-    m = dcost.Model(n_layers=32, d_model=4096, params_dense=2e9, params_per_expert=1e9,
-                    n_experts=64, experts_active=2, kv_bytes_per_token=1e5, bytes_per_param=2.0)
+    m = dcost.Model(
+        n_layers=32,
+        d_model=4096,
+        params_dense=2e9,
+        params_per_expert=1e9,
+        n_experts=64,
+        experts_active=2,
+        kv_bytes_per_token=1e5,
+        bytes_per_param=2.0,
+    )
     n_eff = 4e9 * (66e9 / 4e9) ** (1.0 / 3.0)
     assert float(dcost.loss(m, 1e12)) == pytest.approx(float(dcost.loss(n_eff, 1e12)), rel=1e-12)
     routed = dcost.routed_fit("hoffmann2022", 66e9 / 4e9)
     assert float(dcost.loss(4e9, 1e12, routed)) == pytest.approx(
-        float(dcost.loss(n_eff, 1e12)), rel=1e-12)
+        float(dcost.loss(n_eff, 1e12)), rel=1e-12
+    )
 
 
 # --------------------------------------------------------------------------- lifetime optimum
@@ -154,8 +164,9 @@ def test_lifetime_with_zero_inference_is_the_compute_optimum(name, budget):
 
 
 @pytest.mark.parametrize("name", FITS)
-@pytest.mark.parametrize("target_above_e, d_inf", [(0.3, 1e12), (0.15, 2.6e14), (0.5, 1e16),
-                                                    (0.08, 1e13)])
+@pytest.mark.parametrize(
+    "target_above_e, d_inf", [(0.3, 1e12), (0.15, 2.6e14), (0.5, 1e16), (0.08, 1e13)]
+)
 def test_lifetime_optimum_against_exhaustive_search(name, target_above_e, d_inf):
     fit = PUBLISHED[name]
     e, a, _, alpha, _ = fit
@@ -177,8 +188,12 @@ def test_lifetime_optimum_against_exhaustive_search(name, target_above_e, d_inf)
 
 
 @settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(FITS), above=st.floats(0.05, 1.0),
-       log_inf=st.floats(9.0, 17.0), factor=st.floats(1.5, 100.0))
+@given(
+    name=st.sampled_from(FITS),
+    above=st.floats(0.05, 1.0),
+    log_inf=st.floats(9.0, 17.0),
+    factor=st.floats(1.5, 100.0),
+)
 def test_more_inference_means_a_smaller_model_trained_longer(name, above, log_inf, factor):
     target = PUBLISHED[name][0] + above
     small = dcost.lifetime_optimum(target, 10.0**log_inf, name)
@@ -209,6 +224,7 @@ def test_lifetime_gradients_against_finite_differences():
     for x in (jnp.array([math.log(0.2), math.log(1e13)]), jnp.array([math.log(0.1), 33.0])):
         check_grads(jax.jit(log_flops), (x,), order=1, modes=["rev"], eps=1e-4, rtol=1e-5)
         check_grads(jax.jit(log_n), (x,), order=1, modes=["rev"], eps=1e-4, rtol=1e-5)
+
     # Sensitivity to the fit itself (log of each of A, B, alpha, beta).
     def log_flops_fit(logs):
         f = dcost.ScalingFit(fit.E, *jnp.exp(logs))
@@ -218,8 +234,9 @@ def test_lifetime_gradients_against_finite_differences():
     check_grads(jax.jit(log_flops_fit), (logs,), order=1, modes=["rev"], eps=1e-5, rtol=1e-5)
     # Envelope theorem: d(min FLOPs)/d D_inf = 2 N*.
     g = jax.grad(lambda d_inf: dcost.lifetime_optimum(2.0, d_inf, fit).flops)(1e14)
-    assert float(g) == pytest.approx(2.0 * float(dcost.lifetime_optimum(2.0, 1e14, fit).n_params),
-                                     rel=1e-8)
+    assert float(g) == pytest.approx(
+        2.0 * float(dcost.lifetime_optimum(2.0, 1e14, fit).n_params), rel=1e-8
+    )
 
 
 def test_lifetime_optimum_vmaps_and_jit_traces_once():
@@ -262,13 +279,24 @@ def test_unreachable_target_is_reported_not_nan():
 # --------------------------------------------------------------------------- dollars
 
 
-H100 = dict(flops=989.4e12, hbm_bandwidth=3.35e12, hbm_capacity=80e9, scaleup_bandwidth=450e9,
-            scaleout_bandwidth=50e9, scaleup_size=8, price_per_hour=3.0)
+H100 = dict(
+    flops=989.4e12,
+    hbm_bandwidth=3.35e12,
+    hbm_capacity=80e9,
+    scaleup_bandwidth=450e9,
+    scaleout_bandwidth=50e9,
+    scaleup_size=8,
+    price_per_hour=3.0,
+)
 
 
 def _serving(batch=256.0, context=4096.0, chips=8.0):
-    return dict(hardware=dcost.Hardware(**H100), model=dcost.model("llama-3-70b"),
-                design=dcost.Design(batch=batch, chips=chips), workload=dcost.Workload(context))
+    return dict(
+        hardware=dcost.Hardware(**H100),
+        model=dcost.model("llama-3-70b"),
+        design=dcost.Design(batch=batch, chips=chips),
+        workload=dcost.Workload(context),
+    )
 
 
 def test_dollar_optimum_reduces_to_flops_when_serving_is_compute_bound():
@@ -294,9 +322,9 @@ def test_dollar_optimum_against_exhaustive_search_and_its_gradient():
     n_min = (a / (target - e)) ** (1.0 / alpha)
     grid = n_min * np.geomspace(1.0 + 1e-6, 1e5, 4001)
     d = _constraint_tokens(grid, target, PUBLISHED[fit])
-    cost = jax.jit(jax.vmap(
-        lambda n, dd: dcost.lifetime_cost(n, dd, d_inf, rl_tokens=rl, **kw).total))(
-        jnp.asarray(grid), jnp.asarray(d))
+    cost = jax.jit(
+        jax.vmap(lambda n, dd: dcost.lifetime_cost(n, dd, d_inf, rl_tokens=rl, **kw).total)
+    )(jnp.asarray(grid), jnp.asarray(d))
     i = int(jnp.argmin(cost))
     assert 0 < i < grid.size - 1
     assert abs(math.log(float(best.n_params) / grid[i])) <= 2 * math.log(grid[1] / grid[0])
@@ -305,8 +333,9 @@ def test_dollar_optimum_against_exhaustive_search_and_its_gradient():
 
     # Envelope theorem: the gradient of the optimal cost against re-solving.
     def total(log_d_inf):
-        return dcost.lifetime_optimum_dollars(target, jnp.exp(log_d_inf), fit=fit,
-                                              rl_tokens=rl, **kw).cost.total
+        return dcost.lifetime_optimum_dollars(
+            target, jnp.exp(log_d_inf), fit=fit, rl_tokens=rl, **kw
+        ).cost.total
 
     total = jax.jit(total)
     x, h = math.log(d_inf), 1e-3
@@ -315,9 +344,16 @@ def test_dollar_optimum_against_exhaustive_search_and_its_gradient():
 
 
 def test_dollar_optimum_of_a_routed_model_reaches_the_target_through_effective_params():
-    moe = dcost.Model(n_layers=32, d_model=4096, params_dense=2e9, params_per_expert=1e9,
-                      n_experts=64, experts_active=2, kv_bytes_per_token=1.3e5,
-                      bytes_per_param=2.0)
+    moe = dcost.Model(
+        n_layers=32,
+        d_model=4096,
+        params_dense=2e9,
+        params_per_expert=1e9,
+        n_experts=64,
+        experts_active=2,
+        kv_bytes_per_token=1.3e5,
+        bytes_per_param=2.0,
+    )
     kw = dict(_serving(), model=moe)
     dense = dcost.lifetime_optimum_dollars(2.0, 1e14, **_serving())
     best = dcost.lifetime_optimum_dollars(2.0, 1e14, **kw)
@@ -335,8 +371,9 @@ def test_lifetime_cost_terms_and_gradients():
     per_flop = 3.0 / 3600.0 / (989.4e12 * 0.5)
     assert float(c.pretrain) == pytest.approx(6 * n * d * per_flop, rel=1e-12)
     scaled = jax.jit(dcost.scale_model)(kw["model"], n)
-    c_tok = jax.jit(dcost.decode)(kw["design"], kw["hardware"], scaled,
-                                  kw["workload"]).cost_per_token
+    c_tok = jax.jit(dcost.decode)(
+        kw["design"], kw["hardware"], scaled, kw["workload"]
+    ).cost_per_token
     assert float(c.cost_per_token) == pytest.approx(float(c_tok), rel=1e-12)
     assert float(c.inference) == pytest.approx(d_inf * float(c_tok), rel=1e-12)
     assert float(c.rl) == pytest.approx(rl * (float(c_tok) + 6 * n * per_flop), rel=1e-12)
@@ -346,38 +383,54 @@ def test_lifetime_cost_terms_and_gradients():
     f = n / float(m.params_active)
     assert float(scaled.params_active) == pytest.approx(n, rel=1e-12)
     assert float(scaled.kv_bytes_per_token) == pytest.approx(
-        float(m.kv_bytes_per_token) * f ** (2 / 3), rel=1e-12)
+        float(m.kv_bytes_per_token) * f ** (2 / 3), rel=1e-12
+    )
 
     def log_total(x):  # x = log(N, D, D_inf); smooth roofline for a gradient everywhere
-        return jnp.log(dcost.lifetime_cost(*jnp.exp(x), rl_tokens=rl, smoothness=0.05,
-                                           **kw).total)
+        return jnp.log(dcost.lifetime_cost(*jnp.exp(x), rl_tokens=rl, smoothness=0.05, **kw).total)
 
-    check_grads(jax.jit(log_total), (jnp.log(jnp.array([n, d, d_inf])),), order=1, modes=["rev"],
-                eps=1e-4, rtol=1e-5)
+    check_grads(
+        jax.jit(log_total),
+        (jnp.log(jnp.array([n, d, d_inf])),),
+        order=1,
+        modes=["rev"],
+        eps=1e-4,
+        rtol=1e-5,
+    )
 
 
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: dcost.loss(7e10, 0.0), "n_tokens"),
-    (lambda: dcost.loss(-1.0, 1e12), "n_params"),
-    (lambda: dcost.compute_optimal(-1e23), "flops"),
-    (lambda: dcost.lifetime_optimum(1.69, 1e12), "target_loss"),
-    (lambda: dcost.lifetime_optimum(1.5, 1e12), "target_loss"),
-    (lambda: dcost.lifetime_optimum(1.8, 1e12, "besiroglu2024"), "target_loss"),
-    (lambda: dcost.lifetime_optimum(2.0, -1.0), "inference_tokens"),
-    (lambda: dcost.lifetime_optimum(2.0, 1e12, max_tokens=0.0), "max_tokens"),
-    (lambda: dcost.lifetime_optimum(2.0, 1e12, "chinchilla"), "unknown scaling fit"),
-    (lambda: dcost.loss(1e9, 1e10, fit=3), "fit"),
-    (lambda: dcost.ScalingFit(1.69, 406.4, 410.7, -0.34, 0.28), "ScalingFit.alpha"),
-    (lambda: dcost.effective_params(1e9, 1e8), "n_total"),
-    (lambda: dcost.training_run(7e10, -1.0, dcost.Hardware(**H100), 8, 0.4), "n_tokens"),
-    (lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 8, 1.5), "mfu"),
-    (lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 12, 0.4, tensor=8), "chips"),
-    (lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 8, 0.4, recompute="some"),
-     "recompute"),
-])
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: dcost.loss(7e10, 0.0), "n_tokens"),
+        (lambda: dcost.loss(-1.0, 1e12), "n_params"),
+        (lambda: dcost.compute_optimal(-1e23), "flops"),
+        (lambda: dcost.lifetime_optimum(1.69, 1e12), "target_loss"),
+        (lambda: dcost.lifetime_optimum(1.5, 1e12), "target_loss"),
+        (lambda: dcost.lifetime_optimum(1.8, 1e12, "besiroglu2024"), "target_loss"),
+        (lambda: dcost.lifetime_optimum(2.0, -1.0), "inference_tokens"),
+        (lambda: dcost.lifetime_optimum(2.0, 1e12, max_tokens=0.0), "max_tokens"),
+        (lambda: dcost.lifetime_optimum(2.0, 1e12, "chinchilla"), "unknown scaling fit"),
+        (lambda: dcost.loss(1e9, 1e10, fit=3), "fit"),
+        (lambda: dcost.ScalingFit(1.69, 406.4, 410.7, -0.34, 0.28), "ScalingFit.alpha"),
+        (lambda: dcost.effective_params(1e9, 1e8), "n_total"),
+        (lambda: dcost.training_run(7e10, -1.0, dcost.Hardware(**H100), 8, 0.4), "n_tokens"),
+        (lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 8, 1.5), "mfu"),
+        (
+            lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 12, 0.4, tensor=8),
+            "chips",
+        ),
+        (
+            lambda: dcost.training_run(
+                7e10, 1e12, dcost.Hardware(**H100), 8, 0.4, recompute="some"
+            ),
+            "recompute",
+        ),
+    ],
+)
 def test_bad_input_raises_value_error_naming_the_field(call, field):
     with pytest.raises(ValueError, match=field):
         call()
@@ -399,8 +452,9 @@ def test_lecture_estimate_arithmetic():
     assert e.chinchilla_tokens == pytest.approx(2e12)
     assert e.overtrain == pytest.approx(43.2)
     # What the quoted 150T would take: inference FLOPs 1.74x the price of training FLOPs.
-    assert dcost.lecture_estimate(inference_cost_ratio=150e12 / 8.64e13).n_tokens == \
-        pytest.approx(150e12)
+    assert dcost.lecture_estimate(inference_cost_ratio=150e12 / 8.64e13).n_tokens == pytest.approx(
+        150e12
+    )
 
 
 # --------------------------------------------------------------------------- training runs
@@ -472,10 +526,28 @@ def test_activation_memory_against_korthikanti_for_gpt3_175b():
     # (5as/h = 80 against 34): why selective recomputation pays.
     assert 5 * a * s / h == 80
     # Whole run: 8 stages, 8 micro-batches in flight on the first stage, i.e. all 96 layers.
-    model = dcost.Model(n_layers=L, d_model=h, params_dense=175e9, params_per_expert=0,
-                        n_experts=0, experts_active=0, kv_bytes_per_token=0, bytes_per_param=2)
-    run = dcost.training_run(model, 300e9, dcost.Hardware(**H100), 1024, 0.4, stages=p,
-                             microbatches=64, tensor=t, seq_len=s, micro_batch=b)
+    model = dcost.Model(
+        n_layers=L,
+        d_model=h,
+        params_dense=175e9,
+        params_per_expert=0,
+        n_experts=0,
+        experts_active=0,
+        kv_bytes_per_token=0,
+        bytes_per_param=2,
+    )
+    run = dcost.training_run(
+        model,
+        300e9,
+        dcost.Hardware(**H100),
+        1024,
+        0.4,
+        stages=p,
+        microbatches=64,
+        tensor=t,
+        seq_len=s,
+        micro_batch=b,
+    )
     assert float(run.memory_activations) == pytest.approx(34 * s * b * h * L / t, rel=1e-12)
     assert float(run.memory_activations) / 1e9 == pytest.approx(10.27, abs=0.01)
     # 16 bytes per parameter: 4 (bf16 weights + grads) over t*p, 12 (fp32 master, m, v) also over
@@ -498,15 +570,19 @@ def test_training_run_against_hand_calculation():
     assert float(flat.memory_weights) == pytest.approx(280e9, rel=1e-12)
     assert not bool(flat.fits) and bool(run.fits)
     assert float(run.memory_per_chip) == pytest.approx(
-        float(run.memory_weights + run.memory_optimizer + run.memory_activations), rel=1e-12)
+        float(run.memory_weights + run.memory_optimizer + run.memory_activations), rel=1e-12
+    )
 
 
-@pytest.mark.parametrize("n, d, published", [
-    # Chinchilla, 70B on 1.4T tokens: Gopher's budget of 5.76e23 FLOP (Hoffmann et al. 2022).
-    (70e9, 1.4e12, 5.76e23),
-    # Llama 3 405B on 15.6T tokens: 3.8e25 FLOP (Llama Team 2024, arXiv:2407.21783).
-    (405e9, 15.6e12, 3.8e25),
-])
+@pytest.mark.parametrize(
+    "n, d, published",
+    [
+        # Chinchilla, 70B on 1.4T tokens: Gopher's budget of 5.76e23 FLOP (Hoffmann et al. 2022).
+        (70e9, 1.4e12, 5.76e23),
+        # Llama 3 405B on 15.6T tokens: 3.8e25 FLOP (Llama Team 2024, arXiv:2407.21783).
+        (405e9, 15.6e12, 3.8e25),
+    ],
+)
 def test_training_flops_against_published_budgets(n, d, published):
     run = dcost.training_run(n, d, dcost.Hardware(**H100), 8, 0.4)
     assert float(run.flops) == pytest.approx(published, rel=0.03)
@@ -515,8 +591,11 @@ def test_training_flops_against_published_budgets(n, d, published):
 def test_training_run_vmaps_over_layouts():
     hw = dcost.Hardware(**H100)
     stages = jnp.array([1.0, 2.0, 4.0, 8.0])
-    runs = jax.vmap(lambda p: dcost.training_run(70e9, 15e12, hw, 4096.0, 0.45, stages=p,
-                                                 tensor=8.0, microbatches=16.0))(stages)
+    runs = jax.vmap(
+        lambda p: dcost.training_run(
+            70e9, 15e12, hw, 4096.0, 0.45, stages=p, tensor=8.0, microbatches=16.0
+        )
+    )(stages)
     assert np.all(np.diff(np.asarray(runs.seconds)) > 0)  # deeper pipeline, bigger bubble
     assert np.all(np.diff(np.asarray(runs.memory_weights)) < 0)
 

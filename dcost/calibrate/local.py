@@ -42,9 +42,23 @@ import numpy as np
 from dcost.serving.roofline import balance_batch, decode
 from dcost.specs import Design, Hardware, Model, Workload
 
-__all__ = ["ToyConfig", "measure_flops", "measure_bandwidth", "init_params", "init_cache",
-           "decode_step", "toy_model", "toy_flops_per_token", "measure_decode", "fit_knee",
-           "fit_efficiency", "calibrate", "Calibration", "QUICK", "FULL"]
+__all__ = [
+    "ToyConfig",
+    "measure_flops",
+    "measure_bandwidth",
+    "init_params",
+    "init_cache",
+    "decode_step",
+    "toy_model",
+    "toy_flops_per_token",
+    "measure_decode",
+    "fit_knee",
+    "fit_efficiency",
+    "calibrate",
+    "Calibration",
+    "QUICK",
+    "FULL",
+]
 
 
 def _median_time(fn, *args, repeats: int) -> float:
@@ -78,7 +92,7 @@ def measure_flops(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
     rng = np.random.default_rng(0)
     a, b = _normal(rng, (n, n), dtype), _normal(rng, (n, n), dtype)
     t = _median_time(jax.jit(jnp.dot), a, b, repeats=repeats)
-    return 2.0 * n ** 3 / t
+    return 2.0 * n**3 / t
 
 
 def measure_bandwidth(n_bytes: float = 512e6, repeats: int = 5) -> float:
@@ -128,11 +142,15 @@ class ToyConfig:
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"ToyConfig.{name} = {v!r} is not allowed: it must be an int >= 1")
         if self.d_model % self.n_heads:
-            raise ValueError(f"ToyConfig.d_model = {self.d_model} is not allowed: it must be "
-                             f"divisible by n_heads = {self.n_heads}")
+            raise ValueError(
+                f"ToyConfig.d_model = {self.d_model} is not allowed: it must be "
+                f"divisible by n_heads = {self.n_heads}"
+            )
         if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"ToyConfig.dtype = {self.dtype!r} is not allowed: it must be "
-                             "'float32' or 'bfloat16'")
+            raise ValueError(
+                f"ToyConfig.dtype = {self.dtype!r} is not allowed: it must be "
+                "'float32' or 'bfloat16'"
+            )
 
     @property
     def bytes_per_element(self) -> int:
@@ -165,11 +183,24 @@ def init_params(cfg: ToyConfig, seed: int = 0) -> dict:
 
     layers = []
     for _ in range(cfg.n_layers):
-        layers.append({"wq": w((d, d), d), "wk": w((d, d), d), "wv": w((d, d), d),
-                       "wo": w((d, d), d), "w1": w((d, f), d), "w2": w((f, d), f),
-                       "norm1": jnp.ones((d,), dt), "norm2": jnp.ones((d,), dt)})
-    return {"embed": w((v, d), 1.0), "layers": layers, "final_norm": jnp.ones((d,), dt),
-            "unembed": w((d, v), d)}
+        layers.append(
+            {
+                "wq": w((d, d), d),
+                "wk": w((d, d), d),
+                "wv": w((d, d), d),
+                "wo": w((d, d), d),
+                "w1": w((d, f), d),
+                "w2": w((f, d), f),
+                "norm1": jnp.ones((d,), dt),
+                "norm2": jnp.ones((d,), dt),
+            }
+        )
+    return {
+        "embed": w((v, d), 1.0),
+        "layers": layers,
+        "final_norm": jnp.ones((d,), dt),
+        "unembed": w((d, v), d),
+    }
 
 
 def init_cache(cfg: ToyConfig, batch: int, seed: int = 1) -> dict:
@@ -201,7 +232,7 @@ def decode_step(params: dict, cache: dict, tokens, cfg: ToyConfig):
     """
     h = cfg.n_heads
     dh = cfg.d_model // h
-    x = params["embed"][tokens]                        # [B, d]
+    x = params["embed"][tokens]  # [B, d]
     b = x.shape[0]
     scale = 1.0 / math.sqrt(dh)
     for i, lp in enumerate(params["layers"]):
@@ -209,7 +240,7 @@ def decode_step(params: dict, cache: dict, tokens, cfg: ToyConfig):
         q = (y @ lp["wq"]).reshape(b, h, dh)
         k_new = (y @ lp["wk"]).reshape(b, h, dh)
         v_new = (y @ lp["wv"]).reshape(b, h, dh)
-        k_c, v_c = cache["k"][i], cache["v"][i]        # [B, h, T, dh]
+        k_c, v_c = cache["k"][i], cache["v"][i]  # [B, h, T, dh]
         s_c = jnp.einsum("bhd,bhtd->bht", q, k_c) * scale
         s_n = jnp.sum(q * k_new, -1, keepdims=True) * scale
         p = jax.nn.softmax(jnp.concatenate([s_c, s_n], -1).astype(jnp.float32), -1)
@@ -227,10 +258,18 @@ def toy_model(cfg: ToyConfig) -> Model:
     L, d = cfg.n_layers, cfg.d_model
     n = L * (4 * d * d + 2 * d * cfg.d_ff) + d * cfg.vocab
     by = cfg.bytes_per_element
-    return Model(n_layers=L, d_model=d, params_dense=float(n), params_per_expert=0.0,
-                 n_experts=0.0, experts_active=0.0, kv_bytes_per_token=2.0 * L * d * by,
-                 bytes_per_param=float(by), attn_flops_per_context_token=4.0 * L * d,
-                 act_bytes=float(by))
+    return Model(
+        n_layers=L,
+        d_model=d,
+        params_dense=float(n),
+        params_per_expert=0.0,
+        n_experts=0.0,
+        experts_active=0.0,
+        kv_bytes_per_token=2.0 * L * d * by,
+        bytes_per_param=float(by),
+        attn_flops_per_context_token=4.0 * L * d,
+        act_bytes=float(by),
+    )
 
 
 def toy_flops_per_token(cfg: ToyConfig) -> float:
@@ -307,17 +346,17 @@ class Calibration:
     """What ``calibrate`` measured and predicted (SI units)."""
 
     device: str
-    flops: dict            # dtype name -> FLOP/s (matmul)
-    bandwidth: float       # bytes/s (streaming read)
+    flops: dict  # dtype name -> FLOP/s (matmul)
+    bandwidth: float  # bytes/s (streaming read)
     config: ToyConfig
-    params: float          # N of the toy
+    params: float  # N of the toy
     kv_bytes_per_token: float
     batches: list
     measured_s: list
     predicted_s: list
     knee_measured: float
     knee_predicted: float
-    flops_efficiency: float = 1.0      # eta_F fitted to the measured times (fit_efficiency)
+    flops_efficiency: float = 1.0  # eta_F fitted to the measured times (fit_efficiency)
     bandwidth_efficiency: float = 1.0  # eta_BW fitted likewise
     calibrated_s: list = dataclasses.field(default_factory=list)  # dcost.decode with the etas
     knee_calibrated: float = math.inf
@@ -334,13 +373,22 @@ class Calibration:
 
 def _hardware(flops: float, bandwidth: float, eta_f: float = 1.0, eta_bw: float = 1.0) -> Hardware:
     # Only F and BW (and their efficiencies) enter a one-chip decode; the rest are placeholders.
-    return Hardware(flops=flops, hbm_bandwidth=bandwidth, hbm_capacity=1e12,
-                    scaleup_bandwidth=1e9, scaleout_bandwidth=1e9, scaleup_size=1,
-                    price_per_hour=1.0, flops_efficiency=eta_f, bandwidth_efficiency=eta_bw)
+    return Hardware(
+        flops=flops,
+        hbm_bandwidth=bandwidth,
+        hbm_capacity=1e12,
+        scaleup_bandwidth=1e9,
+        scaleout_bandwidth=1e9,
+        scaleup_size=1,
+        price_per_hour=1.0,
+        flops_efficiency=eta_f,
+        bandwidth_efficiency=eta_bw,
+    )
 
 
-def calibrate(quick: bool = False, config: ToyConfig | None = None, batches=None,
-              repeats: int | None = None) -> Calibration:
+def calibrate(
+    quick: bool = False, config: ToyConfig | None = None, batches=None, repeats: int | None = None
+) -> Calibration:
     """Measure F and BW, time the toy's decode step over batches, and predict it with dcost.
 
     Args:
@@ -353,7 +401,7 @@ def calibrate(quick: bool = False, config: ToyConfig | None = None, batches=None
       A ``Calibration``.
     """
     cfg = config or (QUICK if quick else FULL)
-    batches = list(batches or [2 ** i for i in range(5 if quick else 9)])
+    batches = list(batches or [2**i for i in range(5 if quick else 9)])
     repeats = repeats or (3 if quick else 5)
     dt = jnp.dtype(cfg.dtype)
     n = 256 if quick else 2048
@@ -368,24 +416,33 @@ def calibrate(quick: bool = False, config: ToyConfig | None = None, batches=None
     design = Design(batch=jnp.asarray(batches, dtype=jnp.result_type(float)))
     predicted = np.asarray(decode(design, hw, model, Workload(float(cfg.context))).tpot)
     measured = measure_decode(cfg, batches, repeats)
-    kv_slope = cfg.context * float(model.kv_bytes_per_token) / bw   # s per sequence
+    kv_slope = cfg.context * float(model.kv_bytes_per_token) / bw  # s per sequence
     knee, _ = fit_knee(batches, measured, kv_slope=kv_slope)
     eta_f, eta_bw = fit_efficiency(batches, measured, hw, model, cfg.context)
     hw_cal = _hardware(flops[dt.name], bw, eta_f, eta_bw)
     calibrated = np.asarray(decode(design, hw_cal, model, Workload(float(cfg.context))).tpot)
     return Calibration(
-        device=str(jax.devices()[0].device_kind), flops=flops, bandwidth=bw, config=cfg,
-        params=float(model.params_active), kv_bytes_per_token=float(model.kv_bytes_per_token),
-        batches=[int(b) for b in batches], measured_s=[float(x) for x in measured],
-        predicted_s=[float(x) for x in predicted], knee_measured=knee,
+        device=str(jax.devices()[0].device_kind),
+        flops=flops,
+        bandwidth=bw,
+        config=cfg,
+        params=float(model.params_active),
+        kv_bytes_per_token=float(model.kv_bytes_per_token),
+        batches=[int(b) for b in batches],
+        measured_s=[float(x) for x in measured],
+        predicted_s=[float(x) for x in predicted],
+        knee_measured=knee,
         knee_predicted=float(balance_batch(hw, model, float(cfg.context))),
-        flops_efficiency=eta_f, bandwidth_efficiency=eta_bw,
+        flops_efficiency=eta_f,
+        bandwidth_efficiency=eta_bw,
         calibrated_s=[float(x) for x in calibrated],
-        knee_calibrated=float(balance_batch(hw_cal, model, float(cfg.context))))
+        knee_calibrated=float(balance_batch(hw_cal, model, float(cfg.context))),
+    )
 
 
-def fit_efficiency(batches, measured_s, hardware: Hardware, model: Model, context,
-                   n_grid: int = 161):
+def fit_efficiency(
+    batches, measured_s, hardware: Hardware, model: Model, context, n_grid: int = 161
+):
     """Achievable fractions ``(eta_F, eta_BW)`` that make ``dcost.decode`` fit measured step times.
 
         (eta_F, eta_BW) = argmin  sum_B ( log t_meas(B) - log t_decode(B; F*eta_F, BW*eta_BW) )^2
@@ -410,8 +467,14 @@ def fit_efficiency(batches, measured_s, hardware: Hardware, model: Model, contex
     """
     g = jnp.logspace(-3.0, 0.0, int(n_grid))
     b = jnp.asarray(batches, dtype=jnp.result_type(float))
-    err = _grid_error(g, b, jnp.log(jnp.asarray(measured_s, dtype=b.dtype)), hardware, model,
-                      jnp.asarray(context, dtype=b.dtype))
+    err = _grid_error(
+        g,
+        b,
+        jnp.log(jnp.asarray(measured_s, dtype=b.dtype)),
+        hardware,
+        model,
+        jnp.asarray(context, dtype=b.dtype),
+    )
     i, j = np.unravel_index(int(jnp.argmin(err)), err.shape)
     return float(g[i]), float(g[j])
 
@@ -419,7 +482,10 @@ def fit_efficiency(batches, measured_s, hardware: Hardware, model: Model, contex
 @jax.jit
 def _grid_error(g, b, log_t, hardware, model, context):
     """Squared log error of dcost.decode on the (eta_F, eta_BW) grid ``g x g``."""
-    hw = eqx.tree_at(lambda h: (h.flops_efficiency, h.bandwidth_efficiency), hardware,
-                     (g[:, None, None], g[None, :, None]))
-    t = decode(Design(batch=b), hw, model, Workload(context)).tpot   # [n, n, len(b)]
+    hw = eqx.tree_at(
+        lambda h: (h.flops_efficiency, h.bandwidth_efficiency),
+        hardware,
+        (g[:, None, None], g[None, :, None]),
+    )
+    t = decode(Design(batch=b), hw, model, Workload(context)).tpot  # [n, n, len(b)]
     return jnp.sum((jnp.log(t) - log_t) ** 2, axis=-1)

@@ -19,13 +19,20 @@ def _fmt_knee(x: float) -> str:
 
 
 def _cmd_calibrate(args) -> int:
-    changes = {k: v for k, v in (("n_layers", args.layers), ("d_model", args.d_model),
-                                 ("context", args.context), ("dtype", args.dtype))
-               if v is not None}
+    changes = {
+        k: v
+        for k, v in (
+            ("n_layers", args.layers),
+            ("d_model", args.d_model),
+            ("context", args.context),
+            ("dtype", args.dtype),
+        )
+        if v is not None
+    }
     cfg = dataclasses.replace(local.QUICK if args.quick else local.FULL, **changes)
     batches = None
     if args.max_batch:
-        batches = [2 ** i for i in range(int(math.log2(args.max_batch)) + 1)]
+        batches = [2**i for i in range(int(math.log2(args.max_batch)) + 1)]
     cal = local.calibrate(quick=args.quick, config=cfg, batches=batches)
     if args.json:
         print(json.dumps(cal.to_dict(), indent=2, default=float))
@@ -34,38 +41,63 @@ def _cmd_calibrate(args) -> int:
     print(f"device: {cal.device} ({jax.default_backend()})")
     for name, f in cal.flops.items():
         print(f"matmul {name:9s} F  = {f / 1e9:10.1f} GFLOP/s")
-    print(f"streaming read  BW = {cal.bandwidth / 1e9:10.2f} GB/s   "
-          f"(F/BW = {cal.flops[cfg.dtype] / cal.bandwidth:.1f} FLOP/byte, {cfg.dtype})")
-    print(f"toy transformer: {cfg.n_layers} layers, d {cfg.d_model}, d_ff {cfg.d_ff}, "
-          f"vocab {cfg.vocab}, {cfg.dtype}; N = {cal.params / 1e6:.2f}M, "
-          f"KV {cal.kv_bytes_per_token / 1024:.1f} KiB/token, context {cfg.context}")
-    print(f"{'batch':>6s} {'measured ms':>12s} {'predicted ms':>13s} {'ratio':>7s} "
-          f"{'calibrated ms':>14s}")
-    for b, m, p, r, c in zip(cal.batches, cal.measured_s, cal.predicted_s, cal.ratios,
-                             cal.calibrated_s, strict=True):
+    print(
+        f"streaming read  BW = {cal.bandwidth / 1e9:10.2f} GB/s   "
+        f"(F/BW = {cal.flops[cfg.dtype] / cal.bandwidth:.1f} FLOP/byte, {cfg.dtype})"
+    )
+    print(
+        f"toy transformer: {cfg.n_layers} layers, d {cfg.d_model}, d_ff {cfg.d_ff}, "
+        f"vocab {cfg.vocab}, {cfg.dtype}; N = {cal.params / 1e6:.2f}M, "
+        f"KV {cal.kv_bytes_per_token / 1024:.1f} KiB/token, context {cfg.context}"
+    )
+    print(
+        f"{'batch':>6s} {'measured ms':>12s} {'predicted ms':>13s} {'ratio':>7s} "
+        f"{'calibrated ms':>14s}"
+    )
+    for b, m, p, r, c in zip(
+        cal.batches, cal.measured_s, cal.predicted_s, cal.ratios, cal.calibrated_s, strict=True
+    ):
         print(f"{b:6d} {m * 1e3:12.3f} {p * 1e3:13.3f} {r:7.2f} {c * 1e3:14.3f}")
-    print(f"knee (balance batch): measured {_fmt_knee(cal.knee_measured)}, "
-          f"predicted {_fmt_knee(cal.knee_predicted)}")
-    print(f"fitted efficiencies: eta_F = {cal.flops_efficiency:.3f}, "
-          f"eta_BW = {cal.bandwidth_efficiency:.3f} (calibrated knee "
-          f"{_fmt_knee(cal.knee_calibrated)})")
+    print(
+        f"knee (balance batch): measured {_fmt_knee(cal.knee_measured)}, "
+        f"predicted {_fmt_knee(cal.knee_predicted)}"
+    )
+    print(
+        f"fitted efficiencies: eta_F = {cal.flops_efficiency:.3f}, "
+        f"eta_BW = {cal.bandwidth_efficiency:.3f} (calibrated knee "
+        f"{_fmt_knee(cal.knee_calibrated)})"
+    )
     return 0
 
 
 def add_parsers(subparsers) -> None:
     """Register ``dcost calibrate [--quick] [--json]`` on the CLI's subparsers."""
-    p = subparsers.add_parser("calibrate", help="measure this machine's F and BW and compare a "
-                              "real decode step with dcost.decode")
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure this machine's F and BW and compare a real decode step with dcost.decode",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a few seconds)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.add_argument("--layers", type=_positive_int, default=None, help="toy layers (default 4)")
     p.add_argument("--d-model", type=_positive_int, default=None, help="toy width (default 512)")
-    p.add_argument("--context", type=_positive_int, default=None,
-                   help="KV-cache tokens per sequence (default 128)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="weights, activations and KV cache (default float32)")
-    p.add_argument("--max-batch", type=_positive_int, default=None,
-                   help="largest batch, rounded down to a power of 2 (default 256; 16 quick)")
+    p.add_argument(
+        "--context",
+        type=_positive_int,
+        default=None,
+        help="KV-cache tokens per sequence (default 128)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="weights, activations and KV cache (default float32)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=None,
+        help="largest batch, rounded down to a power of 2 (default 256; 16 quick)",
+    )
     p.set_defaults(func=_cmd_calibrate)
 
 

@@ -12,9 +12,18 @@ import numpy as np
 
 from dcost import presets
 
-__all__ = ["parse_number", "parse_duration", "format_table", "fmt_time", "positive",
-           "at_least_one", "non_negative", "Parser", "add_precision_argument",
-           "hardware_and_model"]
+__all__ = [
+    "parse_number",
+    "parse_duration",
+    "format_table",
+    "fmt_time",
+    "positive",
+    "at_least_one",
+    "non_negative",
+    "Parser",
+    "add_precision_argument",
+    "hardware_and_model",
+]
 
 _DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 
@@ -56,7 +65,8 @@ def parse_duration(text: str) -> float:
         value = float(number) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not a duration: {text!r} (use e.g. 50ms, 0.05s or 0.05)") from None
+            f"not a duration: {text!r} (use e.g. 50ms, 0.05s or 0.05)"
+        ) from None
     if not np.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"a duration must be > 0: {text!r}")
     return round(value, 12)
@@ -85,9 +95,13 @@ def fmt_time(s: float) -> str:
 
 def add_precision_argument(parser) -> None:
     """``--precision``: the chip's FLOP/s at this precision (auto: the model's own)."""
-    parser.add_argument("--precision", choices=("auto", "bf16", "fp8", "int8"), default="auto",
-                        help="matmul precision for the chip's FLOP/s (auto: the model's serving "
-                             "precision, fp8 for deepseek-v3, else bf16)")
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp8", "int8"),
+        default="auto",
+        help="matmul precision for the chip's FLOP/s (auto: the model's serving "
+        "precision, fp8 for deepseek-v3, else bf16)",
+    )
 
 
 def hardware_and_model(args):
@@ -125,5 +139,3 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"dcost: error: {message}\n")
-
-

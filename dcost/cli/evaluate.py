@@ -28,23 +28,42 @@ def _cmd_eval(args) -> int:
     binds = str(bottleneck(r))
     capacity = float(h.hbm_capacity)
     if args.json:
-        print(json.dumps({"phase": args.phase, "hardware": args.hardware, "model": args.model,
-                          "design": {"batch": args.batch, "chips": args.chips,
-                                     "stages": args.stages, "experts": args.experts},
-                          "context": args.context, "bottleneck": binds,
-                          "hbm_capacity": capacity, "fits": fields["memory_per_chip"] <= capacity,
-                          **fields}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "phase": args.phase,
+                    "hardware": args.hardware,
+                    "model": args.model,
+                    "design": {
+                        "batch": args.batch,
+                        "chips": args.chips,
+                        "stages": args.stages,
+                        "experts": args.experts,
+                    },
+                    "context": args.context,
+                    "bottleneck": binds,
+                    "hbm_capacity": capacity,
+                    "fits": fields["memory_per_chip"] <= capacity,
+                    **fields,
+                },
+                indent=2,
+            )
+        )
         return 0
     per = "output" if args.phase == "decode" else "input"
-    print(f"{args.model} on {args.hardware}: {args.phase}, batch {args.batch:g}, "
-          f"{args.chips:g} chips x {args.stages:g} stages, context {args.context:g} tokens")
-    terms = [["compute", fmt_time(fields["t_compute"])],
-             ["weights", fmt_time(fields["t_weights"])],
-             ["KV cache", fmt_time(fields["t_kv"])],
-             ["memory (weights + KV)", fmt_time(fields["t_weights"] + fields["t_kv"])],
-             ["communication", fmt_time(fields["t_comm"])],
-             ["pipeline hop", fmt_time(fields["t_hop"])],
-             ["stage step", fmt_time(fields["t_stage"])]]
+    print(
+        f"{args.model} on {args.hardware}: {args.phase}, batch {args.batch:g}, "
+        f"{args.chips:g} chips x {args.stages:g} stages, context {args.context:g} tokens"
+    )
+    terms = [
+        ["compute", fmt_time(fields["t_compute"])],
+        ["weights", fmt_time(fields["t_weights"])],
+        ["KV cache", fmt_time(fields["t_kv"])],
+        ["memory (weights + KV)", fmt_time(fields["t_weights"] + fields["t_kv"])],
+        ["communication", fmt_time(fields["t_comm"])],
+        ["pipeline hop", fmt_time(fields["t_hop"])],
+        ["stage step", fmt_time(fields["t_stage"])],
+    ]
     print(format_table(terms, ["term (one stage step)", "time"]))
     mem = fields["memory_per_chip"]
     fit = "fits" if mem <= capacity else "DOES NOT FIT"
@@ -58,7 +77,6 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-
 def add_parsers(subparsers) -> None:
     """Register ``dcost eval``."""
     p = subparsers.add_parser("eval", help="evaluate one design with the exact model")
@@ -67,14 +85,22 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--batch", type=at_least_one, required=True, help="sequences per micro-batch")
     p.add_argument("--chips", type=at_least_one, default=1.0, help="chips per pipeline stage")
     p.add_argument("--stages", type=at_least_one, default=1.0, help="pipeline stages")
-    p.add_argument("--experts", type=at_least_one, default=None,
-                   help="routed experts (default: the model's)")
-    p.add_argument("--context", type=non_negative, default=0.0,
-                   help="mean context length during decode, tokens")
-    p.add_argument("--prompt", type=non_negative, default=None,
-                   help="prompt length for prefill, tokens (default: --context)")
+    p.add_argument(
+        "--experts", type=at_least_one, default=None, help="routed experts (default: the model's)"
+    )
+    p.add_argument(
+        "--context",
+        type=non_negative,
+        default=0.0,
+        help="mean context length during decode, tokens",
+    )
+    p.add_argument(
+        "--prompt",
+        type=non_negative,
+        default=None,
+        help="prompt length for prefill, tokens (default: --context)",
+    )
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     add_precision_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_eval)
-

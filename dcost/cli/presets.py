@@ -15,43 +15,82 @@ def _cmd_presets(args) -> int:
         out = {"hardware": {}, "models": {}}
         for name in presets.hardware_names():
             h = presets.hardware(name)
-            out["hardware"][name] = {k: float(getattr(h, k)) for k in (
-                "flops", "hbm_bandwidth", "hbm_capacity", "scaleup_bandwidth",
-                "scaleout_bandwidth", "scaleup_size", "price_per_hour")}
+            out["hardware"][name] = {
+                k: float(getattr(h, k))
+                for k in (
+                    "flops",
+                    "hbm_bandwidth",
+                    "hbm_capacity",
+                    "scaleup_bandwidth",
+                    "scaleout_bandwidth",
+                    "scaleup_size",
+                    "price_per_hour",
+                )
+            }
         for name in presets.model_names():
             m = presets.model(name)
             out["models"][name] = {
-                "params_total": float(m.params_total), "params_active": float(m.params_active),
-                "n_experts": float(m.n_experts), "experts_active": float(m.experts_active),
+                "params_total": float(m.params_total),
+                "params_active": float(m.params_active),
+                "n_experts": float(m.n_experts),
+                "experts_active": float(m.experts_active),
                 "kv_bytes_per_token": float(m.kv_bytes_per_token),
-                "bytes_per_param": float(m.bytes_per_param)}
+                "bytes_per_param": float(m.bytes_per_param),
+            }
         print(json.dumps(out, indent=2))
         return 0
     rows = []
     for name in presets.hardware_names():
         h = presets.hardware(name)
-        rows.append([name, f"{float(h.flops) / 1e12:.0f}", f"{float(h.hbm_bandwidth) / 1e12:.2f}",
-                     f"{float(h.hbm_capacity) / 1e9:.0f}",
-                     f"{float(h.scaleup_bandwidth) / 1e9:.0f}",
-                     f"{float(h.scaleout_bandwidth) / 1e9:.1f}", f"{float(h.scaleup_size):.0f}",
-                     f"{float(h.flops / h.hbm_bandwidth):.0f}", f"{float(h.price_per_hour):.2f}"])
+        rows.append(
+            [
+                name,
+                f"{float(h.flops) / 1e12:.0f}",
+                f"{float(h.hbm_bandwidth) / 1e12:.2f}",
+                f"{float(h.hbm_capacity) / 1e9:.0f}",
+                f"{float(h.scaleup_bandwidth) / 1e9:.0f}",
+                f"{float(h.scaleout_bandwidth) / 1e9:.1f}",
+                f"{float(h.scaleup_size):.0f}",
+                f"{float(h.flops / h.hbm_bandwidth):.0f}",
+                f"{float(h.price_per_hour):.2f}",
+            ]
+        )
     print("Hardware (per chip)")
-    print(format_table(rows, ["name", "TFLOP/s", "HBM TB/s", "HBM GB", "scale-up GB/s",
-                              "scale-out GB/s", "domain", "FLOP/byte", "$/chip-h"]))
+    print(
+        format_table(
+            rows,
+            [
+                "name",
+                "TFLOP/s",
+                "HBM TB/s",
+                "HBM GB",
+                "scale-up GB/s",
+                "scale-out GB/s",
+                "domain",
+                "FLOP/byte",
+                "$/chip-h",
+            ],
+        )
+    )
     rows = []
     for name in presets.model_names():
         m = presets.model(name)
         moe = float(m.n_experts) > 0
-        rows.append([name, f"{float(m.params_total) / 1e9:.1f}",
-                     f"{float(m.params_active) / 1e9:.1f}",
-                     (f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe
-                      else "dense"),
-                     f"{float(m.kv_bytes_per_token) / 1e3:.1f}", f"{float(m.bytes_per_param):g}"])
+        rows.append(
+            [
+                name,
+                f"{float(m.params_total) / 1e9:.1f}",
+                f"{float(m.params_active) / 1e9:.1f}",
+                (f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe else "dense"),
+                f"{float(m.kv_bytes_per_token) / 1e3:.1f}",
+                f"{float(m.bytes_per_param):g}",
+            ]
+        )
     print("\nModels")
-    print(format_table(rows, ["name", "total B", "active B", "experts", "KV kB/token",
-                              "bytes/param"]))
+    print(
+        format_table(rows, ["name", "total B", "active B", "experts", "KV kB/token", "bytes/param"])
+    )
     return 0
-
 
 
 def add_parsers(subparsers) -> None:

@@ -38,12 +38,18 @@ __all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar"]
 
 def add_parsers(subparsers) -> None:
     """Register ``optimize`` and ``grid`` on the ``dcost`` command's subparsers."""
-    p = subparsers.add_parser("optimize", help="the cheapest design by gradient search, checked "
-                              "exactly, with its binding constraint and sensitivities")
+    p = subparsers.add_parser(
+        "optimize",
+        help="the cheapest design by gradient search, checked "
+        "exactly, with its binding constraint and sensitivities",
+    )
     _common(p)
     p.add_argument("--top", type=int, default=8, help="sensitivities to list (default 8)")
-    p.add_argument("--no-sensitivity", action="store_true",
-                   help="skip the elasticities (saves their compilation, a few seconds)")
+    p.add_argument(
+        "--no-sensitivity",
+        action="store_true",
+        help="skip the elasticities (saves their compilation, a few seconds)",
+    )
     p.set_defaults(func=cmd_optimize)
     p = subparsers.add_parser("grid", help="the cheapest design by exhaustive search (exact)")
     _common(p)
@@ -61,22 +67,47 @@ def _common(p) -> None:
     p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
     p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
     add_precision_argument(p)
-    p.add_argument("--context", type=parse_number, required=True,
-                   help="mean context length during decode, tokens")
-    p.add_argument("--prompt", type=parse_number, default=None,
-                   help="prompt length for prefill and ttft, tokens (default: --context)")
+    p.add_argument(
+        "--context",
+        type=parse_number,
+        required=True,
+        help="mean context length during decode, tokens",
+    )
+    p.add_argument(
+        "--prompt",
+        type=parse_number,
+        default=None,
+        help="prompt length for prefill and ttft, tokens (default: --context)",
+    )
     p.add_argument("--objective", choices=sorted(objectives.OBJECTIVES), default="cost_per_token")
-    p.add_argument("--tpot-slo", type=parse_duration, default=None,
-                   help="time per output token target, e.g. 50ms (default 50ms for decode)")
-    p.add_argument("--ttft-slo", type=parse_duration, default=None,
-                   help="time of the prefill pass target, e.g. 2s (default: none)")
-    p.add_argument("--chip-budget", type=parse_number, default=None,
-                   help="most chips per replica (default: none)")
-    p.add_argument("--memory-reserve", type=float, default=0.1,
-                   help="fraction of HBM kept free (default 0.1)")
+    p.add_argument(
+        "--tpot-slo",
+        type=parse_duration,
+        default=None,
+        help="time per output token target, e.g. 50ms (default 50ms for decode)",
+    )
+    p.add_argument(
+        "--ttft-slo",
+        type=parse_duration,
+        default=None,
+        help="time of the prefill pass target, e.g. 2s (default: none)",
+    )
+    p.add_argument(
+        "--chip-budget",
+        type=parse_number,
+        default=None,
+        help="most chips per replica (default: none)",
+    )
+    p.add_argument(
+        "--memory-reserve", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)"
+    )
     for name, default in (("batch", 65536), ("chips", 72), ("stages", 8)):
-        p.add_argument(f"--max-{name}", type=str, default=str(default),
-                       help=f"largest {name} to consider (default {default}; 1 fixes it at 1)")
+        p.add_argument(
+            f"--max-{name}",
+            type=str,
+            default=str(default),
+            help=f"largest {name} to consider (default {default}; 1 fixes it at 1)",
+        )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
 
 
@@ -86,8 +117,17 @@ def problem_from_args(args) -> Problem:
     work = Workload(args.context, prompt=args.prompt)
     free = {n: (1, _bound(args, n)) for n in ("batch", "chips", "stages")}
     kw = {} if args.tpot_slo is None else {"tpot_slo": args.tpot_slo}
-    return Problem(h, m, work, objective=args.objective, free=free, ttft_slo=args.ttft_slo,
-                   chip_budget=args.chip_budget, memory_reserve=args.memory_reserve, **kw)
+    return Problem(
+        h,
+        m,
+        work,
+        objective=args.objective,
+        free=free,
+        ttft_slo=args.ttft_slo,
+        chip_budget=args.chip_budget,
+        memory_reserve=args.memory_reserve,
+        **kw,
+    )
 
 
 def _bound(args, name) -> int:
@@ -150,19 +190,30 @@ def _emit(args, problem, sol, sens, method) -> int:
     unit = objectives.get(problem.objective).unit
     feasible = bool(sol.feasible)
     if args.json:
-        out = {"method": method, "hardware": args.hardware, "model": args.model,
-               "objective": problem.objective, "unit": unit,
-               "limits": {k: _si(v) for k, v in problem.limits().items()},
-               "design": _floats(sol.design), "cost": _si(sol.cost), "feasible": feasible,
-               "binding": list(sol.binding), "at_bound": list(sol.at_bound),
-               "message": sol.message,
-               "multipliers": {k: _si(v) for k, v in sol.multipliers.items()},
-               "report": _floats(sol.report),
-               "stats": {k: [_si(x) for x in np.ravel(v)] if np.ndim(v) else _si(v)
-                         for k, v in vars(sol.stats).items()}}
+        out = {
+            "method": method,
+            "hardware": args.hardware,
+            "model": args.model,
+            "objective": problem.objective,
+            "unit": unit,
+            "limits": {k: _si(v) for k, v in problem.limits().items()},
+            "design": _floats(sol.design),
+            "cost": _si(sol.cost),
+            "feasible": feasible,
+            "binding": list(sol.binding),
+            "at_bound": list(sol.at_bound),
+            "message": sol.message,
+            "multipliers": {k: _si(v) for k, v in sol.multipliers.items()},
+            "report": _floats(sol.report),
+            "stats": {
+                k: [_si(x) for x in np.ravel(v)] if np.ndim(v) else _si(v)
+                for k, v in vars(sol.stats).items()
+            },
+        }
         if sens is not None:
-            out["sensitivity"] = {part: _floats(getattr(sens, part))
-                                  for part in ("hardware", "model", "workload")}
+            out["sensitivity"] = {
+                part: _floats(getattr(sens, part)) for part in ("hardware", "model", "workload")
+            }
             out["sensitivity"]["limits"] = {k: _si(v) for k, v in sens.limits.items()}
             out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
         print(json.dumps(out, indent=2))
@@ -178,14 +229,19 @@ def _ms(seconds: float) -> str:
 def _print_text(args, problem, sol, sens, unit) -> None:
     per = unit.replace("$ per ", "")
     limits = {k: float(v) for k, v in problem.limits().items()}
-    target = ", ".join(f"{k} <= {_ms(v) if k in ('tpot', 'ttft') else _fmt_limit(k, v)}"
-                       for k, v in limits.items())
-    print(f"{args.model} on {args.hardware}, context {args.context:g} tokens: "
-          f"minimize {problem.objective} subject to {target}")
+    target = ", ".join(
+        f"{k} <= {_ms(v) if k in ('tpot', 'ttft') else _fmt_limit(k, v)}" for k, v in limits.items()
+    )
+    print(
+        f"{args.model} on {args.hardware}, context {args.context:g} tokens: "
+        f"minimize {problem.objective} subject to {target}"
+    )
     d = sol.design
     b, g, st = float(d.batch), float(d.chips), float(d.stages)
-    print(f"design:          batch {b:.0f} x {g:.0f} chips per stage x {st:.0f} stages "
-          f"({g * st:.0f} chips per replica)")
+    print(
+        f"design:          batch {b:.0f} x {g:.0f} chips per stage x {st:.0f} stages "
+        f"({g * st:.0f} chips per replica)"
+    )
     if not bool(sol.feasible):
         print(sol.message)
         return
@@ -193,21 +249,25 @@ def _print_text(args, problem, sol, sens, unit) -> None:
     print(f"cost:            ${float(sol.cost) * 1e6:.4g} per million {per}s")
     label = "tpot" if problem.objective == "cost_per_token" else "prefill pass"
     print(f"{label + ':':17s}{_ms(float(r.tpot))}")
-    print(f"memory per chip: {float(r.memory_per_chip) / 1e9:.3g} GB of "
-          f"{float(problem.hardware.hbm_capacity) / 1e9:.3g} GB")
+    print(
+        f"memory per chip: {float(r.memory_per_chip) / 1e9:.3g} GB of "
+        f"{float(problem.hardware.hbm_capacity) / 1e9:.3g} GB"
+    )
     binding = ", ".join(sol.binding + sol.at_bound) or "none (a flat optimum)"
     print(f"binding:         {binding}")
     for name in sol.binding:
         price = float(sol.multipliers[name])
         if np.isfinite(price):
-            print(f"  shadow price of {name}: ${price * 1e6 * 0.01:.3g} per million {per}s "
-                  f"cheaper per 1 % more {name} allowance")
+            print(
+                f"  shadow price of {name}: ${price * 1e6 * 0.01:.3g} per million {per}s "
+                f"cheaper per 1 % more {name} allowance"
+            )
     if sens is None:
         return
     rows = sens.ranked(args.top)
     note = "" if bool(sens.relaxed.kkt) else " (no KKT point confirmed: treat as rough)"
     print(f"\nwhat would make tokens cheaper: d log cost / d log x at the continuous optimum{note}")
-    table = [[name, f"{v:+.3f}", f"{(1.1 ** v - 1) * 100:+.2f} %"] for name, v in rows]
+    table = [[name, f"{v:+.3f}", f"{(1.1**v - 1) * 100:+.2f} %"] for name, v in rows]
     print(format_table(table, ["input", "elasticity", "cost if x rises 10 %"]))
 
 

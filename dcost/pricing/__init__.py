@@ -81,6 +81,21 @@ from dcost.pricing.model import (
 )
 from dcost.pricing.sheets import PriceSheet, fit_sheet, price_sheets, serving_for
 
-__all__ = ["KINDS", "PARAMS", "Serving", "PriceFit", "Identifiability", "PriceSheet",
-           "predict_prices", "fit_prices", "fit_log_prices", "identifiability", "price_sheets",
-           "serving_for", "fit_sheet", "DEFAULT_PRIOR", "DEFAULT_SIGMA", "PLANTED"]
+__all__ = [
+    "KINDS",
+    "PARAMS",
+    "Serving",
+    "PriceFit",
+    "Identifiability",
+    "PriceSheet",
+    "predict_prices",
+    "fit_prices",
+    "fit_log_prices",
+    "identifiability",
+    "price_sheets",
+    "serving_for",
+    "fit_sheet",
+    "DEFAULT_PRIOR",
+    "DEFAULT_SIGMA",
+    "PLANTED",
+]

@@ -66,11 +66,12 @@ class PriceFit(eqx.Module):
 def _loss(theta, log_y, mask, sigma, mu, w, serving):
     r = mask * (log_y - _log_prices(theta, serving)) / sigma
     z = (theta - mu) / w
-    return 0.5 * jnp.sum(r ** 2) + 0.5 * jnp.sum(z ** 2)
+    return 0.5 * jnp.sum(r**2) + 0.5 * jnp.sum(z**2)
 
 
-def fit_log_prices(log_prices, mask, serving: Serving, sigma, prior_mean, prior_sd, steps=4000,
-                   learning_rate=0.1):
+def fit_log_prices(
+    log_prices, mask, serving: Serving, sigma, prior_mean, prior_sd, steps=4000, learning_rate=0.1
+):
     """Posterior mode and Laplace covariance of ``log theta`` from log prices (jitted).
 
     Minimizes ``L(theta)`` of the module docstring by ``optax.adam`` with a cosine-decayed step for
@@ -92,15 +93,17 @@ def fit_log_prices(log_prices, mask, serving: Serving, sigma, prior_mean, prior_
     Returns:
       A ``PriceFit``.
     """
-    return _fit(log_prices, mask, serving, sigma, prior_mean, prior_sd, int(steps),
-                float(learning_rate))
+    return _fit(
+        log_prices, mask, serving, sigma, prior_mean, prior_sd, int(steps), float(learning_rate)
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(6, 7))
 def _fit(log_prices, mask, serving, sigma, prior_mean, prior_sd, steps, learning_rate):
     dtype = jnp.result_type(float)
-    log_y, mask, sigma, mu, w = (jnp.asarray(x, dtype) for x in
-                                 (log_prices, mask, sigma, prior_mean, prior_sd))
+    log_y, mask, sigma, mu, w = (
+        jnp.asarray(x, dtype) for x in (log_prices, mask, sigma, prior_mean, prior_sd)
+    )
     log_y = jnp.where(mask > 0, log_y, 0.0)
 
     def f(z):
@@ -117,11 +120,12 @@ def _fit(log_prices, mask, serving, sigma, prior_mean, prior_sd, steps, learning
     z0 = jnp.zeros_like(mu)
     (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=steps)
     theta = mu + w * z
-    loss_fn = functools.partial(_loss, log_y=log_y, mask=mask, sigma=sigma, mu=mu, w=w,
-                                serving=serving)
+    loss_fn = functools.partial(
+        _loss, log_y=log_y, mask=mask, sigma=sigma, mu=mu, w=w, serving=serving
+    )
     hess = jax.hessian(loss_fn)(theta)
     jac = jax.jacfwd(_log_prices)(theta, serving)
-    info = jac.T @ ((mask / sigma ** 2)[:, None] * jac)
+    info = jac.T @ ((mask / sigma**2)[:, None] * jac)
     resid = mask * (log_y - _log_prices(theta, serving))
     grad_norm = jnp.linalg.norm(jax.grad(f)(z))
     return PriceFit(theta, jnp.linalg.inv(hess), info, w, resid, mask, loss_fn(theta), grad_norm)
@@ -131,12 +135,14 @@ def _vector(mapping, order, default, what):
     unknown = [k for k in mapping if k not in order]
     if unknown:
         raise ValueError(f"unknown {what} {unknown}; known: {list(order)}")
-    return [mapping.get(k, default.get(k) if isinstance(default, Mapping) else default)
-            for k in order]
+    return [
+        mapping.get(k, default.get(k) if isinstance(default, Mapping) else default) for k in order
+    ]
 
 
-def fit_prices(prices: Mapping[str, float], serving: Serving, *, prior=None, sigma=None,
-               steps=4000) -> PriceFit:
+def fit_prices(
+    prices: Mapping[str, float], serving: Serving, *, prior=None, sigma=None, steps=4000
+) -> PriceFit:
     """Fit the hidden quantities to a price sheet; Laplace uncertainty in log space.
 
     .. math::
@@ -194,8 +200,15 @@ def fit_prices(prices: Mapping[str, float], serving: Serving, *, prior=None, sig
         check("prior factor", k, factor, low=1.0, low_open=True)
     mu = [math.log(merged[k][0]) for k in PARAMS]
     w = [math.log(merged[k][1]) for k in PARAMS]
-    return fit_log_prices(jnp.asarray(log_y), jnp.asarray(mask), serving, jnp.asarray(sig),
-                          jnp.asarray(mu), jnp.asarray(w), steps=steps)
+    return fit_log_prices(
+        jnp.asarray(log_y),
+        jnp.asarray(mask),
+        serving,
+        jnp.asarray(sig),
+        jnp.asarray(mu),
+        jnp.asarray(w),
+        steps=steps,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +240,10 @@ class Identifiability:
     def describe(self) -> str:
         """One paragraph a person can read."""
         lines = [f"{k}: {self.status[k]} (data share {self.data_share[k]:.2f})" for k in PARAMS]
-        lines.append(f"price information condition number: {self.condition:.3g}"
-                     + (" (singular)" if self.singular else ""))
+        lines.append(
+            f"price information condition number: {self.condition:.3g}"
+            + (" (singular)" if self.singular else "")
+        )
         for i in self.unpinned:
             lines.append("prices miss " + _direction(self.directions[i]))
         return "\n".join(lines)
@@ -272,7 +287,7 @@ def identifiability(fit: PriceFit) -> Identifiability:
     lam, vec = np.linalg.eigh(0.5 * (info + info.T))
     lam = np.clip(lam, 0.0, None)
     w = np.asarray(fit.prior_sd, dtype=float)
-    share = 1.0 - np.diagonal(np.asarray(fit.log_cov, dtype=float)) / w ** 2
+    share = 1.0 - np.diagonal(np.asarray(fit.log_cov, dtype=float)) / w**2
     sd = np.sqrt(np.diagonal(np.asarray(fit.log_cov, dtype=float)))
     status = {}
     for i, k in enumerate(PARAMS):
@@ -286,7 +301,12 @@ def identifiability(fit: PriceFit) -> Identifiability:
     singular = bool(lam[0] < 1e-6 * top)
     condition = float(top / lam[0]) if lam[0] > 0 else math.inf
     unpinned = tuple(i for i in range(len(lam)) if lam[i] * math.log(2.0) ** 2 < 1.0)
-    return Identifiability(status, {k: float(share[i]) for i, k in enumerate(PARAMS)}, lam,
-                           vec.T, unpinned, singular, condition)
-
-
+    return Identifiability(
+        status,
+        {k: float(share[i]) for i, k in enumerate(PARAMS)},
+        lam,
+        vec.T,
+        unpinned,
+        singular,
+        condition,
+    )

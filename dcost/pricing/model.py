@@ -12,34 +12,72 @@ import jax.numpy as jnp
 from dcost.serving.roofline import SECONDS_PER_HOUR, decode, prefill
 from dcost.specs import Design, Hardware, Model, Workload, _float, check
 
-__all__ = ["KINDS", "PARAMS", "PLANTED", "DEFAULT_PRIOR", "DEFAULT_SIGMA", "PER_MILLION",
-           "Serving", "predict_prices"]
+__all__ = [
+    "KINDS",
+    "PARAMS",
+    "PLANTED",
+    "DEFAULT_PRIOR",
+    "DEFAULT_SIGMA",
+    "PER_MILLION",
+    "Serving",
+    "predict_prices",
+]
 
 # Hidden values planted in prices the model itself generates, to show that ``fit_prices`` recovers
 # them: a Llama-3-70B-like dense model, a small GQA model and a DeepSeek-V3-like MLA model.
 PLANTED = {
-    "dense-70b": {"kv_bytes_per_token": 327680.0, "params_active": 70e9, "flops_per_byte": 295.0,
-                  "margin": 5.0},
-    "small-gqa": {"kv_bytes_per_token": 65536.0, "params_active": 8e9, "flops_per_byte": 160.0,
-                  "margin": 2.5},
-    "big-mla": {"kv_bytes_per_token": 70272.0, "params_active": 37e9, "flops_per_byte": 600.0,
-                "margin": 9.0},
+    "dense-70b": {
+        "kv_bytes_per_token": 327680.0,
+        "params_active": 70e9,
+        "flops_per_byte": 295.0,
+        "margin": 5.0,
+    },
+    "small-gqa": {
+        "kv_bytes_per_token": 65536.0,
+        "params_active": 8e9,
+        "flops_per_byte": 160.0,
+        "margin": 2.5,
+    },
+    "big-mla": {
+        "kv_bytes_per_token": 70272.0,
+        "params_active": 37e9,
+        "flops_per_byte": 600.0,
+        "margin": 9.0,
+    },
 }
 
-KINDS = ("input", "output", "input_long", "output_long", "cache_write", "cache_hit",
-         "cache_storage")
+KINDS = (
+    "input",
+    "output",
+    "input_long",
+    "output_long",
+    "cache_write",
+    "cache_hit",
+    "cache_storage",
+)
 """Price kinds, in the order of every price vector. SI: $ per token; ``cache_storage`` is $ per
 token-second."""
 
 PARAMS = ("kv_bytes_per_token", "params_active", "flops_per_byte", "margin")
 """Hidden quantities, in the order of every parameter vector (bytes, parameters, FLOP/byte, 1)."""
 
-DEFAULT_SIGMA = {"input": 0.1, "output": 0.1, "input_long": 0.1, "output_long": 0.1,
-                 "cache_write": 0.3, "cache_hit": 0.3, "cache_storage": 0.3}
+DEFAULT_SIGMA = {
+    "input": 0.1,
+    "output": 0.1,
+    "input_long": 0.1,
+    "output_long": 0.1,
+    "cache_write": 0.3,
+    "cache_hit": 0.3,
+    "cache_storage": 0.3,
+}
 """Standard deviation of the log-price residual of each kind."""
 
-DEFAULT_PRIOR = {"kv_bytes_per_token": (1e5, 10.0), "params_active": (1e11, 10.0),
-                 "flops_per_byte": (300.0, 10.0), "margin": (3.0, 10.0)}
+DEFAULT_PRIOR = {
+    "kv_bytes_per_token": (1e5, 10.0),
+    "params_active": (1e11, 10.0),
+    "flops_per_byte": (300.0, 10.0),
+    "margin": (3.0, 10.0),
+}
 """Weak log-normal priors: (median, multiplicative one-sigma factor) of each hidden quantity."""
 
 PER_MILLION = 1e-6
@@ -95,14 +133,26 @@ def _specs(values, serving: Serving):
     b_kv, n, r = values[0], values[1], values[2]
     h, g = serving.hardware, serving.chips
     bw = g * h.hbm_bandwidth
-    replica = Hardware(flops=r * bw, hbm_bandwidth=bw, hbm_capacity=g * h.hbm_capacity,
-                       scaleup_bandwidth=h.scaleup_bandwidth,
-                       scaleout_bandwidth=h.scaleout_bandwidth, scaleup_size=1.0,
-                       price_per_hour=g * h.price_per_hour)
-    model = Model(n_layers=1.0, d_model=1.0, params_dense=n, params_per_expert=0.0, n_experts=0.0,
-                  experts_active=0.0, kv_bytes_per_token=b_kv,
-                  bytes_per_param=serving.bytes_per_param * serving.sparsity,
-                  attn_flops_per_context_token=serving.attn_flops_per_kv_byte * b_kv)
+    replica = Hardware(
+        flops=r * bw,
+        hbm_bandwidth=bw,
+        hbm_capacity=g * h.hbm_capacity,
+        scaleup_bandwidth=h.scaleup_bandwidth,
+        scaleout_bandwidth=h.scaleout_bandwidth,
+        scaleup_size=1.0,
+        price_per_hour=g * h.price_per_hour,
+    )
+    model = Model(
+        n_layers=1.0,
+        d_model=1.0,
+        params_dense=n,
+        params_per_expert=0.0,
+        n_experts=0.0,
+        experts_active=0.0,
+        kv_bytes_per_token=b_kv,
+        bytes_per_param=serving.bytes_per_param * serving.sparsity,
+        attn_flops_per_context_token=serving.attn_flops_per_kv_byte * b_kv,
+    )
     return replica, model
 
 
@@ -118,8 +168,9 @@ def _prices(values, serving: Serving):
     storage = per_s * model.kv_bytes_per_token / replica.hbm_capacity
     read = per_s * model.kv_bytes_per_token / replica.hbm_bandwidth
     tau = serving.cache_hold_s
-    costs = jnp.stack([c_in, c_out, c_in_long, c_out_long, c_in + tau * storage,
-                       tau * storage + read, storage])
+    costs = jnp.stack(
+        [c_in, c_out, c_in_long, c_out_long, c_in + tau * storage, tau * storage + read, storage]
+    )
     return m * costs
 
 
@@ -162,5 +213,3 @@ def predict_prices(values: Mapping[str, float], serving: Serving) -> dict:
     v = jnp.stack([jnp.asarray(values[k], dtype=jnp.result_type(float)) for k in PARAMS])
     p = jax.jit(_prices)(v, serving)
     return {k: p[i] for i, k in enumerate(KINDS)}
-
-

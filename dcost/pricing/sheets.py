@@ -42,8 +42,17 @@ class PriceSheet:
     notes: str
 
 
-_SERVING_FIELDS = ("chips", "batch", "context", "context_long", "bytes_per_param", "sparsity",
-                   "attn_flops_per_kv_byte", "cache_hold_s", "smoothness")
+_SERVING_FIELDS = (
+    "chips",
+    "batch",
+    "context",
+    "context_long",
+    "bytes_per_param",
+    "sparsity",
+    "attn_flops_per_kv_byte",
+    "cache_hold_s",
+    "smoothness",
+)
 
 
 @functools.cache
@@ -76,11 +85,21 @@ def price_sheets() -> dict:
             if kind not in KINDS:
                 raise ValueError(f"price_sheets.toml [{name}]: unknown price kind {key!r}")
             prices[kind] = _per_token(kind, value)
-        prior = {k: (float(v["value"]), float(v["factor"]))
-                 for k, v in entry.get("anchors", {}).items()}
-        out[name] = PriceSheet(name, entry["provider"], entry["model"], prices, entry["page"],
-                               entry["published"], entry["retrieved"],
-                               dict(entry.get("serving", {})), prior, entry.get("notes", ""))
+        prior = {
+            k: (float(v["value"]), float(v["factor"])) for k, v in entry.get("anchors", {}).items()
+        }
+        out[name] = PriceSheet(
+            name,
+            entry["provider"],
+            entry["model"],
+            prices,
+            entry["page"],
+            entry["published"],
+            entry["retrieved"],
+            dict(entry.get("serving", {})),
+            prior,
+            entry.get("notes", ""),
+        )
     return out
 
 

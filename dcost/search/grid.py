@@ -32,8 +32,9 @@ def grid_points(problem: Problem) -> int:
     return math.prod(hi - lo + 1 for _, lo, hi in problem.free)
 
 
-def grid_search(problem: Problem, *, chunk_size: int = 2**18,
-                progress: Callable[[int, int], None] | None = None) -> Solution:
+def grid_search(
+    problem: Problem, *, chunk_size: int = 2**18, progress: Callable[[int, int], None] | None = None
+) -> Solution:
     """The cheapest feasible integer design, by evaluating every one with the exact model.
 
     .. math:: x^* = \\arg\\min_{x \\in \\mathbb{Z}^d,\\ lo \\le x \\le hi}
@@ -69,16 +70,21 @@ def grid_search(problem: Problem, *, chunk_size: int = 2**18,
     """
     total = grid_points(problem)
     if total >= _NO_INDEX - chunk_size:
-        raise ValueError(f"grid_search: {total:.3g} designs is more than one search handles "
-                         "(2**31); narrow Problem.free or split it into several problems")
+        raise ValueError(
+            f"grid_search: {total:.3g} designs is more than one search handles "
+            "(2**31); narrow Problem.free or split it into several problems"
+        )
     n = batch_size(problem)
     scenarios = 1 if n is None else n
     devices = jax.devices()
     per_device = max(1, -(-chunk_size // (scenarios * len(devices))))
     per_device = min(per_device, -(-total // len(devices)))
     step = _chunk_step(len(devices), per_device, n)
-    carry = (np.full(scenarios, np.inf, np.float32), np.full(scenarios, np.inf, np.float32),
-             np.full(scenarios, _NO_INDEX, np.int32))
+    carry = (
+        np.full(scenarios, np.inf, np.float32),
+        np.full(scenarios, np.inf, np.float32),
+        np.full(scenarios, _NO_INDEX, np.int32),
+    )
     chunk = per_device * len(devices)
     for start in range(0, total, chunk):
         carry = step(problem, carry, np.int32(start))
@@ -93,9 +99,14 @@ def _finish(problem, index, batch):
     """The Solution of the best flat ``index`` of every scenario."""
     d, n_c = len(problem.free), len(problem.constraints)
     nan = jnp.full((), jnp.nan)
-    stats = Stats(evaluations=jnp.asarray(float(grid_points(problem))), steps=jnp.zeros(()),
-                  starts=jnp.zeros(()), continuous_x=jnp.full((d,), jnp.nan),
-                  continuous_cost=nan, smoothness=nan)
+    stats = Stats(
+        evaluations=jnp.asarray(float(grid_points(problem))),
+        steps=jnp.zeros(()),
+        starts=jnp.zeros(()),
+        continuous_x=jnp.full((d,), jnp.nan),
+        continuous_cost=nan,
+        smoothness=nan,
+    )
 
     def one(p, i):
         return finish(p, _unravel(p, i), jnp.full((n_c,), jnp.nan), stats)
@@ -153,6 +164,7 @@ def _chunk_step(n_devices: int, per_device: int, batch: int | None):
         return jax.vmap(_best_of, in_axes=(0, None))(pb, index)
 
     if n_devices == 1:
+
         def chunk(pb, start):
             return local(pb, start, 0)
     else:
@@ -162,9 +174,12 @@ def _chunk_step(n_devices: int, per_device: int, batch: int | None):
             out = local(pb, start, jax.lax.axis_index("grid"))
             return tuple(o[None] for o in out)
 
-        sharded = jax.shard_map(per_device_best, mesh=mesh, in_specs=(PartitionSpec(),
-                                                                      PartitionSpec()),
-                                out_specs=PartitionSpec("grid"))
+        sharded = jax.shard_map(
+            per_device_best,
+            mesh=mesh,
+            in_specs=(PartitionSpec(), PartitionSpec()),
+            out_specs=PartitionSpec("grid"),
+        )
 
         def chunk(pb, start):
             parts = sharded(pb, start)  # each (n_devices, scenarios)

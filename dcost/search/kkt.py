@@ -21,8 +21,19 @@ import jax.numpy as jnp
 
 from dcost.search.problem import Problem, evaluate
 
-__all__ = ["Relaxed", "ActiveSet", "JUMPS", "jumps", "guess", "assess", "snap_to_bounds", "polish",
-           "kkt_residual", "lagrangian", "log_terms"]
+__all__ = [
+    "Relaxed",
+    "ActiveSet",
+    "JUMPS",
+    "jumps",
+    "guess",
+    "assess",
+    "snap_to_bounds",
+    "polish",
+    "kkt_residual",
+    "lagrangian",
+    "log_terms",
+]
 
 SNAP = (0.1, 0.01)
 """Guesses put a variable within this distance (in log) of a bound on the bound: the search's
@@ -122,13 +133,15 @@ def kkt_residual(problem, w, aset: ActiveSet, smoothness):
         return f + jnp.dot(lam, c), (f, c)
 
     g, (f, c) = jax.grad(lagrangian, has_aux=True)(y)
-    r = jnp.concatenate([jnp.where(aset.interior, g, y - aset.y_pin),
-                         jnp.where(aset.active, c, lam)])
+    r = jnp.concatenate(
+        [jnp.where(aset.interior, g, y - aset.y_pin), jnp.where(aset.active, c, lam)]
+    )
     return r, (g, f, c)
 
 
 def _jac_and_value(fun):
     """``w -> (jacobian, (value, aux))`` of ``fun(w) -> (value, aux)`` in one forward pass."""
+
     def both(w):
         value, aux = fun(w)
         return value, (value, aux)
@@ -172,6 +185,7 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
     candidate = c > -near
     interior = ~(at_lo | at_hi)
     index = jnp.arange(y0.shape[0])
+
     def left(mask):  # how far from stationary with non-negative multipliers
         lam, resid = _multipliers(gf, jc, mask, candidate)
         return jnp.max(jnp.abs(resid)) + jnp.sum(jnp.maximum(-lam, 0.0))
@@ -186,10 +200,15 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
     active = candidate & (lam > ACTIVE_TOL)
     lam = jnp.where(active, lam, 0.0)
     g = gf + jc.T @ lam
-    violation = jnp.concatenate([
-        jnp.where(interior, jnp.abs(g), 0.0),
-        jnp.where(at_lo, jnp.maximum(-g, 0.0), 0.0), jnp.where(at_hi, jnp.maximum(g, 0.0), 0.0),
-        jnp.maximum(c, 0.0), jnp.where(active, jnp.abs(c), 0.0)])
+    violation = jnp.concatenate(
+        [
+            jnp.where(interior, jnp.abs(g), 0.0),
+            jnp.where(at_lo, jnp.maximum(-g, 0.0), 0.0),
+            jnp.where(at_hi, jnp.maximum(g, 0.0), 0.0),
+            jnp.maximum(c, 0.0),
+            jnp.where(active, jnp.abs(c), 0.0),
+        ]
+    )
     return ActiveSet(y0, interior, active), jnp.concatenate([y0, lam]), jnp.max(violation)
 
 
@@ -232,14 +251,25 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
         better = jnp.isfinite(norm_t) & (norm_t < norm)
         new_step = jnp.linalg.lstsq(jac_t, -r_t)[0]
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(better, x, y), a, b)  # noqa: E731
-        return (pick(trial, w), pick(new_step, step), jnp.where(better, 1.0, scale / 2.0),
-                jnp.where(better, norm_t, norm), pick(jac_t, jac), pick(aux_t, aux)), None
+        return (
+            pick(trial, w),
+            pick(new_step, step),
+            jnp.where(better, 1.0, scale / 2.0),
+            jnp.where(better, norm_t, norm),
+            pick(jac_t, jac),
+            pick(aux_t, aux),
+        ), None
 
     jac0, (r0, aux0) = jac_value(w0)
-    start = (w0, jnp.linalg.lstsq(jac0, -r0)[0], jnp.ones((), w0.dtype), jnp.linalg.norm(r0),
-             jac0, aux0)
-    (w, _, _, residual, jac, (g, f, c)), _ = jax.lax.scan(newton, start, None,
-                                                           length=NEWTON_STEPS)
+    start = (
+        w0,
+        jnp.linalg.lstsq(jac0, -r0)[0],
+        jnp.ones((), w0.dtype),
+        jnp.linalg.norm(r0),
+        jac0,
+        aux0,
+    )
+    (w, _, _, residual, jac, (g, f, c)), _ = jax.lax.scan(newton, start, None, length=NEWTON_STEPS)
     y, lam = jnp.where(aset.interior, w[:d], aset.y_pin), w[d:]  # held: exactly in place
     lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
     free = ~aset.interior & (hi > lo)  # not moving, though its bounds would let it
@@ -248,13 +278,25 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
     lag = functools.partial(lagrangian, problem, lam=lam, smoothness=s)
     downhill = jax.vmap(lambda e: lag(y - PIN_STEP * jnp.sign(g) * e))(jnp.eye(d))
     tol = CHECK_TOL if w.dtype == jnp.float64 else CHECK_TOL_F32
-    ok = ((residual < tol) & jnp.all(lam >= -tol) & jnp.all(c <= tol)
-          & jnp.all(jnp.where(aset.interior, (y >= lo) & (y <= hi), True))
-          & jnp.all(jnp.where(on_lo, g >= -tol, True))
-          & jnp.all(jnp.where(on_hi, g <= tol, True))
-          & jnp.all(jnp.where(held, downhill > f + jnp.dot(lam, c), True)))
-    relaxed = Relaxed(y=y, lambdas=jnp.maximum(lam, 0.0), log_cost=f, interior=aset.interior,
-                      active=aset.active, residual=residual, kkt=ok, smoothness=s)
+    ok = (
+        (residual < tol)
+        & jnp.all(lam >= -tol)
+        & jnp.all(c <= tol)
+        & jnp.all(jnp.where(aset.interior, (y >= lo) & (y <= hi), True))
+        & jnp.all(jnp.where(on_lo, g >= -tol, True))
+        & jnp.all(jnp.where(on_hi, g <= tol, True))
+        & jnp.all(jnp.where(held, downhill > f + jnp.dot(lam, c), True))
+    )
+    relaxed = Relaxed(
+        y=y,
+        lambdas=jnp.maximum(lam, 0.0),
+        log_cost=f,
+        interior=aset.interior,
+        active=aset.active,
+        residual=residual,
+        kkt=ok,
+        smoothness=s,
+    )
     return relaxed, jac
 
 

@@ -85,15 +85,24 @@ class LifetimeInputs(eqx.Module):
     gamma: jax.Array
     train_hardware: Hardware | None
 
-    def __init__(self, inference_tokens, rl_tokens=0.0, mfu=0.4, fit="hoffmann2022",
-                 gamma=GAMMA, train_hardware=None):
+    def __init__(
+        self,
+        inference_tokens,
+        rl_tokens=0.0,
+        mfu=0.4,
+        fit="hoffmann2022",
+        gamma=GAMMA,
+        train_hardware=None,
+    ):
         check("LifetimeInputs", "inference_tokens", inference_tokens)
         check("LifetimeInputs", "rl_tokens", rl_tokens)
         check("LifetimeInputs", "mfu", mfu, low_open=True, high=1.0)
         check("LifetimeInputs", "gamma", gamma, high=1.0)
         if train_hardware is not None and not isinstance(train_hardware, Hardware):
-            raise SpecError("LifetimeInputs.train_hardware must be a dcost.Hardware or None, "
-                            f"got {type(train_hardware).__name__}")
+            raise SpecError(
+                "LifetimeInputs.train_hardware must be a dcost.Hardware or None, "
+                f"got {type(train_hardware).__name__}"
+            )
         self.inference_tokens = _float(inference_tokens)
         self.rl_tokens = _float(rl_tokens)
         self.mfu = _float(mfu)
@@ -131,14 +140,28 @@ def _evaluate(design, problem, smoothness):
     model = with_experts(problem.model, design)
     n_act, n_tot = model.params_active, model.params_total
     n_tokens = TOKENS_PER_PARAM * design.overtrain * n_act
-    cost = lifetime_cost(n_act, n_tokens, x.inference_tokens, hardware=h, model=model,
-                         design=design, workload=w, mfu=x.mfu, rl_tokens=x.rl_tokens,
-                         train_hardware=x.train_hardware, smoothness=smoothness)
+    cost = lifetime_cost(
+        n_act,
+        n_tokens,
+        x.inference_tokens,
+        hardware=h,
+        model=model,
+        design=design,
+        workload=w,
+        mfu=x.mfu,
+        rl_tokens=x.rl_tokens,
+        train_hardware=x.train_hardware,
+        smoothness=smoothness,
+    )
     serving = decode(design, h, model, w, smoothness)
     n_eff = effective_params(n_act, n_tot, x.gamma)
     nats = loss(n_eff, n_tokens, x.fit)
-    q = {"tpot": serving.tpot, "memory": serving.memory_per_chip,
-         "chips": design.chips * design.stages, "loss": _scaled_loss(nats, problem, x.fit)}
+    q = {
+        "tpot": serving.tpot,
+        "memory": serving.memory_per_chip,
+        "chips": design.chips * design.stages,
+        "loss": _scaled_loss(nats, problem, x.fit),
+    }
     if problem.ttft_slo is not None:
         q["ttft"] = prefill(design, h, model, w, smoothness).tpot
     return cost.total, q, LifetimeReport(serving, cost, nats, n_act, n_tot, n_eff, n_tokens)
@@ -161,21 +184,34 @@ def _validate(problem) -> None:
     loss target above the fit's irreducible loss."""
     x = problem.extras
     if not isinstance(x, LifetimeInputs):
-        raise SpecError("Problem.extras must be a dcost.LifetimeInputs for objective "
-                        f"'lifetime_cost', got {type(x).__name__}")
+        raise SpecError(
+            "Problem.extras must be a dcost.LifetimeInputs for objective "
+            f"'lifetime_cost', got {type(x).__name__}"
+        )
     if "overtrain" not in problem.names and problem.fixed.overtrain is None:
-        raise SpecError("Problem.fixed.overtrain = None is not allowed for objective "
-                        "'lifetime_cost': make 'overtrain' free or fix it (r = D / (20 N_active))")
+        raise SpecError(
+            "Problem.fixed.overtrain = None is not allowed for objective "
+            "'lifetime_cost': make 'overtrain' free or fix it (r = D / (20 N_active))"
+        )
     target, e = _concrete(problem.loss_target), _concrete(x.fit.E)
     if target is not None and e is not None and np.any(target <= np.max(e)):
-        raise SpecError(f"Problem.loss_target = {float(np.min(target))!r} is not allowed: it "
-                        f"must be > the fit's irreducible loss E = {float(np.max(e))!r}")
+        raise SpecError(
+            f"Problem.loss_target = {float(np.min(target))!r} is not allowed: it "
+            f"must be > the fit's irreducible loss E = {float(np.max(e))!r}"
+        )
 
 
-register(Objective(
-    "lifetime_cost", "$ over the model's life (pretraining + RL + inference)", _evaluate,
-    frozenset({"batch", "chips", "stages", "experts", "overtrain"}),
-    frozenset({"tpot", "ttft", "memory", "chips", "loss"}),
-    # pretraining $ and the loss do not depend on the batch; the rest is cost_per_token's.
-    # Over-training raises pretraining $ and lowers the loss, nothing else.
-    batch_monotone=True, overtrain_monotone=True, validate=_validate))
+register(
+    Objective(
+        "lifetime_cost",
+        "$ over the model's life (pretraining + RL + inference)",
+        _evaluate,
+        frozenset({"batch", "chips", "stages", "experts", "overtrain"}),
+        frozenset({"tpot", "ttft", "memory", "chips", "loss"}),
+        # pretraining $ and the loss do not depend on the batch; the rest is cost_per_token's.
+        # Over-training raises pretraining $ and lowers the loss, nothing else.
+        batch_monotone=True,
+        overtrain_monotone=True,
+        validate=_validate,
+    )
+)

@@ -76,8 +76,9 @@ def get(name: str) -> Objective:
     """The registered objective ``name``; an unknown name raises ValueError listing the known."""
     if name not in OBJECTIVES:
         known = ", ".join(sorted(OBJECTIVES))
-        raise ValueError(f"Problem.objective = {name!r} is not allowed: known objectives are "
-                         f"{known}")
+        raise ValueError(
+            f"Problem.objective = {name!r} is not allowed: known objectives are {known}"
+        )
     return OBJECTIVES[name]
 
 
@@ -104,7 +105,23 @@ def _cost_per_input_token(design, problem, smoothness) -> tuple:
 
 _SERVING = frozenset({"batch", "chips", "stages", "experts"})
 
-register(Objective("cost_per_token", "$ per output token", _cost_per_token, _SERVING,
-                   frozenset({"tpot", "ttft", "memory", "chips"}), batch_monotone=True))
-register(Objective("cost_per_input_token", "$ per input token", _cost_per_input_token, _SERVING,
-                   frozenset({"ttft", "memory", "chips"}), batch_monotone=True))
+register(
+    Objective(
+        "cost_per_token",
+        "$ per output token",
+        _cost_per_token,
+        _SERVING,
+        frozenset({"tpot", "ttft", "memory", "chips"}),
+        batch_monotone=True,
+    )
+)
+register(
+    Objective(
+        "cost_per_input_token",
+        "$ per input token",
+        _cost_per_input_token,
+        _SERVING,
+        frozenset({"ttft", "memory", "chips"}),
+        batch_monotone=True,
+    )
+)

@@ -44,8 +44,15 @@ from dcost.search._jit import jit
 from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
 from dcost.search.solution import Solution, Stats, finish
 
-__all__ = ["optimize", "Settings", "to_unconstrained", "from_unconstrained",
-           "solve_continuous", "best_continuous", "Continuous"]
+__all__ = [
+    "optimize",
+    "Settings",
+    "to_unconstrained",
+    "from_unconstrained",
+    "solve_continuous",
+    "best_continuous",
+    "Continuous",
+]
 
 
 class Settings(NamedTuple):
@@ -172,8 +179,9 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     """
     dtype = jnp.result_type(float)
     n_c = len(problem.constraints)
-    sched = tuple(jnp.asarray(a, bool if a.dtype == bool else dtype)
-                  for a in _schedule(settings, n_c))
+    sched = tuple(
+        jnp.asarray(a, bool if a.dtype == bool else dtype) for a in _schedule(settings, n_c)
+    )
     adam = optax.scale_by_adam()
     value_and_grad = jax.value_and_grad(_objective, has_aux=True)
 
@@ -188,11 +196,24 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
         return (z - lr * updates, state, lam, f, c, jac), None
 
     z0 = jnp.asarray(z0, dtype)
-    init = (z0, adam.init(z0), jnp.zeros(n_c, dtype), jnp.zeros((), dtype), jnp.zeros(n_c, dtype),
-            jnp.zeros((1 + n_c, z0.shape[0]), dtype))
+    init = (
+        z0,
+        adam.init(z0),
+        jnp.zeros(n_c, dtype),
+        jnp.zeros((), dtype),
+        jnp.zeros(n_c, dtype),
+        jnp.zeros((1 + n_c, z0.shape[0]), dtype),
+    )
     (z, _, lam, f, c, jac), _ = jax.lax.scan(step, init, sched)
-    return Continuous(z=z, v=from_unconstrained(z, problem.lower, problem.upper), lambdas=lam,
-                      log_cost=f, log_ratios=c, jac=jac, smoothness=sched[0][-1])
+    return Continuous(
+        z=z,
+        v=from_unconstrained(z, problem.lower, problem.upper),
+        lambdas=lam,
+        log_cost=f,
+        log_ratios=c,
+        jac=jac,
+        smoothness=sched[0][-1],
+    )
 
 
 def _max_batch(problem, x, i_batch, lo, hi):
@@ -207,13 +228,18 @@ def _max_batch(problem, x, i_batch, lo, hi):
         ev = evaluate(problem, x.at[i_batch].set(mid), rtol=SEARCH_RTOL)
         ok = ev.feasible
         keep = ok | (t == 0)
-        return (jnp.where(ok | (t == 0), mid, good), jnp.where(ok, bad, mid),
-                jnp.where(keep, ev.violation, viol), jnp.where(keep, _finite(ev.cost), cost))
+        return (
+            jnp.where(ok | (t == 0), mid, good),
+            jnp.where(ok, bad, mid),
+            jnp.where(keep, ev.violation, viol),
+            jnp.where(keep, _finite(ev.cost), cost),
+        )
 
     dt = x.dtype
     inf = jnp.asarray(jnp.inf, dt)
     good, _, viol, cost = jax.lax.fori_loop(
-        0, iters, body, (jnp.asarray(lo, dt), jnp.asarray(hi + 1.0, dt), inf, inf))
+        0, iters, body, (jnp.asarray(lo, dt), jnp.asarray(hi + 1.0, dt), inf, inf)
+    )
     return x.at[i_batch].set(good), viol, cost
 
 
@@ -229,13 +255,18 @@ def _min_var(problem, x, i, lo, hi):
         ev = evaluate(problem, x.at[i].set(mid), rtol=SEARCH_RTOL)
         ok = ev.feasible
         keep = ok | (t == 0)
-        return (jnp.where(keep, mid, good), jnp.where(ok, bad, mid),
-                jnp.where(keep, ev.violation, viol), jnp.where(keep, _finite(ev.cost), cost))
+        return (
+            jnp.where(keep, mid, good),
+            jnp.where(ok, bad, mid),
+            jnp.where(keep, ev.violation, viol),
+            jnp.where(keep, _finite(ev.cost), cost),
+        )
 
     dt = x.dtype
     inf = jnp.asarray(jnp.inf, dt)
     good, _, viol, cost = jax.lax.fori_loop(
-        0, iters, body, (jnp.asarray(hi, dt), jnp.asarray(lo - 1.0, dt), inf, inf))
+        0, iters, body, (jnp.asarray(hi, dt), jnp.asarray(lo - 1.0, dt), inf, inf)
+    )
     return x.at[i].set(good), viol, cost
 
 
@@ -356,7 +387,7 @@ def _shadow_prices(problem: Problem, best: Continuous):
     pins = jnp.repeat(jnp.asarray([jnp.inf, kkt.PIN_TOL], fc.dtype), len(kkt.SNAP))
     _, w, left = jax.vmap(at)(snaps, pins)
     k = jnp.argmax(left < kkt.PIN_TOL)
-    return jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free):], best.lambdas)
+    return jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free) :], best.lambdas)
 
 
 def _solve_one(problem: Problem, settings: Settings) -> Solution:
@@ -367,10 +398,14 @@ def _solve_one(problem: Problem, settings: Settings) -> Solution:
     # noise of the last steps), else (near a sharp kink) the iterates.
     lambdas = _shadow_prices(problem, best)
     f = jnp.result_type(float)
-    stats = Stats(evaluations=jnp.asarray(evaluations, f),
-                  steps=jnp.asarray(settings.rounds * settings.steps, f),
-                  starts=jnp.asarray(settings.starts, f), continuous_x=best.v,
-                  continuous_cost=jnp.exp(best.log_cost), smoothness=best.smoothness)
+    stats = Stats(
+        evaluations=jnp.asarray(evaluations, f),
+        steps=jnp.asarray(settings.rounds * settings.steps, f),
+        starts=jnp.asarray(settings.starts, f),
+        continuous_x=best.v,
+        continuous_cost=jnp.exp(best.log_cost),
+        smoothness=best.smoothness,
+    )
     return finish(problem, x, lambdas, stats)
 
 

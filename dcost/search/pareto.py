@@ -71,8 +71,10 @@ def pareto(problem: Problem, tpot_slos, settings: Settings = DEFAULT) -> Frontie
         raise SpecError(f"pareto: objective {problem.objective!r} has no tpot constraint")
     slos = np.asarray(tpot_slos, dtype=float).ravel()
     if slos.size == 0 or not np.all(np.isfinite(slos) & (slos > 0)):
-        raise SpecError(f"pareto: tpot_slos = {tpot_slos!r} is not allowed: it must be a "
-                        "non-empty list of finite times > 0 (s)")
+        raise SpecError(
+            f"pareto: tpot_slos = {tpot_slos!r} is not allowed: it must be a "
+            "non-empty list of finite times > 0 (s)"
+        )
     own = None if problem.tpot_slo is None else float(problem.tpot_slo)
     if own is not None:
         slos = np.append(slos, own)
@@ -80,15 +82,25 @@ def pareto(problem: Problem, tpot_slos, settings: Settings = DEFAULT) -> Frontie
     slos = np.unique(slos.astype(np.asarray(problem.tpot_slo if own is not None else 0.0).dtype))
     n = slos.size
     padded = np.append(slos, np.full(max(8, 1 << (n - 1).bit_length()) - n, slos[-1]))
-    batched = eqx.tree_at(lambda p: p.tpot_slo, problem,
-                          jnp.asarray(padded, jnp.result_type(float)), is_leaf=lambda x: x is None)
+    batched = eqx.tree_at(
+        lambda p: p.tpot_slo,
+        problem,
+        jnp.asarray(padded, jnp.result_type(float)),
+        is_leaf=lambda x: x is None,
+    )
     sol = optimize(batched, settings)  # padded to a power of two: few distinct compilations
     sol = _monotone(jax.tree.map(lambda a: a[:n], sol))
     cost = jnp.where(sol.feasible, sol.cost, jnp.inf)
     tpot = getattr(sol.report, "tpot", jnp.full_like(cost, jnp.nan))
     optimum = -1 if own is None else int(np.searchsorted(slos, own))
-    return Frontier(tpot_slo=jnp.asarray(slos, cost.dtype), cost=cost, tpot=tpot,
-                    feasible=sol.feasible, solution=sol, optimum=optimum)
+    return Frontier(
+        tpot_slo=jnp.asarray(slos, cost.dtype),
+        cost=cost,
+        tpot=tpot,
+        feasible=sol.feasible,
+        solution=sol,
+        optimum=optimum,
+    )
 
 
 def _monotone(sol: Solution) -> Solution:

@@ -92,15 +92,31 @@ class Problem(eqx.Module):
     objective: str = eqx.field(static=True)
     free: tuple = eqx.field(static=True)
 
-    def __init__(self, hardware, model, workload, objective="cost_per_token", free=None,
-                 fixed=None, tpot_slo=_DEFAULT, memory_reserve=0.1, ttft_slo=None,
-                 chip_budget=None, loss_target=None, extras=None):
+    def __init__(
+        self,
+        hardware,
+        model,
+        workload,
+        objective="cost_per_token",
+        free=None,
+        fixed=None,
+        tpot_slo=_DEFAULT,
+        memory_reserve=0.1,
+        ttft_slo=None,
+        chip_budget=None,
+        loss_target=None,
+        extras=None,
+    ):
         obj = objectives.get(objective)
-        for name, value, cls in (("hardware", hardware, Hardware), ("model", model, Model),
-                                 ("workload", workload, Workload)):
+        for name, value, cls in (
+            ("hardware", hardware, Hardware),
+            ("model", model, Model),
+            ("workload", workload, Workload),
+        ):
             if not isinstance(value, cls):
-                raise SpecError(f"Problem.{name} must be a dcost.{cls.__name__}, "
-                                f"got {type(value).__name__}")
+                raise SpecError(
+                    f"Problem.{name} must be a dcost.{cls.__name__}, got {type(value).__name__}"
+                )
         fixed = Design(batch=1.0) if fixed is None else fixed
         if not isinstance(fixed, Design):
             raise SpecError(f"Problem.fixed must be a dcost.Design, got {type(fixed).__name__}")
@@ -121,23 +137,36 @@ class Problem(eqx.Module):
         batch_size(self)  # raises when leading axes disagree
 
     def _check_limits(self, obj):
-        for name, field in (("tpot", "tpot_slo"), ("ttft", "ttft_slo"), ("loss", "loss_target"),
-                            ("chips", "chip_budget")):
+        for name, field in (
+            ("tpot", "tpot_slo"),
+            ("ttft", "ttft_slo"),
+            ("loss", "loss_target"),
+            ("chips", "chip_budget"),
+        ):
             value = getattr(self, field)
             if value is None:
                 continue
             if name not in obj.constraints:
-                raise SpecError(f"Problem.{field} does not apply to objective {obj.name!r} "
-                                f"(its constraints: {', '.join(sorted(obj.constraints))})")
-            check("Problem", field, value, low=1.0 if name == "chips" else 0.0,
-                  low_open=name != "chips")
+                raise SpecError(
+                    f"Problem.{field} does not apply to objective {obj.name!r} "
+                    f"(its constraints: {', '.join(sorted(obj.constraints))})"
+                )
+            check(
+                "Problem",
+                field,
+                value,
+                low=1.0 if name == "chips" else 0.0,
+                low_open=name != "chips",
+            )
         if self.memory_reserve is not None:
             check("Problem", "memory_reserve", self.memory_reserve, low=0.0, high=0.999)
         if self.fixed.experts is not None and "experts" not in self.names:
             e, k = _concrete(self.fixed.experts), _concrete(self.model.experts_active)
             if e is not None and k is not None and np.any(e < k):
-                raise SpecError(f"Problem.fixed.experts = {float(np.min(e))!r} is not allowed: "
-                                f"it must be >= the model's experts_active ({float(np.max(k))!r})")
+                raise SpecError(
+                    f"Problem.fixed.experts = {float(np.min(e))!r} is not allowed: "
+                    f"it must be >= the model's experts_active ({float(np.max(k))!r})"
+                )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -157,14 +186,23 @@ class Problem(eqx.Module):
     @property
     def constraints(self) -> tuple[str, ...]:
         """Names of the constraints that are on, in ``CONSTRAINTS`` order."""
-        on = {"tpot": self.tpot_slo, "ttft": self.ttft_slo, "memory": self.memory_reserve,
-              "chips": self.chip_budget, "loss": self.loss_target}
+        on = {
+            "tpot": self.tpot_slo,
+            "ttft": self.ttft_slo,
+            "memory": self.memory_reserve,
+            "chips": self.chip_budget,
+            "loss": self.loss_target,
+        }
         return tuple(n for n in CONSTRAINTS if on[n] is not None)
 
     def limits(self) -> dict:
         """``{constraint: limit}`` for the constraints that are on (SI units)."""
-        out = {"tpot": self.tpot_slo, "ttft": self.ttft_slo, "chips": self.chip_budget,
-               "loss": self.loss_target}
+        out = {
+            "tpot": self.tpot_slo,
+            "ttft": self.ttft_slo,
+            "chips": self.chip_budget,
+            "loss": self.loss_target,
+        }
         if self.memory_reserve is not None:
             out["memory"] = self.hardware.hbm_capacity * (1.0 - self.memory_reserve)
         return {n: out[n] for n in self.constraints}
@@ -173,9 +211,13 @@ class Problem(eqx.Module):
         """The ``dcost.Design`` whose free variables are ``x`` (shape ``(d,)``), the rest fixed."""
         vals = {n: x[..., i] for i, n in enumerate(self.names)}
         f = self.fixed
-        return Design(batch=vals.get("batch", f.batch), chips=vals.get("chips", f.chips),
-                      stages=vals.get("stages", f.stages), experts=vals.get("experts", f.experts),
-                      overtrain=vals.get("overtrain", f.overtrain))
+        return Design(
+            batch=vals.get("batch", f.batch),
+            chips=vals.get("chips", f.chips),
+            stages=vals.get("stages", f.stages),
+            experts=vals.get("experts", f.experts),
+            overtrain=vals.get("overtrain", f.overtrain),
+        )
 
 
 def _check_free(free, obj, model) -> tuple:
@@ -185,12 +227,15 @@ def _check_free(free, obj, model) -> tuple:
     out = []
     for name in free:
         if name not in VARIABLES:
-            raise SpecError(f"Problem.free has unknown variable {name!r}; known: "
-                            f"{', '.join(VARIABLES)}")
+            raise SpecError(
+                f"Problem.free has unknown variable {name!r}; known: {', '.join(VARIABLES)}"
+            )
         if name not in obj.variables:
             known = ", ".join(v for v in VARIABLES if v in obj.variables)
-            raise SpecError(f"Problem.free[{name!r}] does not apply to objective {obj.name!r} "
-                            f"(its variables: {known})")
+            raise SpecError(
+                f"Problem.free[{name!r}] does not apply to objective {obj.name!r} "
+                f"(its variables: {known})"
+            )
     for name in VARIABLES:
         if name not in free:
             continue
@@ -198,20 +243,32 @@ def _check_free(free, obj, model) -> tuple:
         try:
             lo, hi = (float(b) for b in bounds)
         except (TypeError, ValueError):
-            raise SpecError(f"Problem.free[{name!r}] = {bounds!r} is not allowed: it must be a "
-                            "pair (lo, hi) of numbers") from None
-        if not (np.isfinite(lo) and np.isfinite(hi)) or lo < 1 or lo > hi \
-                or lo != round(lo) or hi != round(hi):
-            raise SpecError(f"Problem.free[{name!r}] = {bounds!r} is not allowed: bounds must be "
-                            "whole numbers with 1 <= lo <= hi")
+            raise SpecError(
+                f"Problem.free[{name!r}] = {bounds!r} is not allowed: it must be a "
+                "pair (lo, hi) of numbers"
+            ) from None
+        if (
+            not (np.isfinite(lo) and np.isfinite(hi))
+            or lo < 1
+            or lo > hi
+            or lo != round(lo)
+            or hi != round(hi)
+        ):
+            raise SpecError(
+                f"Problem.free[{name!r}] = {bounds!r} is not allowed: bounds must be "
+                "whole numbers with 1 <= lo <= hi"
+            )
         if name == "experts":
             e, k = _concrete(model.n_experts), _concrete(model.experts_active)
             if e is not None and np.any(e <= 0):
-                raise SpecError("Problem.free['experts'] is not allowed for a dense model "
-                                "(Model.n_experts = 0)")
+                raise SpecError(
+                    "Problem.free['experts'] is not allowed for a dense model (Model.n_experts = 0)"
+                )
             if k is not None and lo < np.max(k):
-                raise SpecError(f"Problem.free['experts'] = {bounds!r} is not allowed: lo must be "
-                                f">= the model's experts_active ({float(np.max(k)):g})")
+                raise SpecError(
+                    f"Problem.free['experts'] = {bounds!r} is not allowed: lo must be "
+                    f">= the model's experts_active ({float(np.max(k)):g})"
+                )
         out.append((name, int(lo), int(hi)))
     return tuple(out)
 
@@ -295,8 +352,9 @@ def evaluate(problem: Problem, x, smoothness=0.0, rtol=FEASIBILITY_RTOL) -> Eval
     (True, (2,))
     """
     design = problem.design(jnp.asarray(x))
-    cost, quantities, report = objectives.get(problem.objective).evaluate(design, problem,
-                                                                          smoothness)
+    cost, quantities, report = objectives.get(problem.objective).evaluate(
+        design, problem, smoothness
+    )
     names = problem.constraints
     dtype = jnp.result_type(cost)
     if names:

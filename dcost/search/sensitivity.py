@@ -94,8 +94,10 @@ def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array
     starts = jnp.concatenate([jnp.log(best.v)[None], jnp.log(runs.v)])
     guesses = list(itertools.product(NEAR, SNAP, (PIN_TOL, jnp.inf)))
     y0 = jnp.tile(starts, (len(guesses), 1))
-    near, snap, pin = (jnp.repeat(jnp.asarray(g, starts.dtype), starts.shape[0])
-                       for g in zip(*guesses, strict=True))
+    near, snap, pin = (
+        jnp.repeat(jnp.asarray(g, starts.dtype), starts.shape[0])
+        for g in zip(*guesses, strict=True)
+    )
     every, jacs = jax.vmap(lambda *a: polish(problem, *a, s))(y0, near, snap, pin)
     score = jnp.where(every.kkt & jnp.isfinite(every.log_cost), every.log_cost, jnp.inf)
     k = jnp.where(jnp.any(every.kkt), jnp.argmin(score), 0)
@@ -120,11 +122,20 @@ def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
     d_log = jnp.stack(leaves, axis=-1) * jnp.stack(values)  # derivatives in log(field)
     cost = jax.tree.unflatten(treedef, list(d_log[-1]))  # envelope theorem
     moved = -jnp.linalg.lstsq(jac_w, d_log[:-1])[0]  # implicit function theorem
-    design = {name: Elasticities(*jax.tree.unflatten(treedef, list(moved[i])))
-              for i, name in enumerate(problem.names)}
+    design = {
+        name: Elasticities(*jax.tree.unflatten(treedef, list(moved[i])))
+        for i, name in enumerate(problem.names)
+    }
     limits = {n: -r.lambdas[j] for j, n in enumerate(problem.constraints)}
-    return Sensitivity(hardware=cost[0], model=cost[1], workload=cost[2], limits=limits,
-                       design=design, relaxed=r, problem=problem)
+    return Sensitivity(
+        hardware=cost[0],
+        model=cost[1],
+        workload=cost[2],
+        limits=limits,
+        design=design,
+        relaxed=r,
+        problem=problem,
+    )
 
 
 @functools.partial(jit, static_argnames=("settings", "batch"), fast_compile=True)

@@ -93,8 +93,10 @@ class Solution(eqx.Module):
         """Names of the binding constraints: a tuple, or for a batched problem a list of tuples."""
         active = np.asarray(self.active)
         names = self.constraints
-        rows = [tuple(n for n, a in zip(names, row, strict=True) if a)
-                for row in active.reshape(-1, len(names))]
+        rows = [
+            tuple(n for n, a in zip(names, row, strict=True) if a)
+            for row in active.reshape(-1, len(names))
+        ]
         return rows[0] if active.ndim == 1 else rows
 
     @property
@@ -103,9 +105,14 @@ class Solution(eqx.Module):
         b = np.asarray(self.bounds)
         x = np.asarray(self.x).reshape(-1, b.shape[-1])
         hi = {n: v for n, _, v in self.problem.free}
-        rows = [tuple(f"{n} {'<=' if xi == hi[n] else '>='} {xi:.0f}"
-                      for n, xi, a in zip(self.problem.names, xr, row, strict=True) if a)
-                for xr, row in zip(x, b.reshape(-1, b.shape[-1]), strict=True)]
+        rows = [
+            tuple(
+                f"{n} {'<=' if xi == hi[n] else '>='} {xi:.0f}"
+                for n, xi, a in zip(self.problem.names, xr, row, strict=True)
+                if a
+            )
+            for xr, row in zip(x, b.reshape(-1, b.shape[-1]), strict=True)
+        ]
         return rows[0] if b.ndim == 1 else rows
 
     @property
@@ -145,10 +152,20 @@ def finish(problem: Problem, x, lambdas, stats: Stats) -> Solution:
     active = jnp.where(ev.feasible, blocks | priced, ~ev.feasible_each)
     beyond = ~inside & cheaper & nev.feasible  # a bound stops a cheaper feasible design
     bounds = ev.feasible & (beyond[:d] | beyond[d:])
-    return Solution(x=x, design=problem.design(x), report=ev.report, cost=ev.cost,
-                    feasible=ev.feasible, values=ev.values, limits=ev.limits, active=active,
-                    bounds=bounds,
-                    lambdas=lambdas, stats=stats, problem=problem)
+    return Solution(
+        x=x,
+        design=problem.design(x),
+        report=ev.report,
+        cost=ev.cost,
+        feasible=ev.feasible,
+        values=ev.values,
+        limits=ev.limits,
+        active=active,
+        bounds=bounds,
+        lambdas=lambdas,
+        stats=stats,
+        problem=problem,
+    )
 
 
 def _pick(tree, i):
@@ -170,14 +187,19 @@ def _message(sol: Solution, i: int) -> str:
             parts.append(_memory_message(p, value, limit))
         elif name in ("tpot", "ttft"):
             what = "per output token" if name == "tpot" else "for the prefill pass"
-            parts.append(f"{name}: the closest design found takes {value * 1e3:.4g} ms {what}, "
-                         f"above the {limit * 1e3:.4g} ms target")
+            parts.append(
+                f"{name}: the closest design found takes {value * 1e3:.4g} ms {what}, "
+                f"above the {limit * 1e3:.4g} ms target"
+            )
         elif name == "chips":
-            parts.append(f"chips: the closest design found uses {value:.0f} chips per replica, "
-                         f"above the budget of {limit:.0f}")
+            parts.append(
+                f"chips: the closest design found uses {value:.0f} chips per replica, "
+                f"above the budget of {limit:.0f}"
+            )
         else:
-            parts.append(f"{name}: {value:.4g} at the closest design found, above the limit "
-                         f"{limit:.4g}")
+            parts.append(
+                f"{name}: {value:.4g} at the closest design found, above the limit {limit:.4g}"
+            )
     return "infeasible: " + "; ".join(parts)
 
 
@@ -191,10 +213,17 @@ def _memory_message(p: Problem, value: float, limit: float) -> str:
     experts = lows.get("experts")
     if experts is None:
         experts = float(m.n_experts) if p.fixed.experts is None else float(p.fixed.experts)
-    weights = float(m.bytes_per_param) * (float(m.params_dense)
-                                          + experts * float(m.params_per_expert)) / chips
+    weights = (
+        float(m.bytes_per_param)
+        * (float(m.params_dense) + experts * float(m.params_per_expert))
+        / chips
+    )
     if weights > limit:
-        return (f"memory: the weights alone ({weights / 1e9:.4g} GB per chip on the most chips "
-                f"allowed, {chips:.0f} per replica) do not fit in {limit / 1e9:.4g} GB")
-    return (f"memory: the closest design found needs {value / 1e9:.4g} GB per chip, above the "
-            f"{limit / 1e9:.4g} GB available")
+        return (
+            f"memory: the weights alone ({weights / 1e9:.4g} GB per chip on the most chips "
+            f"allowed, {chips:.0f} per replica) do not fit in {limit / 1e9:.4g} GB"
+        )
+    return (
+        f"memory: the closest design found needs {value / 1e9:.4g} GB per chip, above the "
+        f"{limit / 1e9:.4g} GB available"
+    )

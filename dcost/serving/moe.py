@@ -59,8 +59,13 @@ def all_to_all_time(tokens, moe_layers_per_stage, chips, hardware, model, smooth
     per_token = 2.0 * model.experts_active * model.d_model * model.act_bytes
     bytes_chip = tokens * moe_layers_per_stage * per_token * safe_div(g - 1.0, g * g)
     inside = safe_div(jnp.minimum(g, hardware.scaleup_size) - 1.0, g - 1.0, default=1.0)
-    return smax([bytes_chip * inside / hardware.scaleup_bandwidth,
-                 bytes_chip * (1.0 - inside) / hardware.scaleout_bandwidth], smoothness)
+    return smax(
+        [
+            bytes_chip * inside / hardware.scaleup_bandwidth,
+            bytes_chip * (1.0 - inside) / hardware.scaleout_bandwidth,
+        ],
+        smoothness,
+    )
 
 
 def tensor_parallel_time(tokens, layers_per_stage, chips, hardware, model):
@@ -76,8 +81,9 @@ def tensor_parallel_time(tokens, layers_per_stage, chips, hardware, model):
     for two all-reduces per layer.
     """
     g = chips
-    link = jnp.where(g <= hardware.scaleup_size, hardware.scaleup_bandwidth,
-                     hardware.scaleout_bandwidth)
+    link = jnp.where(
+        g <= hardware.scaleup_size, hardware.scaleup_bandwidth, hardware.scaleout_bandwidth
+    )
     volume = tokens * model.d_model * model.act_bytes
     return layers_per_stage * 2.0 * (2.0 * (g - 1.0) / g) * volume / link
 

@@ -89,8 +89,9 @@ def poisson_gaps(key, rate, n):
     return jax.random.exponential(key, (n,)) / rate
 
 
-def simulate_departures(gaps, step_time, *, policy="fixed", interval=None, capacity=math.inf,
-                        step_time_per_sequence=0.0) -> Departures:
+def simulate_departures(
+    gaps, step_time, *, policy="fixed", interval=None, capacity=math.inf, step_time_per_sequence=0.0
+) -> Departures:
     """Discrete-event simulation of batch departures for one stream of requests.
 
     Request ``i`` arrives at ``a_i = gaps[0] + ... + gaps[i]``. A batch of ``n`` takes
@@ -124,8 +125,10 @@ def simulate_departures(gaps, step_time, *, policy="fixed", interval=None, capac
     (1.5, 2.0)
     """
     if policy not in POLICIES:
-        raise SpecError(f"simulate_departures.policy = {policy!r} is not allowed: it must be one "
-                        f"of {', '.join(POLICIES)}")
+        raise SpecError(
+            f"simulate_departures.policy = {policy!r} is not allowed: it must be one "
+            f"of {', '.join(POLICIES)}"
+        )
     interval = step_time if interval is None else interval
     check("simulate_departures", "gaps", gaps)
     check("simulate_departures", "step_time", step_time, low_open=True)
@@ -133,8 +136,9 @@ def simulate_departures(gaps, step_time, *, policy="fixed", interval=None, capac
     check("simulate_departures", "step_time_per_sequence", step_time_per_sequence)
     if not _all_inf(capacity):
         check("simulate_departures", "capacity", capacity, low=1.0)
-    return _simulate(jnp.asarray(gaps), step_time, interval, capacity, step_time_per_sequence,
-                     policy=policy)
+    return _simulate(
+        jnp.asarray(gaps), step_time, interval, capacity, step_time_per_sequence, policy=policy
+    )
 
 
 def _all_inf(x):
@@ -149,8 +153,9 @@ def _all_inf(x):
 @functools.partial(jax.jit, static_argnames=("policy",))
 def _simulate(gaps, step_time, interval, capacity, per_seq, *, policy):
     dtype = gaps.dtype
-    step_time, interval, capacity, per_seq = (jnp.asarray(x, dtype)
-                                              for x in (step_time, interval, capacity, per_seq))
+    step_time, interval, capacity, per_seq = (
+        jnp.asarray(x, dtype) for x in (step_time, interval, capacity, per_seq)
+    )
 
     def service(n):
         return jnp.maximum(step_time, n * per_seq)
@@ -171,8 +176,12 @@ def _simulate(gaps, step_time, interval, capacity, per_seq, *, policy):
         else:
             r_new = jnp.maximum(finish, 0.0)
         r_join = jnp.maximum(fin, 0.0) if policy == "when_full" else r
-        carry = (jnp.where(joins, r_join, r_new), jnp.where(joins, fin, finish),
-                 jnp.where(joins, n + 1, 1.0), jnp.where(joins, idx, idx + 1))
+        carry = (
+            jnp.where(joins, r_join, r_new),
+            jnp.where(joins, fin, finish),
+            jnp.where(joins, n + 1, 1.0),
+            jnp.where(joins, idx, idx + 1),
+        )
         return carry, (carry[0], carry[2], carry[3])
 
     neg_inf = jnp.asarray(-jnp.inf, dtype)
@@ -191,7 +200,11 @@ def _simulate(gaps, step_time, interval, capacity, per_seq, *, policy):
         size = jnp.where(same, n_next, n_i)
         return (wait, size, idx_i, gap_i), (wait, size)
 
-    init_b = (jnp.asarray(0.0, dtype), jnp.asarray(0.0, dtype), jnp.asarray(-1, jnp.int32),
-              jnp.asarray(0.0, dtype))
+    init_b = (
+        jnp.asarray(0.0, dtype),
+        jnp.asarray(0.0, dtype),
+        jnp.asarray(-1, jnp.int32),
+        jnp.asarray(0.0, dtype),
+    )
     _, (wait, size) = jax.lax.scan(backward, init_b, (r, n, idx, gaps), reverse=True)
     return Departures(wait, wait + service(size), size, idx)

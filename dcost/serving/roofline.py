@@ -18,8 +18,16 @@ from dcost.serving.pipeline import hop_time, pipeline_latency
 from dcost.smooth import smax
 from dcost.specs import Design, Hardware, Model, Workload, check, with_experts
 
-__all__ = ["Report", "decode", "prefill", "balance_batch", "critical_context", "bottleneck",
-           "SECONDS_PER_HOUR", "TERMS"]
+__all__ = [
+    "Report",
+    "decode",
+    "prefill",
+    "balance_batch",
+    "critical_context",
+    "bottleneck",
+    "SECONDS_PER_HOUR",
+    "TERMS",
+]
 
 SECONDS_PER_HOUR = 3600.0
 TERMS = ("compute", "memory", "comm")
@@ -61,8 +69,17 @@ class Report(eqx.Module):
         return self.tpot
 
 
-def _step(batch_tokens, flops_per_token, weight_params, kv_bytes, design, hardware, model,
-          kv_resident_tokens, smoothness):
+def _step(
+    batch_tokens,
+    flops_per_token,
+    weight_params,
+    kv_bytes,
+    design,
+    hardware,
+    model,
+    kv_resident_tokens,
+    smoothness,
+):
     """Shared body of decode and prefill for one stage step."""
     p, g = design.stages, design.chips
     chips = p * g
@@ -77,15 +94,19 @@ def _step(batch_tokens, flops_per_token, weight_params, kv_bytes, design, hardwa
     tpot = pipeline_latency(t_stage, t_hop, p)
     tokens_per_s = p * batch_tokens / tpot
     cost = chips * hardware.price_per_hour / SECONDS_PER_HOUR / tokens_per_s
-    memory = (model.bytes_per_param * model.params_total / chips
-              + kv_resident_tokens * model.kv_bytes_per_token / g)
+    memory = (
+        model.bytes_per_param * model.params_total / chips
+        + kv_resident_tokens * model.kv_bytes_per_token / g
+    )
     mfu = 2.0 * model.params_active * tokens_per_s / (chips * hardware.flops)
-    return Report(t_compute, t_weights, t_kv, t_comm, t_hop, t_stage, tpot, tokens_per_s, cost,
-                  memory, mfu)
+    return Report(
+        t_compute, t_weights, t_kv, t_comm, t_hop, t_stage, tpot, tokens_per_s, cost, memory, mfu
+    )
 
 
-def decode(design: Design, hardware: Hardware, model: Model, workload: Workload,
-           smoothness=0.0) -> Report:
+def decode(
+    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
+) -> Report:
     """One decode step: ``B`` sequences each produce one token.
 
     .. math::
@@ -126,12 +147,22 @@ def decode(design: Design, hardware: Hardware, model: Model, workload: Workload,
     weight_params = model.params_dense + model.n_experts * model.params_per_expert * phi
     flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t
     kv_bytes = b * t * model.kv_bytes_per_token
-    return _step(b, flops_per_token, weight_params, kv_bytes, design, hardware, model,
-                 kv_resident_tokens=b * t, smoothness=smoothness)
+    return _step(
+        b,
+        flops_per_token,
+        weight_params,
+        kv_bytes,
+        design,
+        hardware,
+        model,
+        kv_resident_tokens=b * t,
+        smoothness=smoothness,
+    )
 
 
-def prefill(design: Design, hardware: Hardware, model: Model, workload: Workload,
-            smoothness=0.0) -> Report:
+def prefill(
+    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
+) -> Report:
     """One prefill step: ``B`` sequences of ``T_in`` prompt tokens each.
 
     .. math::
@@ -156,8 +187,17 @@ def prefill(design: Design, hardware: Hardware, model: Model, workload: Workload
     tokens = b * t_in
     flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t_in / 2.0
     kv_bytes = tokens * model.kv_bytes_per_token
-    return _step(tokens, flops_per_token, model.params_total, kv_bytes, design, hardware, model,
-                 kv_resident_tokens=tokens, smoothness=smoothness)
+    return _step(
+        tokens,
+        flops_per_token,
+        model.params_total,
+        kv_bytes,
+        design,
+        hardware,
+        model,
+        kv_resident_tokens=tokens,
+        smoothness=smoothness,
+    )
 
 
 def bottleneck(report: Report):
@@ -170,9 +210,13 @@ def bottleneck(report: Report):
     """
     import numpy as np
 
-    terms = np.stack([np.asarray(report.t_compute),
-                      np.asarray(report.t_weights) + np.asarray(report.t_kv),
-                      np.asarray(report.t_comm)])
+    terms = np.stack(
+        [
+            np.asarray(report.t_compute),
+            np.asarray(report.t_weights) + np.asarray(report.t_kv),
+            np.asarray(report.t_comm),
+        ]
+    )
     return np.asarray(TERMS)[np.argmax(terms, axis=0)]
 
 
@@ -198,8 +242,9 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
     """
     f, bw = hardware.flops_achieved, hardware.bandwidth_achieved
     t = jnp.asarray(context, dtype=jnp.result_type(float))
-    den = (2.0 * model.params_active + model.attn_flops_per_context_token * t) * bw \
-        - t * model.kv_bytes_per_token * f
+    den = (
+        2.0 * model.params_active + model.attn_flops_per_context_token * t
+    ) * bw - t * model.kv_bytes_per_token * f
     num = model.bytes_per_param * model.params_total * f
     pos = den > 0
     return jnp.where(pos, num / jnp.where(pos, den, 1.0), jnp.inf)

@@ -28,8 +28,17 @@ from dcost.serving.roofline import SECONDS_PER_HOUR, decode
 from dcost.specs import Design, Hardware, Model, Workload, _concrete, check
 from dcost.training.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
 
-__all__ = ["Lifetime", "LifetimeCost", "LifetimeDollars", "LectureEstimate", "lifetime_optimum",
-           "lifetime_cost", "lifetime_optimum_dollars", "scale_model", "lecture_estimate"]
+__all__ = [
+    "Lifetime",
+    "LifetimeCost",
+    "LifetimeDollars",
+    "LectureEstimate",
+    "lifetime_optimum",
+    "lifetime_cost",
+    "lifetime_optimum_dollars",
+    "scale_model",
+    "lecture_estimate",
+]
 
 _BISECTIONS = 100
 _GRID = 65
@@ -59,13 +68,16 @@ def _checks(owner, target_loss, inference_tokens, fit, max_tokens):
     low = 0.0 if e is None else float(np.max(e))
     t = _concrete(target_loss)
     if t is not None and np.any(~np.isfinite(t) | (t <= low)):
-        raise ValueError(f"{owner}.target_loss = {float(np.min(t))!r} is not allowed: it must be "
-                         f"finite and > the fit's irreducible loss E = {low!r}")
+        raise ValueError(
+            f"{owner}.target_loss = {float(np.min(t))!r} is not allowed: it must be "
+            f"finite and > the fit's irreducible loss E = {low!r}"
+        )
     check(owner, "inference_tokens", inference_tokens)
     m = _concrete(max_tokens)
     if m is not None and np.any(np.isnan(m) | (m <= 0)):
-        raise ValueError(f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: "
-                         "it must be > 0")
+        raise ValueError(
+            f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: it must be > 0"
+        )
 
 
 def _curve(fit, target_loss, max_tokens):
@@ -83,8 +95,7 @@ def _curve(fit, target_loss, max_tokens):
     # Data cap: D <= max_tokens  <=>  1 - u >= q = B / (Delta * max_tokens**beta).
     cap = jnp.asarray(max_tokens, dtype=f)
     finite = jnp.isfinite(cap)
-    log_q = (jnp.log(fit.B) - log_delta
-             - fit.beta * jnp.log(jnp.where(finite, cap, 1.0)))
+    log_q = jnp.log(fit.B) - log_delta - fit.beta * jnp.log(jnp.where(finite, cap, 1.0))
     q_ok = finite & (log_q < 0)
     log_q_safe = jnp.where(q_ok, log_q, -1.0)
     # logit(1 - q) = log(1 - q) - log(q)
@@ -114,8 +125,9 @@ def _implicit(fn, t0):
     return t0 + (step - jax.lax.stop_gradient(step))
 
 
-def lifetime_optimum(target_loss, inference_tokens, fit="hoffmann2022", *,
-                     max_tokens=math.inf) -> Lifetime:
+def lifetime_optimum(
+    target_loss, inference_tokens, fit="hoffmann2022", *, max_tokens=math.inf
+) -> Lifetime:
     """The ``(N, D)`` reaching ``target_loss`` with the fewest pretraining + inference FLOPs.
 
     .. math::
@@ -155,8 +167,9 @@ def lifetime_optimum(target_loss, inference_tokens, fit="hoffmann2022", *,
     fit = as_fit(fit)
     _checks("lifetime_optimum", target_loss, inference_tokens, fit, max_tokens)
     f = jnp.result_type(float)
-    args = jnp.broadcast_arrays(jnp.asarray(target_loss, f), jnp.asarray(inference_tokens, f),
-                                jnp.asarray(max_tokens, f))
+    args = jnp.broadcast_arrays(
+        jnp.asarray(target_loss, f), jnp.asarray(inference_tokens, f), jnp.asarray(max_tokens, f)
+    )
     if args[0].ndim == 0:
         return _lifetime_flops(args[0], args[1], fit, args[2])
     # arrays of targets or traffic: the scalar solver mapped over them (one compiled call)
@@ -193,8 +206,14 @@ def _lifetime_flops(*args) -> Lifetime:
     share = 1.0 / (1.0 + d_inf * jnp.exp(-log_d) / 3.0)  # 6 N D / flops, without overflow
     inf = jnp.asarray(jnp.inf, dtype=f)
     keep = lambda x: jnp.where(reachable, x, inf)  # noqa: E731
-    return Lifetime(keep(n), keep(d), keep(overtrain(n, d)), keep(flops),
-                    jnp.where(reachable, share, 1.0), reachable)
+    return Lifetime(
+        keep(n),
+        keep(d),
+        keep(overtrain(n, d)),
+        keep(flops),
+        jnp.where(reachable, share, 1.0),
+        reachable,
+    )
 
 
 def scale_model(model: Model, n_active) -> Model:
@@ -213,12 +232,24 @@ def scale_model(model: Model, n_active) -> Model:
     f = n_active / model.params_active
     lin, area = f ** (1.0 / 3.0), f ** (2.0 / 3.0)
     out = eqx.tree_at(
-        lambda m: (m.params_dense, m.params_per_expert, m.n_layers, m.d_model,
-                   m.kv_bytes_per_token, m.attn_flops_per_context_token),
+        lambda m: (
+            m.params_dense,
+            m.params_per_expert,
+            m.n_layers,
+            m.d_model,
+            m.kv_bytes_per_token,
+            m.attn_flops_per_context_token,
+        ),
         model,
-        (model.params_dense * f, model.params_per_expert * f, model.n_layers * lin,
-         model.d_model * lin, model.kv_bytes_per_token * area,
-         model.attn_flops_per_context_token * area))
+        (
+            model.params_dense * f,
+            model.params_per_expert * f,
+            model.n_layers * lin,
+            model.d_model * lin,
+            model.kv_bytes_per_token * area,
+            model.attn_flops_per_context_token * area,
+        ),
+    )
     if model.n_moe_layers is not None:
         out = eqx.tree_at(lambda m: m.n_moe_layers, out, model.n_moe_layers * lin)
     return out
@@ -246,9 +277,20 @@ def _price_per_flop(train_hardware: Hardware, mfu):
     return train_hardware.price_per_hour / (SECONDS_PER_HOUR * train_hardware.flops * mfu)
 
 
-def lifetime_cost(n_params, n_tokens, inference_tokens, *, hardware: Hardware, model: Model,
-                  design: Design, workload: Workload, mfu=0.4, rl_tokens=0.0,
-                  train_hardware: Hardware | None = None, smoothness=0.0) -> LifetimeCost:
+def lifetime_cost(
+    n_params,
+    n_tokens,
+    inference_tokens,
+    *,
+    hardware: Hardware,
+    model: Model,
+    design: Design,
+    workload: Workload,
+    mfu=0.4,
+    rl_tokens=0.0,
+    train_hardware: Hardware | None = None,
+    smoothness=0.0,
+) -> LifetimeCost:
     """Pretraining + RL + inference dollars of a model of ``n_params`` active parameters.
 
     .. math::
@@ -289,16 +331,37 @@ def lifetime_cost(n_params, n_tokens, inference_tokens, *, hardware: Hardware, m
     check("lifetime_cost", "mfu", mfu, low_open=True, high=1.0)
     f = jnp.result_type(float)
     arrays = [jnp.asarray(x, f) for x in (n_params, n_tokens, inference_tokens)]
-    return _lifetime_cost(*arrays, hardware, model, design, workload, jnp.asarray(mfu, f),
-                          jnp.asarray(rl_tokens, f), train_hardware, jnp.asarray(smoothness, f))
+    return _lifetime_cost(
+        *arrays,
+        hardware,
+        model,
+        design,
+        workload,
+        jnp.asarray(mfu, f),
+        jnp.asarray(rl_tokens, f),
+        train_hardware,
+        jnp.asarray(smoothness, f),
+    )
 
 
 @jax.jit
-def _lifetime_cost(n_params, n_tokens, inference_tokens, hardware, model, design, workload, mfu,
-                   rl_tokens, train_hardware, smoothness) -> LifetimeCost:
+def _lifetime_cost(
+    n_params,
+    n_tokens,
+    inference_tokens,
+    hardware,
+    model,
+    design,
+    workload,
+    mfu,
+    rl_tokens,
+    train_hardware,
+    smoothness,
+) -> LifetimeCost:
     c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
-    c_tok = decode(design, hardware, scale_model(model, n_params), workload,
-                   smoothness).cost_per_token
+    c_tok = decode(
+        design, hardware, scale_model(model, n_params), workload, smoothness
+    ).cost_per_token
     pretrain = 6.0 * n_params * n_tokens * c_flop
     rl = rl_tokens * (c_tok + 6.0 * n_params * c_flop)
     inference = inference_tokens * c_tok
@@ -335,10 +398,22 @@ def _golden(fn, a, b, iterations):
     return 0.5 * (a + b)
 
 
-def lifetime_optimum_dollars(target_loss, inference_tokens, *, hardware: Hardware, model: Model,
-                             design: Design, workload: Workload, fit="hoffmann2022", mfu=0.4,
-                             rl_tokens=0.0, train_hardware: Hardware | None = None, gamma=GAMMA,
-                             max_tokens=math.inf, smoothness=0.0) -> LifetimeDollars:
+def lifetime_optimum_dollars(
+    target_loss,
+    inference_tokens,
+    *,
+    hardware: Hardware,
+    model: Model,
+    design: Design,
+    workload: Workload,
+    fit="hoffmann2022",
+    mfu=0.4,
+    rl_tokens=0.0,
+    train_hardware: Hardware | None = None,
+    gamma=GAMMA,
+    max_tokens=math.inf,
+    smoothness=0.0,
+) -> LifetimeDollars:
     """The ``(N_active, D)`` reaching ``target_loss`` at the least lifetime dollars.
 
     .. math::
@@ -382,21 +457,47 @@ def lifetime_optimum_dollars(target_loss, inference_tokens, *, hardware: Hardwar
     check("lifetime_optimum_dollars", "rl_tokens", rl_tokens)
     check("lifetime_optimum_dollars", "gamma", gamma, high=1.0)
     f = jnp.result_type(float)
-    arrays = [jnp.asarray(x, f) for x in (target_loss, inference_tokens, mfu, rl_tokens, gamma,
-                                          max_tokens, smoothness)]
+    arrays = [
+        jnp.asarray(x, f)
+        for x in (target_loss, inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness)
+    ]
     return _lifetime_dollars(base, hardware, model, design, workload, train_hardware, *arrays)
 
 
-def _dollar_problem(base, hardware, model, design, workload, train_hardware, target_loss,
-                    inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness):
+def _dollar_problem(
+    base,
+    hardware,
+    model,
+    design,
+    workload,
+    train_hardware,
+    target_loss,
+    inference_tokens,
+    mfu,
+    rl_tokens,
+    gamma,
+    max_tokens,
+    smoothness,
+):
     """The routed fit, the constraint curve and ``t -> LifetimeCost`` of the dollar problem."""
     fit = routed_fit(base, model.sparsity, gamma)
     log_nd, t_max, reachable = _curve(fit, target_loss, max_tokens)
 
     def cost_at(t):
         log_n, log_d = log_nd(t)
-        return _lifetime_cost(jnp.exp(log_n), jnp.exp(log_d), inference_tokens, hardware, model,
-                              design, workload, mfu, rl_tokens, train_hardware, smoothness)
+        return _lifetime_cost(
+            jnp.exp(log_n),
+            jnp.exp(log_d),
+            inference_tokens,
+            hardware,
+            model,
+            design,
+            workload,
+            mfu,
+            rl_tokens,
+            train_hardware,
+            smoothness,
+        )
 
     c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
     return fit, log_nd, t_max, reachable, cost_at, c_flop
@@ -422,8 +523,9 @@ def _dollar_split(*args):
     grid = lo + (hi - lo) * jnp.linspace(0.0, 1.0, _GRID, dtype=f)
     values = jax.vmap(total)(grid)
     i = jnp.argmin(values)
-    t_fine = _golden(total, grid[jnp.maximum(i - 1, 0)], grid[jnp.minimum(i + 1, _GRID - 1)],
-                     _GOLDEN)
+    t_fine = _golden(
+        total, grid[jnp.maximum(i - 1, 0)], grid[jnp.minimum(i + 1, _GRID - 1)], _GOLDEN
+    )
     t = jnp.where(total(t_fine) <= values[i], t_fine, grid[i])
     return jnp.where(hi > lo, t, lo)
 
@@ -438,8 +540,9 @@ def _lifetime_dollars(*args):
     n, d = jax.lax.stop_gradient(jnp.exp(log_n)), jax.lax.stop_gradient(jnp.exp(log_d))
     inf = jnp.asarray(jnp.inf, dtype=jnp.result_type(float))
     keep = lambda x: jnp.where(reachable, x, inf)  # noqa: E731
-    return LifetimeDollars(keep(n), keep(d), keep(overtrain(n, d)),
-                           jax.tree_util.tree_map(keep, cost), reachable)
+    return LifetimeDollars(
+        keep(n), keep(d), keep(overtrain(n, d)), jax.tree_util.tree_map(keep, cost), reachable
+    )
 
 
 class LectureEstimate(NamedTuple):
@@ -458,8 +561,9 @@ class LectureEstimate(NamedTuple):
     overtrain: float
 
 
-def lecture_estimate(tokens_per_s=5e7, days=60.0, n_active=1e11,
-                     inference_cost_ratio=1.0) -> LectureEstimate:
+def lecture_estimate(
+    tokens_per_s=5e7, days=60.0, n_active=1e11, inference_cost_ratio=1.0
+) -> LectureEstimate:
     """Pretraining tokens at which pretraining costs as much as serving (a whiteboard estimate).
 
     .. math::
@@ -504,8 +608,12 @@ def lecture_estimate(tokens_per_s=5e7, days=60.0, n_active=1e11,
     >>> f"{e.inference_tokens:.3g} {e.n_tokens:.3g} {e.overtrain:.1f}"
     '2.59e+14 8.64e+13 43.2'
     """
-    for name, v in (("tokens_per_s", tokens_per_s), ("days", days), ("n_active", n_active),
-                    ("inference_cost_ratio", inference_cost_ratio)):
+    for name, v in (
+        ("tokens_per_s", tokens_per_s),
+        ("days", days),
+        ("n_active", n_active),
+        ("inference_cost_ratio", inference_cost_ratio),
+    ):
         check("lecture_estimate", name, v, low_open=True)
     d_inf = tokens_per_s * 86400.0 * days
     d = inference_cost_ratio * 2.0 * d_inf / 6.0

@@ -23,8 +23,15 @@ import numpy as np
 
 from dcost.specs import Hardware, Model, _concrete, check
 
-__all__ = ["TrainingRun", "training_run", "bubble_fraction", "activation_bytes", "RECOMPUTE",
-           "D_HEAD", "ASPECT_RATIO"]
+__all__ = [
+    "TrainingRun",
+    "training_run",
+    "bubble_fraction",
+    "activation_bytes",
+    "RECOMPUTE",
+    "D_HEAD",
+    "ASPECT_RATIO",
+]
 
 RECOMPUTE = ("none", "selective", "full")
 D_HEAD = 128.0
@@ -116,8 +123,9 @@ def activation_bytes(seq_len, micro_batch, d_model, heads, tensor, recompute="se
     Reference: Korthikanti et al. 2022 (arXiv:2205.05198), sections 4.1-5, table 2.
     """
     if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute = {recompute!r} is not allowed: it must be one of "
-                         f"{', '.join(RECOMPUTE)}")
+        raise ValueError(
+            f"recompute = {recompute!r} is not allowed: it must be one of {', '.join(RECOMPUTE)}"
+        )
     sbh = seq_len * micro_batch * d_model
     if recompute == "full":
         return jnp.asarray(2.0 * sbh, dtype=jnp.result_type(float))
@@ -135,9 +143,23 @@ def _shape(model):
     return n, n, d / ASPECT_RATIO, d
 
 
-def training_run(model, n_tokens, hardware: Hardware, chips, mfu, *, stages=1, microbatches=1,
-                 tensor=1, seq_len=4096, micro_batch=1, recompute="selective", weight_bytes=4.0,
-                 optimizer_bytes=12.0, shard_optimizer=True) -> TrainingRun:
+def training_run(
+    model,
+    n_tokens,
+    hardware: Hardware,
+    chips,
+    mfu,
+    *,
+    stages=1,
+    microbatches=1,
+    tensor=1,
+    seq_len=4096,
+    micro_batch=1,
+    recompute="selective",
+    weight_bytes=4.0,
+    optimizer_bytes=12.0,
+    shard_optimizer=True,
+) -> TrainingRun:
     """Time, cost and per-chip memory of pretraining ``model`` on ``n_tokens`` tokens.
 
     .. math::
@@ -188,8 +210,13 @@ def training_run(model, n_tokens, hardware: Hardware, chips, mfu, *, stages=1, m
     check("training_run", "n_tokens", n_tokens, low_open=True)
     check("training_run", "chips", chips, low=1.0, integer=True)
     check("training_run", "mfu", mfu, low_open=True, high=1.0)
-    for name, v in (("stages", stages), ("microbatches", microbatches), ("tensor", tensor),
-                    ("seq_len", seq_len), ("micro_batch", micro_batch)):
+    for name, v in (
+        ("stages", stages),
+        ("microbatches", microbatches),
+        ("tensor", tensor),
+        ("seq_len", seq_len),
+        ("micro_batch", micro_batch),
+    ):
         check("training_run", name, v, low=1.0)
     check("training_run", "weight_bytes", weight_bytes)
     check("training_run", "optimizer_bytes", optimizer_bytes)
@@ -197,8 +224,10 @@ def training_run(model, n_tokens, hardware: Hardware, chips, mfu, *, stages=1, m
     if c is not None and split is not None:
         ratio = c / split
         if np.any((ratio < 1) | (ratio != np.round(ratio))):
-            raise ValueError(f"training_run.chips = {float(np.max(c))!r} is not allowed: it must "
-                             f"be a multiple of tensor * stages = {float(np.max(split))!r}")
+            raise ValueError(
+                f"training_run.chips = {float(np.max(c))!r} is not allowed: it must "
+                f"be a multiple of tensor * stages = {float(np.max(split))!r}"
+            )
     data = chips / (stages * tensor)
 
     flops = 6.0 * n_active * n_tokens
@@ -212,5 +241,15 @@ def training_run(model, n_tokens, hardware: Hardware, chips, mfu, *, stages=1, m
     per_layer = activation_bytes(seq_len, micro_batch, width, width / D_HEAD, tensor, recompute)
     mem_act = per_layer * layers / stages * jnp.minimum(microbatches, stages)
     total = mem_w + mem_opt + mem_act
-    return TrainingRun(flops, seconds, cost, bubble, mem_w, mem_opt, mem_act, total,
-                       hardware.hbm_capacity, total <= hardware.hbm_capacity)
+    return TrainingRun(
+        flops,
+        seconds,
+        cost,
+        bubble,
+        mem_w,
+        mem_opt,
+        mem_act,
+        total,
+        hardware.hbm_capacity,
+        total <= hardware.hbm_capacity,
+    )

@@ -22,9 +22,22 @@ from dcost._toml import read_toml
 from dcost.presets import PresetError
 from dcost.specs import Model, _concrete, _float, check
 
-__all__ = ["ScalingFit", "Plan", "Allocation", "scaling_fit", "scaling_fit_names",
-           "scaling_fit_card", "as_fit", "loss", "effective_params", "routed_fit",
-           "compute_optimal", "overtrain", "TOKENS_PER_PARAM", "GAMMA"]
+__all__ = [
+    "ScalingFit",
+    "Plan",
+    "Allocation",
+    "scaling_fit",
+    "scaling_fit_names",
+    "scaling_fit_card",
+    "as_fit",
+    "loss",
+    "effective_params",
+    "routed_fit",
+    "compute_optimal",
+    "overtrain",
+    "TOKENS_PER_PARAM",
+    "GAMMA",
+]
 
 TOKENS_PER_PARAM = 20.0
 """The Chinchilla reference of tokens per parameter; over-training ``r = D / (20 N)``."""
@@ -98,8 +111,10 @@ def as_fit(fit) -> ScalingFit:
         return fit
     if isinstance(fit, str):
         return scaling_fit(fit)
-    raise ValueError(f"fit = {fit!r} is not allowed: it must be a ScalingFit or one of "
-                     f"{', '.join(scaling_fit_names())}")
+    raise ValueError(
+        f"fit = {fit!r} is not allowed: it must be a ScalingFit or one of "
+        f"{', '.join(scaling_fit_names())}"
+    )
 
 
 def effective_params(n_active, n_total, gamma=GAMMA):
@@ -133,8 +148,10 @@ def effective_params(n_active, n_total, gamma=GAMMA):
     a = _concrete(n_active)
     t = _concrete(n_total)
     if a is not None and t is not None and np.any(t < a):
-        raise ValueError(f"effective_params.n_total = {float(np.min(t))!r} is not allowed: "
-                         "it must be >= n_active")
+        raise ValueError(
+            f"effective_params.n_total = {float(np.min(t))!r} is not allowed: "
+            "it must be >= n_active"
+        )
     n_active = jnp.asarray(n_active, dtype=jnp.result_type(float))
     return n_active * jnp.exp(gamma * jnp.log(n_total / n_active))
 
