@@ -10,7 +10,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["smax", "safe_div", "safe_log"]
+from dcost.specs import check
+
+__all__ = ["smax", "safe_div", "safe_log", "MAX_SMOOTHNESS", "check_smoothness"]
+
+MAX_SMOOTHNESS = 1.0
+"""The largest smoothness allowed. At ``s = 1`` the p-norm is the plain sum of the terms, already
+``n`` times the maximum when ``n`` terms tie; past it ``(sum x_i**(1/s))**s`` exceeds the sum,
+grows as ``n**s`` and stops approximating a maximum at all (``s = 1e30`` overflows to ``inf``)."""
+
+
+def check_smoothness(owner: str, smoothness) -> None:
+    """Raise SpecError unless a concrete ``smoothness`` is finite and in ``[0, MAX_SMOOTHNESS]``
+    (a traced one is not checked)."""
+    check(owner, "smoothness", smoothness, low=0.0, high=MAX_SMOOTHNESS)
 
 
 def safe_log(x):
@@ -35,7 +48,7 @@ def smax(xs, smoothness=0.0):
 
     Args:
       xs: a sequence of arrays (broadcastable), each >= 0, e.g. times in seconds.
-      smoothness: ``s >= 0``; 0 is the exact maximum.
+      smoothness: ``0 <= s <= MAX_SMOOTHNESS`` (1: the sum of the terms); 0 is the exact maximum.
 
     Returns:
       The (smooth) maximum, in the unit of ``xs``.
@@ -45,6 +58,7 @@ def smax(xs, smoothness=0.0):
     >>> float(smax([3.0, 4.0], 0.0))
     4.0
     """
+    check_smoothness("smax", smoothness)
     # Elementwise over the terms (no logsumexp reduction over a stacked axis), so XLA fuses it
     # into one loop and a traced smoothness of 0 costs little more than the hard max. Zero terms
     # are masked with double `where`s, so no gradient (in x or in s) meets 0 * inf.

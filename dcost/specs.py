@@ -9,6 +9,7 @@ checks are skipped; specs built outside and passed in were already checked.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -23,16 +24,80 @@ class SpecError(ValueError):
     """A spec field holds a value the model cannot use."""
 
 
+def float_max() -> float:
+    """The largest finite number of JAX's default float dtype (float32, or float64 under x64)."""
+    return float(jnp.finfo(jnp.result_type(float)).max)
+
+
+def whole_max() -> float:
+    """The largest whole number below which JAX's default float holds every integer exactly.
+
+    ``2**24 = 16,777,216`` in float32 (``2**53`` under x64): past it ``n`` and ``n + 1`` are the same
+    number, so a count (batch, chips, layers) no longer means what it says.
+    """
+    return float(2 ** (jnp.finfo(jnp.result_type(float)).nmant + 1))
+
+
+def _dtype_problem(x) -> str | None:
+    """Why ``x`` cannot be a numeric field (a string, None, a boolean, a complex number, an array
+    of such), or None when it can."""
+    if x is None:
+        return "None"
+    if isinstance(x, (str, bytes)):
+        return "a string"
+    if isinstance(x, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(x, complex):
+        return "a complex number"
+    if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        kind = np.dtype(x.dtype).kind
+    else:
+        try:
+            kind = np.asarray(x).dtype.kind
+        except Exception:  # noqa: BLE001 - anything NumPy cannot hold is not a number
+            return f"a {type(x).__name__}"
+    if kind in "fiu":
+        return None
+    what = {"b": "booleans", "c": "complex numbers", "U": "strings", "S": "bytes"}
+    if kind == "O":
+        return f"a {type(x).__name__} holding things that are not numbers"
+    return f"an array of {what.get(kind, f'dtype {kind}')}"
+
+
+class _Invalid:
+    """What the converter makes of a value that is not a real number: ``check`` reports it by name
+    (a converter does not know the field it converts)."""
+
+    __slots__ = ("value", "why")
+
+    def __init__(self, value, why):
+        self.value, self.why = value, why
+
+    def __repr__(self) -> str:
+        return f"<not a number: {_short(self.value)}>"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _float(x):
     """Converter: Python/NumPy numbers become JAX float arrays; tracers pass through.
 
     The result is always strongly typed (never a weak-typed Python-float array), so ``64`` and
     ``64.0`` give leaves of the same abstract value and a jitted cost function is not recompiled.
+    ``None`` stays None (optional fields; ``check`` refuses it for required ones); a string, a
+    boolean, a complex number or an array of them becomes a marker that ``check`` reports with the
+    field's name.
     """
     if x is None:
         return None
     if isinstance(x, jax.core.Tracer):
         return x
+    why = _dtype_problem(x)
+    if why is not None:
+        return _Invalid(x, why)
     if not isinstance(x, jax.Array):
         x = np.asarray(x)  # a Python int above 2**31 (70_000_000_000) must not pass through int32
         if not np.issubdtype(x.dtype, np.floating):
@@ -44,25 +109,38 @@ def _float(x):
 
 def _concrete(x):
     """The value as a NumPy array, or None when it is traced (inside jit/grad/vmap)."""
-    if x is None or isinstance(x, jax.core.Tracer):
+    if x is None or isinstance(x, (jax.core.Tracer, _Invalid)):
         return None
     try:
         return np.asarray(x, dtype=float)
-    except (TypeError, jax.errors.ConcretizationTypeError):  # pragma: no cover - defensive
+    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
         return None
+
+
+def _scalar(x: float) -> float:
+    """``x`` as people typed it: a float32 value prints at float32's own precision (1e+30, not
+    1.0000000150474662e+30)."""
+    x = float(x)
+    if np.isfinite(x) and float(np.float32(x)) == x:
+        return float(str(np.float32(x)))
+    return x
 
 
 def _show(v: np.ndarray) -> str:
     if v.ndim == 0:
-        return repr(float(v))
-    return f"array of shape {v.shape} with {v.ravel()[:3].tolist()}..."
+        return repr(_scalar(v))
+    return f"array of shape {v.shape} with {[_scalar(x) for x in v.ravel()[:3]]}..."
 
 
 def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integer=False):
-    """Raise SpecError unless every element of ``x`` is finite and within the allowed range.
+    """Raise SpecError unless every element of ``x`` is a finite real number within the range.
+
+    ``None``, strings, booleans, complex numbers and arrays of them are refused by name. A value
+    beyond the largest number of JAX's default float (``float_max()``) is refused, since it would
+    become ``inf`` in the computation; a whole number must also be at most ``whole_max()``.
 
     Args:
-      owner: class name used in the message, e.g. "Hardware".
+      owner: class or function name used in the message, e.g. "Hardware".
       name: the field name.
       x: the value (skipped when traced).
       low: smallest allowed value.
@@ -70,26 +148,80 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
       high: largest allowed value, or None.
       integer: True when the value must be a whole number (reported, never rounded).
     """
+    if isinstance(x, jax.core.Tracer):
+        return
+    if isinstance(x, _Invalid):
+        value, why = x.value, x.why
+    else:
+        value, why = x, _dtype_problem(x)
+    if integer:
+        high = whole_max() if high is None else min(high, whole_max())
+    allowed = f"{'>' if low_open else '>='} {_bound(low)}"
+    if high is not None:
+        allowed += f" and <= {_bound(high)}"
+    if integer:
+        allowed = "a whole number " + allowed
+    if why is not None:
+        raise SpecError(
+            f"{owner}.{name} = {_short(value)} is not allowed: it must be a real number "
+            f"{allowed}, not {why}"
+        )
     v = _concrete(x)
     if v is None:
         return
-    allowed = f"{'>' if low_open else '>='} {low:g}"
-    if high is not None:
-        allowed += f" and <= {high:g}"
-    if integer:
-        allowed = "a whole number " + allowed
+    fmax = float_max()
     bad = ~np.isfinite(v)
     bad |= (v <= low) if low_open else (v < low)
     if high is not None:
         bad |= v > high
     if integer:
         bad |= np.isfinite(v) & (v != np.round(v))
-    if np.any(bad):
-        first = v[bad].ravel()[0] if v.ndim else v
+    huge = np.isfinite(v) & (np.abs(v) > fmax)
+    if np.any(bad | huge):
+        first = v[bad | huge].ravel()[0] if v.ndim else v
+        note = ""
+        if np.isfinite(first) and abs(first) > fmax:
+            dtype = np.dtype(jnp.result_type(float)).name
+            note = f" (and at most {fmax:g}, the largest {dtype}; enable jax_enable_x64 for more)"
         raise SpecError(
             f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: "
-            f"it must be finite and {allowed}"
+            f"it must be finite and {allowed}{note}"
         )
+
+
+def _bound(x: float) -> str:
+    """A limit for a message: whole numbers in full (16777216), others in ``%g``."""
+    return str(int(x)) if x == round(x) and abs(x) < 1e16 else f"{x:g}"
+
+
+def readable(obj) -> str:
+    """``Class(field=number, ...)`` with the numbers of concrete fields (a ``__repr__``).
+
+    Scalars print as numbers, small arrays as lists, traced fields as equinox prints them
+    (``f32[]``); fields left None at their default None are omitted.
+    """
+    parts = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name, None)
+        if value is None and f.default is None:
+            continue
+        parts.append(f"{f.name}={_number(value)}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+def _number(value) -> str:
+    if isinstance(value, jax.core.Tracer):
+        return eqx.tree_pformat(value)
+    if isinstance(value, (jax.Array, np.ndarray, np.generic, float, int)) and not isinstance(
+        value, bool
+    ):
+        v = np.asarray(value)
+        if v.dtype.kind == "b":
+            return repr(bool(v)) if v.ndim == 0 else np.array2string(v, threshold=8)
+        if v.ndim == 0:
+            return f"{float(v):.6g}"
+        return np.array2string(v, precision=6, threshold=8, separator=", ")
+    return repr(value)
 
 
 class Hardware(eqx.Module):
@@ -131,10 +263,12 @@ class Hardware(eqx.Module):
             "scaleout_bandwidth",
         ):
             check("Hardware", name, getattr(self, name), low_open=True)
-        check("Hardware", "scaleup_size", self.scaleup_size, low=1.0)
+        check("Hardware", "scaleup_size", self.scaleup_size, low=1.0, integer=True)
         check("Hardware", "price_per_hour", self.price_per_hour)
         for name in ("flops_efficiency", "bandwidth_efficiency"):
             check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
+
+    __repr__ = readable
 
     @property
     def flops_achieved(self):
@@ -186,22 +320,21 @@ class Model(eqx.Module):
     act_bytes: jax.Array = eqx.field(default=2.0, converter=_float)
     n_moe_layers: jax.Array | None = eqx.field(default=None, converter=_float)
 
+    __repr__ = readable
+
     def __check_init__(self):
-        check("Model", "n_layers", self.n_layers, low_open=True)
+        check("Model", "n_layers", self.n_layers, low_open=True, integer=True)
         check("Model", "d_model", self.d_model, low_open=True)
         check("Model", "params_dense", self.params_dense, low_open=True)
-        for name in (
-            "params_per_expert",
-            "n_experts",
-            "experts_active",
-            "kv_bytes_per_token",
-            "attn_flops_per_context_token",
-        ):
+        for name in ("n_experts", "experts_active"):
+            check("Model", name, getattr(self, name), integer=True)
+        for name in ("params_per_expert", "kv_bytes_per_token", "attn_flops_per_context_token"):
             check("Model", name, getattr(self, name))
         check("Model", "bytes_per_param", self.bytes_per_param, low_open=True)
         check("Model", "act_bytes", self.act_bytes, low_open=True)
         if self.n_moe_layers is not None:
-            check("Model", "n_moe_layers", self.n_moe_layers, high=_max_or_none(self.n_layers))
+            check("Model", "n_moe_layers", self.n_moe_layers, integer=True)
+            _at_most("Model", "n_moe_layers", self.n_moe_layers, "n_layers", self.n_layers)
         e, k, ne = (
             _concrete(v) for v in (self.n_experts, self.experts_active, self.params_per_expert)
         )
@@ -251,9 +384,25 @@ class Model(eqx.Module):
         return self.params_total / self.params_active
 
 
-def _max_or_none(x):
-    v = _concrete(x)
-    return None if v is None else float(np.min(v))
+def _at_most(owner, name, x, other, y):
+    """Raise SpecError unless ``x <= y`` element by element (a batch of specs is checked pairwise,
+    never against the smallest ``y`` of the batch)."""
+    a, b = _concrete(x), _concrete(y)
+    if a is None or b is None:
+        return
+    try:
+        a, b = np.broadcast_arrays(a, b)
+    except ValueError:
+        raise SpecError(
+            f"{owner}.{name} has shape {a.shape} and {owner}.{other} shape {b.shape}: "
+            "a batch of specs needs one shape"
+        ) from None
+    over = a > b
+    if np.any(over):
+        raise SpecError(
+            f"{owner}.{name} = {_show(a[over].ravel()[0])} is not allowed: it must be <= "
+            f"{other} ({_show(b[over].ravel()[0])})"
+        )
 
 
 class Workload(eqx.Module):
@@ -278,6 +427,8 @@ class Workload(eqx.Module):
         self.prompt = context if prompt is None else prompt
         self.output = 0.0 if output is None else output
 
+    __repr__ = readable
+
     def __check_init__(self):
         for name in ("context", "prompt", "output"):
             check("Workload", name, getattr(self, name))
@@ -293,8 +444,11 @@ class Design(eqx.Module):
       experts: routed experts ``E``; None keeps the model's own.
       overtrain: over-training ratio ``r = D / (20 N_active)``; None where it does not apply.
 
-    Fields are floats so that a relaxed design can be differentiated; the exact model is meant for
-    whole numbers, which ``dcost.optimize`` and ``dcost.grid_search`` return.
+    Fields are floats so that a relaxed design can be differentiated (fractional values are
+    allowed: the smooth relaxation evaluates them); the exact model is meant for whole numbers,
+    which ``dcost.optimize`` and ``dcost.grid_search`` return. ``batch``, ``chips``, ``stages``
+    and ``experts`` are at most ``whole_max()`` (16,777,216 in float32, where consecutive whole
+    numbers stay distinct).
 
     >>> import dcost
     >>> d = dcost.Design(batch=64, chips=8)
@@ -308,12 +462,15 @@ class Design(eqx.Module):
     experts: jax.Array | None = eqx.field(default=None, converter=_float)
     overtrain: jax.Array | None = eqx.field(default=None, converter=_float)
 
+    __repr__ = readable
+
     def __check_init__(self):
-        check("Design", "batch", self.batch, low=1.0)
-        check("Design", "chips", self.chips, low=1.0)
-        check("Design", "stages", self.stages, low=1.0)
+        top = whole_max()
+        check("Design", "batch", self.batch, low=1.0, high=top)
+        check("Design", "chips", self.chips, low=1.0, high=top)
+        check("Design", "stages", self.stages, low=1.0, high=top)
         if self.experts is not None:
-            check("Design", "experts", self.experts, low=1.0)
+            check("Design", "experts", self.experts, low=1.0, high=top)
         if self.overtrain is not None:
             check("Design", "overtrain", self.overtrain, low_open=True)
 

@@ -8,8 +8,10 @@ all-to-all as in GShard (Lepikhin et al., 2020, section 2) and DeepSeek-V3 (2024
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from dcost.smooth import safe_div, smax
+from dcost.specs import SpecError, _concrete, check
 
 __all__ = ["expert_fraction", "all_to_all_time", "tensor_parallel_time", "comm_time"]
 
@@ -23,15 +25,31 @@ def expert_fraction(batch, n_experts, experts_active):
     (``E = 0``) and 1 when ``k = E``.
 
     Args:
-      batch: tokens in the step ``B`` (>= 1; may be fractional in the relaxation).
-      n_experts: routed experts ``E``.
-      experts_active: experts per token ``k``.
+      batch: tokens in the step ``B`` (>= 0; may be fractional in the relaxation).
+      n_experts: routed experts ``E`` (>= 0).
+      experts_active: experts per token ``k`` (``0 <= k <= E``).
+
+    Concrete arguments are checked (SpecError naming the argument); traced ones are not.
 
     >>> round(float(expert_fraction(1.0, 256.0, 8.0)), 6)  # one token touches k/E
     0.03125
     >>> float(expert_fraction(1.0, 0.0, 0.0))
     0.0
     """
+    check("expert_fraction", "batch", batch)
+    check("expert_fraction", "n_experts", n_experts)
+    check("expert_fraction", "experts_active", experts_active)
+    e, k = _concrete(n_experts), _concrete(experts_active)
+    if e is not None and k is not None and np.any(np.broadcast_arrays(k, e)[0] > e):
+        raise SpecError(
+            f"expert_fraction.experts_active = {float(np.max(k))!r} is not allowed: it must be "
+            f"<= n_experts ({float(np.min(e))!r})"
+        )
+    return _expert_fraction(batch, n_experts, experts_active)
+
+
+def _expert_fraction(batch, n_experts, experts_active):
+    """``expert_fraction`` without the checks (its callers' specs were checked)."""
     ratio = safe_div(experts_active, n_experts)  # k/E, 0 for dense
     below = ratio < 1
     logq = jnp.log1p(-jnp.where(below, ratio, 0.0))

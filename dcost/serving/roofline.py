@@ -13,10 +13,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from dcost.serving.moe import comm_time, expert_fraction
+from dcost.serving.moe import _expert_fraction, comm_time
 from dcost.serving.pipeline import hop_time, pipeline_latency
-from dcost.smooth import smax
-from dcost.specs import Design, Hardware, Model, Workload, check, with_experts
+from dcost.smooth import check_smoothness, smax
+from dcost.specs import (
+    Design,
+    Hardware,
+    Model,
+    SpecError,
+    Workload,
+    check,
+    float_max,
+    readable,
+    with_experts,
+)
 
 __all__ = [
     "Report",
@@ -62,6 +72,8 @@ class Report(eqx.Module):
     cost_per_token: jax.Array
     memory_per_chip: jax.Array
     mfu: jax.Array
+
+    __repr__ = readable
 
     @property
     def ttft(self):
@@ -130,10 +142,15 @@ def decode(
       hardware: the chip.
       model: the network.
       workload: ``context`` is the mean context ``T`` during decode (tokens).
-      smoothness: 0 for the exact hard max, > 0 for the smooth p-norm max.
+      smoothness: 0 for the exact hard max, in ``(0, 1]`` for the smooth p-norm max
+        (``dcost.smooth.MAX_SMOOTHNESS``).
 
     Returns:
       A ``Report``; ``cost_per_token`` is $ per output token.
+
+    Raises:
+      SpecError: a concrete smoothness outside ``[0, 1]``, or inputs whose results overflow the
+        float dtype (a report is never ``inf``); traced inputs (under ``jit``) are not checked.
 
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
@@ -141,13 +158,15 @@ def decode(
     >>> bool(r.t_weights > r.t_compute)  # batch 1 is weight-read bound
     True
     """
+    _check_types("decode", design, hardware, model, workload)
+    check_smoothness("decode", smoothness)
     model = with_experts(model, design)
     b, t = design.batch, workload.context
-    phi = expert_fraction(b, model.n_experts, model.experts_active)
+    phi = _expert_fraction(b, model.n_experts, model.experts_active)
     weight_params = model.params_dense + model.n_experts * model.params_per_expert * phi
     flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t
     kv_bytes = b * t * model.kv_bytes_per_token
-    return _step(
+    report = _step(
         b,
         flops_per_token,
         weight_params,
@@ -158,6 +177,7 @@ def decode(
         kv_resident_tokens=b * t,
         smoothness=smoothness,
     )
+    return _finite("decode", report, design, workload)
 
 
 def prefill(
@@ -181,13 +201,15 @@ def prefill(
     >>> bool(r.t_compute > r.t_weights)  # a long prompt is compute bound
     True
     """
+    _check_types("prefill", design, hardware, model, workload)
+    check_smoothness("prefill", smoothness)
     check("Workload", "prompt", workload.prompt, low=1.0)  # a prefill needs a prompt
     model = with_experts(model, design)
     b, t_in = design.batch, workload.prompt
     tokens = b * t_in
     flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t_in / 2.0
     kv_bytes = tokens * model.kv_bytes_per_token
-    return _step(
+    report = _step(
         tokens,
         flops_per_token,
         model.params_total,
@@ -197,6 +219,40 @@ def prefill(
         model,
         kv_resident_tokens=tokens,
         smoothness=smoothness,
+    )
+    return _finite("prefill", report, design, workload)
+
+
+def _check_types(owner, design, hardware, model, workload) -> None:
+    for name, value, cls in (
+        ("design", design, Design),
+        ("hardware", hardware, Hardware),
+        ("model", model, Model),
+        ("workload", workload, Workload),
+    ):
+        if not isinstance(value, cls):
+            raise SpecError(
+                f"{owner}.{name} must be a dcost.{cls.__name__}, got {type(value).__name__}"
+            )
+
+
+def _finite(owner: str, report: Report, design, workload) -> Report:
+    """The report, or SpecError when concrete inputs overflowed (a field is inf or NaN)."""
+    leaves = jax.tree.leaves(report)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return report
+    if bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))):
+        return report
+    bad = [
+        f"{f} = {float(jnp.ravel(v)[~jnp.isfinite(jnp.ravel(v))][0])}"
+        for f in Report.__dataclass_fields__
+        if not bool(jnp.all(jnp.isfinite(v := getattr(report, f))))
+    ]
+    dtype = str(jnp.dtype(jnp.result_type(float)))
+    raise SpecError(
+        f"{owner}: {design!r} with {workload!r} is not allowed: its results overflow {dtype} "
+        f"({', '.join(bad[:3])}); every result must be finite (at most {float_max():g}): "
+        "use a smaller batch, context or model, or enable jax_enable_x64"
     )
 
 
@@ -231,7 +287,7 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
     Args:
       hardware: the chip (achievable F and BW are used).
       model: the network.
-      context: mean context ``T`` (tokens).
+      context: mean context ``T`` (tokens, >= 0).
 
     Returns:
       ``B*`` (sequences).
@@ -240,6 +296,7 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
     >>> round(float(dcost.balance_batch(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"))))
     295
     """
+    check("balance_batch", "context", context)
     f, bw = hardware.flops_achieved, hardware.bandwidth_achieved
     t = jnp.asarray(context, dtype=jnp.result_type(float))
     den = (

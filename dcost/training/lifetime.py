@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.serving.roofline import SECONDS_PER_HOUR, decode
-from dcost.specs import Design, Hardware, Model, Workload, _concrete, check
+from dcost.smooth import check_smoothness
+from dcost.specs import Design, Hardware, Model, SpecError, Workload, _concrete, check
 from dcost.training.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
 
 __all__ = [
@@ -64,20 +65,65 @@ class Lifetime(Plan):
 
 
 def _checks(owner, target_loss, inference_tokens, fit, max_tokens):
-    e = _concrete(fit.E)
+    """Refuse targets outside ``(E, E + A + B)``, in the dtype the solver computes in.
+
+    At or below the irreducible loss ``E`` no finite model reaches the target; at or above
+    ``E + A + B``, the loss of one parameter trained on one token, only a fraction of a parameter
+    or of a token would (``--loss 1e30`` asked for 2.7e-81 parameters).
+    """
+    check(owner, "target_loss", target_loss, low_open=True)
+    e, a, b = (_concrete(v) for v in (fit.E, fit.A, fit.B))
     low = 0.0 if e is None else float(np.max(e))
-    t = _concrete(target_loss)
-    if t is not None and np.any(~np.isfinite(t) | (t <= low)):
-        raise ValueError(
-            f"{owner}.target_loss = {float(np.min(t))!r} is not allowed: it must be "
-            f"finite and > the fit's irreducible loss E = {low!r}"
+    high = math.inf if a is None or b is None else float(np.min(e + a + b))
+    t = _concrete(jnp.asarray(target_loss, jnp.result_type(float)))  # as the solver sees it
+    if t is not None and np.any((t <= low) | (t >= high)):
+        value = _first(target_loss, (t <= low) | (t >= high))
+        dtype = np.dtype(jnp.result_type(float)).name
+        inside = low < value < high  # in range, but not once rounded to the solver's dtype
+        note = f" ({value!r} rounds to E in {dtype}; enable jax_enable_x64)" if inside else ""
+        raise SpecError(
+            f"{owner}.target_loss = {value!r} is not allowed: it must be > the fit's "
+            f"irreducible loss E = {low:.6g} and < E + A + B = {high:.6g} (the loss of one "
+            f"parameter trained on one token){note}"
         )
     check(owner, "inference_tokens", inference_tokens)
     m = _concrete(max_tokens)
     if m is not None and np.any(np.isnan(m) | (m <= 0)):
-        raise ValueError(
-            f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: it must be > 0"
+        raise SpecError(
+            f"{owner}.max_tokens = {float(np.min(m))!r} is not allowed: it must be > 0 "
+            "(inf: unlimited)"
         )
+
+
+def _meaningful(owner, plan, target_loss):
+    """The plan, or SpecError when a concrete reachable plan overflowed or is smaller than one
+    parameter or one token (a target too close to ``E`` or too near ``E + A + B``)."""
+    n, d, ok = (_concrete(x) for x in (plan.n_params, plan.n_tokens, plan.reachable))
+    if n is None or d is None or ok is None:
+        return plan
+    ok = ok.astype(bool)
+    over = ok & ~(np.isfinite(n) & np.isfinite(d))
+    small = ok & ~over & ((n < 1) | (d < 1))
+    if np.any(over):
+        dtype = np.dtype(jnp.result_type(float)).name
+        raise SpecError(
+            f"{owner}.target_loss = {_first(target_loss, over)!r} is not allowed: it is so close "
+            f"to the fit's irreducible loss E that the plan overflows {dtype} "
+            "(raise the target, or enable jax_enable_x64)"
+        )
+    if np.any(small):
+        raise SpecError(
+            f"{owner}.target_loss = {_first(target_loss, small)!r} is not allowed: the plan "
+            f"reaching it has {float(np.ravel(n)[np.ravel(small)][0]):.3g} parameters and "
+            f"{float(np.ravel(d)[np.ravel(small)][0]):.3g} tokens; a plan needs at least one "
+            "of each (lower the target)"
+        )
+    return plan
+
+
+def _first(x, mask) -> float:
+    v = np.broadcast_to(np.asarray(x, dtype=float), np.shape(mask))
+    return float(v[mask].ravel()[0]) if v.ndim else float(v)
 
 
 def _curve(fit, target_loss, max_tokens):
@@ -171,10 +217,11 @@ def lifetime_optimum(
         jnp.asarray(target_loss, f), jnp.asarray(inference_tokens, f), jnp.asarray(max_tokens, f)
     )
     if args[0].ndim == 0:
-        return _lifetime_flops(args[0], args[1], fit, args[2])
-    # arrays of targets or traffic: the scalar solver mapped over them (one compiled call)
-    flat = jax.vmap(lambda a, b, c: _lifetime_flops(a, b, fit, c))(*(x.ravel() for x in args))
-    return jax.tree.map(lambda x: x.reshape(args[0].shape), flat)
+        plan = _lifetime_flops(args[0], args[1], fit, args[2])
+    else:  # arrays of targets or traffic: the scalar solver mapped over them (one compiled call)
+        flat = jax.vmap(lambda a, b, c: _lifetime_flops(a, b, fit, c))(*(x.ravel() for x in args))
+        plan = jax.tree.map(lambda x: x.reshape(args[0].shape), flat)
+    return _meaningful("lifetime_optimum", plan, target_loss)
 
 
 def _flop_problem(target_loss, d_inf, fit, max_tokens):
@@ -329,6 +376,7 @@ def lifetime_cost(
     check("lifetime_cost", "inference_tokens", inference_tokens)
     check("lifetime_cost", "rl_tokens", rl_tokens)
     check("lifetime_cost", "mfu", mfu, low_open=True, high=1.0)
+    check_smoothness("lifetime_cost", smoothness)
     f = jnp.result_type(float)
     arrays = [jnp.asarray(x, f) for x in (n_params, n_tokens, inference_tokens)]
     return _lifetime_cost(
@@ -456,12 +504,14 @@ def lifetime_optimum_dollars(
     check("lifetime_optimum_dollars", "mfu", mfu, low_open=True, high=1.0)
     check("lifetime_optimum_dollars", "rl_tokens", rl_tokens)
     check("lifetime_optimum_dollars", "gamma", gamma, high=1.0)
+    check_smoothness("lifetime_optimum_dollars", smoothness)
     f = jnp.result_type(float)
     arrays = [
         jnp.asarray(x, f)
         for x in (target_loss, inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness)
     ]
-    return _lifetime_dollars(base, hardware, model, design, workload, train_hardware, *arrays)
+    plan = _lifetime_dollars(base, hardware, model, design, workload, train_hardware, *arrays)
+    return _meaningful("lifetime_optimum_dollars", plan, target_loss)
 
 
 def _dollar_problem(

@@ -78,8 +78,8 @@ def bubble_fraction(stages, microbatches):
     ``m + P - 1``: the pipeline fills and drains for ``P - 1`` slots.
 
     Args:
-      stages: pipeline stages ``P`` (>= 1).
-      microbatches: micro-batches per optimizer step ``m`` (>= 1).
+      stages: pipeline stages ``P`` (a whole number >= 1).
+      microbatches: micro-batches per optimizer step ``m`` (a whole number >= 1).
 
     >>> import dcost
     >>> float(dcost.bubble_fraction(4, 13))  # 3 idle slots out of 16
@@ -87,6 +87,8 @@ def bubble_fraction(stages, microbatches):
 
     Reference: Narayanan et al. 2021 (arXiv:2104.04473), section 2.2.1.
     """
+    check("bubble_fraction", "stages", stages, low=1.0, integer=True)
+    check("bubble_fraction", "microbatches", microbatches, low=1.0, integer=True)
     p = jnp.asarray(stages, dtype=jnp.result_type(float))
     return (p - 1.0) / (microbatches + p - 1.0)
 
@@ -217,7 +219,7 @@ def training_run(
         ("seq_len", seq_len),
         ("micro_batch", micro_batch),
     ):
-        check("training_run", name, v, low=1.0)
+        check("training_run", name, v, low=1.0, integer=True)
     check("training_run", "weight_bytes", weight_bytes)
     check("training_run", "optimizer_bytes", optimizer_bytes)
     c, split = _concrete(chips), _concrete(stages * tensor)
