@@ -32,8 +32,8 @@ def float_max() -> float:
 def whole_max() -> float:
     """The largest whole number below which JAX's default float holds every integer exactly.
 
-    ``2**24 = 16,777,216`` in float32 (``2**53`` under x64): past it ``n`` and ``n + 1`` are the same
-    number, so a count (batch, chips, layers) no longer means what it says.
+    ``2**24 = 16,777,216`` in float32 (``2**53`` under x64): past it ``n`` and ``n + 1`` are the
+    same number, so a count (batch, chips, layers) no longer means what it says.
     """
     return float(2 ** (jnp.finfo(jnp.result_type(float)).nmant + 1))
 
@@ -47,6 +47,8 @@ def _dtype_problem(x) -> str | None:
         return "a string"
     if isinstance(x, (bool, np.bool_)):
         return "a boolean"
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return None  # a Python int of any size is a number (70_000_000_000, 10**30)
     if isinstance(x, complex):
         return "a complex number"
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
@@ -180,6 +182,11 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
     if np.any(bad | huge):
         first = v[bad | huge].ravel()[0] if v.ndim else v
         note = ""
+        if high is not None and high == whole_max() and first > high:
+            dtype = np.dtype(jnp.result_type(float)).name
+            note = (
+                f" (the largest whole number {dtype} holds exactly; enable jax_enable_x64 for more)"
+            )
         if np.isfinite(first) and abs(first) > fmax:
             dtype = np.dtype(jnp.result_type(float)).name
             note = f" (and at most {fmax:g}, the largest {dtype}; enable jax_enable_x64 for more)"

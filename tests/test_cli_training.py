@@ -54,12 +54,12 @@ def test_train_json_has_si_fields_matching_training_run(capsys):
 
 def test_train_readable_output_reports_days_cost_and_fit(capsys):
     code, out = _run(TRAIN, capsys)
-    assert code == 0
+    assert code == 1  # does NOT fit: the run is printed, the exit status says it cannot run
     days = 6 * 70e9 * 15e12 / (4096 * 989.4e12 * 0.45) / 86400
     assert f"{days:.1f} days" in out
     assert "does NOT fit" in out  # 70B with no model parallelism: 280 GB of weights per chip
-    _, out = _run(TRAIN + ["--tensor", "8", "--stages", "4"], capsys)
-    assert ": fits" in out
+    code, out = _run(TRAIN + ["--tensor", "8", "--stages", "4"], capsys)
+    assert ": fits" in out and code == 0
     # A model preset instead of a count: its own active parameters.
     argv = ["train", "--model", "llama-3-70b"] + TRAIN[3:] + ["--tensor", "8", "--json"]
     _, out = _run(argv, capsys)
@@ -120,26 +120,33 @@ def test_lifetime_unreachable_is_exit_1_with_nulls(capsys):
     [
         (["lifetime", "--loss", "1.6", "--inference-tokens", "1e12"], "target_loss"),
         (["lifetime", "--loss", "2.0", "--inference-tokens", "1e12", "--fit", "kaplan"], "kaplan"),
-        (["lifetime", "--loss", "2.0", "--inference-tokens", "-5"], "inference_tokens"),
         (TRAIN[:6] + ["tpu-v9"] + TRAIN[7:], "tpu-v9"),
         (TRAIN + ["--tensor", "3"], "chips"),
         (TRAIN + ["--recompute", "some"], "recompute"),
-        (
-            [
-                "train",
-                "--params",
-                "70e9",
-                "--tokens",
-                "0",
-                "--hardware",
-                "h100-sxm",
-                "--chips",
-                "8",
-            ],
-            "n_tokens",
-        ),
     ],
 )
 def test_bad_values_raise_value_error_naming_them(argv, field, capsys):
     with pytest.raises(ValueError, match=field):
         _run(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["lifetime", "--loss", "2.0", "--inference-tokens", "-5"], "--inference-tokens"),
+        (TRAIN[:4] + ["0"] + TRAIN[5:], "--tokens"),
+        (TRAIN[:8] + ["1.5"] + TRAIN[9:], "--chips"),
+    ],
+)
+def test_bad_numbers_are_refused_when_parsed(argv, option, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _run(argv, capsys)
+    assert exit_.value.code == 2 and option in capsys.readouterr().err
+
+
+def test_train_and_lifetime_read_numbers_as_eval_does(capsys):
+    """``--params 70B --tokens 15T`` is ``70e9`` and ``15e12`` (the same parser as ``eval``)."""
+    suffixed = TRAIN[:2] + ["70B", "--tokens", "15T"] + TRAIN[5:] + ["--json"]
+    code, out = _run(suffixed, capsys)
+    _, plain = _run(TRAIN + ["--json"], capsys)
+    assert code == 1 and json.loads(out) == json.loads(plain)

@@ -20,6 +20,7 @@ __all__ = [
     "positive",
     "at_least_one",
     "non_negative",
+    "whole",
     "Parser",
     "add_precision_argument",
     "hardware_and_model",
@@ -125,6 +126,18 @@ def at_least_one(text):
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
     return v
+
+
+def whole(text):
+    """A whole number >= 1 (a count: batch, chips, stages), in any form ``parse_number`` reads.
+
+    >>> whole("1k"), whole("64")
+    (1000, 64)
+    """
+    v = parse_number(text)
+    if v < 1 or v != round(v):
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(v) if v < 2**53 else v  # past 2**53 a float is whole; the spec checks the range
 
 
 def non_negative(text):

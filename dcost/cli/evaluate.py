@@ -6,11 +6,11 @@ import json
 
 from dcost.cli.common import (
     add_precision_argument,
-    at_least_one,
     fmt_time,
     format_table,
     hardware_and_model,
     non_negative,
+    whole,
 )
 from dcost.serving.roofline import bottleneck, decode, prefill
 from dcost.specs import Design, Workload
@@ -82,11 +82,11 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("eval", help="evaluate one design with the exact model")
     p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
     p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
-    p.add_argument("--batch", type=at_least_one, required=True, help="sequences per micro-batch")
-    p.add_argument("--chips", type=at_least_one, default=1.0, help="chips per pipeline stage")
-    p.add_argument("--stages", type=at_least_one, default=1.0, help="pipeline stages")
+    p.add_argument("--batch", type=whole, required=True, help="sequences per micro-batch")
+    p.add_argument("--chips", type=whole, default=1, help="chips per pipeline stage")
+    p.add_argument("--stages", type=whole, default=1, help="pipeline stages")
     p.add_argument(
-        "--experts", type=at_least_one, default=None, help="routed experts (default: the model's)"
+        "--experts", type=whole, default=None, help="routed experts (default: the model's)"
     )
     p.add_argument(
         "--context",

@@ -25,6 +25,7 @@ from dcost.cli.common import (
     hardware_and_model,
     parse_duration,
     parse_number,
+    whole,
 )
 from dcost.search import objectives
 from dcost.search.grid import grid_search
@@ -44,7 +45,7 @@ def add_parsers(subparsers) -> None:
         "exactly, with its binding constraint and sensitivities",
     )
     _common(p)
-    p.add_argument("--top", type=int, default=8, help="sensitivities to list (default 8)")
+    p.add_argument("--top", type=whole, default=8, help="sensitivities to list (default 8)")
     p.add_argument(
         "--no-sensitivity",
         action="store_true",
@@ -79,7 +80,12 @@ def _common(p) -> None:
         default=None,
         help="prompt length for prefill and ttft, tokens (default: --context)",
     )
-    p.add_argument("--objective", choices=sorted(objectives.OBJECTIVES), default="cost_per_token")
+    p.add_argument(  # lifetime_cost needs a loss target and economics: a library-only objective
+        "--objective",
+        choices=("cost_per_token", "cost_per_input_token"),
+        default="cost_per_token",
+        help="what to minimize: $ per output token (decode) or $ per input token (prefill)",
+    )
     p.add_argument(
         "--tpot-slo",
         type=parse_duration,
@@ -99,7 +105,10 @@ def _common(p) -> None:
         help="most chips per replica (default: none)",
     )
     p.add_argument(
-        "--memory-reserve", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)"
+        "--memory-reserve",
+        type=parse_number,
+        default=0.1,
+        help="fraction of HBM kept free (default 0.1)",
     )
     for name, default in (("batch", 65536), ("chips", 72), ("stages", 8)):
         p.add_argument(

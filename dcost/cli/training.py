@@ -15,6 +15,7 @@ import math
 import jax
 
 import dcost
+from dcost.cli.common import non_negative, parse_number, positive, whole
 from dcost.training.lifetime import lifetime_optimum
 from dcost.training.runs import RECOMPUTE, training_run
 from dcost.training.scaling import as_fit, scaling_fit_names
@@ -28,22 +29,27 @@ def add_parsers(subparsers) -> None:
         "train",
         help="time, cost and memory per chip of a pretraining run",
         description="Time, dollars and per-chip memory of pretraining on 6 N D FLOP, e.g. "
-        "dcost train --params 70e9 --tokens 15e12 --hardware h100-sxm --chips 4096 "
-        "--mfu 0.45 --tensor 8 --stages 4 --microbatches 32",
+        "dcost train --params 70B --tokens 15T --hardware h100-sxm --chips 4096 "
+        "--mfu 0.45 --tensor 8 --stages 4 --microbatches 32. Exit status: 0 when the layout "
+        "fits in HBM, 1 when it does NOT fit (the run is still printed), 2 a bad argument.",
     )
     size = p.add_mutually_exclusive_group(required=True)
-    size.add_argument("--params", type=float, help="dense parameter count, e.g. 70e9")
+    size.add_argument("--params", type=positive, help="dense parameter count, e.g. 70e9 or 70B")
     size.add_argument("--model", help="a model preset (its architecture and sparsity)")
-    p.add_argument("--tokens", type=float, required=True, help="training tokens, e.g. 15e12")
+    p.add_argument("--tokens", type=positive, required=True, help="training tokens, e.g. 15T")
     p.add_argument("--hardware", required=True, help="hardware preset, e.g. h100-sxm")
-    p.add_argument("--chips", type=int, required=True, help="chips in the run")
-    p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilization (default 0.4)")
-    p.add_argument("--tensor", type=int, default=1, help="tensor-parallel degree (default 1)")
-    p.add_argument("--stages", type=int, default=1, help="pipeline stages (default 1)")
-    p.add_argument("--microbatches", type=int, default=1, help="micro-batches per step (default 1)")
-    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (default 4096)")
+    p.add_argument("--chips", type=whole, required=True, help="chips in the run")
     p.add_argument(
-        "--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)"
+        "--mfu", type=parse_number, default=0.4, help="model FLOP utilization (default 0.4)"
+    )
+    p.add_argument("--tensor", type=whole, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--stages", type=whole, default=1, help="pipeline stages (default 1)")
+    p.add_argument(
+        "--microbatches", type=whole, default=1, help="micro-batches per step (default 1)"
+    )
+    p.add_argument("--seq-len", type=whole, default=4096, help="tokens per sequence (default 4096)")
+    p.add_argument(
+        "--micro-batch", type=whole, default=1, help="sequences per micro-batch (default 1)"
     )
     p.add_argument(
         "--recompute",
@@ -51,7 +57,10 @@ def add_parsers(subparsers) -> None:
         help=f"activation recomputation: {', '.join(RECOMPUTE)} (default selective)",
     )
     p.add_argument(
-        "--price", type=float, default=None, help="$ per chip-hour (default: the hardware preset's)"
+        "--price",
+        type=non_negative,
+        default=None,
+        help="$ per chip-hour (default: the hardware preset's)",
     )
     p.add_argument("--json", action="store_true", help="print SI fields as JSON")
     p.set_defaults(func=train_command)
@@ -61,12 +70,19 @@ def add_parsers(subparsers) -> None:
         help="model size and tokens that reach a loss at the least lifetime FLOPs",
         description="Minimize pretraining + inference FLOPs 6 N D + 2 N D_inf subject to "
         "loss(N, D) = target (Sardana & Frankle 2023), e.g. "
-        "dcost lifetime --loss 1.95 --inference-tokens 2e12",
+        "dcost lifetime --loss 1.95 --inference-tokens 2T. Exit status: 0 a plan, 1 the target "
+        "is out of reach of --max-tokens, 2 a bad argument (a target outside (E, E + A + B) of "
+        "the fit included).",
     )
-    q.add_argument("--loss", type=float, required=True, help="target loss (nats per token)")
+    q.add_argument(
+        "--loss",
+        type=parse_number,
+        required=True,
+        help="target loss (nats per token), above the fit's irreducible loss E",
+    )
     q.add_argument(
         "--inference-tokens",
-        type=float,
+        type=non_negative,
         required=True,
         help="tokens served over the model's life, e.g. 2e12",
     )
@@ -77,7 +93,7 @@ def add_parsers(subparsers) -> None:
     )
     q.add_argument(
         "--max-tokens",
-        type=float,
+        type=positive,
         default=math.inf,
         help="pretraining data available (default unlimited)",
     )
@@ -141,7 +157,7 @@ def _train(args) -> int:
     }
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
+        return 0 if out["fits"] else 1
     gb = 1e9
     verdict = "fits" if out["fits"] else "does NOT fit"
     print(
@@ -165,7 +181,7 @@ def _train(args) -> int:
         f"{out['memory_optimizer_bytes'] / gb:.1f}, activations "
         f"{out['memory_activations_bytes'] / gb:.1f} GB, recompute {args.recompute})"
     )
-    return 0
+    return 0 if out["fits"] else 1
 
 
 def _finite(x):

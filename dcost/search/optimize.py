@@ -43,6 +43,8 @@ from dcost.search import kkt, objectives
 from dcost.search._jit import jit
 from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
 from dcost.search.solution import Solution, Stats, finish
+from dcost.smooth import MAX_SMOOTHNESS
+from dcost.specs import SpecError, check
 
 __all__ = [
     "optimize",
@@ -63,7 +65,8 @@ class Settings(NamedTuple):
       rounds: augmented-Lagrangian rounds (multiplier updates).
       steps: Adam steps per round.
       learning_rate: (first, last) Adam step in ``z``, geometric in between.
-      smoothness: (first, last) smoothness of the model, geometric in between.
+      smoothness: (first, last) smoothness of the model, geometric in between; each in
+        ``(0, dcost.smooth.MAX_SMOOTHNESS]`` = ``(0, 1]``.
       penalty: (first, last) penalty ``rho``, geometric in between.
       local_rounds: rounds of exact local search after rounding.
     """
@@ -78,6 +81,34 @@ class Settings(NamedTuple):
 
 
 DEFAULT = Settings()
+
+
+def check_settings(owner: str, settings) -> None:
+    """Raise SpecError naming the field unless ``settings`` is a ``Settings`` the search can run:
+    whole ``starts``, ``rounds``, ``steps`` >= 1 and ``local_rounds`` >= 0; ``(first, last)`` pairs
+    of finite positive ``learning_rate`` and ``penalty``, and ``smoothness`` in ``(0, 1]``."""
+    if not isinstance(settings, Settings):
+        raise SpecError(
+            f"{owner}.settings must be a dcost.search.optimize.Settings, "
+            f"got {type(settings).__name__}"
+        )
+    where = f"{owner}.settings"
+    for name in ("starts", "rounds", "steps", "local_rounds"):
+        value = getattr(settings, name)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise SpecError(
+                f"{where}.{name} = {value!r} is not allowed: it must be a whole number (an int)"
+            )
+        check(where, name, value, low=0.0 if name == "local_rounds" else 1.0, integer=True)
+    for name in ("learning_rate", "smoothness", "penalty"):
+        pair = getattr(settings, name)
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise SpecError(
+                f"{where}.{name} = {pair!r} is not allowed: it must be a pair (first, last)"
+            )
+        high = MAX_SMOOTHNESS if name == "smoothness" else None
+        for value in pair:
+            check(where, name, value, low_open=True, high=high)
 
 
 def from_unconstrained(z, lower, upper):
@@ -440,4 +471,11 @@ def optimize(problem: Problem, settings: Settings = DEFAULT) -> Solution:
     >>> bool(s.feasible), bool(s.report.tpot <= 0.05)
     (True, True)
     """
+    _check_problem("optimize", problem)
+    check_settings("optimize", settings)
     return _solve(problem, settings, batch_size(problem))
+
+
+def _check_problem(owner: str, problem) -> None:
+    if not isinstance(problem, Problem):
+        raise SpecError(f"{owner}.problem must be a dcost.Problem, got {type(problem).__name__}")

@@ -36,9 +36,15 @@ import numpy as np
 
 from dcost.search._jit import jit
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
-from dcost.search.optimize import DEFAULT, Settings, best_continuous
-from dcost.search.problem import Problem, batch_size, broadcast
-from dcost.specs import Hardware, Model, Workload
+from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
+from dcost.search.problem import Problem, batch_size, broadcast, evaluate
+from dcost.specs import Hardware, Model, SpecError, Workload
+
+INFEASIBLE_LOG_RATIO = 0.01
+"""The relaxed optimum counts as infeasible when a constraint's ``log(value/limit)`` exceeds this
+(1 %): far above the smooth model's own excess over the exact one at the search's last smoothness
+(``3**0.003 - 1``, 0.3 %), far below the factors an unreachable limit leaves (a tpot target 10x
+too tight gave 2.3)."""
 
 __all__ = ["sensitivity", "relax", "Sensitivity", "Relaxed", "Elasticities"]
 
@@ -177,6 +183,12 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
       A ``Sensitivity``: ``.hardware``, ``.model``, ``.workload`` hold ``d log cost* / d log
       field``; ``.limits`` the constraints'; ``.design[var]`` how the optimal design moves.
 
+    Raises:
+      SpecError: the problem (or a scenario of a batched one) is infeasible: even the smooth
+        relaxation's best design exceeds a limit by more than ``INFEASIBLE_LOG_RATIO``. The message
+        names the constraint, its value and its limit; elasticities exist only at a feasible
+        optimum (``dcost.optimize(problem).message`` explains the integer search's view).
+
     >>> import dcost
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
     ...                   dcost.Workload(2048), free={"batch": (1, 4096)}, tpot_slo=0.02)
@@ -184,4 +196,64 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     >>> round(float(s.hardware.price_per_hour), 4)  # cost is proportional to the price
     1.0
     """
-    return _sensitivity(problem, settings, batch_size(problem))
+    _check_problem("sensitivity", problem)
+    check_settings("sensitivity", settings)
+    batch = batch_size(problem)
+    out = _sensitivity(problem, settings, batch)
+    _refuse_infeasible(out, batch)
+    return out
+
+
+def _refuse_infeasible(out: Sensitivity, batch) -> None:
+    """SpecError naming the violated constraint when the relaxed optimum is infeasible."""
+    p, r = out.problem, out.relaxed
+    if not p.constraints or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(r)):
+        return
+    if batch is None:
+        ev = evaluate(p, r.x, r.smoothness)
+    else:
+        ev = jax.vmap(evaluate)(broadcast(p, batch), r.x, r.smoothness)
+    ratios = np.asarray(ev.log_ratios).reshape(-1, len(p.constraints))
+    values = np.asarray(ev.values).reshape(ratios.shape)
+    limits = np.asarray(ev.limits).reshape(ratios.shape)
+    over = ratios > INFEASIBLE_LOG_RATIO
+    if not np.any(over):
+        return
+    i = int(np.argmax(np.any(over, axis=1)))
+    parts = [
+        _violation(name, values[i, j], limits[i, j])
+        for j, name in enumerate(p.constraints)
+        if over[i, j]
+    ]
+    where = "" if batch is None else f" (scenario {i} of {batch})"
+    raise SpecError(
+        f"sensitivity: the problem is infeasible{where}: {'; '.join(parts)}; elasticities "
+        "exist only at a feasible optimum (relax the limit, or see dcost.optimize(problem).message)"
+    )
+
+
+_LIMIT_FIELD = {
+    "tpot": "tpot_slo",
+    "ttft": "ttft_slo",
+    "memory": "memory_reserve",
+    "chips": "chip_budget",
+    "loss": "loss_target",
+}
+
+
+def _violation(name: str, value: float, limit: float) -> str:
+    field = f"Problem.{_LIMIT_FIELD.get(name, name)}"
+    if name in ("tpot", "ttft"):
+        return (
+            f"{name} binds: the best design of the smooth relaxation takes {value * 1e3:.4g} ms, "
+            f"above the {limit * 1e3:.4g} ms target ({field})"
+        )
+    if name == "memory":
+        return (
+            f"memory binds: the best design of the smooth relaxation needs {value / 1e9:.4g} GB "
+            f"per chip, above the {limit / 1e9:.4g} GB available ({field})"
+        )
+    return (
+        f"{name} binds: {value:.4g} at the best design of the smooth relaxation, above the "
+        f"limit {limit:.4g} ({field})"
+    )

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.search.problem import Problem, evaluate
-from dcost.specs import Design
+from dcost.specs import Design, _number
 
 __all__ = ["Solution", "Stats", "finish", "CHEAPER_RTOL"]
 
@@ -47,6 +47,18 @@ class Stats(eqx.Module):
     smoothness: jax.Array
 
 
+def _summary(sol) -> str:
+    """``Solution(design=Design(batch=64, ...), cost=..., feasible=True, binding=(...), ...)``
+    with numbers when concrete; equinox's tree printout when traced."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(sol)):
+        return eqx.tree_pformat(sol)
+    return (
+        f"Solution(design={sol.design!r}, cost={_number(sol.cost)}, "
+        f"feasible={_number(sol.feasible)}, binding={sol.binding!r}, "
+        f"at_bound={sol.at_bound!r}, message={sol.message!r})"
+    )
+
+
 class Solution(eqx.Module):
     """Result of ``dcost.optimize`` / ``dcost.grid_search`` (optimistix-style solution object).
 
@@ -70,6 +82,8 @@ class Solution(eqx.Module):
       problem: the problem solved.
     """
 
+    __repr__ = _summary
+
     x: jax.Array
     design: Design
     report: object
@@ -90,12 +104,14 @@ class Solution(eqx.Module):
 
     @property
     def binding(self):
-        """Names of the binding constraints: a tuple, or for a batched problem a list of tuples."""
+        """Names of the binding constraints: a tuple, or for a batched problem a list of tuples
+        (empty for a problem without constraints)."""
         active = np.asarray(self.active)
         names = self.constraints
+        scenarios = int(np.prod(active.shape[:-1]))  # 1 for one scenario, also when no constraint
         rows = [
             tuple(n for n, a in zip(names, row, strict=True) if a)
-            for row in active.reshape(-1, len(names))
+            for row in active.reshape(scenarios, len(names))
         ]
         return rows[0] if active.ndim == 1 else rows
 
@@ -103,7 +119,7 @@ class Solution(eqx.Module):
     def at_bound(self):
         """``("batch <= 4096", ...)``: the bounds that bind (a list of tuples if batched)."""
         b = np.asarray(self.bounds)
-        x = np.asarray(self.x).reshape(-1, b.shape[-1])
+        x = np.asarray(self.x).reshape(int(np.prod(b.shape[:-1])), b.shape[-1])
         hi = {n: v for n, _, v in self.problem.free}
         rows = [
             tuple(
