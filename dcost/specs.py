@@ -67,8 +67,9 @@ def _dtype_problem(x) -> str | None:
 
 
 class _Invalid:
-    """What the converter makes of a value that is not a real number: ``check`` reports it by name
-    (a converter does not know the field it converts)."""
+    """What the converter makes of a value that is not a real number (``why`` says what it is), or
+    of a number beyond the float dtype's range (``why`` None): ``check`` reports it by name (a
+    converter does not know the field it converts)."""
 
     __slots__ = ("value", "why")
 
@@ -104,6 +105,8 @@ def _float(x):
         x = np.asarray(x)  # a Python int above 2**31 (70_000_000_000) must not pass through int32
         if not np.issubdtype(x.dtype, np.floating):
             x = x.astype(float)
+        if np.any(np.isfinite(x) & (np.abs(x) > float_max())):
+            return _Invalid(x, None)  # would become inf: ``check`` names the range
     arr = jnp.asarray(x)
     dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.result_type(float)
     return jnp.asarray(arr, dtype=dtype)
@@ -123,7 +126,7 @@ def _scalar(x: float) -> float:
     """``x`` as people typed it: a float32 value prints at float32's own precision (1e+30, not
     1.0000000150474662e+30)."""
     x = float(x)
-    if np.isfinite(x) and float(np.float32(x)) == x:
+    if np.isfinite(x) and abs(x) <= float(np.finfo(np.float32).max) and float(np.float32(x)) == x:
         return float(str(np.float32(x)))
     return x
 
@@ -154,6 +157,8 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
         return
     if isinstance(x, _Invalid):
         value, why = x.value, x.why
+        if why is None:  # a number out of the dtype's range: checked below as the number it is
+            x = value
     else:
         value, why = x, _dtype_problem(x)
     if integer:

@@ -200,3 +200,6 @@ def test_infeasible_relaxation_is_flagged(solved):
     """No design meets 2 ms per token for a 70B model on 8 H100s: no KKT point is claimed."""
     _, s, o = solved
     assert not bool(s.relaxed.kkt[-1]) and not bool(o.feasible[-1])
+    # a batched problem does not raise: the scenario is flagged and its constraint named
+    assert not s.feasible[-1] and s.feasible[:-1].all()
+    assert s.message[-1].startswith("infeasible: tpot binds:") and "2 ms target" in s.message[-1]

@@ -66,6 +66,8 @@ class Sensitivity(eqx.Module):
       limits: ``{constraint: d log(optimal cost) / d log(limit)}`` (``= -lambda``).
       design: ``{free variable: Elasticities}``: ``d log(optimal value) / d log(field)``.
       relaxed: the ``Relaxed`` optimum they are taken at.
+      log_ratios: ``log(value/limit)`` of every constraint at the relaxed optimum (smooth model),
+        ``(..., n_constraints)``; above ``INFEASIBLE_LOG_RATIO`` the scenario is infeasible.
       problem: the problem.
     """
 
@@ -75,7 +77,22 @@ class Sensitivity(eqx.Module):
     limits: dict
     design: dict
     relaxed: Relaxed
+    log_ratios: jax.Array
     problem: Problem
+
+    @property
+    def feasible(self):
+        """Whether the relaxed optimum meets every limit (within ``INFEASIBLE_LOG_RATIO``); a
+        boolean array for a batched problem. Elasticities of an infeasible scenario mean nothing."""
+        return np.all(np.asarray(self.log_ratios) <= INFEASIBLE_LOG_RATIO, axis=-1)
+
+    @property
+    def message(self):
+        """ "feasible", or "infeasible: tpot binds: ..." naming the constraints the relaxed
+        optimum breaks, with value and limit (a list for a batched problem)."""
+        n = int(np.size(self.feasible))
+        msgs = [_message(self, i) for i in range(n)]
+        return msgs[0] if np.ndim(self.log_ratios) == 1 else msgs
 
     def ranked(self, top: int | None = None) -> list[tuple[str, float]]:
         """``[(name, elasticity), ...]`` of the cost, largest magnitude first, zeros dropped
@@ -133,6 +150,7 @@ def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
         for i, name in enumerate(problem.names)
     }
     limits = {n: -r.lambdas[j] for j, n in enumerate(problem.constraints)}
+    here = evaluate(problem, r.x, s)
     return Sensitivity(
         hardware=cost[0],
         model=cost[1],
@@ -140,6 +158,7 @@ def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
         limits=limits,
         design=design,
         relaxed=r,
+        log_ratios=here.log_ratios,
         problem=problem,
     )
 
@@ -184,10 +203,12 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
       field``; ``.limits`` the constraints'; ``.design[var]`` how the optimal design moves.
 
     Raises:
-      SpecError: the problem (or a scenario of a batched one) is infeasible: even the smooth
-        relaxation's best design exceeds a limit by more than ``INFEASIBLE_LOG_RATIO``. The message
-        names the constraint, its value and its limit; elasticities exist only at a feasible
-        optimum (``dcost.optimize(problem).message`` explains the integer search's view).
+      SpecError: a single-scenario problem is infeasible: even the smooth relaxation's best design
+        exceeds a limit by more than ``INFEASIBLE_LOG_RATIO``. The message names the constraint,
+        its value and its limit; elasticities exist only at a feasible optimum. A batched problem
+        (a sweep, where some scenarios may be out of reach) does not raise: its infeasible
+        scenarios are flagged in ``.feasible`` and explained in ``.message``, and their
+        elasticities are not to be read.
 
     >>> import dcost
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
@@ -198,38 +219,31 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     """
     _check_problem("sensitivity", problem)
     check_settings("sensitivity", settings)
-    batch = batch_size(problem)
-    out = _sensitivity(problem, settings, batch)
-    _refuse_infeasible(out, batch)
+    out = _sensitivity(problem, settings, batch_size(problem))
+    if np.ndim(out.log_ratios) == 1 and not bool(out.feasible):
+        raise SpecError(
+            f"sensitivity: the problem is {out.message}; elasticities exist only at a feasible "
+            "optimum (relax the limit, or see dcost.optimize(problem).message)"
+        )
     return out
 
 
-def _refuse_infeasible(out: Sensitivity, batch) -> None:
-    """SpecError naming the violated constraint when the relaxed optimum is infeasible."""
-    p, r = out.problem, out.relaxed
-    if not p.constraints or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(r)):
-        return
-    if batch is None:
-        ev = evaluate(p, r.x, r.smoothness)
-    else:
-        ev = jax.vmap(evaluate)(broadcast(p, batch), r.x, r.smoothness)
-    ratios = np.asarray(ev.log_ratios).reshape(-1, len(p.constraints))
-    values = np.asarray(ev.values).reshape(ratios.shape)
-    limits = np.asarray(ev.limits).reshape(ratios.shape)
-    over = ratios > INFEASIBLE_LOG_RATIO
-    if not np.any(over):
-        return
-    i = int(np.argmax(np.any(over, axis=1)))
-    parts = [
-        _violation(name, values[i, j], limits[i, j])
-        for j, name in enumerate(p.constraints)
-        if over[i, j]
-    ]
-    where = "" if batch is None else f" (scenario {i} of {batch})"
-    raise SpecError(
-        f"sensitivity: the problem is infeasible{where}: {'; '.join(parts)}; elasticities "
-        "exist only at a feasible optimum (relax the limit, or see dcost.optimize(problem).message)"
-    )
+def _message(sens: Sensitivity, i: int) -> str:
+    """Scenario ``i`` in a sentence: "feasible", or the constraints the relaxed optimum breaks."""
+    p = sens.problem
+    ratios = np.asarray(sens.log_ratios).reshape(-1, len(p.constraints))[i]
+    if not np.any(ratios > INFEASIBLE_LOG_RATIO):
+        return "feasible"
+    parts = []
+    for j, name in enumerate(p.constraints):
+        if ratios[j] > INFEASIBLE_LOG_RATIO:
+            if name == "memory":  # numpy, not Problem.limits(): the problem may be float64
+                limit = np.asarray(p.hardware.hbm_capacity) * (1 - np.asarray(p.memory_reserve))
+            else:
+                limit = np.asarray(getattr(p, _LIMIT_FIELD[name]))
+            limit = float(np.ravel(limit)[i if limit.size > 1 else 0])
+            parts.append(_violation(name, limit * float(np.exp(ratios[j])), limit))
+    return "infeasible: " + "; ".join(parts)
 
 
 _LIMIT_FIELD = {

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.smooth import safe_div, smax
-from dcost.specs import SpecError, _concrete, check
+from dcost.specs import SpecError, _concrete, _float, check
 
 __all__ = ["expert_fraction", "all_to_all_time", "tensor_parallel_time", "comm_time"]
 
@@ -45,7 +45,7 @@ def expert_fraction(batch, n_experts, experts_active):
             f"expert_fraction.experts_active = {float(np.max(k))!r} is not allowed: it must be "
             f"<= n_experts ({float(np.min(e))!r})"
         )
-    return _expert_fraction(batch, n_experts, experts_active)
+    return _expert_fraction(*(_float(x) for x in (batch, n_experts, experts_active)))
 
 
 def _expert_fraction(batch, n_experts, experts_active):
