@@ -119,6 +119,7 @@ CASES = [
     ("problem-reserve", lambda: serving(memory_reserve=1.5), "Problem.memory_reserve = 1.5"),
     ("problem-budget", lambda: serving(chip_budget=0.5), "Problem.chip_budget = 0.5"),
     ("problem-free", lambda: serving(free={"batch": (0, 8)}), "Problem.free['batch']"),
+    ("problem-free-huge", lambda: serving(free={"batch": (1, 2**25)}), "hi <= 16777216"),
     ("problem-hardware", lambda: dcost.Problem(None, None, None), "Problem.hardware"),
     ("lifetime-inputs-mfu", lambda: dcost.LifetimeInputs(1e12, mfu=0.0), "LifetimeInputs.mfu"),
     # raw numbers
@@ -252,7 +253,7 @@ CLI = [
     (EVAL + ["--batch", "16777216", "--context", "3e38"], "results overflow float32"),
     (EVAL + ["--batch", "8", "--chips", "8.5"], "--chips"),
     (["eval", "--hardware", "h100", "--model", "llama-3-8b", "--batch", "1"], "h100"),
-    (["optimize"] + SEARCH + ["--objective", "lifetime_cost"], "--objective"),
+    (["optimize"] + SEARCH + ["--objective", "lifetime_cost"], "invalid choice: 'lifetime_cost'"),
     (["optimize"] + SEARCH + ["--tpot-slo=-5ms"], "-5ms"),
     (["optimize"] + SEARCH + ["--max-batch", "1.5"], "--max-batch"),
     (["optimize"] + SEARCH + ["--memory-reserve", "1.5"], "Problem.memory_reserve = 1.5"),

@@ -26,7 +26,17 @@ import numpy as np
 
 from dcost.search import objectives
 from dcost.smooth import safe_log
-from dcost.specs import Design, Hardware, Model, SpecError, Workload, _concrete, _float, check
+from dcost.specs import (
+    Design,
+    Hardware,
+    Model,
+    SpecError,
+    Workload,
+    _concrete,
+    _float,
+    check,
+    whole_max,
+)
 
 __all__ = ["Problem", "Evaluation", "evaluate", "VARIABLES", "CONSTRAINTS", "FEASIBILITY_RTOL"]
 
@@ -253,10 +263,11 @@ def _check_free(free, obj, model) -> tuple:
             or lo > hi
             or lo != round(lo)
             or hi != round(hi)
+            or hi > whole_max()
         ):
             raise SpecError(
                 f"Problem.free[{name!r}] = {bounds!r} is not allowed: bounds must be "
-                "whole numbers with 1 <= lo <= hi"
+                f"whole numbers with 1 <= lo <= hi <= {whole_max():.0f}"
             )
         if name == "experts":
             e, k = _concrete(model.n_experts), _concrete(model.experts_active)
