@@ -7,14 +7,21 @@ from dcost import pricing
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
 from dcost.pricing import fit_prices, identifiability, predict_prices, price_sheets
 from dcost.search.grid import grid_search
-from dcost.search.lifetime_objective import LifetimeInputs, LifetimeReport
+from dcost.search.lifetime_objective import LifetimeReport
+from dcost.search.objectives import (
+    COST_PER_INPUT_TOKEN,
+    COST_PER_TOKEN,
+    LIFETIME_COST,
+    Objective,
+)
 from dcost.search.optimize import optimize
 from dcost.search.pareto import Frontier, pareto
-from dcost.search.problem import Problem
+from dcost.search.problem import Limits, Problem
 from dcost.search.sensitivity import Sensitivity, sensitivity
 from dcost.search.solution import Solution
 from dcost.serving.moe import expert_fraction
 from dcost.serving.roofline import (
+    PrefillReport,
     Report,
     balance_batch,
     bottleneck,
@@ -23,15 +30,17 @@ from dcost.serving.roofline import (
     prefill,
 )
 from dcost.smooth import smax
-from dcost.specs import Design, Hardware, Model, SpecError, Workload
+from dcost.specs import Design, Hardware, Model, SpecError, Workload, stack
 from dcost.training.lifetime import (
+    Deployment,
+    LifetimeInputs,
     lecture_estimate,
     lifetime_cost,
     lifetime_optimum,
     lifetime_optimum_dollars,
     scale_model,
 )
-from dcost.training.runs import bubble_fraction, training_run
+from dcost.training.runs import TrainingSetup, bubble_fraction, training_run
 from dcost.training.scaling import (
     ScalingFit,
     compute_optimal,
@@ -48,6 +57,7 @@ __all__ = [
     "Model",
     "Workload",
     "Report",
+    "PrefillReport",
     "SpecError",
     "PresetError",
     "decode",
@@ -57,6 +67,7 @@ __all__ = [
     "bottleneck",
     "expert_fraction",
     "smax",
+    "stack",
     "hardware",
     "model",
     "hardware_names",
@@ -76,6 +87,7 @@ __all__ += [
     "scaling_fit",
     "scaling_fit_names",
     "training_run",
+    "TrainingSetup",
     "bubble_fraction",
     "lifetime_optimum",
     "lifetime_cost",
@@ -83,10 +95,16 @@ __all__ += [
     "scale_model",
     "lecture_estimate",
     "LifetimeInputs",
+    "Deployment",
     "LifetimeReport",
 ]
 __all__ += [
     "Problem",
+    "Limits",
+    "Objective",
+    "COST_PER_TOKEN",
+    "COST_PER_INPUT_TOKEN",
+    "LIFETIME_COST",
     "Solution",
     "Frontier",
     "Sensitivity",

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcost.search import objectives
-
 __all__ = ["batch_curve", "plot_pareto"]
 
 
@@ -183,7 +181,7 @@ def plot_pareto(frontier, ax=None, label=None, color=None):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("time per output token target (ms)")
-    unit = objectives.get(frontier.solution.problem.objective).unit  # "$ per output token"
+    unit = frontier.solution.problem.objective.unit  # "$ per output token"
     ax.set_ylabel(f"cost ({unit.replace('$ per ', '$ per million ')}s)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")

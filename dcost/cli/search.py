@@ -26,14 +26,18 @@ from dcost.cli.common import (
     parse_duration,
     parse_number,
 )
-from dcost.search import objectives
 from dcost.search.grid import grid_search
 from dcost.search.optimize import optimize
 from dcost.search.problem import Problem
 from dcost.search.sensitivity import sensitivity
 from dcost.specs import Workload
 
-__all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar"]
+__all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar", "CLI_OBJECTIVES"]
+
+CLI_OBJECTIVES = ("cost_per_token", "cost_per_input_token")
+"""The objectives these commands can run: their inputs are all arguments. ``lifetime_cost``
+(``dcost.search.objectives.LIFETIME_COST``) also needs a ``dcost.LifetimeInputs`` (tokens served,
+RL tokens, training MFU, scaling fit) and a loss target, which the command line does not take."""
 
 
 def add_parsers(subparsers) -> None:
@@ -79,7 +83,14 @@ def _common(p) -> None:
         default=None,
         help="prompt length for prefill and ttft, tokens (default: --context)",
     )
-    p.add_argument("--objective", choices=sorted(objectives.OBJECTIVES), default="cost_per_token")
+    p.add_argument(
+        "--objective",
+        choices=CLI_OBJECTIVES,
+        default="cost_per_token",
+        help="what to minimize: $ per output token (decode) or per input token (prefill); the "
+        "lifetime cost of pretraining + RL + inference needs training inputs this command does "
+        "not take: use dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...))",
+    )
     p.add_argument(
         "--tpot-slo",
         type=parse_duration,
@@ -187,16 +198,16 @@ def _floats(tree) -> dict:
 
 
 def _emit(args, problem, sol, sens, method) -> int:
-    unit = objectives.get(problem.objective).unit
+    unit = problem.objective.unit
     feasible = bool(sol.feasible)
     if args.json:
         out = {
             "method": method,
             "hardware": args.hardware,
             "model": args.model,
-            "objective": problem.objective,
+            "objective": problem.objective.name,
             "unit": unit,
-            "limits": {k: _si(v) for k, v in problem.limits().items()},
+            "limits": {k: _si(v) for k, v in problem.limit_values().items()},
             "design": _floats(sol.design),
             "cost": _si(sol.cost),
             "feasible": feasible,
@@ -228,13 +239,13 @@ def _ms(seconds: float) -> str:
 
 def _print_text(args, problem, sol, sens, unit) -> None:
     per = unit.replace("$ per ", "")
-    limits = {k: float(v) for k, v in problem.limits().items()}
+    limits = {k: float(v) for k, v in problem.limit_values().items()}
     target = ", ".join(
         f"{k} <= {_ms(v) if k in ('tpot', 'ttft') else _fmt_limit(k, v)}" for k, v in limits.items()
     )
     print(
         f"{args.model} on {args.hardware}, context {args.context:g} tokens: "
-        f"minimize {problem.objective} subject to {target}"
+        f"minimize {problem.objective.name} subject to {target}"
     )
     d = sol.design
     b, g, st = float(d.batch), float(d.chips), float(d.stages)
@@ -247,8 +258,10 @@ def _print_text(args, problem, sol, sens, unit) -> None:
         return
     r = sol.report
     print(f"cost:            ${float(sol.cost) * 1e6:.4g} per million {per}s")
-    label = "tpot" if problem.objective == "cost_per_token" else "prefill pass"
-    print(f"{label + ':':17s}{_ms(float(r.tpot))}")
+    if hasattr(r, "tpot"):
+        print(f"{'tpot:':17s}{_ms(float(r.tpot))}")
+    else:
+        print(f"{'ttft:':17s}{_ms(float(r.ttft))} (the prefill pass)")
     print(
         f"memory per chip: {float(r.memory_per_chip) / 1e9:.3g} GB of "
         f"{float(problem.hardware.hbm_capacity) / 1e9:.3g} GB"
