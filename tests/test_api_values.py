@@ -194,3 +194,10 @@ def test_one_precision_rule(model_name):
     h = dcost.presets.serving_hardware("h100-sxm", model_name)
     assert float(h.flops) == float(dcost.hardware("h100-sxm", precision=precision).flops)
     assert float(dcost.presets.pair("h100-sxm", model_name)[0].flops) == float(h.flops)
+
+
+def test_auto_precision_falls_back_to_bf16_where_the_chip_has_no_rate():
+    a100 = dcost.presets.serving_hardware("a100-80gb", "deepseek-v3")
+    assert float(a100.flops) == float(dcost.hardware("a100-80gb").flops)
+    with pytest.raises(dcost.PresetError, match="flops_fp8"):
+        dcost.presets.serving_hardware("a100-80gb", "deepseek-v3", precision="fp8")

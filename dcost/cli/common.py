@@ -100,7 +100,8 @@ def add_precision_argument(parser) -> None:
         choices=("auto", *presets.PRECISIONS),
         default="auto",
         help="matmul precision for the chip's FLOP/s (auto: the model's serving "
-        "precision from its preset, e.g. fp8 for deepseek-v3, bf16 for llama-3-70b)",
+        "precision from its preset, e.g. fp8 for deepseek-v3, bf16 for llama-3-70b; bf16 on a "
+        "chip without that rate)",
     )
 
 

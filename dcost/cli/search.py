@@ -12,6 +12,7 @@ design, 1 no feasible design (the reason is printed), 2 a bad argument.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -60,6 +61,21 @@ def add_parsers(subparsers) -> None:
     p.set_defaults(func=cmd_grid)
 
 
+def _objective(text: str) -> str:
+    if text in CLI_OBJECTIVES:
+        return text
+    if text == "lifetime_cost":
+        raise argparse.ArgumentTypeError(
+            "lifetime_cost cannot run from the command line: it needs the tokens served, RL "
+            "tokens, training MFU and scaling fit (dcost.LifetimeInputs) and a loss target; use "
+            "dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...), "
+            "loss_target=...) in Python"
+        )
+    raise argparse.ArgumentTypeError(
+        f"unknown objective {text!r}; choose from {', '.join(CLI_OBJECTIVES)}"
+    )
+
+
 def _whole(text: str) -> int:
     value = parse_number(text)
     if value < 1 or value != round(value):
@@ -85,11 +101,12 @@ def _common(p) -> None:
     )
     p.add_argument(
         "--objective",
-        choices=CLI_OBJECTIVES,
+        type=_objective,
+        metavar="{" + ",".join(CLI_OBJECTIVES) + "}",
         default="cost_per_token",
-        help="what to minimize: $ per output token (decode) or per input token (prefill); the "
-        "lifetime cost of pretraining + RL + inference needs training inputs this command does "
-        "not take: use dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...))",
+        help="what to minimize: $ per output token (decode, the default) or per input token "
+        "(prefill). lifetime_cost needs training inputs this command does not take: use "
+        "dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...)) in Python",
     )
     p.add_argument(
         "--tpot-slo",
@@ -112,12 +129,16 @@ def _common(p) -> None:
     p.add_argument(
         "--memory-reserve", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)"
     )
-    for name, default in (("batch", 65536), ("chips", 72), ("stages", 8)):
+    for name, what, default in (
+        ("batch", "batch", 65536),
+        ("chips", "chips per pipeline stage", 72),
+        ("stages", "pipeline stages", 8),
+    ):
         p.add_argument(
             f"--max-{name}",
             type=str,
             default=str(default),
-            help=f"largest {name} to consider (default {default}; 1 fixes it at 1)",
+            help=f"largest {what} to consider (default {default}; 1 fixes it at 1)",
         )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
 

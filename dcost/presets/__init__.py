@@ -159,18 +159,27 @@ def serving_hardware(
     hardware_name: str, model_name: str, precision: str = "auto", **overrides
 ) -> Hardware:
     """The hardware preset with its FLOP/s at the precision model preset ``model_name`` serves
-    in: the one rule that matches a chip to a model (``pair``, the CLI and the experiments call
-    it). ``precision="auto"`` takes the model card's ``serving_precision`` (fp8 for deepseek-v3,
-    deepseek-r1 and kimi-k2, bf16 for the rest); any other value is used as given. A chip without
-    that rate raises ``PresetError``.
+    in: the one rule that matches a chip to a model (``pair``, the CLI, the experiments and the
+    notebooks call it).
+
+    ``precision="auto"``: the model card's ``serving_precision`` (fp8 for deepseek-v3,
+    deepseek-r1 and kimi-k2, bf16 for the rest) where the chip lists a rate for it; on a chip
+    without one (fp8 on a100-80gb or tpu-v5p) the model runs weight-only, its weights at their own
+    bytes per parameter and its matmuls at bf16. Any other ``precision`` is used as given, and a
+    chip without that rate raises ``PresetError``.
 
     >>> import dcost
     >>> h = dcost.presets.serving_hardware("h100-sxm", "deepseek-v3")
     >>> round(float(h.flops / dcost.hardware("h100-sxm").flops), 3)  # fp8: twice bf16
     2.0
+    >>> a100 = dcost.presets.serving_hardware("a100-80gb", "deepseek-v3")  # no fp8 tensor cores
+    >>> float(a100.flops) == float(dcost.hardware("a100-80gb").flops)
+    True
     """
     if precision == "auto":
         precision = serving_precision(model_name)
+        if precision not in precisions(hardware_name):
+            precision = "bf16"
     return hardware(hardware_name, precision=precision, **overrides)
 
 
