@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import jax
 
-__all__ = ["CacheState", "default_dir", "setup", "state", "OFF_VALUES"]
+__all__ = ["CacheState", "default_dir", "setup", "state", "describe", "OFF_VALUES"]
 
 OFF_VALUES = frozenset({"0", "off", "false", "no"})
 
@@ -121,3 +121,11 @@ def _decide(env) -> CacheState:
 def state() -> CacheState:
     """The decision ``setup`` took (it runs now if it has not run yet)."""
     return setup()
+
+
+def describe() -> str:
+    """One line for the demo and ``dcost warmup``: where compiled programs are kept, if anywhere."""
+    s = state()
+    if s.path is None:
+        return f"compilation cache: none ({s.reason})"
+    return f"compilation cache: {s.path} ({s.reason}); `dcost warmup` compiles the common programs"

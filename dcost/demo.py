@@ -201,6 +201,7 @@ def main(path=FIGURE):
         f"context {SCENARIO['context']:,} tokens",
     )
     print(f"figure: {path}")
+    print(dcost._cache.describe())  # the next `dcost optimize` reuses what the demo compiled
 
 
 if __name__ == "__main__":
