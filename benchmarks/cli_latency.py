@@ -199,7 +199,34 @@ def ensure_peer(venv: Path, requirement: str, module: str, timeout: float):
     return python, None
 
 
-def peer_commands(venv: Path, timeout: float) -> list[tuple[str, list[str] | None, str]]:
+def llama_3_70b_card(directory: Path) -> Path:
+    """llama-3-70b from dcost's preset as an llm-analysis model file (its package has no such card).
+
+    llm-analysis counts two MLP matrices of ``d x ffn``; a SwiGLU MLP has three of ``d x d_ff``, so
+    ``ffn = 1.5 d_ff`` gives the same weights (as ``llm_analysis_rate.py`` does).
+    """
+    sys.path.insert(0, str(ROOT))
+    import dcost.presets
+
+    arch = dcost.presets.model_card("llama-3-70b")["arch"]
+    card = {
+        "name": "llama-3-70b",
+        "num_layers": int(arch["n_layers"]),
+        "n_head": int(arch["n_heads"]),
+        "hidden_dim": int(arch["d_model"]),
+        "vocab_size": int(arch["vocab"]),
+        "max_seq_len": 8192,
+        "num_key_value_heads": int(arch.get("n_kv_heads", arch["n_heads"])),
+        "ffn_embed_dim": int(arch["d_ff"]) * 3 // 2,
+        "expansion_ratio": int(arch["d_ff"]) * 3 // 2 / int(arch["d_model"]),
+        "model_type": "llama",
+    }
+    path = directory / "llama-3-70b.json"
+    path.write_text(json.dumps(card))
+    return path
+
+
+def peer_commands(venv: Path, scratch: Path, timeout: float):
     """(label, command or None, why not) for llm-analysis and aiconfigurator."""
     out = []
     python, why = ensure_peer(venv, PEERS[0], "llm_analysis.analysis", timeout)
@@ -207,14 +234,14 @@ def peer_commands(venv: Path, timeout: float) -> list[tuple[str, list[str] | Non
     if python is None:
         out.append((label, None, why))
     else:
+        card = llama_3_70b_card(scratch)
         out.append(
             (
                 label,
-                [str(python), "-m", "llm_analysis.analysis", "infer"]
-                + ["--model_name", "upstage_llama-2-70b-instruct-v2", "--gpu_name"]
-                + ["h100-sxm-80gb", "--tp_size", "8"]
-                + ["--batch_size_per_gpu", "64", "--seq_len", "4000", "--num_tokens_to_generate"]
-                + ["100", "--log_level", "ERROR"],
+                [str(python), "-m", "llm_analysis.analysis", "infer", "--model_name", str(card)]
+                + ["--gpu_name", "h100-sxm-80gb", "--tp_size", "8", "--batch_size_per_gpu", "64"]
+                + ["--seq_len", "4000", "--num_tokens_to_generate", "100"]
+                + ["--output_dir", str(scratch), "--log_level", "ERROR"],
                 "",
             )
         )
@@ -240,17 +267,17 @@ def run_peers(args) -> list:
     rows = []
     cold, warm = cold_and_warm(PEER_QUESTION["dcost optimize"], args.timeout)
     rows.append(("dcost optimize (8 chips)", cold, warm))
-    for label, cmd, why in peer_commands(args.venv, args.timeout):
-        if cmd is None:
-            rows.append((label, None, None))
-            print(f"  {label}: not timed: {why}")
-            continue
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "DCOST_"))}
-        env["HF_HUB_OFFLINE"] = "1"  # the question must be answerable from what is installed
-        with tempfile.TemporaryDirectory() as tmp:  # their outputs land in a scratch directory
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "DCOST_"))}
+    env["HF_HUB_OFFLINE"] = "1"  # the question must be answerable from what is installed
+    with tempfile.TemporaryDirectory() as tmp:  # their outputs land in a scratch directory
+        for label, cmd, why in peer_commands(args.venv, Path(tmp), args.timeout):
+            if cmd is None:
+                rows.append((label, None, None))
+                print(f"  {label}: not timed: {why}")
+                continue
             first = timed(cmd, env, args.timeout, cwd=tmp)
             second = timed(cmd, env, args.timeout, cwd=tmp)
-        rows.append((label, first, second))
+            rows.append((label, first, second))
     return rows
 
 
