@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError"]
+__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError", "stack"]
 
 
 class SpecError(ValueError):
@@ -452,7 +452,7 @@ class Design(eqx.Module):
     Attributes:
       batch: sequences per micro-batch ``B`` (>= 1).
       chips: chips per pipeline stage ``G`` (>= 1).
-      stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G``.
+      stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G`` (``chips_per_replica``).
       experts: routed experts ``E``; None keeps the model's own.
       overtrain: over-training ratio ``r = D / (20 N_active)``; None where it does not apply.
 
@@ -486,6 +486,11 @@ class Design(eqx.Module):
         if self.overtrain is not None:
             check("Design", "overtrain", self.overtrain, low_open=True)
 
+    @property
+    def chips_per_replica(self):
+        """Chips of one serving replica, ``P*G`` (``stages * chips``)."""
+        return self.stages * self.chips
+
 
 def with_experts(model: Model, design: Design) -> Model:
     """The model with ``design.experts`` routed experts (unchanged when the design leaves it None).
@@ -510,3 +515,30 @@ def with_experts(model: Model, design: Design) -> Model:
 
 
 INF = math.inf
+
+
+def stack(trees):
+    """A batch from equally shaped pytrees: every leaf stacked along a new leading axis.
+
+    How a problem of many scenarios is built (``dcost.Problem(dcost.stack([h1, h2]), ...)``);
+    the fields of the result carry the batch axis.
+
+    Args:
+      trees: a non-empty sequence of pytrees of one structure (e.g. several ``dcost.Hardware``).
+
+    >>> import dcost
+    >>> hw = dcost.stack([dcost.hardware("h100-sxm"), dcost.hardware("b200")])
+    >>> hw.flops.shape
+    (2,)
+    """
+    trees = list(trees)
+    if not trees:
+        raise SpecError("stack: trees = [] is not allowed: give at least one pytree")
+    first = jax.tree.structure(trees[0])
+    for i, tree in enumerate(trees[1:], start=1):
+        if jax.tree.structure(tree) != first:
+            raise SpecError(
+                f"stack: trees[{i}] has another structure than trees[0] "
+                f"({type(tree).__name__} with fields set differently); all must match"
+            )
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)

@@ -12,9 +12,16 @@ derandomized so a failure reproduces, and has no deadline because a first call c
 ``dev`` profile explores more: ``HYPOTHESIS_PROFILE=dev python -m pytest tests``.
 
 Warnings are errors (``filterwarnings = error`` in pyproject.toml).
+
+Compilation cache. The suite runs with dcost's persistent compilation cache off (``DCOST_CACHE=0``,
+set before ``dcost`` is imported): JAX writes cache entries non-atomically, so two test runs sharing
+``~/.cache/dcost`` could read a half-written entry and warn, which fails a test here.
+``tests/test_cache.py`` exercises the cache in fresh processes with their own directories.
 """
 
 import os
+
+os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
 
 import jax
 import pytest

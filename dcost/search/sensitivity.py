@@ -37,7 +37,7 @@ import numpy as np
 from dcost.search._jit import jit
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
-from dcost.search.problem import Problem, batch_size, broadcast, evaluate
+from dcost.search.problem import _LIMIT_OF, Problem, batch_size, broadcast, evaluate
 from dcost.specs import Hardware, Model, SpecError, Workload
 
 INFEASIBLE_LOG_RATIO = 0.01
@@ -240,23 +240,14 @@ def _message(sens: Sensitivity, i: int) -> str:
             if name == "memory":  # numpy, not Problem.limits(): the problem may be float64
                 limit = np.asarray(p.hardware.hbm_capacity) * (1 - np.asarray(p.memory_reserve))
             else:
-                limit = np.asarray(getattr(p, _LIMIT_FIELD[name]))
+                limit = np.asarray(getattr(p, _LIMIT_OF[name]))
             limit = float(np.ravel(limit)[i if limit.size > 1 else 0])
             parts.append(_violation(name, limit * float(np.exp(ratios[j])), limit))
     return "infeasible: " + "; ".join(parts)
 
 
-_LIMIT_FIELD = {
-    "tpot": "tpot_slo",
-    "ttft": "ttft_slo",
-    "memory": "memory_reserve",
-    "chips": "chip_budget",
-    "loss": "loss_target",
-}
-
-
 def _violation(name: str, value: float, limit: float) -> str:
-    field = f"Problem.{_LIMIT_FIELD.get(name, name)}"
+    field = f"Problem.{_LIMIT_OF.get(name, name)}"
     if name in ("tpot", "ttft"):
         return (
             f"{name} binds: the best design of the smooth relaxation takes {value * 1e3:.4g} ms, "
