@@ -19,6 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from dcost.search.linalg import lstsq
 from dcost.search.problem import Problem, evaluate
 
 __all__ = [
@@ -153,7 +154,7 @@ def _multipliers(gf, jc, interior, candidate):
     """Least-squares multipliers of the candidate constraints from stationarity in the interior
     variables, ``min |gf_I + jc_{A,I}^T lam_A|``, and the stationarity residual per variable."""
     m = jnp.where(interior[:, None] & candidate[None, :], jc.T, 0.0)
-    lam = jnp.linalg.lstsq(m, -jnp.where(interior, gf, 0.0))[0]
+    lam = lstsq(m, -jnp.where(interior, gf, 0.0))
     lam = jnp.where(candidate, lam, 0.0)
     return lam, jnp.where(interior, gf + m @ lam, 0.0)
 
@@ -186,16 +187,18 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
     interior = ~(at_lo | at_hi)
     index = jnp.arange(y0.shape[0])
 
-    def left(mask):  # how far from stationary with non-negative multipliers
-        lam, resid = _multipliers(gf, jc, mask, candidate)
-        return jnp.max(jnp.abs(resid)) + jnp.sum(jnp.maximum(-lam, 0.0))
-
-    for _ in range(y0.shape[0]):  # hold the best one, re-estimate, until the rest is stationary
-        _, resid = _multipliers(gf, jc, interior, candidate)
-        score = jax.vmap(lambda i, mask=interior: left(mask & (index != i)))(index)
+    def hold_one(interior, _):  # hold the best one, re-estimate, until the rest is stationary
+        # row 0: every moving variable; row 1 + i: all but variable i
+        masks = jnp.concatenate([interior[None], interior[None] & (index[:, None] != index)])
+        lam, resid = jax.vmap(lambda mask: _multipliers(gf, jc, mask, candidate))(masks)
+        # how far from stationary with non-negative multipliers, holding variable i
+        score = jnp.max(jnp.abs(resid[1:]), axis=1) + jnp.sum(jnp.maximum(-lam[1:], 0.0), axis=1)
         pick = jnp.argmin(jnp.where(jumps & interior, score, jnp.inf))
-        hold = (jnp.max(jnp.abs(resid)) >= pin_tol) & jumps[pick] & interior[pick]
-        interior = interior & ~((index == pick) & hold)
+        hold = (jnp.max(jnp.abs(resid[0])) >= pin_tol) & jumps[pick] & interior[pick]
+        return interior & ~((index == pick) & hold), None
+
+    # a loop, not unrolled: one copy of the least-squares solve in the compiled code
+    interior, _ = jax.lax.scan(hold_one, interior, None, length=y0.shape[0])
     lam, _ = _multipliers(gf, jc, interior, candidate)
     active = candidate & (lam > ACTIVE_TOL)
     lam = jnp.where(active, lam, 0.0)
@@ -249,7 +252,7 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
         jac_t, (r_t, aux_t) = jac_value(trial)
         norm_t = jnp.linalg.norm(r_t)
         better = jnp.isfinite(norm_t) & (norm_t < norm)
-        new_step = jnp.linalg.lstsq(jac_t, -r_t)[0]
+        new_step = lstsq(jac_t, -r_t)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(better, x, y), a, b)  # noqa: E731
         return (
             pick(trial, w),
@@ -263,7 +266,7 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
     jac0, (r0, aux0) = jac_value(w0)
     start = (
         w0,
-        jnp.linalg.lstsq(jac0, -r0)[0],
+        lstsq(jac0, -r0),
         jnp.ones((), w0.dtype),
         jnp.linalg.norm(r0),
         jac0,

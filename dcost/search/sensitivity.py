@@ -36,6 +36,7 @@ import numpy as np
 
 from dcost.search._jit import jit
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
+from dcost.search.linalg import lstsq
 from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
 from dcost.search.problem import _LIMIT_OF, Problem, batch_size, broadcast, evaluate
 from dcost.specs import Hardware, Model, SpecError, Workload
@@ -144,7 +145,7 @@ def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
     values = jax.tree.leaves(inputs)
     d_log = jnp.stack(leaves, axis=-1) * jnp.stack(values)  # derivatives in log(field)
     cost = jax.tree.unflatten(treedef, list(d_log[-1]))  # envelope theorem
-    moved = -jnp.linalg.lstsq(jac_w, d_log[:-1])[0]  # implicit function theorem
+    moved = -lstsq(jac_w, d_log[:-1])  # implicit function theorem
     design = {
         name: Elasticities(*jax.tree.unflatten(treedef, list(moved[i])))
         for i, name in enumerate(problem.names)
