@@ -112,3 +112,12 @@ def test_bad_shapes_raise():
         lstsq(jnp.ones(3), jnp.ones(3))
     with pytest.raises(ValueError, match="lstsq"):
         lstsq(jnp.ones((3, 2)), jnp.ones(4))
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0)])
+def test_empty_systems_give_zero(shape):
+    # A problem without constraints has no multiplier equations: the answer is the empty/zero x.
+    a = jnp.zeros(shape)
+    x = lstsq(a, jnp.ones((shape[0],)))
+    assert x.shape == (shape[1],) and not np.any(np.asarray(x))
+    assert lstsq(a, jnp.ones((shape[0], 2))).shape == (shape[1], 2)

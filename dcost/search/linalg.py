@@ -100,6 +100,9 @@ def lstsq(a, b):
     vector = b.ndim == 1
     rhs = b[:, None] if vector else b
     m, n = a.shape
+    if m == 0 or n == 0:  # no equations (a problem without constraints) or no unknowns: x = 0
+        x = jnp.zeros((n, rhs.shape[1]), dtype)
+        return x[:, 0] if vector else x
     scale = jnp.max(jnp.abs(a))
     scale = jnp.where(scale > 0, scale, 1.0)
     an = a / scale
