@@ -12,6 +12,7 @@ deepseek-v3 (fp8) on gb200-nvl72, mean context 8192 tokens, time per output toke
 from __future__ import annotations
 
 import pathlib
+from typing import TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,16 @@ import numpy as np
 import dcost
 from dcost.cli.common import format_table
 
-SCENARIO = {
+
+class Scenario(TypedDict):
+    hardware: str
+    model: str
+    chips: int
+    context: int
+    tpot_slo: float
+
+
+SCENARIO: Scenario = {
     "hardware": "gb200-nvl72",
     "model": "deepseek-v3",
     "chips": 72,

@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost._types import FloatLeaf, OptionalFloatLeaf
+
 __all__ = ["Hardware", "Model", "Workload", "Design", "SpecError"]
 
 
@@ -112,15 +114,15 @@ class Hardware(eqx.Module):
     295
     """
 
-    flops: jax.Array = eqx.field(converter=_float)
-    hbm_bandwidth: jax.Array = eqx.field(converter=_float)
-    hbm_capacity: jax.Array = eqx.field(converter=_float)
-    scaleup_bandwidth: jax.Array = eqx.field(converter=_float)
-    scaleout_bandwidth: jax.Array = eqx.field(converter=_float)
-    scaleup_size: jax.Array = eqx.field(converter=_float)
-    price_per_hour: jax.Array = eqx.field(converter=_float)
-    flops_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
-    bandwidth_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
+    flops: FloatLeaf = eqx.field(converter=_float)
+    hbm_bandwidth: FloatLeaf = eqx.field(converter=_float)
+    hbm_capacity: FloatLeaf = eqx.field(converter=_float)
+    scaleup_bandwidth: FloatLeaf = eqx.field(converter=_float)
+    scaleout_bandwidth: FloatLeaf = eqx.field(converter=_float)
+    scaleup_size: FloatLeaf = eqx.field(converter=_float)
+    price_per_hour: FloatLeaf = eqx.field(converter=_float)
+    flops_efficiency: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    bandwidth_efficiency: FloatLeaf = eqx.field(default=1.0, converter=_float)
 
     def __check_init__(self):
         for name in (
@@ -174,17 +176,17 @@ class Model(eqx.Module):
     (180.0, 120.0, 1.5)
     """
 
-    n_layers: jax.Array = eqx.field(converter=_float)
-    d_model: jax.Array = eqx.field(converter=_float)
-    params_dense: jax.Array = eqx.field(converter=_float)
-    params_per_expert: jax.Array = eqx.field(converter=_float)
-    n_experts: jax.Array = eqx.field(converter=_float)
-    experts_active: jax.Array = eqx.field(converter=_float)
-    kv_bytes_per_token: jax.Array = eqx.field(converter=_float)
-    bytes_per_param: jax.Array = eqx.field(converter=_float)
-    attn_flops_per_context_token: jax.Array = eqx.field(default=0.0, converter=_float)
-    act_bytes: jax.Array = eqx.field(default=2.0, converter=_float)
-    n_moe_layers: jax.Array | None = eqx.field(default=None, converter=_float)
+    n_layers: FloatLeaf = eqx.field(converter=_float)
+    d_model: FloatLeaf = eqx.field(converter=_float)
+    params_dense: FloatLeaf = eqx.field(converter=_float)
+    params_per_expert: FloatLeaf = eqx.field(converter=_float)
+    n_experts: FloatLeaf = eqx.field(converter=_float)
+    experts_active: FloatLeaf = eqx.field(converter=_float)
+    kv_bytes_per_token: FloatLeaf = eqx.field(converter=_float)
+    bytes_per_param: FloatLeaf = eqx.field(converter=_float)
+    attn_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    act_bytes: FloatLeaf = eqx.field(default=2.0, converter=_float)
+    n_moe_layers: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     def __check_init__(self):
         check("Model", "n_layers", self.n_layers, low_open=True)
@@ -269,9 +271,9 @@ class Workload(eqx.Module):
     4096.0
     """
 
-    context: jax.Array = eqx.field(converter=_float)
-    prompt: jax.Array = eqx.field(default=None, converter=_float)
-    output: jax.Array = eqx.field(default=None, converter=_float)
+    context: FloatLeaf = eqx.field(converter=_float)
+    prompt: FloatLeaf = eqx.field(default=None, converter=_float)
+    output: FloatLeaf = eqx.field(default=None, converter=_float)
 
     def __init__(self, context, prompt=None, output=None):
         self.context = context
@@ -302,11 +304,11 @@ class Design(eqx.Module):
     512.0
     """
 
-    batch: jax.Array = eqx.field(converter=_float)
-    chips: jax.Array = eqx.field(default=1.0, converter=_float)
-    stages: jax.Array = eqx.field(default=1.0, converter=_float)
-    experts: jax.Array | None = eqx.field(default=None, converter=_float)
-    overtrain: jax.Array | None = eqx.field(default=None, converter=_float)
+    batch: FloatLeaf = eqx.field(converter=_float)
+    chips: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    stages: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    overtrain: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     def __check_init__(self):
         check("Design", "batch", self.batch, low=1.0)
