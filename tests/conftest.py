@@ -12,6 +12,10 @@ derandomized so a failure reproduces, and has no deadline because a first call c
 ``dev`` profile explores more: ``HYPOTHESIS_PROFILE=dev python -m pytest tests``.
 
 Warnings are errors (``filterwarnings = error`` in pyproject.toml).
+
+Slow tests. A test that takes more than about 3 s on 2 cores (or is first to use a fixture that
+does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks. The
+doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
 """
 
 import os
@@ -30,6 +34,20 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# doctests that run a search (pytest item names); a renamed one simply runs in the quick subset
+SLOW_DOCTESTS = {
+    "dcost.search.sensitivity.relax",
+    "dcost.search.optimize.optimize",
+    "dcost.search.lifetime_objective",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.name in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config):
