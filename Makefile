@@ -53,17 +53,20 @@ typecheck: $(VENV)/.installed-dev
 check: lint typecheck test
 
 # The lowest versions pyproject.toml allows, installed in a venv of their own by uv's
-# lowest-direct resolution (every direct dependency at its floor), then the quick tests.
+# lowest-direct resolution (every direct dependency at its floor), on the lowest Python allowed
+# when it is installed; then the quick tests, and the one test that runs jax.shard_map (slow).
 FLOORS := .venv-floors
+FLOORS_PYTHON ?= $(shell command -v python3.11 || echo $(PYTHON))
 floors:
 	rm -rf $(FLOORS)
-	$(PYTHON) -m venv $(FLOORS)
+	$(FLOORS_PYTHON) -m venv $(FLOORS)
 	$(FLOORS)/bin/python -m pip install -q uv
 	$(FLOORS)/bin/uv pip install -q --python $(FLOORS)/bin/python --resolution lowest-direct \
 		-e ".[test]"
 	$(FLOORS)/bin/python -c "import importlib.metadata as m, sys; print('python', sys.version.split()[0]); \
 		[print(p, m.version(p)) for p in ('jax', 'jaxlib', 'equinox', 'optax', 'numpy', 'matplotlib', 'pytest', 'hypothesis')]"
 	$(FLOORS)/bin/python -m pytest -p no:cacheprovider -m "not slow and not notebooks"
+	$(FLOORS)/bin/python -m pytest -p no:cacheprovider tests/test_optimize.py::test_grid_search_shards_across_devices
 
 clean:
 	rm -rf $(VENV) $(FLOORS) build *.egg-info
