@@ -100,11 +100,10 @@ def scenarios(n: int, seed: int):
         budget = float(rng.integers(1, 65)) if rng.random() < 0.2 else 1e9
         rows.append((h, models[mn], dcost.Workload(context), slo, budget))
         labels.append(f"{hn}/{mn}/ctx {context:.0f}/tpot {slo * 1e3:.1f} ms/budget {budget:g}")
-    stack = lambda xs: jax.tree.map(lambda *a: jnp.stack(a), *xs)  # noqa: E731
     problem = dcost.Problem(
-        stack([r[0] for r in rows]),
-        stack([r[1] for r in rows]),
-        stack([r[2] for r in rows]),
+        dcost.stack([r[0] for r in rows]),
+        dcost.stack([r[1] for r in rows]),
+        dcost.stack([r[2] for r in rows]),
         tpot_slo=jnp.array([r[3] for r in rows]),
         chip_budget=jnp.array([r[4] for r in rows]),
     )

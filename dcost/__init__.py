@@ -1,20 +1,21 @@
 """dcost: smooth, differentiable cost models of LLM serving and training in JAX.
 
 The public face; everything else is a private detail of the modules named for their concern.
+
+The searches (``optimize``, ``grid_search``, ``pareto``, ``sensitivity``, ``Problem``...) and
+``pricing`` are imported on first use (PEP 562), so that ``import dcost`` does not pay for Optax
+and the search programs when only the model is wanted; ``dcost.optimize`` and ``from dcost import
+optimize`` work as before. Importing dcost also turns on JAX's persistent compilation cache under
+the user's cache directory (``dcost._cache``; ``DCOST_CACHE=0`` turns it off).
 """
 
-from dcost import pricing
+import importlib as _importlib
+
+from dcost import _cache
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
-from dcost.pricing import fit_prices, identifiability, predict_prices, price_sheets
-from dcost.search.grid import grid_search
-from dcost.search.lifetime_objective import LifetimeInputs, LifetimeReport
-from dcost.search.optimize import optimize
-from dcost.search.pareto import Frontier, pareto
-from dcost.search.problem import Problem
-from dcost.search.sensitivity import Sensitivity, sensitivity
-from dcost.search.solution import Solution
 from dcost.serving.moe import expert_fraction
 from dcost.serving.roofline import (
+    PrefillReport,
     Report,
     balance_batch,
     bottleneck,
@@ -23,15 +24,17 @@ from dcost.serving.roofline import (
     prefill,
 )
 from dcost.smooth import smax
-from dcost.specs import Design, Hardware, Model, SpecError, Workload
+from dcost.specs import Design, Hardware, Model, SpecError, Workload, stack
 from dcost.training.lifetime import (
+    Deployment,
+    LifetimeInputs,
     lecture_estimate,
     lifetime_cost,
     lifetime_optimum,
     lifetime_optimum_dollars,
     scale_model,
 )
-from dcost.training.runs import bubble_fraction, training_run
+from dcost.training.runs import TrainingSetup, bubble_fraction, training_run
 from dcost.training.scaling import (
     ScalingFit,
     compute_optimal,
@@ -42,12 +45,54 @@ from dcost.training.scaling import (
     scaling_fit_names,
 )
 
+_cache.setup()
+
+# public name -> the module that defines it, imported when the name is first asked for
+_LAZY = {
+    "fit_prices": "dcost.pricing",
+    "identifiability": "dcost.pricing",
+    "predict_prices": "dcost.pricing",
+    "price_sheets": "dcost.pricing",
+    "grid_search": "dcost.search.grid",
+    "LifetimeReport": "dcost.search.lifetime_objective",
+    "optimize": "dcost.search.optimize",
+    "Frontier": "dcost.search.pareto",
+    "pareto": "dcost.search.pareto",
+    "Problem": "dcost.search.problem",
+    "Limits": "dcost.search.problem",
+    "Objective": "dcost.search.objectives",
+    "COST_PER_TOKEN": "dcost.search.objectives",
+    "COST_PER_INPUT_TOKEN": "dcost.search.objectives",
+    "LIFETIME_COST": "dcost.search.objectives",
+    "Sensitivity": "dcost.search.sensitivity",
+    "sensitivity": "dcost.search.sensitivity",
+    "Solution": "dcost.search.solution",
+}
+_LAZY_MODULES = {"pricing": "dcost.pricing", "search": "dcost.search"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+    elif name in _LAZY_MODULES:
+        value = _importlib.import_module(_LAZY_MODULES[name])
+    else:
+        raise AttributeError(f"module 'dcost' has no attribute {name!r}")
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
+
+
 __all__ = [
     "Design",
     "Hardware",
     "Model",
     "Workload",
     "Report",
+    "PrefillReport",
     "SpecError",
     "PresetError",
     "decode",
@@ -57,6 +102,7 @@ __all__ = [
     "bottleneck",
     "expert_fraction",
     "smax",
+    "stack",
     "hardware",
     "model",
     "hardware_names",
@@ -76,6 +122,7 @@ __all__ += [
     "scaling_fit",
     "scaling_fit_names",
     "training_run",
+    "TrainingSetup",
     "bubble_fraction",
     "lifetime_optimum",
     "lifetime_cost",
@@ -83,10 +130,16 @@ __all__ += [
     "scale_model",
     "lecture_estimate",
     "LifetimeInputs",
+    "Deployment",
     "LifetimeReport",
 ]
 __all__ += [
     "Problem",
+    "Limits",
+    "Objective",
+    "COST_PER_TOKEN",
+    "COST_PER_INPUT_TOKEN",
+    "LIFETIME_COST",
     "Solution",
     "Frontier",
     "Sensitivity",

@@ -15,10 +15,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import PyTreeDef
 
 from dcost._types import FloatLeaf, OptionalFloatLeaf
 
-__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError"]
+__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError", "stack"]
 
 
 class SpecError(ValueError):
@@ -291,7 +292,7 @@ class Design(eqx.Module):
     Attributes:
       batch: sequences per micro-batch ``B`` (>= 1).
       chips: chips per pipeline stage ``G`` (>= 1).
-      stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G``.
+      stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G`` (``chips_per_replica``).
       experts: routed experts ``E``; None keeps the model's own.
       overtrain: over-training ratio ``r = D / (20 N_active)``; None where it does not apply.
 
@@ -319,6 +320,11 @@ class Design(eqx.Module):
         if self.overtrain is not None:
             check("Design", "overtrain", self.overtrain, low_open=True)
 
+    @property
+    def chips_per_replica(self):
+        """Chips of one serving replica, ``P*G`` (``stages * chips``)."""
+        return self.stages * self.chips
+
 
 def with_experts(model: Model, design: Design) -> Model:
     """The model with ``design.experts`` routed experts (unchanged when the design leaves it None).
@@ -343,3 +349,31 @@ def with_experts(model: Model, design: Design) -> Model:
 
 
 INF = math.inf
+
+
+def stack(trees):
+    """A batch from equally shaped pytrees: every leaf stacked along a new leading axis.
+
+    How a problem of many scenarios is built (``dcost.Problem(dcost.stack([h1, h2]), ...)``);
+    the fields of the result carry the batch axis.
+
+    Args:
+      trees: a non-empty sequence of pytrees of one structure (e.g. several ``dcost.Hardware``).
+
+    >>> import dcost
+    >>> hw = dcost.stack([dcost.hardware("h100-sxm"), dcost.hardware("b200")])
+    >>> hw.flops.shape
+    (2,)
+    """
+    trees = list(trees)
+    if not trees:
+        raise SpecError("stack: trees = [] is not allowed: give at least one pytree")
+    # annotated: jax's own annotation of jax.tree.structure does not resolve for type checkers
+    first: PyTreeDef = jax.tree.structure(trees[0])
+    for i, tree in enumerate(trees[1:], start=1):
+        if first != jax.tree.structure(tree):
+            raise SpecError(
+                f"stack: trees[{i}] has another structure than trees[0] "
+                f"({type(tree).__name__} with fields set differently); all must match"
+            )
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)

@@ -39,19 +39,6 @@ COLORS = {
 }
 
 
-def serving_hardware(name: str, model: dcost.Model) -> dcost.Hardware:
-    """Preset ``name`` at the precision of ``model``'s weights: the chip's dense 8-bit FLOP/s
-    (``flops_fp8`` from the preset, its datasheet figure) for 1-byte weights, else bf16."""
-    if float(model.bytes_per_param) == 1.0:
-        return dcost.hardware(name, precision="fp8")
-    return dcost.hardware(name)
-
-
-def stack(specs):
-    """Stack equally shaped pytrees (e.g. several ``Hardware``) along a new leading axis."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *specs)
-
-
 def log_batches(high: float, n: int = 240) -> jnp.ndarray:
     """Whole batch sizes from 1 to ``high``, roughly log-spaced (duplicates removed)."""
     return jnp.asarray(np.unique(np.round(np.logspace(0.0, np.log10(high), n))))

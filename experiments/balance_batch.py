@@ -60,7 +60,7 @@ def balance_and_crossing(hardware, model):
 
 def compute():
     """B* of each model on each chip (one vmapped call per model), and the roofline crossing."""
-    hw = C.stack([dcost.hardware(n) for n in HARDWARE])
+    hw = dcost.stack([dcost.hardware(n) for n in HARDWARE])
     f, bw = np.asarray(hw.flops), np.asarray(hw.hbm_bandwidth)
     out = {
         "hardware": list(HARDWARE),

@@ -61,7 +61,7 @@ def compute(max_batch=1e6, exact_up_to=32768):
     out = {"hardware": HARDWARE, "chips": CHIPS, "batch": np.asarray(batches)}
     for kind, name in MODELS.items():
         m = dcost.model(name)
-        h = C.serving_hardware(HARDWARE, m)
+        h = dcost.presets.serving_hardware(HARDWARE, name)
         r = sweep(h, m, 0.0, batches)
         cost, tpot = np.asarray(r.cost_per_token), np.asarray(r.tpot)
         res = {
@@ -88,7 +88,7 @@ def compute(max_batch=1e6, exact_up_to=32768):
             )
         out[kind] = res
     m = dcost.model(MODELS["dense"])
-    h = C.serving_hardware(HARDWARE, m)
+    h = dcost.presets.serving_hardware(HARDWARE, MODELS["dense"])
     r = sweep(h, m, KV_CONTEXT, batches)
     out["dense_kv"] = {
         "context": KV_CONTEXT,

@@ -70,7 +70,7 @@ def compute(n_contexts=61, n_batches=300):
     out = {"context": np.asarray(contexts), "t0": T0, "tpot_slo_s": TPOT_SLO}
     for kind, (name, hw_name, chips) in CASES.items():
         m = dcost.model(name)
-        h = C.serving_hardware(hw_name, m)
+        h = dcost.presets.serving_hardware(hw_name, name)
         tc = float(dcost.critical_context(h, m))
         res = {
             "model": name,

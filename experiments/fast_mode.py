@@ -63,7 +63,7 @@ def binding(report, hardware):
 
 def compute(max_batch=40_000, n_log_batches=400):
     m = dcost.model(MODEL)
-    h = C.serving_hardware(HARDWARE, m)
+    h = dcost.presets.serving_hardware(HARDWARE, MODEL)
     speedups = np.exp(np.linspace(0.0, np.log(20.0), 80))
     speedups = np.unique(np.append(speedups, SPEEDUP))
     out = {

@@ -58,7 +58,7 @@ def sweep_to_full(hardware, chips, fractions, model):
 def compute(n_batches=64):
     """``M/BW`` per chip and the decode step along a batch sweep up to full HBM."""
     m = dcost.model(MODEL)
-    hw = C.stack([dcost.hardware(n) for n in HARDWARE])
+    hw = dcost.stack([dcost.hardware(n) for n in HARDWARE])
     chips = jnp.asarray(chips_for(hw, m))
     batch, r = sweep_to_full(hw, chips, jnp.linspace(0.0, 1.0, n_batches), m)
     floor = np.asarray(hw.hbm_capacity / hw.hbm_bandwidth)

@@ -88,7 +88,7 @@ def compute(n_batches=240, max_chips=None):
         "moe_layers": float(m.moe_layers),
     }
     for name, most in {**HARDWARE, **(max_chips or {})}.items():
-        h = C.serving_hardware(name, m)
+        h = dcost.presets.serving_hardware(name, MODEL)
         s = float(h.scaleup_size)
         # expert parallel over G chips, one stage (G > S spills onto scale-out),
         g = np.arange(1.0, most + 1.0)

@@ -76,12 +76,11 @@ def equal_split_inference(target, fit):
 
 
 def _serving():
-    return dict(
+    return dcost.Deployment(
         hardware=dcost.hardware("h100-sxm"),
         model=dcost.model("llama-3-70b"),
         design=dcost.Design(batch=256, chips=8),
         workload=dcost.Workload(4096),
-        mfu=0.4,
     )
 
 
@@ -113,8 +112,9 @@ def _compute(n_inf, n_curve, d_inf_range, n_range):
         target = dcost.loss(N_ACTIVE, est.n_tokens, name)
         best = dcost.lifetime_optimum(target, d_inf, name)
         ref = dcost.lifetime_optimum(target, 0.0, name)
-        lecture_usd = dcost.lifetime_cost(N_ACTIVE, est.n_tokens, d_inf, **serving)
-        usd = dcost.lifetime_optimum_dollars(target, d_inf, fit=name, **serving)
+        inputs = dcost.LifetimeInputs(d_inf, mfu=0.4, fit=name)
+        lecture_usd = dcost.lifetime_cost(N_ACTIVE, est.n_tokens, inputs, serving)
+        usd = dcost.lifetime_optimum_dollars(target, inputs, serving)
         res["fits"][name] = {
             "target_loss": float(target),
             "flop_optimum": _row(
@@ -143,7 +143,7 @@ def _compute(n_inf, n_curve, d_inf_range, n_range):
             ),
         }
 
-    fits = C.stack([dcost.scaling_fit(name) for name in FITS])
+    fits = dcost.stack([dcost.scaling_fit(name) for name in FITS])
     targets = jnp.asarray([res["fits"][name]["target_loss"] for name in FITS])
     d_infs = jnp.logspace(*np.log10(d_inf_range), n_inf)
     sweep = optimum_sweep(targets, d_infs, fits)

@@ -13,12 +13,19 @@ derandomized so a failure reproduces, and has no deadline because a first call c
 
 Warnings are errors (``filterwarnings = error`` in pyproject.toml).
 
-Slow tests. A test that takes more than about 3 s on 2 cores (or is first to use a fixture that
-does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks. The
-doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
+Compilation cache. The suite runs with dcost's persistent compilation cache off (``DCOST_CACHE=0``,
+set before ``dcost`` is imported): JAX writes cache entries non-atomically, so two test runs sharing
+``~/.cache/dcost`` could read a half-written entry and warn, which fails a test here.
+``tests/test_cache.py`` exercises the cache in fresh processes with their own directories.
+
+Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
+that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.
+The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
 """
 
 import os
+
+os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
 
 import jax
 import pytest

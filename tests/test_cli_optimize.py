@@ -129,6 +129,35 @@ def test_bad_duration_is_refused_by_the_parser(capsys):
     assert exit_.value.code == 2 and "not a duration" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "objective, needle",
+    [
+        ("lifetime_cost", "lifetime_cost cannot run from the command line"),
+        ("cheapest", "unknown objective 'cheapest'; choose from cost_per_token"),
+    ],
+)
+def test_objectives_the_cli_cannot_run_are_refused_clearly(capsys, objective, needle):
+    with pytest.raises(SystemExit) as exit_:
+        main(["optimize", *BASE, "--objective", objective])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_help_offers_only_what_runs(capsys):
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    out = capsys.readouterr().out
+    assert "{cost_per_token,cost_per_input_token}" in out
+
+
+def test_prefill_objective_prints_ttft(capsys):
+    code, out, _ = run(
+        capsys, "grid", *BASE, "--objective", "cost_per_input_token", "--ttft-slo", "2s"
+    )
+    assert code == 0 and "ttft:" in out and "per million input tokens" in out
+    assert "minimize cost_per_input_token subject to ttft <= 2000 ms" in out
+
+
 def test_unknown_preset(capsys):
     code, _, err = run(
         capsys, "grid", "--hardware", "h100", "--model", "llama-3-8b", "--context", "10"

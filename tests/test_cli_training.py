@@ -42,9 +42,8 @@ def test_train_json_has_si_fields_matching_training_run(capsys):
     assert code == 0
     got = json.loads(out)
     with jax.enable_x64(True):
-        run = dcost.training_run(
-            70e9, 15e12, dcost.hardware("h100-sxm"), 4096, 0.45, tensor=8, stages=4, microbatches=32
-        )
+        setup = dcost.TrainingSetup(tensor=8, stages=4, microbatches=32)
+        run = dcost.training_run(70e9, 15e12, dcost.hardware("h100-sxm"), 4096, 0.45, setup)
     assert got["flops"] == pytest.approx(6 * 70e9 * 15e12, rel=1e-12)
     assert got["seconds"] == pytest.approx(float(run.seconds), rel=1e-12)
     assert got["cost_usd"] == pytest.approx(float(run.cost), rel=1e-12)

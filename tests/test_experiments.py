@@ -205,7 +205,7 @@ def test_fast_mode_free_chips_is_no_worse_than_one_rack(fast):
 def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
     r = context[kind]
     m = dcost.model(r["model"])
-    h = _common.serving_hardware(r["hardware"], m)
+    h = dcost.presets.serving_hardware(r["hardware"], r["model"])
     # closed form from the fields: 2 N BW / (b_kv F - a BW)
     f, bw = float(h.flops), float(h.hbm_bandwidth)
     tc = (

@@ -183,10 +183,10 @@ def test_training_budget(executed):
     # The training run: 6 N D FLOP at the datasheet rate, stretched by the 1F1B bubble.
     run, h = s["training_run"], _card("hardware", "h100-sxm")
     bubble = (run["stages"] - 1) / (run["microbatches"] + run["stages"] - 1)
-    seconds = 6 * run["n_params"] * run["n_tokens"] / (run["chips"] * h["flops"] * run["mfu"])
+    seconds = 6 * run["n_params"] * run["n_tokens"] / (run["n_chips"] * h["flops"] * run["mfu"])
     assert run["seconds"] == pytest.approx(seconds / (1 - bubble), rel=1e-9)
     assert run["cost"] == pytest.approx(
-        run["chips"] * h["price_per_hour"] * run["seconds"] / 3600, rel=1e-9
+        run["n_chips"] * h["price_per_hour"] * run["seconds"] / 3600, rel=1e-9
     )
     assert run["fits"] and run["memory_per_chip"] <= h["hbm_capacity"]
     weights_and_grads = 4.0 * run["n_params"] / (run["tensor"] * run["stages"])

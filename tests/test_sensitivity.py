@@ -61,10 +61,6 @@ def scenario(name, kind):
     return h, m, dcost.Workload(ctx), tpot, ttft
 
 
-def stack(items):
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *items)
-
-
 @pytest.fixture(scope="module")
 def solved():
     with jax.enable_x64(True):
@@ -79,9 +75,9 @@ def solved():
             )
         )  # infeasible: the weights alone take 5 ms to read
         p = dcost.Problem(
-            stack([r[0] for r in rows]),
-            stack([r[1] for r in rows]),
-            stack([r[2] for r in rows]),
+            dcost.stack([r[0] for r in rows]),
+            dcost.stack([r[1] for r in rows]),
+            dcost.stack([r[2] for r in rows]),
             free=FREE,
             tpot_slo=jnp.array([r[3] for r in rows]),
             ttft_slo=jnp.array([r[4] for r in rows]),

@@ -291,10 +291,10 @@ H100 = dict(
 )
 
 
-def _serving(batch=256.0, context=4096.0, chips=8.0):
-    return dict(
+def _serving(batch=256.0, context=4096.0, chips=8.0, model=None):
+    return dcost.Deployment(
         hardware=dcost.Hardware(**H100),
-        model=dcost.model("llama-3-70b"),
+        model=dcost.model("llama-3-70b") if model is None else model,
         design=dcost.Design(batch=batch, chips=chips),
         workload=dcost.Workload(context),
     )
@@ -303,10 +303,11 @@ def _serving(batch=256.0, context=4096.0, chips=8.0):
 def test_dollar_optimum_reduces_to_flops_when_serving_is_compute_bound():
     # Batch 1e5 at zero context: decode is compute bound, c_tok = 2 N p / (3600 F) = the training
     # price of 2 N FLOP at mfu 1, so the dollar problem is the FLOP problem times a price.
-    kw = _serving(batch=1e5, context=0.0, chips=1.0)
+    dep = _serving(batch=1e5, context=0.0, chips=1.0)
     fit = dcost.scaling_fit("besiroglu2024")
     for d_inf in (0.0, 1e12, 1e15):
-        usd = dcost.lifetime_optimum_dollars(2.05, d_inf, fit=fit, mfu=1.0, **kw)
+        inputs = dcost.LifetimeInputs(d_inf, fit=fit, mfu=1.0)
+        usd = dcost.lifetime_optimum_dollars(2.05, inputs, dep)
         flop = dcost.lifetime_optimum(2.05, d_inf, fit)
         assert float(usd.n_params) == pytest.approx(float(flop.n_params), rel=1e-5)
         assert float(usd.n_tokens) == pytest.approx(float(flop.n_tokens), rel=1e-5)
@@ -315,17 +316,18 @@ def test_dollar_optimum_reduces_to_flops_when_serving_is_compute_bound():
 
 
 def test_dollar_optimum_against_exhaustive_search_and_its_gradient():
-    kw = _serving()
+    dep = _serving()
     fit = "hoffmann2022"
     target, d_inf, rl = 1.95, 3e13, 1e12
-    best = dcost.lifetime_optimum_dollars(target, d_inf, fit=fit, rl_tokens=rl, **kw)
+    inputs = dcost.LifetimeInputs(d_inf, rl_tokens=rl, fit=fit)
+    best = dcost.lifetime_optimum_dollars(target, inputs, dep)
     e, a, _, alpha, _ = PUBLISHED[fit]
     n_min = (a / (target - e)) ** (1.0 / alpha)
     grid = n_min * np.geomspace(1.0 + 1e-6, 1e5, 4001)
     d = _constraint_tokens(grid, target, PUBLISHED[fit])
-    cost = jax.jit(
-        jax.vmap(lambda n, dd: dcost.lifetime_cost(n, dd, d_inf, rl_tokens=rl, **kw).total)
-    )(jnp.asarray(grid), jnp.asarray(d))
+    cost = jax.jit(jax.vmap(lambda n, dd: dcost.lifetime_cost(n, dd, inputs, dep).total))(
+        jnp.asarray(grid), jnp.asarray(d)
+    )
     i = int(jnp.argmin(cost))
     assert 0 < i < grid.size - 1
     assert abs(math.log(float(best.n_params) / grid[i])) <= 2 * math.log(grid[1] / grid[0])
@@ -334,9 +336,8 @@ def test_dollar_optimum_against_exhaustive_search_and_its_gradient():
 
     # Envelope theorem: the gradient of the optimal cost against re-solving.
     def total(log_d_inf):
-        return dcost.lifetime_optimum_dollars(
-            target, jnp.exp(log_d_inf), fit=fit, rl_tokens=rl, **kw
-        ).cost.total
+        moved = dcost.LifetimeInputs(jnp.exp(log_d_inf), rl_tokens=rl, fit=fit)
+        return dcost.lifetime_optimum_dollars(target, moved, dep).cost.total
 
     total = jax.jit(total)
     x, h = math.log(d_inf), 1e-3
@@ -355,9 +356,9 @@ def test_dollar_optimum_of_a_routed_model_reaches_the_target_through_effective_p
         kv_bytes_per_token=1.3e5,
         bytes_per_param=2.0,
     )
-    kw = dict(_serving(), model=moe)
-    dense = dcost.lifetime_optimum_dollars(2.0, 1e14, **_serving())
-    best = dcost.lifetime_optimum_dollars(2.0, 1e14, **kw)
+    inputs = dcost.LifetimeInputs(1e14)
+    dense = dcost.lifetime_optimum_dollars(2.0, inputs, _serving())
+    best = dcost.lifetime_optimum_dollars(2.0, inputs, _serving(model=moe))
     shaped = dcost.scale_model(moe, best.n_params)
     assert float(shaped.sparsity) == pytest.approx(66e9 / 4e9, rel=1e-12)
     # dcost.loss of a Model counts effective_params(N_active, N_total) with gamma = 1/3.
@@ -366,21 +367,19 @@ def test_dollar_optimum_of_a_routed_model_reaches_the_target_through_effective_p
 
 
 def test_lifetime_cost_terms_and_gradients():
-    kw = _serving()
+    dep = _serving()
     n, d, d_inf, rl = 7e10, 1.5e13, 1e14, 1e12
-    c = dcost.lifetime_cost(n, d, d_inf, rl_tokens=rl, mfu=0.5, **kw)
+    c = dcost.lifetime_cost(n, d, dcost.LifetimeInputs(d_inf, rl_tokens=rl, mfu=0.5), dep)
     per_flop = 3.0 / 3600.0 / (989.4e12 * 0.5)
     assert float(c.pretrain) == pytest.approx(6 * n * d * per_flop, rel=1e-12)
-    scaled = jax.jit(dcost.scale_model)(kw["model"], n)
-    c_tok = jax.jit(dcost.decode)(
-        kw["design"], kw["hardware"], scaled, kw["workload"]
-    ).cost_per_token
+    scaled = jax.jit(dcost.scale_model)(dep.model, n)
+    c_tok = jax.jit(dcost.decode)(dep.design, dep.hardware, scaled, dep.workload).cost_per_token
     assert float(c.cost_per_token) == pytest.approx(float(c_tok), rel=1e-12)
     assert float(c.inference) == pytest.approx(d_inf * float(c_tok), rel=1e-12)
     assert float(c.rl) == pytest.approx(rl * (float(c_tok) + 6 * n * per_flop), rel=1e-12)
     assert float(c.total) == pytest.approx(float(c.pretrain + c.rl + c.inference), rel=1e-12)
     # The resized model keeps the sparsity and scales as documented.
-    m = kw["model"]
+    m = dep.model
     f = n / float(m.params_active)
     assert float(scaled.params_active) == pytest.approx(n, rel=1e-12)
     assert float(scaled.kv_bytes_per_token) == pytest.approx(
@@ -388,7 +387,9 @@ def test_lifetime_cost_terms_and_gradients():
     )
 
     def log_total(x):  # x = log(N, D, D_inf); smooth roofline for a gradient everywhere
-        return jnp.log(dcost.lifetime_cost(*jnp.exp(x), rl_tokens=rl, smoothness=0.05, **kw).total)
+        n_, d_, d_inf_ = jnp.exp(x)
+        inputs = dcost.LifetimeInputs(d_inf_, rl_tokens=rl)
+        return jnp.log(dcost.lifetime_cost(n_, d_, inputs, dep, smoothness=0.05).total)
 
     check_grads(
         jax.jit(log_total),
@@ -421,13 +422,13 @@ def test_lifetime_cost_terms_and_gradients():
         (lambda: dcost.training_run(7e10, -1.0, dcost.Hardware(**H100), 8, 0.4), "n_tokens"),
         (lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 8, 1.5), "mfu"),
         (
-            lambda: dcost.training_run(7e10, 1e12, dcost.Hardware(**H100), 12, 0.4, tensor=8),
-            "chips",
+            lambda: dcost.training_run(
+                7e10, 1e12, dcost.Hardware(**H100), 12, 0.4, dcost.TrainingSetup(tensor=8)
+            ),
+            "n_chips",
         ),
         (
-            lambda: dcost.training_run(
-                7e10, 1e12, dcost.Hardware(**H100), 8, 0.4, recompute="some"
-            ),
+            lambda: dcost.TrainingSetup(recompute="some"),
             "recompute",
         ),
     ],
@@ -537,18 +538,8 @@ def test_activation_memory_against_korthikanti_for_gpt3_175b():
         kv_bytes_per_token=0,
         bytes_per_param=2,
     )
-    run = dcost.training_run(
-        model,
-        300e9,
-        dcost.Hardware(**H100),
-        1024,
-        0.4,
-        stages=p,
-        microbatches=64,
-        tensor=t,
-        seq_len=s,
-        micro_batch=b,
-    )
+    setup = dcost.TrainingSetup(stages=p, microbatches=64, tensor=t, seq_len=s, micro_batch=b)
+    run = dcost.training_run(model, 300e9, dcost.Hardware(**H100), 1024, 0.4, setup)
     assert float(run.memory_activations) == pytest.approx(34 * s * b * h * L / t, rel=1e-12)
     assert float(run.memory_activations) / 1e9 == pytest.approx(10.27, abs=0.01)
     # 16 bytes per parameter: 4 (bf16 weights + grads) over t*p, 12 (fp32 master, m, v) also over
@@ -559,7 +550,8 @@ def test_activation_memory_against_korthikanti_for_gpt3_175b():
 
 def test_training_run_against_hand_calculation():
     hw = dcost.Hardware(**H100)
-    run = dcost.training_run(70e9, 15e12, hw, 4096, 0.45, tensor=8, stages=4, microbatches=32)
+    setup = dcost.TrainingSetup(tensor=8, stages=4, microbatches=32)
+    run = dcost.training_run(70e9, 15e12, hw, 4096, 0.45, setup)
     flops = 6 * 70e9 * 15e12
     seconds = flops / (4096 * 989.4e12 * 0.45) / (1 - 3 / 35)
     assert float(run.flops) == pytest.approx(flops, rel=1e-12)
@@ -594,7 +586,12 @@ def test_training_run_vmaps_over_layouts():
     stages = jnp.array([1.0, 2.0, 4.0, 8.0])
     runs = jax.vmap(
         lambda p: dcost.training_run(
-            70e9, 15e12, hw, 4096.0, 0.45, stages=p, tensor=8.0, microbatches=16.0
+            70e9,
+            15e12,
+            hw,
+            4096.0,
+            0.45,
+            dcost.TrainingSetup(stages=p, tensor=8.0, microbatches=16.0),
         )
     )(stages)
     assert np.all(np.diff(np.asarray(runs.seconds)) > 0)  # deeper pipeline, bigger bubble

@@ -1,34 +1,55 @@
 """The ``dcost`` command line: one entry point, one module per subcommand.
 
 Every subcommand module has ``add_parsers(subparsers)``; a handler returns the exit code. A bad
-argument or value prints one line and exits with code 2.
+argument or value prints one line and exits with code 2. Only the module of the subcommand asked
+for is imported (``dcost eval`` does not import the searches and Optax); ``dcost --help`` and an
+unknown subcommand import them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from dcost.cli import calibrate, evaluate, presets, search, training
 from dcost.cli.common import Parser
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (presets, evaluate, training, search, calibrate)
+# subcommand -> the module in dcost.cli that registers it, in the order `dcost --help` lists them
+_SUBCOMMANDS = {
+    "presets": "presets",
+    "eval": "evaluate",
+    "train": "training",
+    "lifetime": "training",
+    "optimize": "search",
+    "grid": "search",
+    "calibrate": "calibrate",
+    "warmup": "warmup",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``dcost`` parser with every subcommand registered."""
+def _modules(argv) -> list[str]:
+    """The modules to register: the named subcommand's alone, else all of them."""
+    first = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    if first in _SUBCOMMANDS and not {"-h", "--help"} & set(argv[: argv.index(first)]):
+        return [_SUBCOMMANDS[first]]
+    return list(dict.fromkeys(_SUBCOMMANDS.values()))
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The ``dcost`` parser: every subcommand, or only the one ``argv`` names."""
     parser = Parser(prog="dcost", description="Cost models of LLM serving and training.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in _SUBCOMMANDS:
-        module.add_parsers(sub)
+    for name in _modules(argv):
+        importlib.import_module(f"dcost.cli.{name}").add_parsers(sub)
     return parser
 
 
 def main(argv=None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad argument or value)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -97,20 +97,20 @@ def add_precision_argument(parser) -> None:
     """``--precision``: the chip's FLOP/s at this precision (auto: the model's own)."""
     parser.add_argument(
         "--precision",
-        choices=("auto", "bf16", "fp8", "int8"),
+        choices=("auto", *presets.PRECISIONS),
         default="auto",
         help="matmul precision for the chip's FLOP/s (auto: the model's serving "
-        "precision, fp8 for deepseek-v3, else bf16)",
+        "precision from its preset, e.g. fp8 for deepseek-v3, bf16 for llama-3-70b; bf16 on a "
+        "chip without that rate)",
     )
 
 
 def hardware_and_model(args):
-    """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own)."""
+    """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own, by
+    ``dcost.presets.serving_hardware``)."""
     m = presets.model(args.model)
     precision = getattr(args, "precision", "auto")
-    if precision == "auto":
-        precision = presets.serving_precision(args.model)
-    return presets.hardware(args.hardware, precision=precision), m
+    return presets.serving_hardware(args.hardware, args.model, precision=precision), m
 
 
 def positive(text):

@@ -1,4 +1,9 @@
-"""``dcost eval``: one design, decode or prefill, with the exact model, term by term."""
+"""``dcost eval``: one design, decode or prefill, with the exact model, term by term.
+
+``--json`` prints the report's own fields: a decode report's ``tpot`` (time per output token),
+a prefill report's ``ttft`` (the time of the pass), and ``tokens_per_s`` and ``cost_per_token``
+per output token (decode) or per input token (prefill).
+"""
 
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ def _cmd_eval(args) -> int:
                         "chips": args.chips,
                         "stages": args.stages,
                         "experts": args.experts,
+                        "chips_per_replica": float(d.chips_per_replica),
                     },
                     "context": args.context,
                     "bottleneck": binds,
@@ -53,7 +59,8 @@ def _cmd_eval(args) -> int:
     per = "output" if args.phase == "decode" else "input"
     print(
         f"{args.model} on {args.hardware}: {args.phase}, batch {args.batch:g}, "
-        f"{args.chips:g} chips x {args.stages:g} stages, context {args.context:g} tokens"
+        f"{args.chips:g} chips per stage x {args.stages:g} stages "
+        f"({float(d.chips_per_replica):g} chips per replica), context {args.context:g} tokens"
     )
     terms = [
         ["compute", fmt_time(fields["t_compute"])],
@@ -67,9 +74,12 @@ def _cmd_eval(args) -> int:
     print(format_table(terms, ["term (one stage step)", "time"]))
     mem = fields["memory_per_chip"]
     fit = "fits" if mem <= capacity else "DOES NOT FIT"
-    label = "time per output token" if args.phase == "decode" else "time of the prefill pass"
+    if args.phase == "decode":
+        label, latency = "time per output token", fields["tpot"]
+    else:
+        label, latency = "ttft (prefill pass)", fields["ttft"]
     print(f"\nbinding term:          {binds}")
-    print(f"{label + ':':23s}{fmt_time(fields['tpot'])}")
+    print(f"{label + ':':23s}{fmt_time(latency)}")
     print(f"tokens/s (replica):    {fields['tokens_per_s']:.4g} {per} tokens/s")
     print(f"cost:                  ${fields['cost_per_token'] * 1e6:.4g} per million {per} tokens")
     print(f"memory per chip:       {mem / 1e9:.2f} GB of {capacity / 1e9:.0f} GB ({fit})")

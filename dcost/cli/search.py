@@ -12,6 +12,7 @@ design, 1 no feasible design (the reason is printed), 2 a bad argument.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -26,14 +27,18 @@ from dcost.cli.common import (
     parse_duration,
     parse_number,
 )
-from dcost.search import objectives
 from dcost.search.grid import grid_search
 from dcost.search.optimize import optimize
 from dcost.search.problem import Problem
 from dcost.search.sensitivity import sensitivity
 from dcost.specs import Workload
 
-__all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar"]
+__all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar", "CLI_OBJECTIVES"]
+
+CLI_OBJECTIVES = ("cost_per_token", "cost_per_input_token")
+"""The objectives these commands can run: their inputs are all arguments. ``lifetime_cost``
+(``dcost.search.objectives.LIFETIME_COST``) also needs a ``dcost.LifetimeInputs`` (tokens served,
+RL tokens, training MFU, scaling fit) and a loss target, which the command line does not take."""
 
 
 def add_parsers(subparsers) -> None:
@@ -54,6 +59,21 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("grid", help="the cheapest design by exhaustive search (exact)")
     _common(p)
     p.set_defaults(func=cmd_grid)
+
+
+def _objective(text: str) -> str:
+    if text in CLI_OBJECTIVES:
+        return text
+    if text == "lifetime_cost":
+        raise argparse.ArgumentTypeError(
+            "lifetime_cost cannot run from the command line: it needs the tokens served, RL "
+            "tokens, training MFU and scaling fit (dcost.LifetimeInputs) and a loss target; use "
+            "dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...), "
+            "loss_target=...) in Python"
+        )
+    raise argparse.ArgumentTypeError(
+        f"unknown objective {text!r}; choose from {', '.join(CLI_OBJECTIVES)}"
+    )
 
 
 def _whole(text: str) -> int:
@@ -79,7 +99,15 @@ def _common(p) -> None:
         default=None,
         help="prompt length for prefill and ttft, tokens (default: --context)",
     )
-    p.add_argument("--objective", choices=sorted(objectives.OBJECTIVES), default="cost_per_token")
+    p.add_argument(
+        "--objective",
+        type=_objective,
+        metavar="{" + ",".join(CLI_OBJECTIVES) + "}",
+        default="cost_per_token",
+        help="what to minimize: $ per output token (decode, the default) or per input token "
+        "(prefill). lifetime_cost needs training inputs this command does not take: use "
+        "dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...)) in Python",
+    )
     p.add_argument(
         "--tpot-slo",
         type=parse_duration,
@@ -101,12 +129,16 @@ def _common(p) -> None:
     p.add_argument(
         "--memory-reserve", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)"
     )
-    for name, default in (("batch", 65536), ("chips", 72), ("stages", 8)):
+    for name, what, default in (
+        ("batch", "batch", 65536),
+        ("chips", "chips per pipeline stage", 72),
+        ("stages", "pipeline stages", 8),
+    ):
         p.add_argument(
             f"--max-{name}",
             type=str,
             default=str(default),
-            help=f"largest {name} to consider (default {default}; 1 fixes it at 1)",
+            help=f"largest {what} to consider (default {default}; 1 fixes it at 1)",
         )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
 
@@ -187,16 +219,16 @@ def _floats(tree) -> dict:
 
 
 def _emit(args, problem, sol, sens, method) -> int:
-    unit = objectives.get(problem.objective).unit
+    unit = problem.objective.unit
     feasible = bool(sol.feasible)
     if args.json:
         out = {
             "method": method,
             "hardware": args.hardware,
             "model": args.model,
-            "objective": problem.objective,
+            "objective": problem.objective.name,
             "unit": unit,
-            "limits": {k: _si(v) for k, v in problem.limits().items()},
+            "limits": {k: _si(v) for k, v in problem.limit_values().items()},
             "design": _floats(sol.design),
             "cost": _si(sol.cost),
             "feasible": feasible,
@@ -228,13 +260,13 @@ def _ms(seconds: float) -> str:
 
 def _print_text(args, problem, sol, sens, unit) -> None:
     per = unit.replace("$ per ", "")
-    limits = {k: float(v) for k, v in problem.limits().items()}
+    limits = {k: float(v) for k, v in problem.limit_values().items()}
     target = ", ".join(
         f"{k} <= {_ms(v) if k in ('tpot', 'ttft') else _fmt_limit(k, v)}" for k, v in limits.items()
     )
     print(
         f"{args.model} on {args.hardware}, context {args.context:g} tokens: "
-        f"minimize {problem.objective} subject to {target}"
+        f"minimize {problem.objective.name} subject to {target}"
     )
     d = sol.design
     b, g, st = float(d.batch), float(d.chips), float(d.stages)
@@ -247,8 +279,10 @@ def _print_text(args, problem, sol, sens, unit) -> None:
         return
     r = sol.report
     print(f"cost:            ${float(sol.cost) * 1e6:.4g} per million {per}s")
-    label = "tpot" if problem.objective == "cost_per_token" else "prefill pass"
-    print(f"{label + ':':17s}{_ms(float(r.tpot))}")
+    if hasattr(r, "tpot"):
+        print(f"{'tpot:':17s}{_ms(float(r.tpot))}")
+    else:
+        print(f"{'ttft:':17s}{_ms(float(r.ttft))} (the prefill pass)")
     print(
         f"memory per chip: {float(r.memory_per_chip) / 1e9:.3g} GB of "
         f"{float(problem.hardware.hbm_capacity) / 1e9:.3g} GB"

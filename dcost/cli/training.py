@@ -8,7 +8,6 @@ readable units here (B params, T tokens, days, GB, $M); ``--json`` prints SI fie
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
@@ -16,7 +15,7 @@ import jax
 
 import dcost
 from dcost.training.lifetime import lifetime_optimum
-from dcost.training.runs import RECOMPUTE, training_run
+from dcost.training.runs import RECOMPUTE, TrainingSetup, training_run
 from dcost.training.scaling import as_fit, scaling_fit_names
 
 __all__ = ["add_parsers", "train_command", "lifetime_command"]
@@ -36,7 +35,7 @@ def add_parsers(subparsers) -> None:
     size.add_argument("--model", help="a model preset (its architecture and sparsity)")
     p.add_argument("--tokens", type=float, required=True, help="training tokens, e.g. 15e12")
     p.add_argument("--hardware", required=True, help="hardware preset, e.g. h100-sxm")
-    p.add_argument("--chips", type=int, required=True, help="chips in the run")
+    p.add_argument("--chips", type=int, required=True, help="all chips of the run")
     p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilization (default 0.4)")
     p.add_argument("--tensor", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--stages", type=int, default=1, help="pipeline stages (default 1)")
@@ -104,12 +103,7 @@ def _train(args) -> int:
     overrides = {} if args.price is None else {"price_per_hour": args.price}
     hw = dcost.hardware(args.hardware, **overrides)
     model = dcost.model(args.model) if args.model is not None else args.params
-    run = training_run(
-        model,
-        args.tokens,
-        hw,
-        args.chips,
-        args.mfu,
+    setup = TrainingSetup(
         stages=args.stages,
         microbatches=args.microbatches,
         tensor=args.tensor,
@@ -117,12 +111,13 @@ def _train(args) -> int:
         micro_batch=args.micro_batch,
         recompute=args.recompute,
     )
+    run = training_run(model, args.tokens, hw, args.chips, args.mfu, setup)
     n_active = float(model.params_active) if args.model is not None else float(args.params)
     data = args.chips // (args.tensor * args.stages)
     out = {
         "n_params": n_active,
         "n_tokens": args.tokens,
-        "chips": args.chips,
+        "n_chips": args.chips,
         "mfu": args.mfu,
         "data_parallel": data,
         "tensor": args.tensor,
@@ -227,9 +222,3 @@ def _lifetime(args) -> int:
         f"parameters on {_si(c['n_tokens'])} tokens (r = {c['overtrain']:.2f})"
     )
     return 0
-
-
-def _parser() -> argparse.ArgumentParser:  # for trying the pieces without dcost.cli
-    parser = argparse.ArgumentParser(prog="dcost")
-    add_parsers(parser.add_subparsers(dest="command", required=True))
-    return parser

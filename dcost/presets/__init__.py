@@ -18,6 +18,7 @@ __all__ = [
     "hardware",
     "model",
     "pair",
+    "serving_hardware",
     "precisions",
     "serving_precision",
     "hardware_names",
@@ -149,18 +150,45 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
     return Hardware(**fields)
 
 
+def serving_hardware(
+    hardware_name: str, model_name: str, precision: str = "auto", **overrides
+) -> Hardware:
+    """The hardware preset with its FLOP/s at the precision model preset ``model_name`` serves
+    in: the one rule that matches a chip to a model (``pair``, the CLI, the experiments and the
+    notebooks call it).
+
+    ``precision="auto"``: the model card's ``serving_precision`` (fp8 for deepseek-v3,
+    deepseek-r1 and kimi-k2, bf16 for the rest) where the chip lists a rate for it; on a chip
+    without one (fp8 on a100-80gb or tpu-v5p) the model runs weight-only, its weights at their own
+    bytes per parameter and its matmuls at bf16. Any other ``precision`` is used as given, and a
+    chip without that rate raises ``PresetError``.
+
+    >>> import dcost
+    >>> h = dcost.presets.serving_hardware("h100-sxm", "deepseek-v3")
+    >>> round(float(h.flops / dcost.hardware("h100-sxm").flops), 3)  # fp8: twice bf16
+    2.0
+    >>> a100 = dcost.presets.serving_hardware("a100-80gb", "deepseek-v3")  # no fp8 tensor cores
+    >>> float(a100.flops) == float(dcost.hardware("a100-80gb").flops)
+    True
+    """
+    if precision == "auto":
+        precision = serving_precision(model_name)
+        if precision not in precisions(hardware_name):
+            precision = "bf16"
+    return hardware(hardware_name, precision=precision, **overrides)
+
+
 def pair(hardware_name: str, model_name: str, **hardware_overrides) -> tuple[Hardware, Model]:
-    """Hardware and model presets matched in precision: the chip's FLOP/s at the model's serving
-    precision (fp8 for deepseek-v3, deepseek-r1 and kimi-k2, bf16 for the rest; see
-    ``serving_precision``). A chip without that rate raises ``PresetError``.
+    """Hardware and model presets matched in precision (``serving_hardware``): the chip's FLOP/s
+    at the model's serving precision, and the model.
 
     >>> import dcost
     >>> h, m = dcost.presets.pair("gb200-nvl72", "deepseek-v3")
     >>> round(float(h.flops) / 1e15, 3), float(m.bytes_per_param)
     (5.0, 1.0)
     """
-    precision = serving_precision(model_name)
-    return (hardware(hardware_name, precision=precision, **hardware_overrides), model(model_name))
+    h = serving_hardware(hardware_name, model_name, **hardware_overrides)
+    return h, model(model_name)
 
 
 def _mlp_params(d_model: float, d_ff: float, gated: bool, biases: bool) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from dcost.search._jit import jit
-from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
+from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, better, broadcast, evaluate
 from dcost.search.solution import Solution, Stats, finish
 
 __all__ = ["grid_search", "grid_points"]
@@ -128,15 +128,8 @@ def _unravel(problem: Problem, index):
     return multi + jnp.asarray(problem.lower, multi.dtype)
 
 
-def _better(a, b):
-    """Lexicographic (violation, cost, index) comparison of two candidates: a strictly first."""
-    va, ca, ia = a
-    vb, cb, ib = b
-    return (va < vb) | ((va == vb) & ((ca < cb) | ((ca == cb) & (ia < ib))))
-
-
 def _merge(a, b):
-    keep = _better(a, b)
+    keep = better(a, b)
     return tuple(jnp.where(keep, x, y) for x, y in zip(a, b, strict=True))
 
 

@@ -1,5 +1,6 @@
-"""The ``lifetime_cost`` objective: dollars of pretraining + RL + inference, searched jointly with
-the routed expert count, the over-training ratio and the serving layout.
+"""The ``lifetime_cost`` objective (``dcost.search.objectives.LIFETIME_COST``): dollars of
+pretraining + RL + inference, searched jointly with the routed expert count, the over-training
+ratio and the serving layout.
 
 A design fixes ``E`` routed experts (``experts``), the over-training ratio ``r`` (``overtrain``)
 and the serving layout ``B, G, P`` (``batch``, ``chips``, ``stages``). The model keeps its active
@@ -17,9 +18,9 @@ inference tokens at the serving cost per token of ``dcost.decode`` at the design
 buy quality (``N_eff`` grows as
 ``E**gamma`` roughly) but cost HBM and weight reads; more over-training buys quality for
 pretraining dollars. The constraints are ``loss <= loss_target`` and the serving ones (``tpot``,
-``ttft``, ``memory``, ``chips``), as for ``cost_per_token``. The loss enters the search scaled to
-its reducible part (``Solution.values`` holds ``L* (L - E)/(L* - E)``, which is ``<= L*`` exactly
-when ``L <= L*``; the loss itself is ``report.loss``), so its multiplier is
+``ttft``, ``memory``, ``replica_chips``), as for ``cost_per_token``. The loss enters the search
+scaled to its reducible part (``Solution.values`` holds ``L* (L - E)/(L* - E)``, which is
+``<= L*`` exactly when ``L <= L*``; the loss itself is ``report.loss``), so its multiplier is
 ``-d log($*) / d log(L* - E)``.
 
 Over-training is searched on whole numbers, like every free variable (``grid_search`` and
@@ -44,71 +45,14 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from dcost.search.objectives import Objective, register
 from dcost.serving.roofline import Report, decode, prefill
-from dcost.specs import Hardware, SpecError, _concrete, _float, check, with_experts
-from dcost.training.lifetime import LifetimeCost, lifetime_cost
-from dcost.training.scaling import (
-    GAMMA,
-    TOKENS_PER_PARAM,
-    ScalingFit,
-    as_fit,
-    effective_params,
-    loss,
-)
+from dcost.specs import SpecError, _concrete, with_experts
+from dcost.training.lifetime import Deployment, LifetimeCost, LifetimeInputs, lifetime_cost
+from dcost.training.scaling import TOKENS_PER_PARAM, effective_params, loss
 
-__all__ = ["LifetimeInputs", "LifetimeReport"]
-
-
-class LifetimeInputs(eqx.Module):
-    """The economics of ``lifetime_cost`` (``Problem.extras``); leaves may carry the problem's
-    batch axis.
-
-    Args:
-      inference_tokens: output tokens served over the model's life ``D_inf`` (>= 0).
-      rl_tokens: RL tokens generated (priced as decode) and trained on (``6 N`` FLOP) (>= 0).
-      mfu: training model FLOP utilization, in (0, 1].
-      fit: the dense scaling fit (a ``ScalingFit`` or a published name), default hoffmann2022.
-      gamma: the ``effective_params`` exponent in [0, 1] (default 1/3).
-      train_hardware: the training chip (a ``dcost.Hardware``); None: the serving chip.
-
-    >>> import dcost
-    >>> x = dcost.LifetimeInputs(inference_tokens=1e13, rl_tokens=1e11)
-    >>> round(float(x.fit.alpha), 2), round(float(x.gamma), 4)
-    (0.34, 0.3333)
-    """
-
-    inference_tokens: jax.Array
-    rl_tokens: jax.Array
-    mfu: jax.Array
-    fit: ScalingFit
-    gamma: jax.Array
-    train_hardware: Hardware | None
-
-    def __init__(
-        self,
-        inference_tokens,
-        rl_tokens=0.0,
-        mfu=0.4,
-        fit="hoffmann2022",
-        gamma=GAMMA,
-        train_hardware=None,
-    ):
-        check("LifetimeInputs", "inference_tokens", inference_tokens)
-        check("LifetimeInputs", "rl_tokens", rl_tokens)
-        check("LifetimeInputs", "mfu", mfu, low_open=True, high=1.0)
-        check("LifetimeInputs", "gamma", gamma, high=1.0)
-        if train_hardware is not None and not isinstance(train_hardware, Hardware):
-            raise SpecError(
-                "LifetimeInputs.train_hardware must be a dcost.Hardware or None, "
-                f"got {type(train_hardware).__name__}"
-            )
-        self.inference_tokens = _float(inference_tokens)
-        self.rl_tokens = _float(rl_tokens)
-        self.mfu = _float(mfu)
-        self.fit = as_fit(fit)
-        self.gamma = _float(gamma)
-        self.train_hardware = train_hardware
+__all__ = ["LifetimeInputs", "LifetimeReport", "evaluate", "validate"]
+# LifetimeInputs is defined beside the lifetime economics (dcost.training.lifetime) and is
+# re-exported here, where the objective that reads it as ``Problem.extras`` lives.
 
 
 class LifetimeReport(eqx.Module):
@@ -133,37 +77,25 @@ class LifetimeReport(eqx.Module):
     n_tokens: jax.Array
 
 
-def _evaluate(design, problem, smoothness):
+def evaluate(design, problem, smoothness):
     """``(total $, quantities, LifetimeReport)`` of one design (module docstring)."""
     x: LifetimeInputs = problem.extras
     h, w = problem.hardware, problem.workload
     model = with_experts(problem.model, design)
     n_act, n_tot = model.params_active, model.params_total
     n_tokens = TOKENS_PER_PARAM * design.overtrain * n_act
-    cost = lifetime_cost(
-        n_act,
-        n_tokens,
-        x.inference_tokens,
-        hardware=h,
-        model=model,
-        design=design,
-        workload=w,
-        mfu=x.mfu,
-        rl_tokens=x.rl_tokens,
-        train_hardware=x.train_hardware,
-        smoothness=smoothness,
-    )
+    cost = lifetime_cost(n_act, n_tokens, x, Deployment(h, model, design, w), smoothness)
     serving = decode(design, h, model, w, smoothness)
     n_eff = effective_params(n_act, n_tot, x.gamma)
     nats = loss(n_eff, n_tokens, x.fit)
     q = {
         "tpot": serving.tpot,
         "memory": serving.memory_per_chip,
-        "chips": design.chips * design.stages,
+        "replica_chips": design.chips_per_replica,
         "loss": _scaled_loss(nats, problem, x.fit),
     }
     if problem.ttft_slo is not None:
-        q["ttft"] = prefill(design, h, model, w, smoothness).tpot
+        q["ttft"] = prefill(design, h, model, w, smoothness).ttft
     return cost.total, q, LifetimeReport(serving, cost, nats, n_act, n_tot, n_eff, n_tokens)
 
 
@@ -179,7 +111,7 @@ def _scaled_loss(nats, problem, fit):
     return target * (nats - fit.E) / (target - fit.E)
 
 
-def _validate(problem) -> None:
+def validate(problem) -> None:
     """Inputs a lifetime problem needs: ``LifetimeInputs`` extras, an over-training ratio, and a
     loss target above the fit's irreducible loss."""
     x = problem.extras
@@ -199,19 +131,3 @@ def _validate(problem) -> None:
             f"Problem.loss_target = {float(np.min(target))!r} is not allowed: it "
             f"must be > the fit's irreducible loss E = {float(np.max(e))!r}"
         )
-
-
-register(
-    Objective(
-        "lifetime_cost",
-        "$ over the model's life (pretraining + RL + inference)",
-        _evaluate,
-        frozenset({"batch", "chips", "stages", "experts", "overtrain"}),
-        frozenset({"tpot", "ttft", "memory", "chips", "loss"}),
-        # pretraining $ and the loss do not depend on the batch; the rest is cost_per_token's.
-        # Over-training raises pretraining $ and lowers the loss, nothing else.
-        batch_monotone=True,
-        overtrain_monotone=True,
-        validate=_validate,
-    )
-)

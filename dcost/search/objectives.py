@@ -1,41 +1,58 @@
-"""What a search minimizes: a registry of objectives, each a pure function of a design.
+"""What a search minimizes: objectives as values, each a pure function of a design.
 
 An objective maps ``(design, problem, smoothness)`` to its cost and to the *quantities* that
-constraints bound (``tpot`` in s, ``ttft`` in s, ``memory`` in bytes per chip, ``chips`` per
-replica, ``loss`` in nats). ``dcost.Problem`` pairs the quantities with their limits; the
-optimizer and the grid search only ever call ``evaluate`` through this registry, so a new
-objective plugs in with one ``register`` call (``lifetime_cost`` does, in
-``dcost.search.lifetime_objective``):
+constraints bound (``tpot`` in s, ``ttft`` in s, ``memory`` in bytes per chip, ``replica_chips``
+``P*G``, ``loss`` in nats). ``dcost.Problem`` holds one as a static field and pairs its quantities
+with their limits; the optimizer and the grid search only ever call ``problem.objective.evaluate``.
 
-Adding an objective: write ``evaluate(design, problem, smoothness) -> (cost, quantities, report)``
-from pure JAX (``quantities`` holding every constraint it bounds, e.g. ``"loss"`` for
-``loss_target``; objective-specific inputs come from ``problem.extras``, whose leaves are numbers
-or arrays with the problem's batch axis), and ``register(Objective(name, unit, evaluate,
-variables, constraints))``. ``batch_monotone=True`` only when cost never rises and no
-constraint quantity ever falls as the batch grows (the integer search relies on it).
+The built-in objectives are the constants ``COST_PER_TOKEN`` ($ per output token, decode),
+``COST_PER_INPUT_TOKEN`` ($ per input token, prefill) and ``LIFETIME_COST`` ($ of pretraining + RL
++ inference, ``dcost.search.lifetime_objective``); ``BUILTIN`` maps their names to them (read
+only), which is how ``Problem(objective="cost_per_token")`` resolves a string (``resolve``).
+
+Writing an objective: ``evaluate(design, problem, smoothness) -> (cost, quantities, report)`` from
+pure JAX (``quantities`` holding every constraint it bounds, e.g. ``"loss"`` for ``loss_target``;
+objective-specific inputs come from ``problem.extras``, whose leaves are numbers or arrays with the
+problem's batch axis), then pass ``Objective(name, unit, evaluate, variables, constraints)`` as
+``Problem(objective=...)``. ``batch_monotone=True`` only when cost never rises and no constraint
+quantity ever falls as the batch grows (the integer search relies on it).
 
 >>> import dcost
->>> from dcost.search.objectives import OBJECTIVES
->>> sorted(OBJECTIVES)[:2]
-['cost_per_input_token', 'cost_per_token']
+>>> from dcost.search import objectives
+>>> sorted(objectives.BUILTIN)
+['cost_per_input_token', 'cost_per_token', 'lifetime_cost']
+>>> objectives.resolve("cost_per_token") is objectives.COST_PER_TOKEN
+True
+>>> print(objectives.COST_PER_TOKEN)
+cost_per_token
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from dcost.serving.roofline import Report, decode, prefill
+from dcost.search import lifetime_objective
+from dcost.serving.roofline import decode, prefill
+from dcost.specs import SpecError
 
-__all__ = ["Objective", "OBJECTIVES", "register", "get"]
+__all__ = [
+    "Objective",
+    "COST_PER_TOKEN",
+    "COST_PER_INPUT_TOKEN",
+    "LIFETIME_COST",
+    "BUILTIN",
+    "resolve",
+]
 
 
 @dataclass(frozen=True)
 class Objective:
-    """One entry of the registry.
+    """What a search minimizes: a frozen, hashable value (``Problem`` keeps it static).
 
     Attributes:
-      name: the name a ``Problem`` uses, e.g. ``"cost_per_token"``.
+      name: a short name, e.g. ``"cost_per_token"`` (printed, and used in reports).
       unit: what ``cost`` is, for people, e.g. ``"$ per output token"``.
       evaluate: ``(design, problem, smoothness) -> (cost, quantities, report)``; ``quantities`` is a
         dict holding at least every name in ``constraints``; ``report`` is a ``dcost.Report`` (or
@@ -55,73 +72,106 @@ class Objective:
 
     name: str
     unit: str
-    evaluate: Callable
+    evaluate: Callable = field(repr=False)
     variables: frozenset
     constraints: frozenset
     batch_monotone: bool = False
     overtrain_monotone: bool = False
-    validate: Callable | None = None
+    validate: Callable | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"Objective.name = {self.name!r} is not allowed: it must be a name")
+        if not callable(self.evaluate):
+            raise SpecError(f"Objective.evaluate of {self.name!r} must be callable")
+        for attr in ("variables", "constraints"):
+            value = getattr(self, attr)
+            if isinstance(value, str) or not isinstance(value, Iterable):
+                raise SpecError(
+                    f"Objective.{attr} = {value!r} is not allowed: it must be a set of names"
+                )
+            object.__setattr__(self, attr, frozenset(value))
+
+    def __str__(self) -> str:
+        return self.name
 
 
-OBJECTIVES: dict[str, Objective] = {}
-
-
-def register(objective: Objective) -> Objective:
-    """Add (or replace) an objective in the registry; returns it."""
-    OBJECTIVES[objective.name] = objective
-    return objective
-
-
-def get(name: str) -> Objective:
-    """The registered objective ``name``; an unknown name raises ValueError listing the known."""
-    if name not in OBJECTIVES:
-        known = ", ".join(sorted(OBJECTIVES))
-        raise ValueError(
-            f"Problem.objective = {name!r} is not allowed: known objectives are {known}"
-        )
-    return OBJECTIVES[name]
-
-
-def _chips(design):
-    return design.chips * design.stages
+def _replica_chips(design):
+    return design.chips_per_replica
 
 
 def _cost_per_token(design, problem, smoothness) -> tuple:
-    """Decode: $ per output token; bounds tpot, ttft (prefill of the same batch), memory, chips."""
+    """Decode: $ per output token; bounds tpot, ttft (prefill of the same batch), memory and
+    chips per replica."""
     h, m, w = problem.hardware, problem.model, problem.workload
-    r: Report = decode(design, h, m, w, smoothness)
-    q = {"tpot": r.tpot, "memory": r.memory_per_chip, "chips": _chips(design)}
+    r = decode(design, h, m, w, smoothness)
+    q = {"tpot": r.tpot, "memory": r.memory_per_chip, "replica_chips": _replica_chips(design)}
     if problem.ttft_slo is not None:
-        q["ttft"] = prefill(design, h, m, w, smoothness).tpot
+        q["ttft"] = prefill(design, h, m, w, smoothness).ttft
     return r.cost_per_token, q, r
 
 
 def _cost_per_input_token(design, problem, smoothness) -> tuple:
-    """Prefill: $ per input token; bounds ttft (the prefill pass), memory, chips."""
-    r: Report = prefill(design, problem.hardware, problem.model, problem.workload, smoothness)
-    q = {"ttft": r.tpot, "memory": r.memory_per_chip, "chips": _chips(design)}
+    """Prefill: $ per input token; bounds ttft (the prefill pass), memory, chips per replica."""
+    r = prefill(design, problem.hardware, problem.model, problem.workload, smoothness)
+    q = {"ttft": r.ttft, "memory": r.memory_per_chip, "replica_chips": _replica_chips(design)}
     return r.cost_per_token, q, r
 
 
 _SERVING = frozenset({"batch", "chips", "stages", "experts"})
 
-register(
-    Objective(
-        "cost_per_token",
-        "$ per output token",
-        _cost_per_token,
-        _SERVING,
-        frozenset({"tpot", "ttft", "memory", "chips"}),
-        batch_monotone=True,
-    )
+COST_PER_TOKEN = Objective(
+    "cost_per_token",
+    "$ per output token",
+    _cost_per_token,
+    _SERVING,
+    frozenset({"tpot", "ttft", "memory", "replica_chips"}),
+    batch_monotone=True,
 )
-register(
-    Objective(
-        "cost_per_input_token",
-        "$ per input token",
-        _cost_per_input_token,
-        _SERVING,
-        frozenset({"ttft", "memory", "chips"}),
-        batch_monotone=True,
-    )
+"""$ per output token of decode (``dcost.decode``); its report is a ``dcost.Report``."""
+
+COST_PER_INPUT_TOKEN = Objective(
+    "cost_per_input_token",
+    "$ per input token",
+    _cost_per_input_token,
+    _SERVING,
+    frozenset({"ttft", "memory", "replica_chips"}),
+    batch_monotone=True,
 )
+"""$ per input token of prefill (``dcost.prefill``); its report is a ``dcost.PrefillReport``."""
+
+LIFETIME_COST = Objective(
+    "lifetime_cost",
+    "$ over the model's life (pretraining + RL + inference)",
+    lifetime_objective.evaluate,
+    frozenset({"batch", "chips", "stages", "experts", "overtrain"}),
+    frozenset({"tpot", "ttft", "memory", "replica_chips", "loss"}),
+    # pretraining $ and the loss do not depend on the batch; the rest is cost_per_token's.
+    # Over-training raises pretraining $ and lowers the loss, nothing else.
+    batch_monotone=True,
+    overtrain_monotone=True,
+    validate=lifetime_objective.validate,
+)
+"""$ of pretraining + RL + inference (``dcost.search.lifetime_objective``); needs
+``Problem(extras=dcost.LifetimeInputs(...))``; its report is a ``dcost.LifetimeReport``."""
+
+BUILTIN = MappingProxyType(
+    {o.name: o for o in (COST_PER_TOKEN, COST_PER_INPUT_TOKEN, LIFETIME_COST)}
+)
+"""The built-in objectives by name (read only)."""
+
+
+def resolve(objective) -> Objective:
+    """``objective`` itself when it is an ``Objective``; the built-in of that name for a string.
+
+    An unknown name raises SpecError listing the known ones.
+    """
+    if isinstance(objective, Objective):
+        return objective
+    if isinstance(objective, str) and objective in BUILTIN:
+        return BUILTIN[objective]
+    known = ", ".join(sorted(BUILTIN))
+    raise SpecError(
+        f"Problem.objective = {objective!r} is not allowed: it must be a "
+        f"dcost.search.objectives.Objective or one of the names {known}"
+    )

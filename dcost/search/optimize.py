@@ -30,7 +30,6 @@ inequalities); Kingma & Ba, "Adam" (2015).
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import equinox as eqx
@@ -39,9 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dcost.search import kkt, objectives
+from dcost.bisection import bisect, ceil_midpoint, floor_midpoint, steps_for
+from dcost.search import kkt
 from dcost.search._jit import jit
-from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, broadcast, evaluate
+from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, better, broadcast, evaluate
 from dcost.search.solution import Solution, Stats, finish
 
 __all__ = [
@@ -221,63 +221,48 @@ def _max_batch(problem, x, i_batch, lo, hi):
     """``x`` with the largest feasible batch in ``[lo, hi]``, by bisection (valid because no
     constraint eases as the batch grows), and that design's (violation, cost). When even ``lo`` is
     infeasible, ``lo`` (the least violation)."""
-    iters = 1 + math.ceil(math.log2(hi - lo + 1))
 
-    def body(t, carry):
-        good, bad, viol, cost = carry
-        mid = jnp.where(t == 0, lo, jnp.floor((good + bad) / 2.0))
-        ev = evaluate(problem, x.at[i_batch].set(mid), rtol=SEARCH_RTOL)
-        ok = ev.feasible
-        keep = ok | (t == 0)
-        return (
-            jnp.where(ok | (t == 0), mid, good),
-            jnp.where(ok, bad, mid),
-            jnp.where(keep, ev.violation, viol),
-            jnp.where(keep, _finite(ev.cost), cost),
-        )
+    def infeasible(b):
+        return ~evaluate(problem, x.at[i_batch].set(b), rtol=SEARCH_RTOL).feasible
 
     dt = x.dtype
-    inf = jnp.asarray(jnp.inf, dt)
-    good, _, viol, cost = jax.lax.fori_loop(
-        0, iters, body, (jnp.asarray(lo, dt), jnp.asarray(hi + 1.0, dt), inf, inf)
+    good, _ = bisect(
+        infeasible,
+        jnp.asarray(lo, dt),
+        jnp.asarray(hi + 1.0, dt),
+        steps_for(hi - lo + 1),
+        floor_midpoint,
     )
-    return x.at[i_batch].set(good), viol, cost
+    return _scored(problem, x.at[i_batch].set(good))
 
 
 def _min_var(problem, x, i, lo, hi):
     """``x`` with the smallest feasible value of variable ``i`` in ``[lo, hi]``, by bisection
     (valid when no constraint tightens as it grows: over-training only lowers the loss), and that
     design's (violation, cost). When even ``hi`` is infeasible, ``hi`` (the least violation)."""
-    iters = 1 + math.ceil(math.log2(hi - lo + 1))
 
-    def body(t, carry):
-        good, bad, viol, cost = carry
-        mid = jnp.where(t == 0, hi, jnp.ceil((good + bad) / 2.0))
-        ev = evaluate(problem, x.at[i].set(mid), rtol=SEARCH_RTOL)
-        ok = ev.feasible
-        keep = ok | (t == 0)
-        return (
-            jnp.where(keep, mid, good),
-            jnp.where(ok, bad, mid),
-            jnp.where(keep, ev.violation, viol),
-            jnp.where(keep, _finite(ev.cost), cost),
-        )
+    def feasible(v):
+        return evaluate(problem, x.at[i].set(v), rtol=SEARCH_RTOL).feasible
 
     dt = x.dtype
-    inf = jnp.asarray(jnp.inf, dt)
-    good, _, viol, cost = jax.lax.fori_loop(
-        0, iters, body, (jnp.asarray(hi, dt), jnp.asarray(lo - 1.0, dt), inf, inf)
+    _, good = bisect(
+        feasible,
+        jnp.asarray(lo - 1.0, dt),
+        jnp.asarray(hi, dt),
+        steps_for(hi - lo + 1),
+        ceil_midpoint,
     )
-    return x.at[i].set(good), viol, cost
+    return _scored(problem, x.at[i].set(good))
+
+
+def _scored(problem, x):
+    """``(x, violation, cost)`` of a design vector, NaN costs ranked last."""
+    ev = evaluate(problem, x, rtol=SEARCH_RTOL)
+    return x, ev.violation, _finite(ev.cost)
 
 
 def _finite(a):
     return jnp.where(jnp.isnan(a), jnp.inf, a)
-
-
-def _better(a, b):
-    """(violation, cost) of ``a`` strictly better than ``b``, lexicographically."""
-    return (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
 
 
 def _stencil(d: int, moving: list[int]) -> np.ndarray:
@@ -302,9 +287,9 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     lo, hi = problem.lower, problem.upper
     d = len(lo)
     names = problem.names
-    monotone = objectives.get(problem.objective).batch_monotone and "batch" in names
+    monotone = problem.objective.batch_monotone and "batch" in names
     i_batch = names.index("batch") if monotone else None
-    shrink = objectives.get(problem.objective).overtrain_monotone and "overtrain" in names
+    shrink = problem.objective.overtrain_monotone and "overtrain" in names
     i_over = names.index("overtrain") if shrink else None
     # batch is re-maximized and over-training re-minimized, never moved
     moving = [j for j in range(d) if j not in (i_batch, i_over)]
@@ -329,8 +314,7 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
             return _min_var(problem, x, i_over, lo[i_over], hi[i_over])
         if monotone:
             return x, viol, cost
-        ev = evaluate(problem, x, rtol=SEARCH_RTOL)
-        return x, ev.violation, _finite(ev.cost)
+        return _scored(problem, x)
 
     def one_round(carry, r):
         best = carry
@@ -339,15 +323,15 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
         vmin = jnp.min(viol)
         k = jnp.argmin(jnp.where(viol == vmin, cost, jnp.inf))
         new = (xs[k], viol[k], cost[k])
-        keep_old = ~_better(new[1:], best[1:])
+        keep_old = ~better(new[1:], best[1:])
         return tuple(jnp.where(keep_old, o, n) for o, n in zip(best, new, strict=True)), None
 
     inf = jnp.asarray(jnp.inf, dtype)
     init = (cand0[0], inf, inf)
     (x, _, _), _ = jax.lax.scan(one_round, init, jnp.arange(1 + settings.local_rounds))
-    per = 1 + math.ceil(math.log2(hi[i_batch] - lo[i_batch] + 1)) if monotone else 1
+    per = 1 + steps_for(hi[i_batch] - lo[i_batch] + 1) if monotone else 1
     if shrink:
-        per += 1 + math.ceil(math.log2(hi[i_over] - lo[i_over] + 1))
+        per += 1 + steps_for(hi[i_over] - lo[i_over] + 1)
     return x, per * size * (1 + settings.local_rounds)
 
 

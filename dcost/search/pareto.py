@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.search import objectives
 from dcost.search._jit import jit
 from dcost.search.optimize import DEFAULT, Settings, optimize
 from dcost.search.problem import Problem, batch_size
@@ -67,8 +66,8 @@ def pareto(problem: Problem, tpot_slos, settings: Settings = DEFAULT) -> Frontie
     """
     if batch_size(problem) is not None:
         raise SpecError("pareto: the problem must be a single scenario (no batch axis)")
-    if "tpot" not in objectives.get(problem.objective).constraints:
-        raise SpecError(f"pareto: objective {problem.objective!r} has no tpot constraint")
+    if "tpot" not in problem.objective.constraints:
+        raise SpecError(f"pareto: objective {problem.objective.name!r} has no tpot constraint")
     slos = np.asarray(tpot_slos, dtype=float).ravel()
     if slos.size == 0 or not np.all(np.isfinite(slos) & (slos > 0)):
         raise SpecError(
@@ -83,7 +82,7 @@ def pareto(problem: Problem, tpot_slos, settings: Settings = DEFAULT) -> Frontie
     n = slos.size
     padded = np.append(slos, np.full(max(8, 1 << (n - 1).bit_length()) - n, slos[-1]))
     batched = eqx.tree_at(
-        lambda p: p.tpot_slo,
+        lambda p: p.limits.tpot_slo,
         problem,
         jnp.asarray(padded, jnp.result_type(float)),
         is_leaf=lambda x: x is None,

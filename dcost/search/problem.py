@@ -2,17 +2,18 @@
 
 Every constraint bounds a quantity of the design by a limit, ``value <= limit``:
 
-    tpot    time per output token              <= tpot_slo           (s)
-    ttft    time of the prefill pass            <= ttft_slo           (s)
-    memory  HBM bytes per chip                  <= M*(1 - memory_reserve)
-    chips   chips per replica P*G               <= chip_budget
-    loss    pretraining loss (lifetime_cost)    <= loss_target        (nats)
+    tpot           time per output token              <= tpot_slo           (s)
+    ttft           time of the prefill pass           <= ttft_slo           (s)
+    memory         HBM bytes per chip                 <= M*(1 - memory_reserve)
+    replica_chips  chips per replica P*G              <= chip_budget
+    loss           pretraining loss (lifetime_cost)   <= loss_target        (nats)
 
-A limit of None turns its constraint off. The optimizer works on ``log(value/limit) <= 0``, every
-constraint scaled to its own budget. Numeric leaves (hardware, model, workload, fixed design,
-limits) may carry one leading batch axis: the problem is then that many scenarios, solved in one
-vmapped call. The objective and the free variables with their bounds are static (they fix the
-shape of the search) and shared by every scenario.
+The limits travel together as one ``Limits`` pytree; a limit of None turns its constraint off.
+The optimizer works on ``log(value/limit) <= 0``, every constraint scaled to its own budget.
+Numeric leaves (hardware, model, workload, fixed design, limits) may carry one leading batch axis:
+the problem is then that many scenarios, solved in one vmapped call. The objective (a
+``dcost.search.objectives.Objective`` value) and the free variables with their bounds are static
+(they fix the shape of the search) and shared by every scenario.
 """
 
 from __future__ import annotations
@@ -24,20 +25,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.search import objectives
+from dcost.search.objectives import Objective, resolve
 from dcost.smooth import safe_log
 from dcost.specs import Design, Hardware, Model, SpecError, Workload, _concrete, _float, check
 
-__all__ = ["Problem", "Evaluation", "evaluate", "VARIABLES", "CONSTRAINTS", "FEASIBILITY_RTOL"]
+__all__ = [
+    "Problem",
+    "Limits",
+    "Evaluation",
+    "evaluate",
+    "better",
+    "VARIABLES",
+    "CONSTRAINTS",
+    "FEASIBILITY_RTOL",
+]
 
 VARIABLES = ("batch", "chips", "stages", "experts", "overtrain")
-CONSTRAINTS = ("tpot", "ttft", "memory", "chips", "loss")
+"""Free variables: ``chips`` is chips per pipeline stage ``G`` (``Design.chips``)."""
+CONSTRAINTS = ("tpot", "ttft", "memory", "replica_chips", "loss")
 FEASIBILITY_RTOL = 1e-6
 """A design is feasible when ``value <= limit*(1 - FEASIBILITY_RTOL)`` for every constraint on a
 computed quantity: the margin absorbs float32 rounding, so that re-evaluating a returned design
-outside jit (or in another fusion) never finds it over a limit. Counts (``chips``) are compared
-exactly."""
-EXACT = ("chips",)
+outside jit (or in another fusion) never finds it over a limit. Counts (``replica_chips``) are
+compared exactly."""
+EXACT = ("replica_chips",)
 """Constraints on whole-number counts, compared without the margin."""
 
 SEARCH_RTOL = 4 * FEASIBILITY_RTOL
@@ -48,6 +59,60 @@ vectorized search's, confirms every design the search picked as feasible."""
 _DEFAULT_FREE = {"batch": (1, 4096), "chips": (1, 72), "stages": (1, 8)}
 _DEFAULT = object()
 _DEFAULT_TPOT_SLO = 0.05
+_LIMIT_OF = {
+    "tpot": "tpot_slo",
+    "ttft": "ttft_slo",
+    "memory": "memory_reserve",
+    "replica_chips": "chip_budget",
+    "loss": "loss_target",
+}
+
+
+class Limits(eqx.Module):
+    """The limits of a problem's constraints (SI units); None turns a constraint off. Leaves may
+    carry the problem's leading batch axis.
+
+    Args:
+      tpot_slo: time per output token limit (s), > 0.
+      ttft_slo: time of the prefill pass limit (s), > 0.
+      memory_reserve: fraction of HBM kept free (activations, fragmentation), in [0, 0.999].
+      chip_budget: most chips per replica ``P*G`` (the ``replica_chips`` constraint), >= 1.
+      loss_target: most pretraining loss (nats), > 0, for ``lifetime_cost``.
+
+    >>> import dcost
+    >>> lim = dcost.Limits(tpot_slo=0.03, chip_budget=16)
+    >>> round(float(lim.tpot_slo), 6), round(float(lim.memory_reserve), 6), lim.ttft_slo
+    (0.03, 0.1, None)
+    """
+
+    tpot_slo: jax.Array | None
+    ttft_slo: jax.Array | None
+    memory_reserve: jax.Array | None
+    chip_budget: jax.Array | None
+    loss_target: jax.Array | None
+
+    def __init__(
+        self,
+        tpot_slo=None,
+        ttft_slo=None,
+        memory_reserve=0.1,
+        chip_budget=None,
+        loss_target=None,
+    ):
+        self.tpot_slo = _float(tpot_slo)
+        self.ttft_slo = _float(ttft_slo)
+        self.memory_reserve = _float(memory_reserve)
+        self.chip_budget = _float(chip_budget)
+        self.loss_target = _float(loss_target)
+
+    def __check_init__(self):
+        for name in ("tpot_slo", "ttft_slo", "loss_target"):
+            if getattr(self, name) is not None:
+                check("Problem", name, getattr(self, name), low_open=True)
+        if self.chip_budget is not None:
+            check("Problem", "chip_budget", self.chip_budget, low=1.0)
+        if self.memory_reserve is not None:
+            check("Problem", "memory_reserve", self.memory_reserve, low=0.0, high=0.999)
 
 
 class Problem(eqx.Module):
@@ -56,40 +121,34 @@ class Problem(eqx.Module):
     Args:
       hardware, model, workload: the scenario (``dcost.Hardware``, ``dcost.Model``,
         ``dcost.Workload``); their leaves may carry a leading batch axis.
-      objective: a name in ``dcost.search.objectives.OBJECTIVES``: ``"cost_per_token"``
-        ($ per output token, decode), ``"cost_per_input_token"`` ($ per input token, prefill), and
-        ``"lifetime_cost"`` ($ of pretraining + RL + inference;
-        ``dcost.search.lifetime_objective``).
+      objective: an ``Objective`` value (``dcost.search.objectives``) or the name of a built-in
+        one: ``"cost_per_token"`` ($ per output token, decode), ``"cost_per_input_token"``
+        ($ per input token, prefill), ``"lifetime_cost"`` ($ of pretraining + RL + inference;
+        ``dcost.search.lifetime_objective``). An unknown name raises SpecError listing them.
       free: ``{name: (lo, hi)}`` for any of ``batch``, ``chips`` (per stage), ``stages``,
         ``experts`` (routed, >= the model's ``experts_active``), ``overtrain``; whole numbers with
         ``1 <= lo <= hi``.
       fixed: a ``dcost.Design`` giving the variables that are not free.
-      tpot_slo: time per output token limit (s); defaults to 0.05 s for objectives that bound it.
-      memory_reserve: fraction of HBM kept free (activations, fragmentation); None: no memory limit.
-      ttft_slo: time of the prefill pass limit (s), or None.
-      chip_budget: most chips per replica ``P*G``, or None.
-      loss_target: most pretraining loss (nats), for ``lifetime_cost``; or None.
+      limits: a ``Limits``; or give its fields as keywords (``tpot_slo=0.05``,
+        ``memory_reserve=0.1``, ``ttft_slo``, ``chip_budget``, ``loss_target``), not both.
+        ``tpot_slo`` defaults to 0.05 s for objectives that bound it.
       extras: objective-specific inputs (a pytree), e.g. the training economics of lifetime_cost
         (a ``dcost.LifetimeInputs``).
 
     >>> import dcost
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
     ...                   dcost.Workload(4096), free={"batch": (1, 256)}, tpot_slo=0.03)
-    >>> p.names, p.constraints
-    (('batch',), ('tpot', 'memory'))
+    >>> p.names, p.constraints, str(p.objective)
+    (('batch',), ('tpot', 'memory'), 'cost_per_token')
     """
 
     hardware: Hardware
     model: Model
     workload: Workload
     fixed: Design
-    tpot_slo: jax.Array | None
-    ttft_slo: jax.Array | None
-    memory_reserve: jax.Array | None
-    chip_budget: jax.Array | None
-    loss_target: jax.Array | None
+    limits: Limits
     extras: Any
-    objective: str = eqx.field(static=True)
+    objective: Objective = eqx.field(static=True)
     free: tuple = eqx.field(static=True)
 
     def __init__(
@@ -100,14 +159,12 @@ class Problem(eqx.Module):
         objective="cost_per_token",
         free=None,
         fixed=None,
-        tpot_slo=_DEFAULT,
-        memory_reserve=0.1,
-        ttft_slo=None,
-        chip_budget=None,
-        loss_target=None,
+        *,
+        limits=None,
         extras=None,
+        **limit_fields,
     ):
-        obj = objectives.get(objective)
+        obj = resolve(objective)
         for name, value, cls in (
             ("hardware", hardware, Hardware),
             ("model", model, Model),
@@ -120,16 +177,10 @@ class Problem(eqx.Module):
         fixed = Design(batch=1.0) if fixed is None else fixed
         if not isinstance(fixed, Design):
             raise SpecError(f"Problem.fixed must be a dcost.Design, got {type(fixed).__name__}")
-        if tpot_slo is _DEFAULT:
-            tpot_slo = _DEFAULT_TPOT_SLO if "tpot" in obj.constraints else None
         self.hardware, self.model, self.workload, self.fixed = hardware, model, workload, fixed
-        self.tpot_slo = _float(tpot_slo)
-        self.ttft_slo = _float(ttft_slo)
-        self.memory_reserve = _float(memory_reserve)
-        self.chip_budget = _float(chip_budget)
-        self.loss_target = _float(loss_target)
+        self.limits = _limits(limits, limit_fields, obj)
         self.extras = extras
-        self.objective = objective
+        self.objective = obj
         self.free = _check_free(_DEFAULT_FREE if free is None else free, obj, model)
         self._check_limits(obj)
         if obj.validate is not None:
@@ -137,29 +188,14 @@ class Problem(eqx.Module):
         batch_size(self)  # raises when leading axes disagree
 
     def _check_limits(self, obj):
-        for name, field in (
-            ("tpot", "tpot_slo"),
-            ("ttft", "ttft_slo"),
-            ("loss", "loss_target"),
-            ("chips", "chip_budget"),
-        ):
-            value = getattr(self, field)
-            if value is None:
+        for name, field in _LIMIT_OF.items():
+            if name == "memory" or getattr(self.limits, field) is None:
                 continue
             if name not in obj.constraints:
                 raise SpecError(
                     f"Problem.{field} does not apply to objective {obj.name!r} "
                     f"(its constraints: {', '.join(sorted(obj.constraints))})"
                 )
-            check(
-                "Problem",
-                field,
-                value,
-                low=1.0 if name == "chips" else 0.0,
-                low_open=name != "chips",
-            )
-        if self.memory_reserve is not None:
-            check("Problem", "memory_reserve", self.memory_reserve, low=0.0, high=0.999)
         if self.fixed.experts is not None and "experts" not in self.names:
             e, k = _concrete(self.fixed.experts), _concrete(self.model.experts_active)
             if e is not None and k is not None and np.any(e < k):
@@ -167,6 +203,31 @@ class Problem(eqx.Module):
                     f"Problem.fixed.experts = {float(np.min(e))!r} is not allowed: "
                     f"it must be >= the model's experts_active ({float(np.max(k))!r})"
                 )
+
+    @property
+    def tpot_slo(self):
+        """``limits.tpot_slo``: time per output token limit (s), or None."""
+        return self.limits.tpot_slo
+
+    @property
+    def ttft_slo(self):
+        """``limits.ttft_slo``: time of the prefill pass limit (s), or None."""
+        return self.limits.ttft_slo
+
+    @property
+    def memory_reserve(self):
+        """``limits.memory_reserve``: fraction of HBM kept free, or None."""
+        return self.limits.memory_reserve
+
+    @property
+    def chip_budget(self):
+        """``limits.chip_budget``: most chips per replica ``P*G``, or None."""
+        return self.limits.chip_budget
+
+    @property
+    def loss_target(self):
+        """``limits.loss_target``: most pretraining loss (nats), or None."""
+        return self.limits.loss_target
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -186,23 +247,12 @@ class Problem(eqx.Module):
     @property
     def constraints(self) -> tuple[str, ...]:
         """Names of the constraints that are on, in ``CONSTRAINTS`` order."""
-        on = {
-            "tpot": self.tpot_slo,
-            "ttft": self.ttft_slo,
-            "memory": self.memory_reserve,
-            "chips": self.chip_budget,
-            "loss": self.loss_target,
-        }
-        return tuple(n for n in CONSTRAINTS if on[n] is not None)
+        return tuple(n for n in CONSTRAINTS if getattr(self.limits, _LIMIT_OF[n]) is not None)
 
-    def limits(self) -> dict:
-        """``{constraint: limit}`` for the constraints that are on (SI units)."""
-        out = {
-            "tpot": self.tpot_slo,
-            "ttft": self.ttft_slo,
-            "chips": self.chip_budget,
-            "loss": self.loss_target,
-        }
+    def limit_values(self) -> dict:
+        """``{constraint: limit}`` for the constraints that are on (SI units); the memory limit is
+        ``M*(1 - memory_reserve)`` bytes per chip."""
+        out = {n: getattr(self.limits, f) for n, f in _LIMIT_OF.items() if n != "memory"}
         if self.memory_reserve is not None:
             out["memory"] = self.hardware.hbm_capacity * (1.0 - self.memory_reserve)
         return {n: out[n] for n in self.constraints}
@@ -218,6 +268,29 @@ class Problem(eqx.Module):
             experts=vals.get("experts", f.experts),
             overtrain=vals.get("overtrain", f.overtrain),
         )
+
+
+def _limits(limits, fields: dict, obj: Objective) -> Limits:
+    """The problem's ``Limits``: given whole, or built from keywords (``tpot_slo`` defaulting to
+    0.05 s for objectives that bound it)."""
+    known = tuple(_LIMIT_OF.values())
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        raise SpecError(
+            f"Problem got an unknown keyword {unknown[0]!r}; its limits are {', '.join(known)}"
+        )
+    if limits is not None:
+        if fields:
+            raise SpecError(
+                f"Problem takes limits=Limits(...) or the keywords {', '.join(sorted(fields))}, "
+                "not both"
+            )
+        if not isinstance(limits, Limits):
+            raise SpecError(f"Problem.limits must be a dcost.Limits, got {type(limits).__name__}")
+        return limits
+    if fields.get("tpot_slo", _DEFAULT) is _DEFAULT:
+        fields["tpot_slo"] = _DEFAULT_TPOT_SLO if "tpot" in obj.constraints else None
+    return Limits(**fields)
 
 
 def _check_free(free, obj, model) -> tuple:
@@ -301,12 +374,13 @@ class Evaluation(NamedTuple):
     """One design of one scenario, evaluated.
 
     Attributes:
-      cost: the objective (its unit: ``dcost.search.objectives.get(problem.objective).unit``).
+      cost: the objective (its unit: ``problem.objective.unit``).
       values: the constrained quantities, shape ``(n_constraints,)`` in ``problem.constraints``
         order (SI units).
       limits: their limits, the same shape.
       margins: ``1 - FEASIBILITY_RTOL``, or 1 for the ``EXACT`` constraints.
-      report: the objective's report of the design (a ``dcost.Report`` for serving).
+      report: the objective's report of the design (a ``dcost.Report`` for decode, a
+        ``dcost.PrefillReport`` for prefill).
     """
 
     cost: jax.Array
@@ -352,16 +426,25 @@ def evaluate(problem: Problem, x, smoothness=0.0, rtol=FEASIBILITY_RTOL) -> Eval
     (True, (2,))
     """
     design = problem.design(jnp.asarray(x))
-    cost, quantities, report = objectives.get(problem.objective).evaluate(
-        design, problem, smoothness
-    )
+    cost, quantities, report = problem.objective.evaluate(design, problem, smoothness)
     names = problem.constraints
     dtype = jnp.result_type(cost)
     if names:
         values = jnp.stack([jnp.asarray(quantities[n], dtype) for n in names], axis=-1)
-        limits_ = problem.limits()
+        limits_ = problem.limit_values()
         limits = jnp.stack([jnp.asarray(limits_[n], dtype) for n in names], axis=-1)
     else:
         values = limits = jnp.zeros((0,), dtype)
     margins = jnp.asarray([1.0 if n in EXACT else 1.0 - rtol for n in names], dtype)
     return Evaluation(cost, values, limits, margins, report)
+
+
+def better(a: tuple, b: tuple):
+    """Whether candidate ``a`` ranks strictly before ``b``: tuples of keys compared in order,
+    e.g. ``(violation, cost)`` or ``(violation, cost, index)``; less is better, ties go on to the
+    next key (elementwise over arrays)."""
+    out, tied = False, True
+    for x, y in zip(a, b, strict=True):
+        out = out | (tied & (x < y))
+        tied = tied & (x == y)
+    return out

@@ -54,7 +54,8 @@ class Solution(eqx.Module):
       x: the free variables of the design, whole numbers, shape ``(..., d)``.
       design: the full ``dcost.Design`` (free variables from ``x``, the rest from
         ``problem.fixed``).
-      report: the exact model's report of the design (``dcost.Report`` for serving objectives).
+      report: the exact model's report of the design (``dcost.Report`` for decode,
+        ``dcost.PrefillReport`` for prefill, ``dcost.LifetimeReport`` for lifetime_cost).
       cost: the exact objective at the design (e.g. $ per output token).
       feasible: True only when the exact model confirms every constraint.
       values, limits: the constrained quantities and their limits, ``(..., n_constraints)``.
@@ -191,9 +192,9 @@ def _message(sol: Solution, i: int) -> str:
                 f"{name}: the closest design found takes {value * 1e3:.4g} ms {what}, "
                 f"above the {limit * 1e3:.4g} ms target"
             )
-        elif name == "chips":
+        elif name == "replica_chips":
             parts.append(
-                f"chips: the closest design found uses {value:.0f} chips per replica, "
+                f"replica_chips: the closest design found uses {value:.0f} chips per replica, "
                 f"above the budget of {limit:.0f}"
             )
         else:

@@ -20,6 +20,7 @@ from dcost.specs import Design, Hardware, Model, Workload, check, with_experts
 
 __all__ = [
     "Report",
+    "PrefillReport",
     "decode",
     "prefill",
     "balance_batch",
@@ -34,19 +35,18 @@ TERMS = ("compute", "memory", "comm")
 
 
 class Report(eqx.Module):
-    """What one serving step costs (SI units). A pytree: batched designs give array fields.
+    """What one decode step costs (SI units). A pytree: batched designs give array fields.
 
     Attributes:
       t_compute: compute time of one stage step ``t_compute`` (s).
       t_weights: weight-read time of one stage step (s).
-      t_kv: KV-cache read (decode) or write (prefill) time of one stage step (s).
+      t_kv: KV-cache read time of one stage step (s).
       t_comm: all-to-all or tensor-parallel time of one stage step (s).
       t_hop: activation hop to the next stage (s).
       t_stage: ``max(t_compute, t_weights + t_kv, t_comm)`` (smooth when smoothness > 0) (s).
-      tpot: decode: time per output token; prefill: time of the prefill pass, i.e. time to first
-        token (s).
-      tokens_per_s: tokens per second of one replica (output tokens for decode, input for prefill).
-      cost_per_token: $ per token.
+      tpot: time per output token (s).
+      tokens_per_s: output tokens per second of one replica.
+      cost_per_token: $ per output token.
       memory_per_chip: HBM bytes per chip (weights + KV).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
     """
@@ -63,10 +63,32 @@ class Report(eqx.Module):
     memory_per_chip: jax.Array
     mfu: jax.Array
 
-    @property
-    def ttft(self):
-        """Alias of ``tpot`` that reads naturally for a prefill report (s)."""
-        return self.tpot
+
+class PrefillReport(eqx.Module):
+    """What one prefill step costs (SI units): the fields of ``Report``, per *input* token, with
+    the time of the pass as ``ttft``. A pytree: batched designs give array fields.
+
+    Attributes:
+      t_compute, t_weights, t_comm, t_hop, t_stage: as in ``Report`` (s).
+      t_kv: KV-cache write time of one stage step (s).
+      ttft: time of the whole prefill pass, i.e. time to first token (s).
+      tokens_per_s: input (prompt) tokens per second of one replica.
+      cost_per_token: $ per input token.
+      memory_per_chip: HBM bytes per chip (weights + the prompts' KV).
+      mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
+    """
+
+    t_compute: jax.Array
+    t_weights: jax.Array
+    t_kv: jax.Array
+    t_comm: jax.Array
+    t_hop: jax.Array
+    t_stage: jax.Array
+    ttft: jax.Array
+    tokens_per_s: jax.Array
+    cost_per_token: jax.Array
+    memory_per_chip: jax.Array
+    mfu: jax.Array
 
 
 def _step(
@@ -162,7 +184,7 @@ def decode(
 
 def prefill(
     design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
-) -> Report:
+) -> PrefillReport:
     """One prefill step: ``B`` sequences of ``T_in`` prompt tokens each.
 
     .. math::
@@ -172,8 +194,9 @@ def prefill(
 
         t_{kv} = B T_{in} b_{kv} / (PG\\,BW\\eta_{BW}) \\quad \\text{(written)}
 
-    with the same all-to-all per token as decode. ``tpot`` is the time of the whole pass (the time
-    to first token) and ``cost_per_token`` is $ per input token.
+    with the same all-to-all per token as decode. Returns a ``PrefillReport``: ``ttft`` is the
+    time of the whole pass (the time to first token), ``tokens_per_s`` counts input tokens and
+    ``cost_per_token`` is $ per input token.
 
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
@@ -187,7 +210,7 @@ def prefill(
     tokens = b * t_in
     flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t_in / 2.0
     kv_bytes = tokens * model.kv_bytes_per_token
-    return _step(
+    r = _step(
         tokens,
         flops_per_token,
         model.params_total,
@@ -198,9 +221,11 @@ def prefill(
         kv_resident_tokens=tokens,
         smoothness=smoothness,
     )
+    fields = {k: getattr(r, k) for k in Report.__dataclass_fields__ if k != "tpot"}
+    return PrefillReport(ttft=r.tpot, **fields)
 
 
-def bottleneck(report: Report):
+def bottleneck(report: Report | PrefillReport):
     """Name of the binding term of each step: "compute", "memory" or "comm" (a NumPy string array).
 
     >>> import dcost

@@ -24,11 +24,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.bisection import bisect, midpoint
 from dcost.serving.roofline import SECONDS_PER_HOUR, decode
-from dcost.specs import Design, Hardware, Model, Workload, _concrete, check
-from dcost.training.scaling import GAMMA, TOKENS_PER_PARAM, Plan, as_fit, overtrain, routed_fit
+from dcost.specs import Design, Hardware, Model, SpecError, Workload, _concrete, _float, check
+from dcost.training.scaling import (
+    GAMMA,
+    TOKENS_PER_PARAM,
+    Plan,
+    ScalingFit,
+    as_fit,
+    overtrain,
+    routed_fit,
+)
 
 __all__ = [
+    "LifetimeInputs",
+    "Deployment",
     "Lifetime",
     "LifetimeCost",
     "LifetimeDollars",
@@ -104,17 +115,10 @@ def _curve(fit, target_loss, max_tokens):
     return log_nd, t_max, reachable
 
 
-def _bisect(fn, lo, hi, iterations):
-    """Root of an increasing ``fn`` in ``[lo, hi]`` (fixed iterations; fn(lo) <= 0 <= fn(hi))."""
-
-    def body(_, bounds):
-        a, b = bounds
-        mid = 0.5 * (a + b)
-        neg = fn(mid) < 0
-        return jnp.where(neg, mid, a), jnp.where(neg, b, mid)
-
-    a, b = jax.lax.fori_loop(0, iterations, body, (lo, hi))
-    return 0.5 * (a + b)
+def _root(fn, lo, hi):
+    """Root of an increasing ``fn`` in ``[lo, hi]`` (fn(lo) <= 0 <= fn(hi)), by bisection."""
+    a, b = bisect(lambda t: ~(fn(t) < 0), lo, hi, _BISECTIONS)
+    return midpoint(a, b)
 
 
 def _implicit(fn, t0):
@@ -193,11 +197,11 @@ def _flop_problem(target_loss, d_inf, fit, max_tokens):
 
 
 @jax.jit
-def _lifetime_flops(*args) -> Lifetime:
-    _, _, _, phi_stopped, c0, hi = _flop_problem(*jax.lax.stop_gradient(args))
-    t_root = _bisect(phi_stopped, c0, hi, _BISECTIONS)
-    log_nd, t_max, reachable, phi, _, _ = _flop_problem(*args)
-    d_inf = args[1]
+def _lifetime_flops(target_loss, d_inf, fit, max_tokens) -> Lifetime:
+    stopped = jax.lax.stop_gradient((target_loss, d_inf, fit, max_tokens))
+    _, _, _, phi_stopped, c0, hi = _flop_problem(*stopped)
+    t_root = _root(phi_stopped, c0, hi)
+    log_nd, t_max, reachable, phi, _, _ = _flop_problem(target_loss, d_inf, fit, max_tokens)
     f = jnp.result_type(float)
     t = jnp.where(t_root < t_max, _implicit(phi, t_root), jnp.where(jnp.isfinite(t_max), t_max, 0))
     log_n, log_d = log_nd(t)
@@ -255,6 +259,93 @@ def scale_model(model: Model, n_active) -> Model:
     return out
 
 
+class LifetimeInputs(eqx.Module):
+    """The economics of a model's life besides its serving layout: traffic, RL, training. Leaves
+    may carry a batch axis (e.g. the problem's, as ``Problem.extras`` of ``lifetime_cost``).
+
+    Args:
+      inference_tokens: output tokens served over the model's life ``D_inf`` (>= 0).
+      rl_tokens: RL tokens generated (priced as decode) and trained on (``6 N`` FLOP) (>= 0).
+      mfu: training model FLOP utilization, in (0, 1].
+      fit: the dense scaling fit (a ``ScalingFit`` or a published name), default hoffmann2022.
+      gamma: the ``effective_params`` exponent in [0, 1] (default 1/3).
+      train_hardware: the training chip (a ``dcost.Hardware``); None: the serving chip.
+
+    >>> import dcost
+    >>> x = dcost.LifetimeInputs(inference_tokens=1e13, rl_tokens=1e11)
+    >>> round(float(x.fit.alpha), 2), round(float(x.gamma), 4)
+    (0.34, 0.3333)
+    """
+
+    inference_tokens: jax.Array
+    rl_tokens: jax.Array
+    mfu: jax.Array
+    fit: ScalingFit
+    gamma: jax.Array
+    train_hardware: Hardware | None
+
+    def __init__(
+        self,
+        inference_tokens,
+        rl_tokens=0.0,
+        mfu=0.4,
+        fit="hoffmann2022",
+        gamma=GAMMA,
+        train_hardware=None,
+    ):
+        check("LifetimeInputs", "inference_tokens", inference_tokens)
+        check("LifetimeInputs", "rl_tokens", rl_tokens)
+        check("LifetimeInputs", "mfu", mfu, low_open=True, high=1.0)
+        check("LifetimeInputs", "gamma", gamma, high=1.0)
+        if train_hardware is not None and not isinstance(train_hardware, Hardware):
+            raise SpecError(
+                "LifetimeInputs.train_hardware must be a dcost.Hardware or None, "
+                f"got {type(train_hardware).__name__}"
+            )
+        self.inference_tokens = _float(inference_tokens)
+        self.rl_tokens = _float(rl_tokens)
+        self.mfu = _float(mfu)
+        self.fit = as_fit(fit)
+        self.gamma = _float(gamma)
+        self.train_hardware = train_hardware
+
+
+class Deployment(eqx.Module):
+    """Where and how a model is served: the chip, the architecture, the layout, the traffic.
+
+    Args:
+      hardware: the serving chip (``dcost.Hardware``).
+      model: the architecture (``dcost.Model``); the lifetime functions resize it to the active
+        parameters they try (``scale_model``), keeping its shape and sparsity.
+      design: the serving layout (``dcost.Design``: batch, chips per stage, stages).
+      workload: the serving context (``dcost.Workload``).
+
+    >>> import dcost
+    >>> dep = dcost.Deployment(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"),
+    ...                        dcost.Design(batch=256, chips=8), dcost.Workload(4096))
+    >>> float(dep.design.chips_per_replica)
+    8.0
+    """
+
+    hardware: Hardware
+    model: Model
+    design: Design
+    workload: Workload
+
+    def __check_init__(self):
+        for name, cls in (
+            ("hardware", Hardware),
+            ("model", Model),
+            ("design", Design),
+            ("workload", Workload),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise SpecError(
+                    f"Deployment.{name} must be a dcost.{cls.__name__}, got {type(value).__name__}"
+                )
+
+
 class LifetimeCost(eqx.Module):
     """Dollars over a model's life (a pytree).
 
@@ -273,23 +364,8 @@ class LifetimeCost(eqx.Module):
     cost_per_token: jax.Array
 
 
-def _price_per_flop(train_hardware: Hardware, mfu):
-    return train_hardware.price_per_hour / (SECONDS_PER_HOUR * train_hardware.flops * mfu)
-
-
 def lifetime_cost(
-    n_params,
-    n_tokens,
-    inference_tokens,
-    *,
-    hardware: Hardware,
-    model: Model,
-    design: Design,
-    workload: Workload,
-    mfu=0.4,
-    rl_tokens=0.0,
-    train_hardware: Hardware | None = None,
-    smoothness=0.0,
+    n_params, n_tokens, inputs: LifetimeInputs, serving: Deployment, smoothness=0.0
 ) -> LifetimeCost:
     """Pretraining + RL + inference dollars of a model of ``n_params`` active parameters.
 
@@ -302,16 +378,12 @@ def lifetime_cost(
     given design. Prompt tokens are not priced (add them to ``inference_tokens`` if they matter).
 
     Args:
-      n_params: active parameters ``N``; ``model`` is resized to it (``scale_model``).
+      n_params: active parameters ``N``; ``serving.model`` is resized to it (``scale_model``).
       n_tokens: pretraining tokens ``D``.
-      inference_tokens: output tokens served ``D_inf``.
-      hardware: the serving chip.
-      model: the architecture (shape, sparsity, KV bytes) to resize.
-      design: the serving layout (batch, chips, stages).
-      workload: the serving context.
-      mfu: training model FLOP utilization.
-      rl_tokens: RL tokens generated and trained on ``D_RL``.
-      train_hardware: the training chip (default: ``hardware``).
+      inputs: a ``LifetimeInputs``: ``inference_tokens`` ``D_inf``, ``rl_tokens`` ``D_RL``, the
+        training ``mfu`` and ``train_hardware`` (None: the serving chip); its ``fit`` and
+        ``gamma`` are not used here.
+      serving: a ``Deployment`` (hardware, model, design, workload).
       smoothness: serving-model smoothness (0: exact).
 
     Returns:
@@ -319,52 +391,48 @@ def lifetime_cost(
 
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
-    >>> serving = dict(design=dcost.Design(batch=256, chips=8), workload=dcost.Workload(4096))
-    >>> c = dcost.lifetime_cost(70e9, 15e12, 1e14, hardware=h, model=m, **serving)
+    >>> dep = dcost.Deployment(h, m, dcost.Design(batch=256, chips=8), dcost.Workload(4096))
+    >>> c = dcost.lifetime_cost(70e9, 15e12, dcost.LifetimeInputs(1e14), dep)
     >>> bool(c.inference > c.pretrain)
     True
     """
     check("lifetime_cost", "n_params", n_params, low_open=True)
     check("lifetime_cost", "n_tokens", n_tokens, low_open=True)
-    check("lifetime_cost", "inference_tokens", inference_tokens)
-    check("lifetime_cost", "rl_tokens", rl_tokens)
-    check("lifetime_cost", "mfu", mfu, low_open=True, high=1.0)
+    _check_types("lifetime_cost", inputs, serving)
     f = jnp.result_type(float)
-    arrays = [jnp.asarray(x, f) for x in (n_params, n_tokens, inference_tokens)]
     return _lifetime_cost(
-        *arrays,
-        hardware,
-        model,
-        design,
-        workload,
-        jnp.asarray(mfu, f),
-        jnp.asarray(rl_tokens, f),
-        train_hardware,
+        jnp.asarray(n_params, f),
+        jnp.asarray(n_tokens, f),
+        inputs,
+        serving,
         jnp.asarray(smoothness, f),
     )
 
 
+def _check_types(owner, inputs, serving):
+    if not isinstance(inputs, LifetimeInputs):
+        raise SpecError(
+            f"{owner}.inputs must be a dcost.LifetimeInputs, got {type(inputs).__name__}"
+        )
+    if not isinstance(serving, Deployment):
+        raise SpecError(f"{owner}.serving must be a dcost.Deployment, got {type(serving).__name__}")
+
+
+def _training_price_per_flop(inputs: LifetimeInputs, serving: Deployment):
+    """$ per training FLOP: the training chip's price over its FLOP/s at the training MFU."""
+    h = serving.hardware if inputs.train_hardware is None else inputs.train_hardware
+    return h.price_per_hour / (SECONDS_PER_HOUR * h.flops * inputs.mfu)
+
+
 @jax.jit
-def _lifetime_cost(
-    n_params,
-    n_tokens,
-    inference_tokens,
-    hardware,
-    model,
-    design,
-    workload,
-    mfu,
-    rl_tokens,
-    train_hardware,
-    smoothness,
-) -> LifetimeCost:
-    c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
-    c_tok = decode(
-        design, hardware, scale_model(model, n_params), workload, smoothness
-    ).cost_per_token
+def _lifetime_cost(n_params, n_tokens, inputs, serving, smoothness) -> LifetimeCost:
+    c_flop = _training_price_per_flop(inputs, serving)
+    model = scale_model(serving.model, n_params)
+    report = decode(serving.design, serving.hardware, model, serving.workload, smoothness)
+    c_tok = report.cost_per_token
     pretrain = 6.0 * n_params * n_tokens * c_flop
-    rl = rl_tokens * (c_tok + 6.0 * n_params * c_flop)
-    inference = inference_tokens * c_tok
+    rl = inputs.rl_tokens * (c_tok + 6.0 * n_params * c_flop)
+    inference = inputs.inference_tokens * c_tok
     return LifetimeCost(pretrain, rl, inference, pretrain + rl + inference, c_tok)
 
 
@@ -400,17 +468,9 @@ def _golden(fn, a, b, iterations):
 
 def lifetime_optimum_dollars(
     target_loss,
-    inference_tokens,
+    inputs: LifetimeInputs,
+    serving: Deployment,
     *,
-    hardware: Hardware,
-    model: Model,
-    design: Design,
-    workload: Workload,
-    fit="hoffmann2022",
-    mfu=0.4,
-    rl_tokens=0.0,
-    train_hardware: Hardware | None = None,
-    gamma=GAMMA,
     max_tokens=math.inf,
     smoothness=0.0,
 ) -> LifetimeDollars:
@@ -430,82 +490,57 @@ def lifetime_optimum_dollars(
 
     Args:
       target_loss: loss to reach ``L*`` (> the fit's ``E``).
-      inference_tokens: output tokens served ``D_inf``.
-      hardware, model, design, workload, mfu, rl_tokens, train_hardware, smoothness: as in
-        ``lifetime_cost``.
-      fit: a ``ScalingFit`` or the name of a published one (for the dense-equivalent model).
-      gamma: the ``effective_params`` exponent.
+      inputs: a ``LifetimeInputs``: traffic ``inference_tokens``, ``rl_tokens``, training ``mfu``
+        and ``train_hardware`` (as in ``lifetime_cost``), the dense scaling ``fit`` and the
+        ``effective_params`` exponent ``gamma``.
+      serving: a ``Deployment`` (hardware, model template, design, workload).
       max_tokens: data available for pretraining.
+      smoothness: serving-model smoothness (0: exact).
 
     Returns:
       ``LifetimeDollars(n_params, n_tokens, overtrain, cost, reachable)``.
 
     >>> import dcost
-    >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
-    >>> kw = dict(hardware=h, model=m, design=dcost.Design(batch=256, chips=8),
-    ...           workload=dcost.Workload(4096))
-    >>> a = dcost.lifetime_optimum_dollars(2.0, 1e12, **kw)
-    >>> b = dcost.lifetime_optimum_dollars(2.0, 1e15, **kw)
+    >>> dep = dcost.Deployment(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"),
+    ...                        dcost.Design(batch=256, chips=8), dcost.Workload(4096))
+    >>> a = dcost.lifetime_optimum_dollars(2.0, dcost.LifetimeInputs(1e12), dep)
+    >>> b = dcost.lifetime_optimum_dollars(2.0, dcost.LifetimeInputs(1e15), dep)
     >>> bool(b.n_params < a.n_params and b.overtrain > a.overtrain)
     True
 
     Reference: Sardana & Frankle 2023, arXiv:2401.00448 (the FLOP version of this problem).
     """
-    base = as_fit(fit)
-    _checks("lifetime_optimum_dollars", target_loss, inference_tokens, base, max_tokens)
-    check("lifetime_optimum_dollars", "mfu", mfu, low_open=True, high=1.0)
-    check("lifetime_optimum_dollars", "rl_tokens", rl_tokens)
-    check("lifetime_optimum_dollars", "gamma", gamma, high=1.0)
+    _check_types("lifetime_optimum_dollars", inputs, serving)
+    _checks(
+        "lifetime_optimum_dollars", target_loss, inputs.inference_tokens, inputs.fit, max_tokens
+    )
     f = jnp.result_type(float)
-    arrays = [
-        jnp.asarray(x, f)
-        for x in (target_loss, inference_tokens, mfu, rl_tokens, gamma, max_tokens, smoothness)
-    ]
-    return _lifetime_dollars(base, hardware, model, design, workload, train_hardware, *arrays)
+    return _lifetime_dollars(
+        jnp.asarray(target_loss, f),
+        inputs,
+        serving,
+        jnp.asarray(max_tokens, f),
+        jnp.asarray(smoothness, f),
+    )
 
 
-def _dollar_problem(
-    base,
-    hardware,
-    model,
-    design,
-    workload,
-    train_hardware,
-    target_loss,
-    inference_tokens,
-    mfu,
-    rl_tokens,
-    gamma,
-    max_tokens,
-    smoothness,
-):
+def _dollar_problem(target_loss, inputs, serving, max_tokens, smoothness):
     """The routed fit, the constraint curve and ``t -> LifetimeCost`` of the dollar problem."""
-    fit = routed_fit(base, model.sparsity, gamma)
+    fit = routed_fit(inputs.fit, serving.model.sparsity, inputs.gamma)
     log_nd, t_max, reachable = _curve(fit, target_loss, max_tokens)
 
     def cost_at(t):
         log_n, log_d = log_nd(t)
-        return _lifetime_cost(
-            jnp.exp(log_n),
-            jnp.exp(log_d),
-            inference_tokens,
-            hardware,
-            model,
-            design,
-            workload,
-            mfu,
-            rl_tokens,
-            train_hardware,
-            smoothness,
-        )
+        return _lifetime_cost(jnp.exp(log_n), jnp.exp(log_d), inputs, serving, smoothness)
 
-    c_flop = _price_per_flop(hardware if train_hardware is None else train_hardware, mfu)
-    return fit, log_nd, t_max, reachable, cost_at, c_flop
+    return fit, log_nd, t_max, reachable, cost_at, _training_price_per_flop(inputs, serving)
 
 
-def _dollar_split(*args):
+def _dollar_split(target_loss, inputs, serving, max_tokens, smoothness):
     """The optimal split ``t`` (no gradients: called on stopped inputs)."""
-    fit, log_nd, t_max, _, cost_at, c_flop = _dollar_problem(*args)
+    fit, log_nd, t_max, _, cost_at, c_flop = _dollar_problem(
+        target_loss, inputs, serving, max_tokens, smoothness
+    )
     f = jnp.result_type(float)
 
     def total(t):
@@ -518,7 +553,7 @@ def _dollar_split(*args):
         log_n, log_d = log_nd(t)
         return jnp.log(6.0 * c_flop) + log_n + log_d - log_whole
 
-    hi = _bisect(excess, t0, t0 + 60.0, _BISECTIONS)
+    hi = _root(excess, t0, t0 + 60.0)
     lo, hi = jnp.minimum(t0, t_max), jnp.minimum(hi, t_max)
     grid = lo + (hi - lo) * jnp.linspace(0.0, 1.0, _GRID, dtype=f)
     values = jax.vmap(total)(grid)
@@ -531,7 +566,8 @@ def _dollar_split(*args):
 
 
 @jax.jit
-def _lifetime_dollars(*args):
+def _lifetime_dollars(target_loss, inputs, serving, max_tokens, smoothness):
+    args = (target_loss, inputs, serving, max_tokens, smoothness)
     t = _dollar_split(*jax.lax.stop_gradient(args))
     _, log_nd, t_max, reachable, cost_at, _ = _dollar_problem(*args)
     t = jnp.where((t >= t_max) & jnp.isfinite(t_max), t_max, t)  # on the cap: differentiable

@@ -5,9 +5,10 @@
     t = \\frac{C}{n F \\cdot \\mathrm{mfu}\\,(1 - \\text{bubble})}, \\quad
     \\$ = n\\, p\\, t / 3600
 
-The layout is ``n = data x tensor x stages`` chips: ``tensor`` chips share each stage's weights
-(tensor or expert parallel, with sequence parallelism), ``stages`` pipeline stages run the 1F1B
-schedule over ``microbatches`` micro-batches, and the rest is data parallel. References: Kaplan et
+The run uses ``n`` chips in all (``n_chips``), laid out as ``n = data x tensor x stages``
+(``TrainingSetup``): ``tensor`` chips share each stage's weights (tensor or expert parallel, with
+sequence parallelism), ``stages`` pipeline stages run the 1F1B schedule over ``microbatches``
+micro-batches, and the rest is data parallel. References: Kaplan et
 al. 2020 (6 N D); Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
 Clusters Using Megatron-LM" (1F1B bubble); Rajbhandari et al. 2020, "ZeRO" (16 bytes of mixed
 precision Adam state per parameter); Korthikanti et al. 2022, "Reducing Activation Recomputation
@@ -25,6 +26,7 @@ from dcost.specs import Hardware, Model, _concrete, check
 
 __all__ = [
     "TrainingRun",
+    "TrainingSetup",
     "training_run",
     "bubble_fraction",
     "activation_bytes",
@@ -47,7 +49,7 @@ class TrainingRun(eqx.Module):
     Attributes:
       flops: model FLOPs ``6 N_active D`` (FLOP).
       seconds: wall-clock time, pipeline bubble included (s).
-      cost: ``chips * price_per_hour * seconds / 3600`` ($).
+      cost: ``n_chips * price_per_hour * seconds / 3600`` ($).
       bubble: 1F1B bubble fraction of the wall-clock time ``(P-1)/(m+P-1)``.
       memory_weights: bytes per chip of weights and gradients.
       memory_optimizer: bytes per chip of optimizer state (fp32 master copy, Adam moments).
@@ -143,22 +145,78 @@ def _shape(model):
     return n, n, d / ASPECT_RATIO, d
 
 
+class TrainingSetup(eqx.Module):
+    """How a pretraining run is laid out and what it keeps in memory (a pytree; the numeric fields
+    may be traced, e.g. vmapped over layouts).
+
+    Args:
+      stages: pipeline stages ``P`` (>= 1).
+      microbatches: micro-batches per optimizer step ``m`` (>= 1).
+      tensor: chips sharing one stage's weights ``t`` (tensor parallel) (>= 1).
+      seq_len: tokens per sequence ``s`` (>= 1).
+      micro_batch: sequences per micro-batch ``b`` (>= 1).
+      recompute: "none", "selective" or "full" activation recomputation (static).
+      weight_bytes: bytes per parameter of weights and gradients (bf16 + bf16 = 4).
+      optimizer_bytes: bytes per parameter of optimizer state (fp32 master + Adam m, v = 12).
+      shard_optimizer: split the optimizer state over data-parallel replicas (ZeRO-1) (static).
+
+    >>> import dcost
+    >>> s = dcost.TrainingSetup(tensor=8, stages=4, microbatches=32)
+    >>> float(s.tensor * s.stages), s.recompute
+    (32.0, 'selective')
+    """
+
+    stages: jax.Array
+    microbatches: jax.Array
+    tensor: jax.Array
+    seq_len: jax.Array
+    micro_batch: jax.Array
+    weight_bytes: jax.Array
+    optimizer_bytes: jax.Array
+    recompute: str = eqx.field(static=True)
+    shard_optimizer: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        stages=1,
+        microbatches=1,
+        tensor=1,
+        seq_len=4096,
+        micro_batch=1,
+        recompute="selective",
+        weight_bytes=4.0,
+        optimizer_bytes=12.0,
+        shard_optimizer=True,
+    ):
+        for name, v in (
+            ("stages", stages),
+            ("microbatches", microbatches),
+            ("tensor", tensor),
+            ("seq_len", seq_len),
+            ("micro_batch", micro_batch),
+        ):
+            check("TrainingSetup", name, v, low=1.0)
+        check("TrainingSetup", "weight_bytes", weight_bytes)
+        check("TrainingSetup", "optimizer_bytes", optimizer_bytes)
+        if recompute not in RECOMPUTE:
+            raise ValueError(
+                f"TrainingSetup.recompute = {recompute!r} is not allowed: it must be one of "
+                f"{', '.join(RECOMPUTE)}"
+            )
+        f = jnp.result_type(float)
+        self.stages = jnp.asarray(stages, f)
+        self.microbatches = jnp.asarray(microbatches, f)
+        self.tensor = jnp.asarray(tensor, f)
+        self.seq_len = jnp.asarray(seq_len, f)
+        self.micro_batch = jnp.asarray(micro_batch, f)
+        self.weight_bytes = jnp.asarray(weight_bytes, f)
+        self.optimizer_bytes = jnp.asarray(optimizer_bytes, f)
+        self.recompute = recompute
+        self.shard_optimizer = bool(shard_optimizer)
+
+
 def training_run(
-    model,
-    n_tokens,
-    hardware: Hardware,
-    chips,
-    mfu,
-    *,
-    stages=1,
-    microbatches=1,
-    tensor=1,
-    seq_len=4096,
-    micro_batch=1,
-    recompute="selective",
-    weight_bytes=4.0,
-    optimizer_bytes=12.0,
-    shard_optimizer=True,
+    model, n_tokens, hardware: Hardware, n_chips, mfu, setup: TrainingSetup | None = None
 ) -> TrainingRun:
     """Time, cost and per-chip memory of pretraining ``model`` on ``n_tokens`` tokens.
 
@@ -182,63 +240,54 @@ def training_run(
       model: a ``dcost.Model``, or a dense parameter count (shape from ``ASPECT_RATIO``).
       n_tokens: training tokens ``D``.
       hardware: the chip (peak ``flops``, ``hbm_capacity``, ``price_per_hour``).
-      chips: all chips ``n``; a multiple of ``tensor * stages``.
+      n_chips: all chips of the run ``n``; a multiple of ``tensor * stages``.
       mfu: model FLOP utilization in (0, 1].
-      stages: pipeline stages ``P``.
-      microbatches: micro-batches per step ``m``.
-      tensor: chips sharing one stage's weights ``t`` (tensor parallel).
-      seq_len: tokens per sequence ``s``.
-      micro_batch: sequences per micro-batch ``b``.
-      recompute: "none", "selective" or "full" activation recomputation.
-      weight_bytes: bytes per parameter of weights and gradients (bf16 + bf16 = 4).
-      optimizer_bytes: bytes per parameter of optimizer state (fp32 master + Adam m, v = 12).
-      shard_optimizer: split the optimizer state over data-parallel replicas (ZeRO-1).
+      setup: the layout and memory (a ``TrainingSetup``); None: one stage, no tensor parallelism,
+        the defaults of ``TrainingSetup``.
 
     Returns:
       A ``TrainingRun``.
 
     >>> import dcost
-    >>> run = dcost.training_run(70e9, 15e12, dcost.hardware("h100-sxm"), 4096, 0.45,
-    ...                          tensor=8, stages=4, microbatches=32)
+    >>> setup = dcost.TrainingSetup(tensor=8, stages=4, microbatches=32)
+    >>> run = dcost.training_run(70e9, 15e12, dcost.hardware("h100-sxm"), 4096, 0.45, setup)
     >>> round(float(run.seconds) / 86400, 1), bool(run.fits)
     (43.7, True)
 
     References: Narayanan et al. 2021 (arXiv:2104.04473); Rajbhandari et al. 2020
     (arXiv:1910.02054), section 3.1; Korthikanti et al. 2022 (arXiv:2205.05198).
     """
+    s = TrainingSetup() if setup is None else setup
+    if not isinstance(s, TrainingSetup):
+        raise ValueError(
+            f"training_run.setup must be a dcost.TrainingSetup or None, got {type(s).__name__}"
+        )
     n_total, n_active, layers, width = _shape(model)
     check("training_run", "n_tokens", n_tokens, low_open=True)
-    check("training_run", "chips", chips, low=1.0, integer=True)
+    check("training_run", "n_chips", n_chips, low=1.0, integer=True)
     check("training_run", "mfu", mfu, low_open=True, high=1.0)
-    for name, v in (
-        ("stages", stages),
-        ("microbatches", microbatches),
-        ("tensor", tensor),
-        ("seq_len", seq_len),
-        ("micro_batch", micro_batch),
-    ):
-        check("training_run", name, v, low=1.0)
-    check("training_run", "weight_bytes", weight_bytes)
-    check("training_run", "optimizer_bytes", optimizer_bytes)
-    c, split = _concrete(chips), _concrete(stages * tensor)
+    stages, tensor, microbatches = s.stages, s.tensor, s.microbatches
+    c, split = _concrete(n_chips), _concrete(stages * tensor)
     if c is not None and split is not None:
         ratio = c / split
         if np.any((ratio < 1) | (ratio != np.round(ratio))):
             raise ValueError(
-                f"training_run.chips = {float(np.max(c))!r} is not allowed: it must "
+                f"training_run.n_chips = {float(np.max(c))!r} is not allowed: it must "
                 f"be a multiple of tensor * stages = {float(np.max(split))!r}"
             )
-    data = chips / (stages * tensor)
+    data = n_chips / (stages * tensor)
 
     flops = 6.0 * n_active * n_tokens
     bubble = bubble_fraction(stages, microbatches)
-    seconds = flops / (chips * hardware.flops * mfu) / (1.0 - bubble)
-    cost = chips * hardware.price_per_hour * seconds / 3600.0
+    seconds = flops / (n_chips * hardware.flops * mfu) / (1.0 - bubble)
+    cost = n_chips * hardware.price_per_hour * seconds / 3600.0
 
     shard = n_total / (tensor * stages)
-    mem_w = weight_bytes * shard
-    mem_opt = optimizer_bytes * shard / (data if shard_optimizer else 1.0)
-    per_layer = activation_bytes(seq_len, micro_batch, width, width / D_HEAD, tensor, recompute)
+    mem_w = s.weight_bytes * shard
+    mem_opt = s.optimizer_bytes * shard / (data if s.shard_optimizer else 1.0)
+    per_layer = activation_bytes(
+        s.seq_len, s.micro_batch, width, width / D_HEAD, tensor, s.recompute
+    )
     mem_act = per_layer * layers / stages * jnp.minimum(microbatches, stages)
     total = mem_w + mem_opt + mem_act
     return TrainingRun(
