@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# What lint and typecheck look at.
+SOURCES := dcost tests experiments benchmarks notebooks
 
-.PHONY: demo test experiments notebooks bench lint clean
+.PHONY: demo test test-quick experiments notebooks bench lint typecheck check floors clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +22,13 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/python -m dcost.demo
 
+# the whole suite: tests/, the doctests in dcost/ and the notebooks (what CI runs)
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
+
+# everything but the tests marked slow and the notebooks
+test-quick: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -m "not slow and not notebooks"
 
 experiments: $(VENV)/.installed
 	for f in experiments/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
@@ -35,7 +42,31 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/optimizer.py
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check dcost tests experiments benchmarks notebooks
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+
+# mypy reads its settings (files, strictness) from [tool.mypy] in pyproject.toml
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+# what CI runs, in its order
+check: lint typecheck test
+
+# The lowest versions pyproject.toml allows, installed in a venv of their own by uv's
+# lowest-direct resolution (every direct dependency at its floor), on the lowest Python allowed
+# when it is installed; then the quick tests, and the one test that runs jax.shard_map (slow).
+FLOORS := .venv-floors
+FLOORS_PYTHON ?= $(shell command -v python3.11 || echo $(PYTHON))
+floors:
+	rm -rf $(FLOORS)
+	$(FLOORS_PYTHON) -m venv $(FLOORS)
+	$(FLOORS)/bin/python -m pip install -q uv
+	$(FLOORS)/bin/uv pip install -q --python $(FLOORS)/bin/python --resolution lowest-direct \
+		-e ".[test]"
+	$(FLOORS)/bin/python -c "import importlib.metadata as m, sys; print('python', sys.version.split()[0]); \
+		[print(p, m.version(p)) for p in ('jax', 'jaxlib', 'equinox', 'optax', 'numpy', 'matplotlib', 'pytest', 'hypothesis')]"
+	$(FLOORS)/bin/python -m pytest -p no:cacheprovider -m "not slow and not notebooks"
+	$(FLOORS)/bin/python -m pytest -p no:cacheprovider tests/test_optimize.py::test_grid_search_shards_across_devices
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(FLOORS) build *.egg-info

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import pathlib
 import tempfile
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -101,7 +101,8 @@ def setup(environ=None) -> CacheState:
 
 
 def _decide(env) -> CacheState:
-    user_dir = jax.config.jax_compilation_cache_dir
+    config: Any = jax.config  # its flags are attributes made at run time, unknown to type checkers
+    user_dir = config.jax_compilation_cache_dir
     if user_dir:  # set by JAX_COMPILATION_CACHE_DIR or by the user's own config.update
         return CacheState(pathlib.Path(user_dir), "user", "the user's own JAX cache, as set")
     switch = env.get("DCOST_CACHE", "").strip().lower()

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from importlib import resources
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 has no tomllib; pyproject installs tomli there
-    import tomli as tomllib
 
 __all__ = ["read_toml", "tomllib"]
 

@@ -18,6 +18,7 @@ arguments as step 1, so the figures and the printed optimum cannot disagree.
 from __future__ import annotations
 
 import pathlib
+from typing import TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,15 @@ import dcost
 from dcost.cli.common import format_table
 from dcost.search.problem import evaluate
 
-SCENARIO = {
+
+class Scenario(TypedDict):
+    hardware: str
+    model: str
+    context: int
+    tpot_slo: float
+
+
+SCENARIO: Scenario = {
     "hardware": "gb200-nvl72",
     "model": "deepseek-v3",
     "context": 8192,

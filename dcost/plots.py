@@ -92,6 +92,7 @@ def readable_log(axis) -> None:
 
     class _Round(ticker.Locator):
         def __call__(self):
+            assert self.axis is not None, "the locator is used before set_major_locator"
             vmin, vmax = sorted(self.axis.get_view_interval())
             return self.tick_values(vmin, vmax)
 

@@ -16,6 +16,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import PyTreeDef
+
+from dcost._types import FloatLeaf, OptionalFloatLeaf
 
 __all__ = ["Hardware", "Model", "Workload", "Design", "SpecError", "stack"]
 
@@ -256,15 +259,15 @@ class Hardware(eqx.Module):
     295
     """
 
-    flops: jax.Array = eqx.field(converter=_float)
-    hbm_bandwidth: jax.Array = eqx.field(converter=_float)
-    hbm_capacity: jax.Array = eqx.field(converter=_float)
-    scaleup_bandwidth: jax.Array = eqx.field(converter=_float)
-    scaleout_bandwidth: jax.Array = eqx.field(converter=_float)
-    scaleup_size: jax.Array = eqx.field(converter=_float)
-    price_per_hour: jax.Array = eqx.field(converter=_float)
-    flops_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
-    bandwidth_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
+    flops: FloatLeaf = eqx.field(converter=_float)
+    hbm_bandwidth: FloatLeaf = eqx.field(converter=_float)
+    hbm_capacity: FloatLeaf = eqx.field(converter=_float)
+    scaleup_bandwidth: FloatLeaf = eqx.field(converter=_float)
+    scaleout_bandwidth: FloatLeaf = eqx.field(converter=_float)
+    scaleup_size: FloatLeaf = eqx.field(converter=_float)
+    price_per_hour: FloatLeaf = eqx.field(converter=_float)
+    flops_efficiency: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    bandwidth_efficiency: FloatLeaf = eqx.field(default=1.0, converter=_float)
 
     def __check_init__(self):
         for name in (
@@ -320,17 +323,17 @@ class Model(eqx.Module):
     (180.0, 120.0, 1.5)
     """
 
-    n_layers: jax.Array = eqx.field(converter=_float)
-    d_model: jax.Array = eqx.field(converter=_float)
-    params_dense: jax.Array = eqx.field(converter=_float)
-    params_per_expert: jax.Array = eqx.field(converter=_float)
-    n_experts: jax.Array = eqx.field(converter=_float)
-    experts_active: jax.Array = eqx.field(converter=_float)
-    kv_bytes_per_token: jax.Array = eqx.field(converter=_float)
-    bytes_per_param: jax.Array = eqx.field(converter=_float)
-    attn_flops_per_context_token: jax.Array = eqx.field(default=0.0, converter=_float)
-    act_bytes: jax.Array = eqx.field(default=2.0, converter=_float)
-    n_moe_layers: jax.Array | None = eqx.field(default=None, converter=_float)
+    n_layers: FloatLeaf = eqx.field(converter=_float)
+    d_model: FloatLeaf = eqx.field(converter=_float)
+    params_dense: FloatLeaf = eqx.field(converter=_float)
+    params_per_expert: FloatLeaf = eqx.field(converter=_float)
+    n_experts: FloatLeaf = eqx.field(converter=_float)
+    experts_active: FloatLeaf = eqx.field(converter=_float)
+    kv_bytes_per_token: FloatLeaf = eqx.field(converter=_float)
+    bytes_per_param: FloatLeaf = eqx.field(converter=_float)
+    attn_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    act_bytes: FloatLeaf = eqx.field(default=2.0, converter=_float)
+    n_moe_layers: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     __repr__ = readable
 
@@ -430,9 +433,9 @@ class Workload(eqx.Module):
     4096.0
     """
 
-    context: jax.Array = eqx.field(converter=_float)
-    prompt: jax.Array = eqx.field(default=None, converter=_float)
-    output: jax.Array = eqx.field(default=None, converter=_float)
+    context: FloatLeaf = eqx.field(converter=_float)
+    prompt: FloatLeaf = eqx.field(default=None, converter=_float)
+    output: FloatLeaf = eqx.field(default=None, converter=_float)
 
     def __init__(self, context, prompt=None, output=None):
         self.context = context
@@ -468,11 +471,11 @@ class Design(eqx.Module):
     512.0
     """
 
-    batch: jax.Array = eqx.field(converter=_float)
-    chips: jax.Array = eqx.field(default=1.0, converter=_float)
-    stages: jax.Array = eqx.field(default=1.0, converter=_float)
-    experts: jax.Array | None = eqx.field(default=None, converter=_float)
-    overtrain: jax.Array | None = eqx.field(default=None, converter=_float)
+    batch: FloatLeaf = eqx.field(converter=_float)
+    chips: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    stages: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    overtrain: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     __repr__ = readable
 
@@ -534,9 +537,10 @@ def stack(trees):
     trees = list(trees)
     if not trees:
         raise SpecError("stack: trees = [] is not allowed: give at least one pytree")
-    first = jax.tree.structure(trees[0])
+    # annotated: jax's own annotation of jax.tree.structure does not resolve for type checkers
+    first: PyTreeDef = jax.tree.structure(trees[0])
     for i, tree in enumerate(trees[1:], start=1):
-        if jax.tree.structure(tree) != first:
+        if first != jax.tree.structure(tree):
             raise SpecError(
                 f"stack: trees[{i}] has another structure than trees[0] "
                 f"({type(tree).__name__} with fields set differently); all must match"

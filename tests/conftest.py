@@ -17,6 +17,10 @@ Compilation cache. The suite runs with dcost's persistent compilation cache off 
 set before ``dcost`` is imported): JAX writes cache entries non-atomically, so two test runs sharing
 ``~/.cache/dcost`` could read a half-written entry and warn, which fails a test here.
 ``tests/test_cache.py`` exercises the cache in fresh processes with their own directories.
+
+Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
+that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.
+The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
 """
 
 import os
@@ -37,6 +41,20 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# doctests that run a search (pytest item names); a renamed one simply runs in the quick subset
+SLOW_DOCTESTS = {
+    "dcost.search.sensitivity.relax",
+    "dcost.search.optimize.optimize",
+    "dcost.search.lifetime_objective",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.name in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config):

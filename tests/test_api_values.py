@@ -56,6 +56,7 @@ def test_unknown_name_lists_the_known_ones():
         assert name in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_user_objective_runs_through_optimize_and_grid():
     """A user's own objective, passed as a value: decode's cost per token squared, whose
     minimizer is the same design as cost_per_token's."""

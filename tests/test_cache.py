@@ -104,6 +104,7 @@ def test_the_users_own_jax_cache_is_respected(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_warmup_fills_the_cache_and_a_second_process_hits_it(tmp_path):
     xdg = tmp_path / "xdg"
     cache = xdg / "dcost" / "jax"

@@ -65,6 +65,7 @@ def test_toy_flops_agree_with_xla_cost_analysis():
     assert float(analysis["flops"]) == pytest.approx(b * HAND_FLOPS, rel=0.1)
 
 
+@pytest.mark.slow
 def test_decode_step_reads_the_cache():
     cfg = cal.QUICK
     params, cache = cal.init_params(cfg), cal.init_cache(cfg, 2)
@@ -102,6 +103,7 @@ def quick_json():
     return code, json.loads(out.getvalue())
 
 
+@pytest.mark.slow
 def test_cli_quick_measures_positive_finite_numbers(quick_json):
     code, res = quick_json
     assert code == 0
@@ -115,6 +117,7 @@ def test_cli_quick_measures_positive_finite_numbers(quick_json):
     assert res["knee_predicted"] > 0
 
 
+@pytest.mark.slow
 def test_prediction_structure(quick_json):
     _, res = quick_json
     pred = np.asarray(res["predicted_s"])
@@ -130,6 +133,7 @@ def test_prediction_structure(quick_json):
     )
 
 
+@pytest.mark.slow
 def test_cli_text_output(quick_json, capsys, monkeypatch):
     # The text view of the same measurement (re-measuring would double the test time).
     _, res = quick_json
@@ -197,6 +201,7 @@ def test_fit_efficiency_recovers_planted_fractions(eta_f, eta_bw):
     assert got_bw == pytest.approx(eta_bw, rel=0.03)
 
 
+@pytest.mark.slow
 def test_calibrated_prediction_fits_no_worse(quick_json):
     _, res = quick_json
     meas = np.log(res["measured_s"])

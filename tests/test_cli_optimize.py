@@ -43,6 +43,7 @@ def optimized():
     return code, json.loads(buf.getvalue())
 
 
+@pytest.mark.slow
 def test_optimize_json_is_si_and_checked(optimized):
     code, out = optimized
     assert code == 0 and out["feasible"] and out["method"] == "optimize"
@@ -72,6 +73,7 @@ def test_at_bound_when_the_batch_limit_binds(capsys):
     assert code == 0 and "binding:         batch <= 1024" in out
 
 
+@pytest.mark.slow
 def test_grid_agrees_with_optimize(capsys, optimized):
     _, opt = optimized
     code, out, err = run(capsys, "grid", *BASE, "--tpot-slo", "0.01", "--json")
@@ -163,6 +165,7 @@ def test_unknown_preset(capsys):
     assert code == 2 and "unknown hardware preset 'h100'" in err
 
 
+@pytest.mark.slow
 def test_progress_bar_draws_after_the_delay():
     stream = io.StringIO()
     p = dcost.Problem(

@@ -66,6 +66,7 @@ def _printed_optimum(capsys):
     return batch, cost, binding
 
 
+@pytest.mark.slow
 def test_batch_figure_marks_the_printed_optimum(built, capsys):
     batch, cost, binding = _printed_optimum(capsys)
     (star,) = [s for s in _star(built["batch_fig"]) if s.axes.get_title() == "Cost per token"]
@@ -75,6 +76,7 @@ def test_batch_figure_marks_the_printed_optimum(built, capsys):
     assert f"batch {batch:,.0f}" in star.get_label()
 
 
+@pytest.mark.slow
 def test_pareto_star_is_the_printed_optimum(built, capsys):
     batch, cost, binding = _printed_optimum(capsys)
     f = built["frontier"]
@@ -88,6 +90,7 @@ def test_pareto_star_is_the_printed_optimum(built, capsys):
     assert batch_star.get_ydata()[0] == batch
 
 
+@pytest.mark.slow
 def test_sweep_covers_the_optimum_and_none_within_limits_is_cheaper(built):
     b, ev, sol, problem = built["batches"], built["evaluation"], built["solution"], built["problem"]
     opt = float(sol.design.batch)
@@ -111,6 +114,7 @@ def _labelled_ticks(axis, lo, hi):
     return [t.get_text() for t in ticks if t.get_text() and lo <= t.get_position()[pos] <= hi]
 
 
+@pytest.mark.slow
 def test_log_axes_have_three_labels_inside_the_data(built):
     f = built["frontier"]
     cost = np.asarray(f.cost)[np.asarray(f.feasible)] * 1e6
@@ -169,6 +173,7 @@ def _data_points(ax):
     return np.concatenate(pts) if pts else np.zeros((0, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["batch_fig", "pareto_fig"])
 def test_no_text_overlaps_and_none_leaves_the_frame(built, name):
     fig = built[name]
@@ -188,6 +193,7 @@ def test_no_text_overlaps_and_none_leaves_the_frame(built, name):
         assert not shrunk[0].overlaps(shrunk[1]), f"{a!r} overlaps {b!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["batch_fig", "pareto_fig"])
 def test_legends_and_labels_stay_off_the_data(built, name):
     fig = built[name]
@@ -211,6 +217,7 @@ def test_legends_and_labels_stay_off_the_data(built, name):
             )
 
 
+@pytest.mark.slow
 def test_figures_are_saved(built):
     for png in ("batch.png", "pareto.png"):
         data = (built["out"] / png).read_bytes()
@@ -229,12 +236,14 @@ def test_log_ticks_label_any_range_of_a_factor_two(vmin, ratio):
     assert all(vmin <= t <= vmax for t in ticks)
 
 
+@pytest.mark.slow
 def test_batch_curve_refuses_an_optimum_outside_the_sweep(built):
     ev = built["evaluation"]
     with pytest.raises(ValueError, match="not one of the swept batches"):
         batch_curve(built["batches"], ev.report, optimum=built["batches"][3] + 0.5)
 
 
+@pytest.mark.slow
 def test_batch_curve_without_an_optimum_marks_the_cheapest_within_the_limits(built):
     b, ev = built["batches"], built["evaluation"]
     limit = float(built["problem"].limit_values()["memory"])

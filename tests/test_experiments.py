@@ -144,6 +144,7 @@ def test_latency_floor_is_capacity_over_bandwidth(floor):
 # train_departures ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_departures_against_the_closed_form(trains):
     mean, worst = trains["closed_form_over_tau"]
     assert (mean, worst) == (1.5, 2.0)
@@ -226,6 +227,7 @@ def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
 # moe_racks -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["h100-sxm", "gb200-nvl72"])
 def test_pipeline_rule_crossing(racks, name):
     """dcost's t_comm = t_hop crossing is the lecture's 2 k L_stage = U/O (times G/(G-1))."""
@@ -239,6 +241,7 @@ def test_pipeline_rule_crossing(racks, name):
     assert r["rule"]["8"][0] < 2.0
 
 
+@pytest.mark.slow
 def test_expert_parallel_past_the_domain(racks):
     h100, gb = racks["h100-sxm"], racks["gb200-nvl72"]
     m = dcost.model("deepseek-v3")
@@ -279,6 +282,7 @@ def test_scripts_have_the_standard_shape(module):
     assert module.__doc__ and "Claim" in module.__doc__
 
 
+@pytest.mark.slow
 def test_plot_labels_every_axis_and_save_writes_png_and_json(trains, tmp_path):
     fig = train_departures.plot(trains)
     for ax in fig.axes:

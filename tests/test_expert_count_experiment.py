@@ -14,6 +14,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiment
 
 import expert_count as X  # noqa: E402
 
+# every test shares the experiment's run (the ``res`` fixture)
+pytestmark = pytest.mark.slow
+
 D_INF = 1e16
 WINDOW = (16, 64)
 

@@ -38,6 +38,7 @@ def hand_loss(model, experts, overtrain):
     return 1.69 + 406.4 / n_eff**0.34 + 410.7 / d**0.28
 
 
+@pytest.mark.slow
 @pytest.mark.x64
 def test_cost_and_loss_match_hand_formulas():
     p = problem(1e13, rl_tokens=2e11, mfu=0.5)
@@ -66,6 +67,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_optimize_agrees_with_grid_search(case):
     p = problem(**case)
@@ -78,6 +80,7 @@ def test_optimize_agrees_with_grid_search(case):
     assert float(s.report.serving.tpot) <= float(p.tpot_slo)
 
 
+@pytest.mark.slow
 def test_more_inference_more_overtraining():
     """One batched call over three traffic levels: more tokens served -> fewer experts (cheaper
     serving) and more over-training to keep the loss."""
@@ -89,6 +92,7 @@ def test_more_inference_more_overtraining():
     assert np.all(np.diff(e) <= 0) and e[-1] < e[0]
 
 
+@pytest.mark.slow
 def test_overtrain_only_matches_closed_form():
     """With E and the layout fixed, dollars rise with r and the loss falls: the cheapest r is
     the smallest whole r whose hand-computed loss meets the target (with the 1e-6 margin)."""

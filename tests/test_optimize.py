@@ -180,6 +180,7 @@ def test_problem_defaults():
 # ---------------------------------------------------------------- reparametrization
 
 
+@pytest.mark.slow
 def test_unconstrained_round_trip_and_bounds():
     lo, hi = jnp.array([1.0, 2.0, 5.0]), jnp.array([4096.0, 72.0, 5.0])
     z = jnp.linspace(-30.0, 30.0, 61)[:, None] * jnp.ones(3)
@@ -214,6 +215,7 @@ def brute_force(problem):
     return cost.min(), ok.any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model, context, slo",
     [
@@ -236,6 +238,7 @@ def test_grid_search_matches_brute_force(model, context, slo):
     assert float(g.cost) == pytest.approx(best, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_grid_search_chunking_and_progress():
     p = dcost.Problem(
         H100,
@@ -255,6 +258,7 @@ def test_grid_search_chunking_and_progress():
     assert [c[0] for c in calls] == sorted(c[0] for c in calls) and len(calls) == -(-4500 // 333)
 
 
+@pytest.mark.slow
 def test_grid_search_shards_across_devices():
     """With 4 (forced host) devices the grid is split across them; the answer is the same."""
     p = dcost.Problem(
@@ -292,6 +296,7 @@ def test_grid_search_shards_across_devices():
     assert there["cost"] == pytest.approx(float(here.cost), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_grid_search_infeasible_memory_message():
     p = dcost.Problem(
         TINY_HBM,
@@ -309,6 +314,7 @@ def test_grid_search_infeasible_memory_message():
 # ---------------------------------------------------------------- optimize against grid_search
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(NAMES)), ids=NAMES)
 def test_optimize_matches_grid_search(table, i):
     _, grid, opt = table
@@ -324,6 +330,7 @@ def test_optimize_matches_grid_search(table, i):
         assert o.message.startswith("infeasible: ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(NAMES)), ids=NAMES)
 def test_optimize_design_rechecked_with_exact_model(table, i):
     """Recompute the returned design outside the search: a claimed feasibility must hold."""
@@ -343,6 +350,7 @@ def test_optimize_design_rechecked_with_exact_model(table, i):
     assert float(r.cost_per_token) == pytest.approx(float(o.cost), rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, binding",
     [
@@ -356,6 +364,7 @@ def test_binding_constraint(table, name, binding):
     assert opt.binding[NAMES.index(name)] == binding
 
 
+@pytest.mark.slow
 def test_infeasible_messages_name_the_constraint(table):
     _, _, opt = table
     msgs = dict(zip(NAMES, opt.message, strict=True))
@@ -365,6 +374,7 @@ def test_infeasible_messages_name_the_constraint(table):
     assert "memory" in msgs["infeasible-chip-budget"] or "chips" in msgs["infeasible-chip-budget"]
 
 
+@pytest.mark.slow
 def test_batched_equals_one_by_one_and_deterministic(table):
     _, _, opt = table
     for name in ("dense-tight-slo", "moe64-tight", "infeasible-memory"):
@@ -396,6 +406,7 @@ def test_optimize_compiles_once_per_structure():
     assert _solve.compiled()._cache_size() == before
 
 
+@pytest.mark.slow
 def test_prefill_objective_against_grid():
     p = dcost.Problem(
         H100,
@@ -412,6 +423,7 @@ def test_prefill_objective_against_grid():
     assert float(r.ttft) <= 2.0 and float(r.cost_per_token) == pytest.approx(float(o.cost), 1e-5)
 
 
+@pytest.mark.slow
 def test_free_experts_against_grid():
     """Serving alone prefers the fewest experts (the lifetime objective will trade quality)."""
     p = dcost.Problem(
@@ -437,6 +449,7 @@ def frontier():
     return p, dcost.pareto(p, [0.008, 0.012, 0.02, 0.05, 0.1, 0.003])
 
 
+@pytest.mark.slow
 def test_pareto_is_monotone_and_matches_grid(frontier):
     p, f = frontier
     slo = np.asarray(f.tpot_slo)
@@ -454,6 +467,7 @@ def test_pareto_is_monotone_and_matches_grid(frontier):
     assert np.all(cost[ok] <= np.asarray(g.cost)[ok] * 1.005)
 
 
+@pytest.mark.slow
 def test_pareto_rejects_bad_input(frontier):
     p, _ = frontier
     with pytest.raises(ValueError, match="tpot_slos"):
@@ -465,6 +479,7 @@ def test_pareto_rejects_bad_input(frontier):
         dcost.pareto(pre, [0.01])
 
 
+@pytest.mark.slow
 def test_plot_pareto_labels_and_marks_the_optimum(frontier):
     from dcost.plots import plot_pareto
 
@@ -478,6 +493,7 @@ def test_plot_pareto_labels_and_marks_the_optimum(frontier):
     assert star.get_ydata()[0] == pytest.approx(float(f.cost[f.optimum]) * 1e6)
 
 
+@pytest.mark.slow
 def test_chip_budget_allows_equality(table):
     """Counts are compared exactly: a replica may use all the budget (4 chips here)."""
     _, grid, opt = table

@@ -4,7 +4,7 @@ against the spread of fits under noise, and the published price sheets."""
 
 import math
 import re
-import sys
+import tomllib
 from importlib import resources
 
 import jax
@@ -15,11 +15,6 @@ from jax.test_util import check_grads
 
 import dcost
 from dcost import pricing
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 H100 = dcost.hardware("h100-sxm")
 

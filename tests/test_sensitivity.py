@@ -16,6 +16,9 @@ import pytest
 import dcost
 from dcost.search.problem import evaluate
 
+# every test shares the relaxed and polished solutions (the ``solved`` fixture)
+pytestmark = pytest.mark.slow
+
 H = 1e-4  # relative perturbation of the finite differences
 FREE = {"batch": (1, 4096), "chips": (1, 8)}
 OFF = 1e3

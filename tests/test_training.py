@@ -212,6 +212,7 @@ def test_lifetime_optimum_is_on_the_loss_constraint(name, above, log_inf):
     assert abs(float(dcost.loss(best.n_params, best.n_tokens, name)) - target) < 1e-6
 
 
+@pytest.mark.slow
 def test_lifetime_gradients_against_finite_differences():
     fit = dcost.scaling_fit("besiroglu2024")
 

@@ -12,7 +12,7 @@ __all__ = ["add_parsers"]
 
 def _cmd_presets(args) -> int:
     if args.json:
-        out = {"hardware": {}, "models": {}}
+        out: dict[str, dict[str, dict[str, float]]] = {"hardware": {}, "models": {}}
         for name in presets.hardware_names():
             h = presets.hardware(name)
             out["hardware"][name] = {

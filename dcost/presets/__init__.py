@@ -9,15 +9,10 @@ here, and ``tests/test_presets.py`` checks the derived counts against the publis
 from __future__ import annotations
 
 import functools
-import sys
+import tomllib
 from importlib import resources
 
 from dcost.specs import Hardware, Model
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "hardware",

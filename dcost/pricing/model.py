@@ -9,6 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from dcost._types import FloatLeaf
 from dcost.serving.roofline import SECONDS_PER_HOUR, decode, prefill
 from dcost.specs import Design, Hardware, Model, Workload, _float, check
 
@@ -106,15 +107,15 @@ class Serving(eqx.Module):
     """
 
     hardware: Hardware
-    chips: jax.Array = eqx.field(default=8.0, converter=_float)
-    batch: jax.Array = eqx.field(default=64.0, converter=_float)
-    context: jax.Array = eqx.field(default=16384.0, converter=_float)
-    context_long: jax.Array = eqx.field(default=400_000.0, converter=_float)
-    bytes_per_param: jax.Array = eqx.field(default=2.0, converter=_float)
-    sparsity: jax.Array = eqx.field(default=1.0, converter=_float)
-    attn_flops_per_kv_byte: jax.Array = eqx.field(default=8.0, converter=_float)
-    cache_hold_s: jax.Array = eqx.field(default=300.0, converter=_float)
-    smoothness: jax.Array = eqx.field(default=0.02, converter=_float)
+    chips: FloatLeaf = eqx.field(default=8.0, converter=_float)
+    batch: FloatLeaf = eqx.field(default=64.0, converter=_float)
+    context: FloatLeaf = eqx.field(default=16384.0, converter=_float)
+    context_long: FloatLeaf = eqx.field(default=400_000.0, converter=_float)
+    bytes_per_param: FloatLeaf = eqx.field(default=2.0, converter=_float)
+    sparsity: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    attn_flops_per_kv_byte: FloatLeaf = eqx.field(default=8.0, converter=_float)
+    cache_hold_s: FloatLeaf = eqx.field(default=300.0, converter=_float)
+    smoothness: FloatLeaf = eqx.field(default=0.02, converter=_float)
 
     def __check_init__(self):
         check("Serving", "chips", self.chips, low=1.0)

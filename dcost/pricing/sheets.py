@@ -110,10 +110,9 @@ def serving_for(sheet: PriceSheet | None = None) -> Serving:
 
     base = dict(_sheets_toml()["assumptions"])
     base.update(sheet.serving if sheet is not None else {})
-    overrides = {}
-    if "price_per_hour" in base:
-        overrides["price_per_hour"] = float(base.pop("price_per_hour"))
-    chip = hardware(base.pop("hardware"), **overrides)
+    name = base.pop("hardware")
+    price = base.pop("price_per_hour", None)
+    chip = hardware(name) if price is None else hardware(name, price_per_hour=float(price))
     unknown = [k for k in base if k not in _SERVING_FIELDS and k != "note"]
     if unknown:
         raise SpecError(f"unknown serving assumption {unknown}; known: {list(_SERVING_FIELDS)}")

@@ -10,6 +10,7 @@ option is probed once; where XLA no longer knows it, plain ``jax.jit`` is used.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +46,7 @@ def jit(fun=None, *, fast_compile: bool = False, **kwargs):
     def call(*args, **kw):
         return compiled()(*args, **kw)
 
-    call.lower = lambda *args, **kw: compiled().lower(*args, **kw)
-    call.compiled = compiled
-    return call
+    jitted: Any = call  # a function that also carries the two attributes below
+    jitted.lower = lambda *args, **kw: compiled().lower(*args, **kw)
+    jitted.compiled = compiled
+    return jitted

@@ -190,9 +190,10 @@ def _schedule(settings: Settings, n_c: int):
     the Jacobian of ``(log cost, log ratios)`` at the end point, one row each."""
     n, k, m = settings.rounds, settings.steps, 1 + n_c
 
-    def rep(pair):
-        per_round = np.geomspace(*pair, n) if n > 1 else np.array([pair[1]])
-        return np.append(np.repeat(per_round, k), np.full(m, pair[1]))
+    def rep(pair: tuple[float, float]) -> np.ndarray:
+        first, last = pair
+        per_round = np.geomspace(first, last, n) if n > 1 else np.array([last])
+        return np.append(np.repeat(per_round, k), np.full(m, last))
 
     lr = rep(settings.learning_rate)
     lr[-m:] = 0.0
@@ -330,10 +331,10 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     dtype = v_starts.dtype
     cand0 = jnp.floor(v_starts)[:, None, :] + jnp.asarray(corners, dtype)[None]
     cand0 = jnp.clip(cand0.reshape(-1, d), lo, hi)
-    steps = _stencil(d, moving)
-    size = max(cand0.shape[0], steps.shape[0])
+    stencil = _stencil(d, moving)
+    size = max(cand0.shape[0], stencil.shape[0])
     cand0 = jnp.concatenate([cand0, jnp.repeat(cand0[:1], size - cand0.shape[0], 0)])
-    steps = jnp.asarray(np.concatenate([steps, np.zeros((size - steps.shape[0], d))]), dtype)
+    steps = jnp.asarray(np.concatenate([stencil, np.zeros((size - stencil.shape[0], d))]), dtype)
 
     def score(x):
         if shrink:  # the batch is maximized where the over-training eases every constraint most

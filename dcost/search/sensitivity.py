@@ -122,7 +122,7 @@ def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array
         jnp.repeat(jnp.asarray(g, starts.dtype), starts.shape[0])
         for g in zip(*guesses, strict=True)
     )
-    every, jacs = jax.vmap(lambda *a: polish(problem, *a, s))(y0, near, snap, pin)
+    every, jacs = jax.vmap(lambda y, n, sn, p: polish(problem, y, n, sn, p, s))(y0, near, snap, pin)
     score = jnp.where(every.kkt & jnp.isfinite(every.log_cost), every.log_cost, jnp.inf)
     k = jnp.where(jnp.any(every.kkt), jnp.argmin(score), 0)
     return jax.tree.map(lambda a: a[k], every), jacs[k]

@@ -476,8 +476,8 @@ def _training_price_per_flop(inputs: LifetimeInputs, serving: Deployment):
 def _lifetime_cost(n_params, n_tokens, inputs, serving, smoothness) -> LifetimeCost:
     c_flop = _training_price_per_flop(inputs, serving)
     model = scale_model(serving.model, n_params)
-    c_tok = decode(serving.design, serving.hardware, model, serving.workload, smoothness)
-    c_tok = c_tok.cost_per_token
+    report = decode(serving.design, serving.hardware, model, serving.workload, smoothness)
+    c_tok = report.cost_per_token
     pretrain = 6.0 * n_params * n_tokens * c_flop
     rl = inputs.rl_tokens * (c_tok + 6.0 * n_params * c_flop)
     inference = inputs.inference_tokens * c_tok

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost._toml import read_toml
+from dcost._types import FloatLeaf
 from dcost.presets import PresetError
 from dcost.specs import Model, _concrete, _float, check
 
@@ -64,11 +65,11 @@ class ScalingFit(eqx.Module):
     1.937
     """
 
-    E: jax.Array = eqx.field(converter=_float)
-    A: jax.Array = eqx.field(converter=_float)
-    B: jax.Array = eqx.field(converter=_float)
-    alpha: jax.Array = eqx.field(converter=_float)
-    beta: jax.Array = eqx.field(converter=_float)
+    E: FloatLeaf = eqx.field(converter=_float)
+    A: FloatLeaf = eqx.field(converter=_float)
+    B: FloatLeaf = eqx.field(converter=_float)
+    alpha: FloatLeaf = eqx.field(converter=_float)
+    beta: FloatLeaf = eqx.field(converter=_float)
 
     def __check_init__(self):
         check("ScalingFit", "E", self.E)

@@ -15,14 +15,9 @@ True
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "METRICS",
@@ -164,7 +159,7 @@ def check_records(records: Iterable[Mapping]) -> None:
         seen.add(record["id"])
 
 
-def unknown_presets(records: Iterable[Mapping]) -> list[tuple[str, str, str]]:
+def unknown_presets(records: Iterable[Mapping]) -> list[tuple[str, str, str | None]]:
     """``(record id, field, name)`` for every ``hardware`` or ``model`` that is not a preset.
 
     Kept apart from :func:`check_record` so that a record may name a preset that is still being
