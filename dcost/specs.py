@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import PyTreeDef
-from jax.typing import ArrayLike
 
 from dcost._types import FloatLeaf, OptionalFloatLeaf
 
@@ -126,7 +125,7 @@ def _concrete(x):
         return None
 
 
-def _scalar(x: ArrayLike) -> float:
+def _scalar(x: np.ndarray | float) -> float:
     """``x`` as people typed it: a float32 value prints at float32's own precision (1e+30, not
     1.0000000150474662e+30)."""
     x = float(x)
