@@ -181,30 +181,39 @@ def test_optimize_padded_equals_unpadded_and_one_by_one(monkeypatch):
 
 @pytest.mark.slow
 def test_sensitivity_and_pareto_padded_equal_unpadded(monkeypatch):
+    """Sensitivity's elasticities come from a linear solve at a polished point, and the compiled
+    batches of 5 and of 16 round differently in the last bits: padded and unpadded agree to
+    float32 rounding (as unpadded batches and one-by-one solves already did), the active sets
+    and feasibility exactly. The frontier (optimize) agrees exactly."""
     p = problem(5)
-    settings = Settings(starts=2, rounds=3, steps=5, local_rounds=1)
+    settings = SETTINGS  # the program of the optimize tests above, for pareto
     padded = dcost.sensitivity(p, settings)
     with monkeypatch.context() as m:
-        m.setattr(buckets, "bucket", lambda n, floor=MIN_BUCKET: n)
+        m.setattr(buckets, "bucket", lambda n, floor=MIN_BUCKET: n)  # a batch of 5, unpadded
         unpadded = dcost.sensitivity(p, settings)
     assert padded.log_ratios.shape == unpadded.log_ratios.shape == (5, 2)
-    for a, b in zip(jnp.asarray(padded.relaxed.x), jnp.asarray(unpadded.relaxed.x), strict=True):
-        np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(padded.hardware.hbm_bandwidth, unpadded.hardware.hbm_bandwidth)
+    np.testing.assert_array_equal(padded.feasible, unpadded.feasible)
+    assert list(padded.feasible) == [False, True, True, True, True]
     assert padded.message == unpadded.message
+    for field in ("active", "interior", "kkt"):
+        np.testing.assert_array_equal(
+            getattr(padded.relaxed, field), getattr(unpadded.relaxed, field)
+        )
+    ok = np.asarray(padded.feasible)
+    leaves = zip(jax.tree.leaves(padded), jax.tree.leaves(unpadded), strict=True)
+    for a, b in leaves:
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim and a.shape[0] == 5 and np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a[ok], b[ok], rtol=1e-5, atol=1e-6)
 
-    single = _take(p, 0)
-    f = dcost.pareto(
-        dcost.Problem(single.hardware, single.model, single.workload, free=OPT_FREE),
-        [0.01, 0.02, 0.05],
-        settings,
+    single = dcost.Problem(
+        dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), dcost.Workload(2048), free=OPT_FREE
     )
+    slos = [0.0003, 0.004, 0.01, 0.05]
+    f = dcost.pareto(single, slos, settings)
     with monkeypatch.context() as m:
         m.setattr(buckets, "bucket", lambda n, floor=MIN_BUCKET: n)
-        g = dcost.pareto(
-            dcost.Problem(single.hardware, single.model, single.workload, free=OPT_FREE),
-            [0.01, 0.02, 0.05],
-            settings,
-        )
+        g = dcost.pareto(single, slos, settings)
+    assert f.cost.shape == (4,) and not bool(f.feasible[0]) and bool(f.feasible[-1])
     np.testing.assert_array_equal(f.cost, g.cost)
-    np.testing.assert_array_equal(f.solution.x, g.solution.x)
+    assert_same(f.solution, g.solution)
