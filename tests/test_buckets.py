@@ -72,8 +72,14 @@ def test_bucket_sizes():
     assert [bucket(n) for n in (1, 7, 10, 12, 16)] == [16] * 5
     assert [bucket(n) for n in (17, 32, 33, 1000)] == [32, 32, 64, 1024]
     assert [bucket(n, floor=1) for n in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
-    with pytest.raises(ValueError, match="n = 0"):
-        bucket(0)
+    assert bucket(0) == 0  # an empty batch stays empty
+    with pytest.raises(ValueError, match="n = -1"):
+        bucket(-1)
+
+
+def test_grid_search_refuses_an_empty_batch():
+    with pytest.raises(dcost.SpecError, match="batch axis of 0 scenarios"):
+        dcost.grid_search(problem(0, GRID_FREE))
 
 
 def test_pad_repeats_the_last_scenario_and_unpad_slices_it_off():

@@ -98,6 +98,11 @@ def grid_search(
             "(2**31); narrow Problem.free or split it into several problems"
         )
     n = batch_size(problem)
+    if n == 0:
+        raise SpecError(
+            "grid_search.problem has a batch axis of 0 scenarios: give at least one (or none, "
+            "for a single scenario)"
+        )
     size = None
     if n is not None:
         # from MIN_BUCKET while the padded batch fits in one chunk, else at most twice the work

@@ -198,7 +198,7 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
 
     Args:
       problem: a ``dcost.Problem``; a batched one gives fields with the batch axis (its batch
-        padded to a bucket, as in ``dcost.optimize``: one compilation for 2 to 16 scenarios).
+        padded to a bucket, as in ``dcost.optimize``: one compilation for up to 16 scenarios).
       settings: the continuous search's settings (as ``dcost.optimize``).
 
     Returns:
