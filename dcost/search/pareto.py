@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.search._jit import jit
+from dcost.search.buckets import bucket, pad, unpad
 from dcost.search.optimize import DEFAULT, Settings, optimize
 from dcost.search.problem import Problem, batch_size
 from dcost.search.solution import Solution, finish
@@ -79,16 +80,13 @@ def pareto(problem: Problem, tpot_slos, settings: Settings = DEFAULT) -> Frontie
         slos = np.append(slos, own)
     # sorted, and deduplicated at the problem's float precision (its own SLO is stored in it)
     slos = np.unique(slos.astype(np.asarray(problem.tpot_slo if own is not None else 0.0).dtype))
-    n = slos.size
-    padded = np.append(slos, np.full(max(8, 1 << (n - 1).bit_length()) - n, slos[-1]))
     batched = eqx.tree_at(
         lambda p: p.limits.tpot_slo,
         problem,
-        jnp.asarray(padded, jnp.result_type(float)),
+        jnp.asarray(slos, jnp.result_type(float)),
         is_leaf=lambda x: x is None,
     )
-    sol = optimize(batched, settings)  # padded to a power of two: few distinct compilations
-    sol = _monotone(jax.tree.map(lambda a: a[:n], sol))
+    sol = _monotone(optimize(batched, settings))  # padded to a bucket: few distinct compilations
     cost = jnp.where(sol.feasible, sol.cost, jnp.inf)
     tpot = getattr(sol.report, "tpot", jnp.full_like(cost, jnp.nan))
     optimum = -1 if own is None else int(np.searchsorted(slos, own))
@@ -115,7 +113,9 @@ def _monotone(sol: Solution) -> Solution:
     if np.all(source == np.arange(cost.size)):
         return sol
     # the continuous relaxation (multipliers, statistics) of each SLO stays its own
-    return _refinish(sol.problem, sol.x[jnp.asarray(source)], sol.lambdas, sol.stats)
+    n, size = cost.size, bucket(cost.size)
+    args = (sol.problem, jnp.asarray(np.asarray(sol.x)[source]), sol.lambdas, sol.stats)
+    return unpad(_refinish(*pad(args, n, size)), n, size)
 
 
 @jit

@@ -35,10 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.search._jit import jit
+from dcost.search.buckets import bucketed
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.search.linalg import lstsq
 from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
-from dcost.search.problem import _LIMIT_OF, Problem, batch_size, broadcast, evaluate
+from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate
 from dcost.specs import Hardware, Model, SpecError, Workload
 
 INFEASIBLE_LOG_RATIO = 0.01
@@ -196,7 +197,8 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     implicit differentiation of the active-set KKT conditions for the design).
 
     Args:
-      problem: a ``dcost.Problem``; a batched one gives fields with the batch axis.
+      problem: a ``dcost.Problem``; a batched one gives fields with the batch axis (its batch
+        padded to a bucket, as in ``dcost.optimize``: one compilation for up to 16 scenarios).
       settings: the continuous search's settings (as ``dcost.optimize``).
 
     Returns:
@@ -220,7 +222,7 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     """
     _check_problem("sensitivity", problem)
     check_settings("sensitivity", settings)
-    out = _sensitivity(problem, settings, batch_size(problem))
+    out = bucketed(lambda p, batch: _sensitivity(p, settings, batch), problem)
     if np.ndim(out.log_ratios) == 1 and not bool(out.feasible):
         raise SpecError(
             f"sensitivity: the problem is {out.message}; elasticities exist only at a feasible "
