@@ -13,6 +13,7 @@ from dcost.search.pareto import Frontier, pareto
 from dcost.search.problem import Problem
 from dcost.search.sensitivity import Sensitivity, sensitivity
 from dcost.search.solution import Solution
+from dcost.serving.mixed import kv_transfer_time, mixed_step
 from dcost.serving.moe import expert_fraction
 from dcost.serving.roofline import (
     Report,
@@ -22,6 +23,7 @@ from dcost.serving.roofline import (
     decode,
     prefill,
 )
+from dcost.serving.speculative import accepted_tokens
 from dcost.smooth import smax
 from dcost.specs import Design, Hardware, Model, SpecError, Workload
 from dcost.training.lifetime import (
@@ -52,6 +54,9 @@ __all__ = [
     "PresetError",
     "decode",
     "prefill",
+    "mixed_step",
+    "kv_transfer_time",
+    "accepted_tokens",
     "balance_batch",
     "critical_context",
     "bottleneck",

@@ -10,6 +10,7 @@ checks are skipped; specs built outside and passed in were already checked.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -92,6 +93,12 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
         )
 
 
+def _get(self, name):
+    """The field ``name``, or its "off" value from ``OFF`` when it is None (v2 fields)."""
+    value = getattr(self, name)
+    return self.OFF[name] if value is None else value
+
+
 class Hardware(eqx.Module):
     """One accelerator chip and the networks around it (per-chip figures, SI units).
 
@@ -105,6 +112,21 @@ class Hardware(eqx.Module):
       price_per_hour: $ per chip-hour ``p``.
       flops_efficiency: achievable fraction of ``flops`` ``eta_F`` (1 = pure roofline).
       bandwidth_efficiency: achievable fraction of ``hbm_bandwidth`` ``eta_BW``.
+
+    Serving model v2 (``docs/serving_v2.md``). Each defaults to None, which switches its term
+    off (the value in ``OFF``, returned by ``.get(name)``), giving v1; a None is no leaf, so a
+    vmap over specs built with array fields is unchanged:
+
+    Attributes:
+      step_overhead: fixed time of every stage step (scheduler, sampling, launches) (s, 0).
+      layer_overhead: kernel-launch and synchronisation time per layer per step; a stage step pays
+        ``layer_overhead * L/P`` (s, 0).
+      scaleup_latency: per-message latency ``alpha`` of a scale-up link (s, 0).
+      scaleout_latency: per-message latency ``alpha`` of a scale-out link (s, 0).
+      scaleup_efficiency: achieved fraction of ``scaleup_bandwidth`` (1).
+      scaleout_efficiency: achieved fraction of ``scaleout_bandwidth`` (1).
+      matmul_half_tokens: tokens through one weight matrix at which a matmul reaches half of
+        ``flops_achieved``: ``eta(n) = eta_F * n/(n + n_half)`` (tokens, 0 = always ``eta_F``).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -121,8 +143,36 @@ class Hardware(eqx.Module):
     price_per_hour: jax.Array = eqx.field(converter=_float)
     flops_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
     bandwidth_efficiency: jax.Array = eqx.field(default=1.0, converter=_float)
+    step_overhead: jax.Array | None = eqx.field(default=None, converter=_float)
+    layer_overhead: jax.Array | None = eqx.field(default=None, converter=_float)
+    scaleup_latency: jax.Array | None = eqx.field(default=None, converter=_float)
+    scaleout_latency: jax.Array | None = eqx.field(default=None, converter=_float)
+    scaleup_efficiency: jax.Array | None = eqx.field(default=None, converter=_float)
+    scaleout_efficiency: jax.Array | None = eqx.field(default=None, converter=_float)
+    matmul_half_tokens: jax.Array | None = eqx.field(default=None, converter=_float)
+
+    OFF: ClassVar[dict] = {
+        "step_overhead": 0.0,
+        "layer_overhead": 0.0,
+        "scaleup_latency": 0.0,
+        "scaleout_latency": 0.0,
+        "scaleup_efficiency": 1.0,
+        "scaleout_efficiency": 1.0,
+        "matmul_half_tokens": 0.0,
+    }
+    get = _get
 
     def __check_init__(self):
+        for name in (
+            "step_overhead",
+            "layer_overhead",
+            "scaleup_latency",
+            "scaleout_latency",
+            "matmul_half_tokens",
+        ):
+            check("Hardware", name, getattr(self, name))
+        for name in ("scaleup_efficiency", "scaleout_efficiency"):
+            check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
         for name in (
             "flops",
             "hbm_bandwidth",
@@ -146,6 +196,16 @@ class Hardware(eqx.Module):
         """Achievable HBM bytes/s, ``BW * eta_BW``."""
         return self.hbm_bandwidth * self.bandwidth_efficiency
 
+    @property
+    def scaleup_achieved(self):
+        """Achieved scale-up bytes/s per chip, ``U * scaleup_efficiency``."""
+        return self.scaleup_bandwidth * self.get("scaleup_efficiency")
+
+    @property
+    def scaleout_achieved(self):
+        """Achieved scale-out bytes/s per chip, ``O * scaleout_efficiency``."""
+        return self.scaleout_bandwidth * self.get("scaleout_efficiency")
+
 
 class Model(eqx.Module):
     """A transformer, dense or Mixture-of-Experts, as the cost model sees it.
@@ -168,6 +228,29 @@ class Model(eqx.Module):
       act_bytes: bytes per activation element ``b_a`` (what all-to-all and pipeline hops move).
       n_moe_layers: MoE layers ``L_moe``; None: every layer for an MoE model, 0 for a dense one.
 
+    Serving model v2 (``docs/serving_v2.md``). Each defaults to None, which switches its term
+    off (the value in ``OFF``, returned by ``.get(name)``), giving v1; a None is no leaf, so a
+    vmap over specs built with array fields is unchanged:
+
+    Attributes:
+      params_attention: attention parameters over all layers ``N_attn`` (part of
+        ``params_dense``); data-parallel attention holds them whole on every chip (0).
+      kv_heads: KV heads per layer ``h_kv``; tensor-parallel attention of degree ``t`` holds the
+        KV cache ``t/min(t, h_kv)`` times (MLA: 1 latent head). 0: splits over any number of
+        chips (v1).
+      prefill_attn_flops_per_context_token: attention FLOPs per (token x context token) of a
+        prefill ``a_pf`` (MLA runs its non-absorbed form there); None: ``a``.
+      max_domains_per_token: most scale-up domains a token's experts may span ``M``
+        (node-limited routing, DeepSeek-V3 report section 2.1.2); 0: unlimited.
+      draft_params: parameters one draft pass computes with per token (speculative decoding:
+        a draft model's active parameters, or an MTP module's) ``N_draft`` (0).
+      draft_params_total: the draft's parameters held in memory ``N_draft,total``; those beyond
+        ``draft_params`` are routed experts with the model's ``E, k`` routing (an MTP module);
+        None: ``draft_params``.
+      draft_layers: transformer layers of one draft pass (each pays ``layer_overhead`` and
+        attention of ``a/L`` FLOPs per context token) (0).
+      draft_kv_bytes_per_token: the draft's KV-cache bytes per token (0).
+
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
     >>> float(m.params_total), float(m.params_active), float(m.sparsity)
@@ -185,8 +268,52 @@ class Model(eqx.Module):
     attn_flops_per_context_token: jax.Array = eqx.field(default=0.0, converter=_float)
     act_bytes: jax.Array = eqx.field(default=2.0, converter=_float)
     n_moe_layers: jax.Array | None = eqx.field(default=None, converter=_float)
+    params_attention: jax.Array | None = eqx.field(default=None, converter=_float)
+    kv_heads: jax.Array | None = eqx.field(default=None, converter=_float)
+    prefill_attn_flops_per_context_token: jax.Array | None = eqx.field(
+        default=None, converter=_float
+    )
+    max_domains_per_token: jax.Array | None = eqx.field(default=None, converter=_float)
+    draft_params: jax.Array | None = eqx.field(default=None, converter=_float)
+    draft_params_total: jax.Array | None = eqx.field(default=None, converter=_float)
+    draft_layers: jax.Array | None = eqx.field(default=None, converter=_float)
+    draft_kv_bytes_per_token: jax.Array | None = eqx.field(default=None, converter=_float)
+
+    OFF: ClassVar[dict] = {
+        "params_attention": 0.0,
+        "kv_heads": 0.0,
+        "max_domains_per_token": 0.0,
+        "draft_params": 0.0,
+        "draft_layers": 0.0,
+        "draft_kv_bytes_per_token": 0.0,
+    }
+    get = _get
 
     def __check_init__(self):
+        for name in (
+            "kv_heads",
+            "max_domains_per_token",
+            "draft_params",
+            "draft_layers",
+            "draft_kv_bytes_per_token",
+        ):
+            check("Model", name, getattr(self, name))
+        check(
+            "Model", "params_attention", self.params_attention, high=_max_or_none(self.params_dense)
+        )
+        if self.prefill_attn_flops_per_context_token is not None:
+            check(
+                "Model",
+                "prefill_attn_flops_per_context_token",
+                self.prefill_attn_flops_per_context_token,
+            )
+        if self.draft_params_total is not None:
+            check(
+                "Model",
+                "draft_params_total",
+                self.draft_params_total,
+                low=_max_or_none(self.get("draft_params"), largest=True) or 0.0,
+            )
         check("Model", "n_layers", self.n_layers, low_open=True)
         check("Model", "d_model", self.d_model, low_open=True)
         check("Model", "params_dense", self.params_dense, low_open=True)
@@ -250,10 +377,27 @@ class Model(eqx.Module):
         """``N_total / N_active`` (1 for a dense model)."""
         return self.params_total / self.params_active
 
+    @property
+    def prefill_attn_flops(self):
+        """``a_pf``: ``prefill_attn_flops_per_context_token``, else ``a`` (FLOP)."""
+        if self.prefill_attn_flops_per_context_token is None:
+            return self.attn_flops_per_context_token
+        return self.prefill_attn_flops_per_context_token
 
-def _max_or_none(x):
+    @property
+    def draft_total(self):
+        """``N_draft,total``: ``draft_params_total``, else ``draft_params`` (parameters)."""
+        if self.draft_params_total is None:
+            return self.get("draft_params")
+        return self.draft_params_total
+
+
+def _max_or_none(x, largest=False):
+    """The smallest (``largest``: the largest) element of a concrete ``x``, None when traced."""
     v = _concrete(x)
-    return None if v is None else float(np.min(v))
+    if v is None:
+        return None
+    return float(np.max(v)) if largest else float(np.min(v))
 
 
 class Workload(eqx.Module):
@@ -263,6 +407,16 @@ class Workload(eqx.Module):
       context: mean context length during decode ``T`` (prompt plus half the output, typically).
       prompt: prompt length ``T_in`` (default: ``context``).
       output: output length ``T_out`` (default: 0 tokens).
+      acceptance: probability ``a`` that a draft token is accepted (speculative decoding; 0).
+      expert_imbalance: tokens on the busiest chip's experts over the mean, applied to the
+        routed-expert compute and all-to-all bytes: None or 1.0 balanced (v1), a number >= 1
+        that factor, ``"multinomial"`` the expected maximum under multinomial routing
+        (``dcost.serving.moe.expected_max_load``), stored as 0 (``MULTINOMIAL``) so that it
+        stays a float leaf.
+
+    The v2 fields default to None, which means "off" (``Workload.OFF`` holds the value used;
+    ``w.get(name)`` returns it): a None is no leaf, so a vmap over specs built with array fields
+    is unchanged.
 
     >>> import dcost
     >>> float(dcost.Workload(4096).prompt)
@@ -272,15 +426,40 @@ class Workload(eqx.Module):
     context: jax.Array = eqx.field(converter=_float)
     prompt: jax.Array = eqx.field(default=None, converter=_float)
     output: jax.Array = eqx.field(default=None, converter=_float)
+    acceptance: jax.Array | None = eqx.field(default=None, converter=_float)
+    expert_imbalance: jax.Array | None = eqx.field(default=None, converter=_float)
 
-    def __init__(self, context, prompt=None, output=None):
+    OFF: ClassVar[dict] = {"acceptance": 0.0, "expert_imbalance": 1.0}
+
+    def __init__(self, context, prompt=None, output=None, acceptance=None, expert_imbalance=None):
         self.context = context
         self.prompt = context if prompt is None else prompt
         self.output = 0.0 if output is None else output
+        self.acceptance = acceptance
+        if isinstance(expert_imbalance, str):
+            if expert_imbalance != "multinomial":
+                raise SpecError(
+                    f"Workload.expert_imbalance = {expert_imbalance!r} is not allowed: it must "
+                    "be a number >= 1, 0 or 'multinomial' (expected maximum), or None (balanced)"
+                )
+            expert_imbalance = MULTINOMIAL
+        self.expert_imbalance = expert_imbalance
+
+    get = _get
 
     def __check_init__(self):
         for name in ("context", "prompt", "output"):
             check("Workload", name, getattr(self, name))
+        check("Workload", "acceptance", self.acceptance, high=1.0)
+        v = _concrete(self.expert_imbalance)
+        if v is not None:
+            check("Workload", "expert_imbalance", self.expert_imbalance)
+            bad = (v > 0) & (v < 1)
+            if np.any(bad):
+                raise SpecError(
+                    f"Workload.expert_imbalance = {_show(v[bad].ravel()[0] if v.ndim else v)} "
+                    "is not allowed: it must be >= 1, or 0 ('multinomial')"
+                )
 
 
 class Design(eqx.Module):
@@ -292,6 +471,16 @@ class Design(eqx.Module):
       stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G``.
       experts: routed experts ``E``; None keeps the model's own.
       overtrain: over-training ratio ``r = D / (20 N_active)``; None where it does not apply.
+      attention_dp: data-parallel attention groups per stage ``A`` in ``[1, G]``; attention is
+        tensor parallel of degree ``G/A`` inside each group. None: v1's convention (MoE: data
+        parallel, ``A = G``, without the cost of holding attention weights whole; dense: tensor
+        parallel, ``A = 1``).
+      dispatch_dedup: 1 sends a token once per destination scale-up domain (and to at most
+        ``max_domains_per_token``), 0 each of its ``k`` copies (v1); between: that mix (0).
+      redundant_experts: extra expert replicas per MoE layer ``R`` (EPLB; 0).
+      draft_tokens: speculative length ``k_d``: draft tokens verified per step (0).
+      prefill_chunk: chunked prefill: prompt tokens of one sequence per pass ``C``; 0: the whole
+        prompt in one pass (v1).
 
     Fields are floats so that a relaxed design can be differentiated; the exact model is meant for
     whole numbers, which ``dcost.optimize`` and ``dcost.grid_search`` return.
@@ -307,8 +496,36 @@ class Design(eqx.Module):
     stages: jax.Array = eqx.field(default=1.0, converter=_float)
     experts: jax.Array | None = eqx.field(default=None, converter=_float)
     overtrain: jax.Array | None = eqx.field(default=None, converter=_float)
+    attention_dp: jax.Array | None = eqx.field(default=None, converter=_float)
+    dispatch_dedup: jax.Array | None = eqx.field(default=None, converter=_float)
+    redundant_experts: jax.Array | None = eqx.field(default=None, converter=_float)
+    draft_tokens: jax.Array | None = eqx.field(default=None, converter=_float)
+    prefill_chunk: jax.Array | None = eqx.field(default=None, converter=_float)
+
+    OFF: ClassVar[dict] = {
+        "dispatch_dedup": 0.0,
+        "redundant_experts": 0.0,
+        "draft_tokens": 0.0,
+        "prefill_chunk": 0.0,
+    }
+    get = _get
 
     def __check_init__(self):
+        if self.attention_dp is not None:
+            check("Design", "attention_dp", self.attention_dp, low=1.0)
+            a, g = _concrete(self.attention_dp), _concrete(self.chips)
+            if a is not None and g is not None:
+                a, g = np.broadcast_arrays(a, g)
+                bad = a > g
+                if np.any(bad):
+                    raise SpecError(
+                        f"Design.attention_dp = {_show(a[bad].ravel()[0])} is not allowed: it "
+                        f"must be <= chips ({_show(g[bad].ravel()[0])})"
+                    )
+        check("Design", "dispatch_dedup", self.dispatch_dedup, high=1.0)
+        check("Design", "redundant_experts", self.redundant_experts)
+        check("Design", "draft_tokens", self.draft_tokens)
+        check("Design", "prefill_chunk", self.prefill_chunk)
         check("Design", "batch", self.batch, low=1.0)
         check("Design", "chips", self.chips, low=1.0)
         check("Design", "stages", self.stages, low=1.0)
@@ -341,3 +558,5 @@ def with_experts(model: Model, design: Design) -> Model:
 
 
 INF = math.inf
+MULTINOMIAL = 0.0
+"""``Workload.expert_imbalance`` value meaning "expected maximum under multinomial routing"."""
