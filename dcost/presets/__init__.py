@@ -102,7 +102,7 @@ PRECISIONS = ("bf16", "fp8", "int8", "fp4")
 # Storage bytes per element of each number format, block scales included:
 # - bf16/fp16 2, fp8 (E4M3/E5M2) and int8 1, int4 and plain fp4 (E2M1) 0.5;
 # - MXFP4: blocks of 32 E2M1 values share one 8-bit E8M0 scale, 4 + 8/32 = 4.25 bits (OCP
-#   Microscaling Formats (MX) Specification v1.0, 2023, section 5.2, table 1);
+#   Microscaling Formats (MX) Specification v1.0, 2023);
 # - NVFP4: blocks of 16 E2M1 values share one FP8 E4M3 scale, 4 + 8/16 = 4.5 bits (NVIDIA,
 #   "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", technical blog,
 #   June 2025; the per-tensor FP32 scale is negligible);
