@@ -614,3 +614,65 @@ def test_jit_and_vmap_over_v2_designs_equal_one_by_one():
             h, m, w,
         )  # fmt: skip
         np.testing.assert_allclose(float(batched.tpot[i]), float(one.tpot), rtol=1e-5)
+
+
+# ------------------------------------------------------------------------- precisions apart
+
+
+def test_precisions_apart_by_hand():
+    """Llama-3-70B (80 layers, 8 KV heads of 128): KV 2*80*8*128 = 163,840 elements a token; in
+    fp8 163,840 B (bf16: 327,680 B). MXFP4 weights 4.25 bits = 0.53125 B; NVFP4 4.5 bits."""
+    base = dcost.model("llama-3-70b")
+    assert float(base.kv_bytes_per_token) == 327_680.0
+    m = dcost.model("llama-3-70b", weights="mxfp4", kv_cache="fp8", activations="fp8")
+    assert float(m.bytes_per_param) == 0.53125
+    assert float(m.kv_bytes_per_token) == 163_840.0
+    assert float(m.act_bytes) == 1.0
+    assert float(dcost.model("llama-3-70b", weights="nvfp4").bytes_per_param) == 0.5625
+    # the MTP draft's KV (one MLA layer, 576 elements) follows the cache format
+    r1 = dcost.model("deepseek-r1", kv_cache="fp8")
+    assert float(r1.draft_kv_bytes_per_token) == 576.0
+    assert float(r1.kv_bytes_per_token) == 61 * 576.0
+    # NVFP4 and MXFP4 matmuls at the chip's fp4 rate
+    fp4 = dcost.hardware("b200", precision="fp4").flops
+    assert float(dcost.hardware("b200", precision="nvfp4").flops) == float(fp4)
+    with pytest.raises(dcost.PresetError, match="mxfp4"):
+        dcost.model("llama-3-70b", weights="fp6")
+
+
+def test_presets_carry_the_v2_model_fields():
+    """Every preset sets every v2 model field (so presets stack); spot values by hand:
+    Llama-3-70B attention 80 * (2*8192*64*128 + 2*8192*8*128) = 80 * 150,994,944; 8 KV heads;
+    DeepSeek-V3 node limit 4, MLA one latent head, MTP draft 1 layer."""
+    for name in dcost.model_names():
+        m = dcost.model(name)
+        for field in ("params_attention", "kv_heads", "max_domains_per_token", "draft_params"):
+            assert getattr(m, field) is not None, (name, field)
+        assert 0 < float(m.params_attention) < float(m.params_dense)
+    llama = dcost.model("llama-3-70b")
+    assert float(llama.params_attention) == 80 * 150_994_944
+    assert float(llama.kv_heads) == 8.0
+    v3 = dcost.model("deepseek-v3")
+    assert float(v3.max_domains_per_token) == 4.0 and float(v3.kv_heads) == 1.0
+    assert float(v3.draft_layers) == 1.0 and float(v3.draft_params) > 1e9
+    assert float(dcost.model("kimi-k2").max_domains_per_token) == 0.0
+    assert float(dcost.model("llama-3-70b").draft_params) == 0.0
+
+
+def test_jitted_v2_decode_does_not_recompile():
+    """New values of the v2 fields (ints or floats) reuse the compiled decode."""
+    f = jax.jit(dcost.decode)
+    d, h, m, w = _all_on()
+    f(d, h, m, w)
+    d2 = Design(
+        batch=64,
+        chips=16,
+        stages=1,
+        attention_dp=4,
+        dispatch_dedup=1,
+        redundant_experts=0,
+        draft_tokens=1,
+        prefill_chunk=256,
+    )
+    f(d2, h, m, Workload(900, prompt=700, output=100, acceptance=0.9, expert_imbalance=1.0))
+    assert f._cache_size() == 1
