@@ -228,9 +228,9 @@ class Model(eqx.Module):
       act_bytes: bytes per activation element ``b_a`` (what all-to-all and pipeline hops move).
       n_moe_layers: MoE layers ``L_moe``; None: every layer for an MoE model, 0 for a dense one.
 
-    Serving model v2 (``docs/serving_v2.md``). Each defaults to None, which switches its term
-    off (the value in ``OFF``, returned by ``.get(name)``), giving v1; a None is no leaf, so a
-    vmap over specs built with array fields is unchanged:
+    Serving model v2 (``docs/serving_v2.md``). Each is a float leaf whose default 0 switches
+    its term off, giving v1 (presets set them all, so presets and hand-built models stack into
+    one batched ``Model``):
 
     Attributes:
       params_attention: attention parameters over all layers ``N_attn`` (part of
@@ -239,14 +239,14 @@ class Model(eqx.Module):
         KV cache ``t/min(t, h_kv)`` times (MLA: 1 latent head). 0: splits over any number of
         chips (v1).
       prefill_attn_flops_per_context_token: attention FLOPs per (token x context token) of a
-        prefill ``a_pf`` (MLA runs its non-absorbed form there); None: ``a``.
+        prefill ``a_pf`` (MLA runs its non-absorbed form there); 0: ``a``.
       max_domains_per_token: most scale-up domains a token's experts may span ``M``
         (node-limited routing, DeepSeek-V3 report section 2.1.2); 0: unlimited.
       draft_params: parameters one draft pass computes with per token (speculative decoding:
         a draft model's active parameters, or an MTP module's) ``N_draft`` (0).
       draft_params_total: the draft's parameters held in memory ``N_draft,total``; those beyond
         ``draft_params`` are routed experts with the model's ``E, k`` routing (an MTP module);
-        None: ``draft_params``.
+        0: ``draft_params``.
       draft_layers: transformer layers of one draft pass (each pays ``layer_overhead`` and
         attention of ``a/L`` FLOPs per context token) (0).
       draft_kv_bytes_per_token: the draft's KV-cache bytes per token (0).
@@ -268,52 +268,18 @@ class Model(eqx.Module):
     attn_flops_per_context_token: jax.Array = eqx.field(default=0.0, converter=_float)
     act_bytes: jax.Array = eqx.field(default=2.0, converter=_float)
     n_moe_layers: jax.Array | None = eqx.field(default=None, converter=_float)
-    params_attention: jax.Array | None = eqx.field(default=None, converter=_float)
-    kv_heads: jax.Array | None = eqx.field(default=None, converter=_float)
-    prefill_attn_flops_per_context_token: jax.Array | None = eqx.field(
-        default=None, converter=_float
-    )
-    max_domains_per_token: jax.Array | None = eqx.field(default=None, converter=_float)
-    draft_params: jax.Array | None = eqx.field(default=None, converter=_float)
-    draft_params_total: jax.Array | None = eqx.field(default=None, converter=_float)
-    draft_layers: jax.Array | None = eqx.field(default=None, converter=_float)
-    draft_kv_bytes_per_token: jax.Array | None = eqx.field(default=None, converter=_float)
+    params_attention: jax.Array = eqx.field(default=0.0, converter=_float)
+    kv_heads: jax.Array = eqx.field(default=0.0, converter=_float)
+    prefill_attn_flops_per_context_token: jax.Array = eqx.field(default=0.0, converter=_float)
+    max_domains_per_token: jax.Array = eqx.field(default=0.0, converter=_float)
+    draft_params: jax.Array = eqx.field(default=0.0, converter=_float)
+    draft_params_total: jax.Array = eqx.field(default=0.0, converter=_float)
+    draft_layers: jax.Array = eqx.field(default=0.0, converter=_float)
+    draft_kv_bytes_per_token: jax.Array = eqx.field(default=0.0, converter=_float)
 
-    OFF: ClassVar[dict] = {
-        "params_attention": 0.0,
-        "kv_heads": 0.0,
-        "max_domains_per_token": 0.0,
-        "draft_params": 0.0,
-        "draft_layers": 0.0,
-        "draft_kv_bytes_per_token": 0.0,
-    }
-    get = _get
+    get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
     def __check_init__(self):
-        for name in (
-            "kv_heads",
-            "max_domains_per_token",
-            "draft_params",
-            "draft_layers",
-            "draft_kv_bytes_per_token",
-        ):
-            check("Model", name, getattr(self, name))
-        check(
-            "Model", "params_attention", self.params_attention, high=_max_or_none(self.params_dense)
-        )
-        if self.prefill_attn_flops_per_context_token is not None:
-            check(
-                "Model",
-                "prefill_attn_flops_per_context_token",
-                self.prefill_attn_flops_per_context_token,
-            )
-        if self.draft_params_total is not None:
-            check(
-                "Model",
-                "draft_params_total",
-                self.draft_params_total,
-                low=_max_or_none(self.get("draft_params"), largest=True) or 0.0,
-            )
         check("Model", "n_layers", self.n_layers, low_open=True)
         check("Model", "d_model", self.d_model, low_open=True)
         check("Model", "params_dense", self.params_dense, low_open=True)
@@ -354,6 +320,36 @@ class Model(eqx.Module):
                     "a dense model (Model.n_experts = 0) must have experts_active = 0 "
                     "and params_per_expert = 0"
                 )
+        self._check_v2()
+
+    def _check_v2(self):
+        for name in (
+            "kv_heads",
+            "max_domains_per_token",
+            "draft_params",
+            "draft_layers",
+            "draft_kv_bytes_per_token",
+        ):
+            check("Model", name, getattr(self, name))
+        check(
+            "Model", "params_attention", self.params_attention, high=_max_or_none(self.params_dense)
+        )
+        check(
+            "Model",
+            "prefill_attn_flops_per_context_token",
+            self.prefill_attn_flops_per_context_token,
+        )
+        check("Model", "draft_params_total", self.draft_params_total)
+        total, active = _concrete(self.draft_params_total), _concrete(self.draft_params)
+        if total is not None and active is not None:
+            total, active = np.broadcast_arrays(total, active)
+            bad = (total > 0) & (total < active)
+            if np.any(bad):
+                raise SpecError(
+                    f"Model.draft_params_total = {_show(total[bad].ravel()[0])} is not allowed: "
+                    f"it must be 0 (= draft_params) or >= draft_params "
+                    f"({_show(active[bad].ravel()[0])})"
+                )
 
     @property
     def moe_layers(self):
@@ -379,17 +375,14 @@ class Model(eqx.Module):
 
     @property
     def prefill_attn_flops(self):
-        """``a_pf``: ``prefill_attn_flops_per_context_token``, else ``a`` (FLOP)."""
-        if self.prefill_attn_flops_per_context_token is None:
-            return self.attn_flops_per_context_token
-        return self.prefill_attn_flops_per_context_token
+        """``a_pf``: ``prefill_attn_flops_per_context_token`` when > 0, else ``a`` (FLOP)."""
+        a_pf = self.prefill_attn_flops_per_context_token
+        return jnp.where(a_pf > 0, a_pf, self.attn_flops_per_context_token)
 
     @property
     def draft_total(self):
-        """``N_draft,total``: ``draft_params_total``, else ``draft_params`` (parameters)."""
-        if self.draft_params_total is None:
-            return self.get("draft_params")
-        return self.draft_params_total
+        """``N_draft,total``: ``draft_params_total`` when > 0, else ``draft_params`` (params)."""
+        return jnp.where(self.draft_params_total > 0, self.draft_params_total, self.draft_params)
 
 
 def _max_or_none(x, largest=False):

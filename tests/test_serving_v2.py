@@ -494,7 +494,6 @@ def test_kv_transfer_by_hand():
         lambda s: chunks(4000.0, 1000.0, s),
         lambda s: chunks(1000.0, 4000.0, s),
         lambda s: moe.domains_reached(8.0, 8.0, 4.0, s),
-        lambda s: attention.kv_replication(16.0, 8.0, s),
         lambda s: moe.expected_max_load(1.0, 2.0, 1.0, s),
         lambda s: mixed.prefill_tokens_per_step(
             Design(batch=64, prefill_chunk=100), Workload(1, prompt=1000, output=500), s

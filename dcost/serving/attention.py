@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dcost.serving.collectives import all_reduce
-from dcost.smooth import safe_div, smin
+from dcost.smooth import safe_div
 
 __all__ = ["attention_groups", "kv_replication", "attention_comm_time", "attention_weight_params"]
 
@@ -58,17 +58,23 @@ def attention_weight_params(model, groups, held):
     >>> float(attention_weight_params(m, 4.0, 1.0))  # 3 extra copies of 40
     120.0
     """
-    return held * (groups - 1.0) * model.get("params_attention")
+    return held * (groups - 1.0) * model.params_attention
 
 
-def kv_replication(tp_degree, kv_heads, smoothness=0.0):
+def kv_replication(tp_degree, kv_heads):
     """Copies of the KV cache tensor-parallel attention of degree ``t`` holds.
 
-    .. math:: \\text{rep} = t / \\min(t, h_{kv})
+    .. math:: \\text{rep} = t / \\min(t, h_{kv}) = \\max(1, t/h_{kv})
 
     Each of the ``t`` ranks holds ``h_kv/t`` KV heads while ``t <= h_kv``; beyond, heads are
     replicated (a rank needs the whole head of its query heads). ``h_kv = 0`` (unknown) gives
-    1 (v1). A smooth min when ``smoothness > 0``.
+    1 (v1).
+
+    A hard maximum in the smooth model too, on purpose (the one new min/max without a p-norm
+    form): its kink sits at ``t = h_kv``, where common layouts sit (tensor parallelism of degree 8
+    over 8 KV heads), and a p-norm would charge ``2**s`` copies of the KV cache there and perturb
+    every relaxed optimum at that bound. A kink, like v1's ``min(G, S)``: the gradient is 0 below
+    and ``1/h_kv`` above.
 
     >>> float(kv_replication(16.0, 8.0))  # Llama-3-70B (8 KV heads) over 16 chips
     2.0
@@ -77,8 +83,7 @@ def kv_replication(tp_degree, kv_heads, smoothness=0.0):
     >>> float(kv_replication(4.0, 8.0))
     1.0
     """
-    heads = jnp.where(kv_heads > 0, kv_heads, jnp.inf)
-    rep = safe_div(tp_degree, smin([tp_degree, heads], smoothness), default=1.0)
+    rep = jnp.maximum(1.0, safe_div(tp_degree, kv_heads, default=1.0))
     return jnp.where(kv_heads > 0, rep, 1.0)
 
 

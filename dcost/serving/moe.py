@@ -226,7 +226,7 @@ def all_to_all_time(
     out_v1 = bytes_chip * (1.0 - inside)
     domains = g / s_eff
     reached = domains_reached(
-        model.experts_active, domains, model.get("max_domains_per_token"), smoothness
+        model.experts_active, domains, model.max_domains_per_token, smoothness
     )
     remote = reached * (domains - 1.0) / domains
     layer_tokens = tokens * moe_layers_per_stage * act / g

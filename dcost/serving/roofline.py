@@ -168,13 +168,13 @@ def _assemble(
     chips = p * g
     groups, held = attention_groups(design, model)
     tp = g / groups
-    rep = kv_replication(tp, model.get("kv_heads"), smoothness)
+    rep = kv_replication(tp, model.kv_heads)
     imb = expert_imbalance(
         workload, phi_tokens, g, model, design.get("redundant_experts"), smoothness
     )
 
     # compute: each part at its matmul size (tokens through one weight matrix on a chip)
-    n_attn = model.get("params_attention")
+    n_attn = model.params_attention
     expert_active = model.experts_active * model.params_per_expert
     flop_time = (
         _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
@@ -252,9 +252,7 @@ def _speculation(design, hardware, model, workload, smoothness):
     b, t, k = design.batch, workload.context, design.get("draft_tokens")
     tau = accepted_tokens(workload.get("acceptance"), k)
     t_draft = draft_time(b, t, k, design.chips, hardware, model, smoothness)
-    resident = model.bytes_per_param * model.draft_total + b * t * model.get(
-        "draft_kv_bytes_per_token"
-    )
+    resident = model.bytes_per_param * model.draft_total + b * t * model.draft_kv_bytes_per_token
     draft_memory = jnp.where(k > 0, resident / design.chips, 0.0)
     return tau, t_draft, draft_memory
 

@@ -73,14 +73,10 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
     """
     b, t = sequences, context
     phi = expert_fraction(b, model.n_experts, model.experts_active)
-    a_draft = model.attn_flops_per_context_token * model.get("draft_layers") / model.n_layers
-    t_c = b * (2.0 * model.get("draft_params") + a_draft * t) / (chips * hardware.flops_achieved)
-    held = model.draft_total - model.get("draft_params")
-    read = model.bytes_per_param * (model.get("draft_params") + held * phi)
-    t_m = (read + b * t * model.get("draft_kv_bytes_per_token")) / (
-        chips * hardware.bandwidth_achieved
-    )
-    per_pass = smax([t_c, t_m], smoothness) + model.get("draft_layers") * hardware.get(
-        "layer_overhead"
-    )
+    a_draft = model.attn_flops_per_context_token * model.draft_layers / model.n_layers
+    t_c = b * (2.0 * model.draft_params + a_draft * t) / (chips * hardware.flops_achieved)
+    held = model.draft_total - model.draft_params
+    read = model.bytes_per_param * (model.draft_params + held * phi)
+    t_m = (read + b * t * model.draft_kv_bytes_per_token) / (chips * hardware.bandwidth_achieved)
+    per_pass = smax([t_c, t_m], smoothness) + model.draft_layers * hardware.get("layer_overhead")
     return draft_tokens * per_pass
