@@ -11,11 +11,24 @@ pools instead, and pays for moving each prompt's KV cache between them.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from dcost.serving.moe import _expert_fraction
 from dcost.serving.roofline import Report, _assemble, _check_types, _finite, _speculation
 from dcost.smooth import check_smoothness, safe_div, smax, smin
-from dcost.specs import Design, Hardware, Model, Workload, check, with_experts
+from dcost.specs import (
+    Design,
+    Hardware,
+    Model,
+    SpecError,
+    Workload,
+    _concrete,
+    _float,
+    _short,
+    check,
+    float_max,
+    with_experts,
+)
 
 __all__ = ["mixed_step", "prefill_tokens_per_step", "kv_transfer_time"]
 
@@ -140,10 +153,19 @@ def kv_transfer_time(tokens, hardware: Hardware, model: Model, chips=1.0):
     >>> round(float(kv_transfer_time(1000.0, h, m)), 7)  # 10 us + 1e8 B / 1e10 B/s
     0.01001
 
-    Concrete ``tokens`` (>= 0) and ``chips`` (>= 1) are checked (SpecError naming them).
+    Concrete ``tokens`` (>= 0) and ``chips`` (>= 1) are checked (SpecError naming them), and so
+    is a concrete result that overflows the float dtype.
     """
     check("kv_transfer_time", "tokens", tokens)
     check("kv_transfer_time", "chips", chips, low=1.0)
-    return hardware.get("scaleout_latency") + tokens * model.kv_bytes_per_token / (
-        chips * hardware.scaleout_achieved
+    t = hardware.get("scaleout_latency") + _float(tokens) * model.kv_bytes_per_token / (
+        _float(chips) * hardware.scaleout_achieved
     )
+    v = _concrete(t)
+    if v is not None and not np.all(np.isfinite(v)):
+        raise SpecError(
+            f"kv_transfer_time.tokens = {_short(tokens)} is not allowed: the transfer time "
+            f"overflows {jnp.dtype(jnp.result_type(float))} (at most {float_max():g} s); "
+            "use fewer tokens or enable jax_enable_x64"
+        )
+    return t
