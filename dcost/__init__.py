@@ -13,6 +13,7 @@ import importlib as _importlib
 
 from dcost import _cache
 from dcost.presets import PresetError, hardware, hardware_names, model, model_names
+from dcost.serving.mixed import kv_transfer_time, mixed_step
 from dcost.serving.moe import expert_fraction
 from dcost.serving.roofline import (
     PrefillReport,
@@ -23,6 +24,7 @@ from dcost.serving.roofline import (
     decode,
     prefill,
 )
+from dcost.serving.speculative import accepted_tokens
 from dcost.smooth import smax
 from dcost.specs import Design, Hardware, Model, SpecError, Workload, stack
 from dcost.training.lifetime import (
@@ -97,6 +99,9 @@ __all__ = [
     "PresetError",
     "decode",
     "prefill",
+    "mixed_step",
+    "kv_transfer_time",
+    "accepted_tokens",
     "balance_batch",
     "critical_context",
     "bottleneck",

@@ -12,7 +12,15 @@ import jax.numpy as jnp
 
 from dcost.specs import check
 
-__all__ = ["smax", "safe_div", "safe_log", "MAX_SMOOTHNESS", "check_smoothness"]
+__all__ = [
+    "smax",
+    "smin",
+    "safe_div",
+    "safe_log",
+    "safe_sqrt",
+    "MAX_SMOOTHNESS",
+    "check_smoothness",
+]
 
 MAX_SMOOTHNESS = 1.0
 """The largest smoothness allowed. At ``s = 1`` the p-norm is the plain sum of the terms, already
@@ -30,6 +38,12 @@ def safe_log(x):
     """``log(x)`` for ``x > 0`` and ``-inf`` elsewhere, with a zero (not NaN) gradient there."""
     pos = x > 0
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), -jnp.inf)
+
+
+def safe_sqrt(x):
+    """``sqrt(x)`` for ``x > 0`` and 0 elsewhere, with a zero (not infinite) gradient at 0."""
+    pos = x > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
 
 
 def safe_div(num, den, default=0.0):
@@ -81,3 +95,19 @@ def smax(xs, smoothness=0.0):
     lse = top / s_safe + jnp.log(jnp.where(any_pos, total, 1.0))
     soft = jnp.where(any_pos, jnp.exp(s_safe * lse), 0.0)
     return jnp.where(positive_s, soft, hard)
+
+
+def smin(xs, smoothness=0.0):
+    """Minimum of positive terms, smooth when ``smoothness > 0``: ``1/smax(1/x_i)``.
+
+    .. math:: \\mathrm{smin}_s(x) = \\Big(\\sum_i x_i^{-1/s}\\Big)^{-s}
+
+    The same in any unit, ``n**-s * min <= smin <= min``, and the exact minimum at ``s = 0`` (and
+    as ``s -> 0``). Every term must be > 0 (``inf`` is allowed and drops out).
+
+    >>> round(float(smin([3.0, 4.0], 0.5)), 6)  # 1/sqrt(1/9 + 1/16) = 12/5
+    2.4
+    >>> float(smin([3.0, 4.0], 0.0))
+    3.0
+    """
+    return 1.0 / smax([1.0 / jnp.asarray(x) for x in xs], smoothness)

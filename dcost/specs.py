@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -239,6 +240,12 @@ def _number(value) -> str:
     return repr(value)
 
 
+def _get(self, name):
+    """The field ``name``, or its "off" value from ``OFF`` when it is None (v2 fields)."""
+    value = getattr(self, name)
+    return self.OFF[name] if value is None else value
+
+
 class Hardware(eqx.Module):
     """One accelerator chip and the networks around it (per-chip figures, SI units).
 
@@ -252,6 +259,21 @@ class Hardware(eqx.Module):
       price_per_hour: $ per chip-hour ``p``.
       flops_efficiency: achievable fraction of ``flops`` ``eta_F`` (1 = pure roofline).
       bandwidth_efficiency: achievable fraction of ``hbm_bandwidth`` ``eta_BW``.
+
+    Serving model v2 (``docs/serving_v2.md``). Each defaults to None, which switches its term
+    off (the value in ``OFF``, returned by ``.get(name)``), giving v1; a None is no leaf, so a
+    vmap over specs built with array fields is unchanged:
+
+    Attributes:
+      step_overhead: fixed time of every stage step (scheduler, sampling, launches) (s, 0).
+      layer_overhead: kernel-launch and synchronisation time per layer per step; a stage step pays
+        ``layer_overhead * L/P`` (s, 0).
+      scaleup_latency: per-message latency ``alpha`` of a scale-up link (s, 0).
+      scaleout_latency: per-message latency ``alpha`` of a scale-out link (s, 0).
+      scaleup_efficiency: achieved fraction of ``scaleup_bandwidth`` (1).
+      scaleout_efficiency: achieved fraction of ``scaleout_bandwidth`` (1).
+      matmul_half_tokens: tokens through one weight matrix at which a matmul reaches half of
+        ``flops_achieved``: ``eta(n) = eta_F * n/(n + n_half)`` (tokens, 0 = always ``eta_F``).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -268,6 +290,24 @@ class Hardware(eqx.Module):
     price_per_hour: FloatLeaf = eqx.field(converter=_float)
     flops_efficiency: FloatLeaf = eqx.field(default=1.0, converter=_float)
     bandwidth_efficiency: FloatLeaf = eqx.field(default=1.0, converter=_float)
+    step_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    scaleup_latency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    scaleout_latency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    scaleup_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    scaleout_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    matmul_half_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+
+    OFF: ClassVar[dict] = {
+        "step_overhead": 0.0,
+        "layer_overhead": 0.0,
+        "scaleup_latency": 0.0,
+        "scaleout_latency": 0.0,
+        "scaleup_efficiency": 1.0,
+        "scaleout_efficiency": 1.0,
+        "matmul_half_tokens": 0.0,
+    }
+    get = _get
 
     def __check_init__(self):
         for name in (
@@ -282,6 +322,19 @@ class Hardware(eqx.Module):
         check("Hardware", "price_per_hour", self.price_per_hour)
         for name in ("flops_efficiency", "bandwidth_efficiency"):
             check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
+        # v2 fields: None is "off" (no leaf); anything else is checked like the v1 fields
+        for name in (
+            "step_overhead",
+            "layer_overhead",
+            "scaleup_latency",
+            "scaleout_latency",
+            "matmul_half_tokens",
+        ):
+            if getattr(self, name) is not None:
+                check("Hardware", name, getattr(self, name))
+        for name in ("scaleup_efficiency", "scaleout_efficiency"):
+            if getattr(self, name) is not None:
+                check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
 
     __repr__ = readable
 
@@ -294,6 +347,16 @@ class Hardware(eqx.Module):
     def bandwidth_achieved(self):
         """Achievable HBM bytes/s, ``BW * eta_BW``."""
         return self.hbm_bandwidth * self.bandwidth_efficiency
+
+    @property
+    def scaleup_achieved(self):
+        """Achieved scale-up bytes/s per chip, ``U * scaleup_efficiency``."""
+        return self.scaleup_bandwidth * self.get("scaleup_efficiency")
+
+    @property
+    def scaleout_achieved(self):
+        """Achieved scale-out bytes/s per chip, ``O * scaleout_efficiency``."""
+        return self.scaleout_bandwidth * self.get("scaleout_efficiency")
 
 
 class Model(eqx.Module):
@@ -317,6 +380,29 @@ class Model(eqx.Module):
       act_bytes: bytes per activation element ``b_a`` (what all-to-all and pipeline hops move).
       n_moe_layers: MoE layers ``L_moe``; None: every layer for an MoE model, 0 for a dense one.
 
+    Serving model v2 (``docs/serving_v2.md``). Each is a float leaf whose default 0 switches
+    its term off, giving v1 (presets set them all, so presets and hand-built models stack into
+    one batched ``Model``):
+
+    Attributes:
+      params_attention: attention parameters over all layers ``N_attn`` (part of
+        ``params_dense``); data-parallel attention holds them whole on every chip (0).
+      kv_heads: KV heads per layer ``h_kv``; tensor-parallel attention of degree ``t`` holds the
+        KV cache ``t/min(t, h_kv)`` times (MLA: 1 latent head). 0: splits over any number of
+        chips (v1).
+      prefill_attn_flops_per_context_token: attention FLOPs per (token x context token) of a
+        prefill ``a_pf`` (MLA runs its non-absorbed form there); 0: ``a``.
+      max_domains_per_token: most scale-up domains a token's experts may span ``M``
+        (node-limited routing, DeepSeek-V3 report section 2.1.2); 0: unlimited.
+      draft_params: parameters one draft pass computes with per token (speculative decoding:
+        a draft model's active parameters, or an MTP module's) ``N_draft`` (0).
+      draft_params_total: the draft's parameters held in memory ``N_draft,total``; those beyond
+        ``draft_params`` are routed experts with the model's ``E, k`` routing (an MTP module);
+        0: ``draft_params``.
+      draft_layers: transformer layers of one draft pass (each pays ``layer_overhead`` and
+        attention of ``a/L`` FLOPs per context token) (0).
+      draft_kv_bytes_per_token: the draft's KV-cache bytes per token (0).
+
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
     >>> float(m.params_total), float(m.params_active), float(m.sparsity)
@@ -334,6 +420,16 @@ class Model(eqx.Module):
     attn_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     act_bytes: FloatLeaf = eqx.field(default=2.0, converter=_float)
     n_moe_layers: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    params_attention: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    kv_heads: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    prefill_attn_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    max_domains_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    draft_params: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    draft_params_total: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    draft_layers: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    draft_kv_bytes_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+
+    get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
     __repr__ = readable
 
@@ -375,6 +471,33 @@ class Model(eqx.Module):
                     "a dense model (Model.n_experts = 0) must have experts_active = 0 "
                     "and params_per_expert = 0"
                 )
+        self._check_v2()
+
+    def _check_v2(self):
+        # v2 fields: float leaves, 0 = off; counts are whole numbers (like n_experts)
+        for name in ("kv_heads", "max_domains_per_token", "draft_layers"):
+            check("Model", name, getattr(self, name), integer=True)
+        for name in (
+            "params_attention",
+            "prefill_attn_flops_per_context_token",
+            "draft_params",
+            "draft_params_total",
+            "draft_kv_bytes_per_token",
+        ):
+            check("Model", name, getattr(self, name))
+        _at_most(
+            "Model", "params_attention", self.params_attention, "params_dense", self.params_dense
+        )
+        total, active = _concrete(self.draft_params_total), _concrete(self.draft_params)
+        if total is not None and active is not None:
+            total, active = np.broadcast_arrays(total, active)
+            bad = (total > 0) & (total < active)
+            if np.any(bad):
+                raise SpecError(
+                    f"Model.draft_params_total = {_show(total[bad].ravel()[0])} is not allowed: "
+                    f"it must be 0 (= draft_params) or >= draft_params "
+                    f"({_show(active[bad].ravel()[0])})"
+                )
 
     @property
     def moe_layers(self):
@@ -397,6 +520,17 @@ class Model(eqx.Module):
     def sparsity(self):
         """``N_total / N_active`` (1 for a dense model)."""
         return self.params_total / self.params_active
+
+    @property
+    def prefill_attn_flops(self):
+        """``a_pf``: ``prefill_attn_flops_per_context_token`` when > 0, else ``a`` (FLOP)."""
+        a_pf = self.prefill_attn_flops_per_context_token
+        return jnp.where(a_pf > 0, a_pf, self.attn_flops_per_context_token)
+
+    @property
+    def draft_total(self):
+        """``N_draft,total``: ``draft_params_total`` when > 0, else ``draft_params`` (params)."""
+        return jnp.where(self.draft_params_total > 0, self.draft_params_total, self.draft_params)
 
 
 def _at_most(owner, name, x, other, y):
@@ -427,6 +561,16 @@ class Workload(eqx.Module):
       context: mean context length during decode ``T`` (prompt plus half the output, typically).
       prompt: prompt length ``T_in`` (default: ``context``).
       output: output length ``T_out`` (default: 0 tokens).
+      acceptance: probability ``a`` that a draft token is accepted (speculative decoding; 0).
+      expert_imbalance: tokens on the busiest chip's experts over the mean, applied to the
+        routed-expert compute and all-to-all bytes: None or 1.0 balanced (v1), a number >= 1
+        that factor, ``"multinomial"`` the expected maximum under multinomial routing
+        (``dcost.serving.moe.expected_max_load``), stored as 0 (``MULTINOMIAL``) so that it
+        stays a float leaf.
+
+    The v2 fields default to None, which means "off" (``Workload.OFF`` holds the value used;
+    ``w.get(name)`` returns it): a None is no leaf, so a vmap over specs built with array fields
+    is unchanged.
 
     >>> import dcost
     >>> float(dcost.Workload(4096).prompt)
@@ -436,17 +580,44 @@ class Workload(eqx.Module):
     context: FloatLeaf = eqx.field(converter=_float)
     prompt: FloatLeaf = eqx.field(default=None, converter=_float)
     output: FloatLeaf = eqx.field(default=None, converter=_float)
+    acceptance: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_imbalance: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
-    def __init__(self, context, prompt=None, output=None):
+    OFF: ClassVar[dict] = {"acceptance": 0.0, "expert_imbalance": 1.0}
+
+    def __init__(self, context, prompt=None, output=None, acceptance=None, expert_imbalance=None):
         self.context = context
         self.prompt = context if prompt is None else prompt
         self.output = 0.0 if output is None else output
+        self.acceptance = acceptance
+        if isinstance(expert_imbalance, str):
+            if expert_imbalance != "multinomial":
+                raise SpecError(
+                    f"Workload.expert_imbalance = {expert_imbalance!r} is not allowed: it must "
+                    "be a number >= 1, 0 or 'multinomial' (expected maximum), or None (balanced)"
+                )
+            expert_imbalance = MULTINOMIAL
+        self.expert_imbalance = expert_imbalance
+
+    get = _get
 
     __repr__ = readable
 
     def __check_init__(self):
         for name in ("context", "prompt", "output"):
             check("Workload", name, getattr(self, name))
+        if self.acceptance is not None:
+            check("Workload", "acceptance", self.acceptance, high=1.0)
+        if self.expert_imbalance is not None:
+            check("Workload", "expert_imbalance", self.expert_imbalance)
+        v = _concrete(self.expert_imbalance)
+        if v is not None:
+            bad = (v > 0) & (v < 1)
+            if np.any(bad):
+                raise SpecError(
+                    f"Workload.expert_imbalance = {_show(v[bad].ravel()[0] if v.ndim else v)} "
+                    "is not allowed: it must be >= 1, or 0 ('multinomial')"
+                )
 
 
 class Design(eqx.Module):
@@ -458,6 +629,16 @@ class Design(eqx.Module):
       stages: pipeline stages ``P`` (>= 1); chips per replica ``P*G`` (``chips_per_replica``).
       experts: routed experts ``E``; None keeps the model's own.
       overtrain: over-training ratio ``r = D / (20 N_active)``; None where it does not apply.
+      attention_dp: data-parallel attention groups per stage ``A`` in ``[1, G]``; attention is
+        tensor parallel of degree ``G/A`` inside each group. None: v1's convention (MoE: data
+        parallel, ``A = G``, without the cost of holding attention weights whole; dense: tensor
+        parallel, ``A = 1``).
+      dispatch_dedup: 1 sends a token once per destination scale-up domain (and to at most
+        ``max_domains_per_token``), 0 each of its ``k`` copies (v1); between: that mix (0).
+      redundant_experts: extra expert replicas per MoE layer ``R`` (EPLB; 0).
+      draft_tokens: speculative length ``k_d``: draft tokens verified per step (0).
+      prefill_chunk: chunked prefill: prompt tokens of one sequence per pass ``C``; 0: the whole
+        prompt in one pass (v1).
 
     Fields are floats so that a relaxed design can be differentiated (fractional values are
     allowed: the smooth relaxation evaluates them); the exact model is meant for whole numbers,
@@ -477,6 +658,20 @@ class Design(eqx.Module):
     experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     overtrain: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
+    attention_dp: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    dispatch_dedup: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    redundant_experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    draft_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    prefill_chunk: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+
+    OFF: ClassVar[dict] = {
+        "dispatch_dedup": 0.0,
+        "redundant_experts": 0.0,
+        "draft_tokens": 0.0,
+        "prefill_chunk": 0.0,
+    }
+    get = _get
+
     __repr__ = readable
 
     def __check_init__(self):
@@ -484,6 +679,14 @@ class Design(eqx.Module):
         check("Design", "batch", self.batch, low=1.0, high=top)
         check("Design", "chips", self.chips, low=1.0, high=top)
         check("Design", "stages", self.stages, low=1.0, high=top)
+        if self.attention_dp is not None:
+            check("Design", "attention_dp", self.attention_dp, low=1.0, high=top)
+            _at_most("Design", "attention_dp", self.attention_dp, "chips", self.chips)
+        if self.dispatch_dedup is not None:
+            check("Design", "dispatch_dedup", self.dispatch_dedup, high=1.0)
+        for name in ("redundant_experts", "draft_tokens", "prefill_chunk"):
+            if getattr(self, name) is not None:
+                check("Design", name, getattr(self, name), high=top)
         if self.experts is not None:
             check("Design", "experts", self.experts, low=1.0, high=top)
         if self.overtrain is not None:
@@ -518,6 +721,8 @@ def with_experts(model: Model, design: Design) -> Model:
 
 
 INF = math.inf
+MULTINOMIAL = 0.0
+"""``Workload.expert_imbalance`` value meaning "expected maximum under multinomial routing"."""
 
 
 def stack(trees):

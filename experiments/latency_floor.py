@@ -9,6 +9,16 @@ the smallest power of two whose share of the weights takes at most half the HBM.
 from 1 to the batch that fills the HBM (one call, vmapped over chips and batches) shows the
 step time climbing along ``memory_per_chip / BW`` to ``M/BW``, with the exact ``dcost.decode``.
 
+The batch that fills the HBM counts the KV cache as the serving model holds it: tensor-parallel
+attention over ``G`` chips beyond the model's ``h_kv`` KV heads (8 for llama-3-70b) replicates the
+heads, ``rep = max(1, G/h_kv)`` copies (``dcost.serving.attention.kv_replication``), so
+
+    B_full = floor((M G - b_w N) / (T b_kv rep))
+
+(tpu-v4 at ``G = 16`` holds the cache twice, tpu-v5e at ``G = 32`` four times). The step at full
+HBM still reads what the chip holds, so it stays at ``M/BW``; only the batch that gets there
+shrinks.
+
 Run: ``python experiments/latency_floor.py``.
 """
 
@@ -24,6 +34,12 @@ import dcost
 HARDWARE = ("a100-80gb", "tpu-v4", "h100-sxm", "tpu-v5e", "tpu-v5p", "h200", "b200", "gb200-nvl72")
 MODEL, CONTEXT = "llama-3-70b", 4096.0
 LECTURE_MS = (15.0, 20.0)
+
+
+def kv_replication(chips, kv_heads):
+    """KV-cache copies of tensor-parallel attention over ``chips``: ``max(1, G/h_kv)``; 1 when
+    ``h_kv = 0`` (unknown)."""
+    return jnp.where(kv_heads > 0, jnp.maximum(1.0, chips / jnp.maximum(kv_heads, 1.0)), 1.0)
 
 
 def chips_for(hardware, model):
@@ -43,9 +59,10 @@ def sweep_to_full(hardware, chips, fractions, model):
     that fills the HBM, ``1 + x (B_full - 1)`` for ``x`` in ``fractions``: a (chips, x) grid."""
 
     def one(h, g, x):
+        rep = kv_replication(g, model.kv_heads)
         full = jnp.floor(
             (h.hbm_capacity * g - model.bytes_per_param * model.params_total)
-            / (CONTEXT * model.kv_bytes_per_token)
+            / (CONTEXT * model.kv_bytes_per_token * rep)
         )
         b = jnp.round(1.0 + x * (full - 1.0))
         return b, dcost.decode(dcost.Design(batch=b, chips=g), h, model, dcost.Workload(CONTEXT))
@@ -71,6 +88,8 @@ def compute(n_batches=64):
         "model": MODEL,
         "context": CONTEXT,
         "chips": np.asarray(chips),
+        "kv_heads": float(m.kv_heads),
+        "kv_replication": np.asarray(kv_replication(chips, m.kv_heads)),
         "latency_floor_s": floor,
         "batch": np.asarray(batch),
         "tpot_s": np.asarray(r.tpot),
@@ -115,7 +134,8 @@ def plot(res):
             res["memory_per_chip"][i] / 1e9,
             res["tpot_s"][i] * 1e3,
             color=cmap[i],
-            label=f"{n}, G = {res['chips'][i]:.0f}",
+            label=f"{n}, G = {res['chips'][i]:.0f}"
+            + (f", KV x{res['kv_replication'][i]:.0f}" if res["kv_replication"][i] > 1 else ""),
             lw=1.6,
         )
         ax_l.scatter(
@@ -168,6 +188,7 @@ def summary(res):
         out["per_hardware"][n] = {
             "latency_floor_ms": res["latency_floor_s"][i] * 1e3,
             "chips": res["chips"][i],
+            "kv_replication": res["kv_replication"][i],
             "batch_full": res["batch_full"][i],
             "tpot_full_ms": res["tpot_full_s"][i] * 1e3,
             "bottleneck_full": str(res["bottleneck_full"][i]),

@@ -6,6 +6,15 @@ micro-batches are in flight, so each chip still holds the KV cache of a whole mi
 latency. A token still crosses every layer in turn: ``tpot = P t_stage + (P-1) t_hop`` with
 ``t_stage`` ~ ``1/P``, so tpot stays flat.
 
+Tensor parallelism is no cure for KV either, beyond the KV heads: over ``G`` chips attention
+holds ``h_kv/G`` KV heads per chip while ``G <= h_kv`` and replicates them beyond
+(``rep = max(1, G/h_kv)``, ``dcost.serving.attention.kv_replication``), so the KV per chip is
+``B T b_kv rep / G = B T b_kv / min(G, h_kv)`` and, memory bound, the tensor-parallel step is
+
+    tpot(G) = (b_w N / G + B T b_kv / min(G, h_kv)) / BW
+
+(weights keep falling as ``1/G``; KV stops falling at ``G = h_kv = 8`` for llama-3-70b).
+
 Setting: llama-3-70b (bf16) on gb200-nvl72, context 8192, ``B = 32`` sequences per micro-batch,
 1 to 64 chips per replica, all inside one NVLink domain. Three ways to spend ``N`` chips, one
 vmapped call of the exact ``dcost.decode``: pipeline (``G = 1, P = N``, batch ``B``), tensor
@@ -43,9 +52,13 @@ def compute():
         "batch": BATCH,
         "chips": CHIPS,
         "hbm_capacity": float(h.hbm_capacity),
+        "hbm_bandwidth": float(h.hbm_bandwidth * h.bandwidth_efficiency),
+        "kv_heads": float(m.kv_heads),
     }
     weights = float(m.bytes_per_param * m.params_total) / (g * p)
-    kv = b * CONTEXT * float(m.kv_bytes_per_token) / g
+    h_kv = float(m.kv_heads)
+    rep = np.maximum(1.0, g / h_kv) if h_kv > 0 else np.ones_like(g)  # tensor-parallel KV copies
+    kv = b * CONTEXT * float(m.kv_bytes_per_token) * rep / g
     for i, name in enumerate(STRATEGIES):
         sl = slice(i * n, (i + 1) * n)
         out[name] = {
@@ -173,6 +186,10 @@ def summary(res):
     out["pipeline_tpot_ratio_64_over_1"] = pl["tpot_s"][-1] / pl["tpot_s"][0]
     out["pipeline_kv_ratio_64_over_1"] = pl["kv_per_chip"][-1] / pl["kv_per_chip"][0]
     out["pipeline_weights_ratio_64_over_1"] = pl["weights_per_chip"][-1] / pl["weights_per_chip"][0]
+    tp = res["tensor"]
+    out["kv_heads"] = res["kv_heads"]
+    out["tensor_tpot_ratio_64_over_1"] = tp["tpot_s"][-1] / tp["tpot_s"][0]
+    out["tensor_kv_ratio_64_over_1"] = tp["kv_per_chip"][-1] / tp["kv_per_chip"][0]
     return out
 
 

@@ -73,6 +73,18 @@ def _prefill(smoothness):
     return dcost.prefill(dcost.Design(4), h, m, dcost.Workload(128), smoothness)
 
 
+def _mixed(smoothness):
+    h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-8b")
+    w = dcost.Workload(1500, prompt=1000, output=500)
+    return dcost.mixed_step(dcost.Design(4), h, m, w, smoothness)
+
+
+def _kv_transfer(tokens, chips=1.0):
+    return dcost.kv_transfer_time(
+        tokens, dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), chips
+    )
+
+
 def _run_training(**kw):
     args = dict(model=70e9, n_tokens=1e12, hardware=dcost.hardware("h100-sxm"), n_chips=64, mfu=0.4)
     args.update(kw)
@@ -113,6 +125,40 @@ CASES = [
     ("design-huge", lambda: dcost.Design(1e30), "Design.batch = 1e+30"),
     ("design-chips-zero", lambda: dcost.Design(1, chips=0), "Design.chips = 0.0"),
     ("design-overtrain-zero", lambda: dcost.Design(1, overtrain=0), "Design.overtrain = 0.0"),
+    # serving model v2 fields: None is "off" (Hardware, Workload, Design), anything else checked
+    ("hardware-overhead", lambda: hw(step_overhead=-1e-3), "Hardware.step_overhead = -0.001"),
+    ("hardware-latency-str", lambda: hw(scaleout_latency="5us"), "Hardware.scaleout_latency"),
+    ("hardware-link-eff", lambda: hw(scaleup_efficiency=0), "Hardware.scaleup_efficiency = 0.0"),
+    ("hardware-half-nan", lambda: hw(matmul_half_tokens=math.nan), "matmul_half_tokens = nan"),
+    ("model-kv-heads-fraction", lambda: moe(kv_heads=2.5), "Model.kv_heads = 2.5"),
+    ("model-domains-bool", lambda: moe(max_domains_per_token=True), "max_domains_per_token"),
+    ("model-draft-layers", lambda: moe(draft_layers=None), "Model.draft_layers = None"),
+    ("model-attn-above-dense", lambda: moe(params_attention=200), "<= params_dense (100.0)"),
+    (
+        "model-draft-total",
+        lambda: moe(draft_params=50.0, draft_params_total=20.0),
+        "Model.draft_params_total = 20.0",
+    ),
+    (
+        "workload-acceptance",
+        lambda: dcost.Workload(10, acceptance=1.5),
+        "Workload.acceptance = 1.5",
+    ),
+    (
+        "workload-imbalance",
+        lambda: dcost.Workload(10, expert_imbalance=0.5),
+        "Workload.expert_imbalance = 0.5",
+    ),
+    (
+        "workload-imbalance-word",
+        lambda: dcost.Workload(10, expert_imbalance="uniform"),
+        "Workload.expert_imbalance = 'uniform'",
+    ),
+    ("design-attention-dp", lambda: dcost.Design(1, chips=4, attention_dp=8), "<= chips (4.0)"),
+    ("design-dedup", lambda: dcost.Design(1, dispatch_dedup=2), "Design.dispatch_dedup = 2.0"),
+    ("design-chunk", lambda: dcost.Design(1, prefill_chunk=-1), "Design.prefill_chunk = -1.0"),
+    ("design-draft-str", lambda: dcost.Design(1, draft_tokens="2"), "Design.draft_tokens = '2'"),
+    ("design-redundant-huge", lambda: dcost.Design(1, redundant_experts=1e30), "1e+30"),
     ("fit-alpha-zero", lambda: dcost.ScalingFit(1.69, 406.4, 410.7, 0.0, 0.28), "ScalingFit.alpha"),
     ("fit-e-none", lambda: dcost.ScalingFit(None, 406.4, 410.7, 0.34, 0.28), "ScalingFit.E"),
     ("problem-tpot", lambda: serving(tpot_slo=-0.01), "Problem.tpot_slo = -0.01"),
@@ -170,6 +216,11 @@ CASES = [
     ("decode-smoothness-nan", lambda: _decode(math.nan), "decode.smoothness = nan"),
     ("decode-smoothness-huge", lambda: _decode(1e30), "decode.smoothness = 1e+30"),
     ("prefill-smoothness", lambda: _prefill(2.0), "prefill.smoothness = 2.0"),
+    ("mixed-step-smoothness", lambda: _mixed(-0.5), "mixed_step.smoothness = -0.5"),
+    ("accepted-tokens", lambda: dcost.accepted_tokens(1.5, 2), "accepted_tokens.acceptance = 1.5"),
+    ("accepted-tokens-k", lambda: dcost.accepted_tokens(0.5, None), "draft_tokens = None"),
+    ("kv-transfer-chips", lambda: _kv_transfer(1e3, chips=0), "kv_transfer_time.chips = 0.0"),
+    ("kv-transfer-overflow", lambda: _kv_transfer(3e38), "kv_transfer_time.tokens = 3e+38"),
     ("smax-smoothness", lambda: dcost.smax([1.0, 2.0], -0.5), "smax.smoothness = -0.5"),
     (
         "decode-overflow",
@@ -228,6 +279,9 @@ def test_every_public_constructor_and_raw_number_function_has_a_case():
         "loss.",
         "decode.smoothness",
         "prefill.smoothness",
+        "mixed_step.smoothness",
+        "accepted_tokens.",
+        "kv_transfer_time.",
         "chunk_size",
         "bubble_fraction.",
         "balance_batch.",
@@ -341,11 +395,39 @@ BAD_OR_GOOD = st.one_of(
     st.sampled_from([np.array(["8"]), np.array([True]), np.array([1 + 1j]), [1.0, None]]),
 )
 
-SPECS = {
-    "Hardware": (dcost.Hardware, HW, list(HW) + ["flops_efficiency", "bandwidth_efficiency"]),
-    "Model": (dcost.Model, MOE, list(MOE) + ["attn_flops_per_context_token", "n_moe_layers"]),
-    "Workload": (dcost.Workload, {"context": 4096.0}, ["context", "prompt", "output"]),
-    "Design": (dcost.Design, {"batch": 8.0}, ["batch", "chips", "stages", "experts", "overtrain"]),
+SPECS = {  # every numeric field, the serving model v2 ones included
+    "Hardware": (
+        dcost.Hardware,
+        HW,
+        list(HW) + ["flops_efficiency", "bandwidth_efficiency", *dcost.Hardware.OFF],
+    ),
+    "Model": (
+        dcost.Model,
+        MOE,
+        list(MOE)
+        + [
+            "attn_flops_per_context_token",
+            "n_moe_layers",
+            "params_attention",
+            "kv_heads",
+            "prefill_attn_flops_per_context_token",
+            "max_domains_per_token",
+            "draft_params",
+            "draft_params_total",
+            "draft_layers",
+            "draft_kv_bytes_per_token",
+        ],
+    ),
+    "Workload": (
+        dcost.Workload,
+        {"context": 4096.0},
+        ["context", "prompt", "output", "acceptance", "expert_imbalance"],
+    ),
+    "Design": (
+        dcost.Design,
+        {"batch": 8.0, "chips": 8.0},
+        ["batch", "chips", "stages", "experts", "overtrain", "attention_dp", *dcost.Design.OFF],
+    ),
     "ScalingFit": (
         dcost.ScalingFit,
         dict(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28),
@@ -386,6 +468,10 @@ RAW = {
         dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), v
     ),
     "decode.smoothness": _decode,
+    "mixed_step.smoothness": _mixed,
+    "accepted_tokens.acceptance": lambda v: dcost.accepted_tokens(v, 3.0),
+    "accepted_tokens.draft_tokens": lambda v: dcost.accepted_tokens(0.7, v),
+    "kv_transfer_time.tokens": _kv_transfer,
     "training_run.n_chips": lambda v: _run_training(n_chips=v),
     "lifetime_optimum.target_loss": lambda v: dcost.lifetime_optimum(v, 1e12),
 }

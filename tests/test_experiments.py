@@ -130,15 +130,29 @@ def test_balance_batch_is_300_x_sparsity_on_every_chip(balance):
 
 
 def test_latency_floor_is_capacity_over_bandwidth(floor):
+    m = dcost.model(floor["model"])
+    h_kv, t, b_kv = float(m.kv_heads), floor["context"], float(m.kv_bytes_per_token)
+    weights = float(m.bytes_per_param * m.params_total)
+    assert h_kv == 8.0  # llama-3-70b: GQA with 8 KV heads
     for i, name in enumerate(floor["hardware"]):
         h = dcost.hardware(name)
         expected = float(h.hbm_capacity) / float(h.hbm_bandwidth)
         assert floor["latency_floor_s"][i] == pytest.approx(expected, rel=1e-5)
+        # tensor parallelism over G > h_kv chips holds the KV cache max(1, G/h_kv) times, so HBM
+        # is full at B = floor((M G - b_w N) / (T b_kv rep)) and holds what decode says it holds
+        g = floor["chips"][i]
+        rep = max(1.0, g / h_kv)
+        full = math.floor((float(h.hbm_capacity) * g - weights) / (t * b_kv * rep))
+        assert floor["batch_full"][i] == pytest.approx(full, abs=1.0)
+        held = weights / g + floor["batch_full"][i] * t * b_kv * rep / g
+        assert floor["memory_full"][i] == pytest.approx(held, rel=1e-5)
+        assert floor["memory_full"][i] <= float(h.hbm_capacity) * (1 + 1e-6)
         # the exact decode step with HBM full is memory bound and takes M/BW (less the last
         # partial sequence that did not fit)
         assert str(floor["bottleneck_full"][i]) == "memory"
         assert 0.98 * expected <= floor["tpot_full_s"][i] <= expected * (1 + 1e-5)
         assert 0.010 < expected < 0.045  # 10-45 ms on every chip (lecture: 15-20 ms)
+    assert max(floor["chips"]) > h_kv  # the replication is exercised (tpu-v4, tpu-v5e)
 
 
 # train_departures ----------------------------------------------------------------------------
@@ -269,7 +283,22 @@ def test_pipeline_weights_fall_kv_and_latency_do_not(stages):
     np.testing.assert_allclose(pl["weights_per_chip"] * n, pl["weights_per_chip"][0], rtol=1e-6)
     np.testing.assert_allclose(pl["kv_per_chip"], pl["kv_per_chip"][0], rtol=1e-6)
     np.testing.assert_allclose(pl["tpot_s"], pl["tpot_s"][0], rtol=0.01)
-    assert tp["tpot_s"][-1] == pytest.approx(tp["tpot_s"][0] / n[-1], rel=0.05)
+    # what decode holds per chip is the closed form's weights + KV (KV replicated past h_kv)
+    for key in pipelines.STRATEGIES:
+        r = stages[key]
+        np.testing.assert_allclose(
+            r["memory_per_chip"], r["weights_per_chip"] + r["kv_per_chip"], rtol=1e-5
+        )
+    # tensor parallel, memory bound: tpot(G) = (b_w N/G + B T b_kv/min(G, h_kv)) / BW, so
+    # tpot(G)/tpot(1) = (W/G + K/min(G, h_kv)) / (W + K): KV stops falling at G = h_kv
+    assert list(tp["bottleneck"]) == ["memory"] * len(n)
+    m = dcost.model(stages["model"])
+    h_kv = float(m.kv_heads)
+    w = float(m.bytes_per_param * m.params_total)
+    k = stages["batch"] * stages["context"] * float(m.kv_bytes_per_token)
+    ratio = (w / n + k / np.minimum(n, h_kv)) / (w + k)
+    np.testing.assert_allclose(tp["tpot_s"] / tp["tpot_s"][0], ratio, rtol=0.03)
+    assert tp["tpot_s"][-1] > 2 * tp["tpot_s"][0] / n[-1]  # far from 1/G once G > h_kv
     assert not pl["fits"][0] and pl["fits"][1]  # one stage does not fit; two do
 
 

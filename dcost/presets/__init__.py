@@ -26,8 +26,11 @@ __all__ = [
     "hardware_card",
     "model_card",
     "derive_model",
+    "derive_draft",
+    "bytes_per_element",
     "PresetError",
     "PRECISIONS",
+    "BYTES_PER_ELEMENT",
 ]
 
 _HARDWARE_FIELDS = (
@@ -92,6 +95,42 @@ def model_card(name: str) -> dict:
 PRECISIONS = ("bf16", "fp8", "int8", "fp4")
 
 
+# Storage bytes per element of each number format, block scales included:
+# - bf16/fp16 2, fp8 (E4M3/E5M2) and int8 1, int4 and plain fp4 (E2M1) 0.5;
+# - MXFP4: blocks of 32 E2M1 values share one 8-bit E8M0 scale, 4 + 8/32 = 4.25 bits (OCP
+#   Microscaling Formats (MX) Specification v1.0, 2023);
+# - NVFP4: blocks of 16 E2M1 values share one FP8 E4M3 scale, 4 + 8/16 = 4.5 bits (NVIDIA,
+#   "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", technical blog,
+#   June 2025; the per-tensor FP32 scale is negligible);
+# - fp8 with DeepSeek-V3's 128x128 weight blocks adds one fp32 scale per 16,384 values
+#   (2.4e-4 bytes), below the precision of any preset: counted as 1.
+BYTES_PER_ELEMENT = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+    "mxfp4": 4.25 / 8.0,
+    "nvfp4": 4.5 / 8.0,
+}
+# Number formats whose matmuls run at a listed rate: the 4-bit block formats at the fp4 rate.
+_MATMUL_RATE = {"mxfp4": "fp4", "nvfp4": "fp4", "int4": "int8"}
+
+
+def bytes_per_element(fmt: str) -> float:
+    """Storage bytes per element of number format ``fmt`` (``BYTES_PER_ELEMENT``), block scales
+    included: bf16 2, fp8 1, int8 1, fp4 0.5, MXFP4 4.25/8, NVFP4 4.5/8.
+
+    >>> bytes_per_element("mxfp4"), bytes_per_element("nvfp4")
+    (0.53125, 0.5625)
+    """
+    if fmt not in BYTES_PER_ELEMENT:
+        raise PresetError(f"unknown number format {fmt!r}; allowed: {', '.join(BYTES_PER_ELEMENT)}")
+    return BYTES_PER_ELEMENT[fmt]
+
+
 def precisions(name: str) -> list[str]:
     """Precisions whose dense FLOP/s the hardware preset ``name`` lists ("bf16" always), in the
     order of ``PRECISIONS``; "fp4" is the NVFP4/MXFP4 rate (Blackwell, MI355X)."""
@@ -119,7 +158,8 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
     Args:
       name: a preset from ``hardware_names()``.
       precision: "bf16" (the default), "fp8", "int8" or "fp4": ``flops`` is the dense rate at
-        that precision (the card's ``flops_<precision>``). Pair a model with the precision it
+        that precision (the card's ``flops_<precision>``); "mxfp4" and "nvfp4" run at the fp4
+        rate, "int4" at the int8 rate. Pair a model with the precision it
         serves in (``serving_precision``): an fp8 model on bf16 FLOP/s doubles its compute time.
         An unknown precision, or one the chip lists no rate for, raises ``PresetError``.
       **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
@@ -133,6 +173,7 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
     """
     card = hardware_card(name)
     fields = {f: float(_value(card[f])) for f in _HARDWARE_FIELDS}
+    precision = _MATMUL_RATE.get(precision, precision)
     if precision not in PRECISIONS:
         raise PresetError(
             f"unknown precision {precision!r} for hardware preset {name!r}; "
@@ -249,7 +290,14 @@ def derive_model(card: dict) -> dict:
       dict of floats: ``n_layers``, ``d_model``, ``params_dense``, ``params_per_expert``,
       ``n_experts``, ``experts_active``, ``kv_bytes_per_token`` (bytes),
       ``attn_flops_per_context_token`` (FLOP), ``n_moe_layers``, ``params_total``,
-      ``params_active``, ``kv_bytes_sliding`` (bytes per sequence, 0 without sliding layers).
+      ``params_active``, ``kv_bytes_sliding`` (bytes per sequence, 0 without sliding layers);
+      for serving model v2: ``params_attention`` (``L`` times the attention parameters of one
+      layer, biases and QK-norm included, layer norms not), ``kv_heads`` (``kv``; 1 for MLA,
+      whose cache is one latent every query head reads), ``prefill_attn_flops_per_context_token``
+      (MLA's non-absorbed form ``2*L*h*(n + r + v)``: scores over ``n + r`` dimensions and
+      values over ``v`` per head, 5.0 MFLOP for DeepSeek-V3 against 17.0 absorbed; the decode
+      figure otherwise), ``max_domains_per_token`` (the arch key of that name: node-limited
+      routing's ``M``, 0 = none).
 
     >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
     >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
@@ -274,7 +322,9 @@ def derive_model(card: dict) -> dict:
         attn = q + d * (kvr + rope) + kvr + kvr * heads * (nope + vd) + heads * vd * d
         kv_bytes = layers * (kvr + rope) * kv_elem_bytes
         attn_flops = 2.0 * layers * heads * ((kvr + rope) + kvr)
+        prefill_flops = 2.0 * layers * heads * ((nope + rope) + vd)
         kv_sliding = 0.0
+        kv_heads = 1.0
     else:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
@@ -292,6 +342,8 @@ def derive_model(card: dict) -> dict:
         kv_bytes = 2.0 * (layers - sliding) * kvh * dh * kv_elem_bytes
         kv_sliding = 2.0 * sliding * kvh * dh * kv_elem_bytes * window
         attn_flops = 4.0 * (layers - sliding) * heads * dh
+        prefill_flops = attn_flops
+        kv_heads = kvh
 
     norms_per_layer = 1.0 if a.get("parallel_layers", False) else 2.0
     norms = (norms_per_layer * layers + 1.0) * d * (2.0 if biases else 1.0)
@@ -325,17 +377,97 @@ def derive_model(card: dict) -> dict:
         "params_total": dense + n_experts * per_expert,
         "params_active": dense + active * per_expert,
         "kv_bytes_sliding": kv_sliding,
+        "params_attention": layers * attn,
+        "kv_heads": kv_heads,
+        "prefill_attn_flops_per_context_token": prefill_flops,
+        "max_domains_per_token": float(a.get("max_domains_per_token", 0)),
     }
 
 
-def model(name: str, **overrides) -> Model:
+def derive_draft(card: dict) -> dict:
+    """The speculative draft of a model card's ``mtp`` table (multi-token-prediction modules), as
+    ``Model``'s draft fields; all 0 for a card without one.
+
+    DeepSeek-V3's MTP module (Technical Report, section 2.2) is one transformer block like the
+    MoE layers (MLA attention, shared and routed experts, router), a ``2d -> d`` projection and
+    two more RMSNorms, sharing the embedding and output head with the main model. Per draft token
+    it computes with the block's attention, shared expert, router and ``k`` routed experts, the
+    projection, and the shared output head (``V*d``, the logits); it holds (and at large batch
+    reads) all ``E`` routed experts:
+
+    - ``draft_params = n*(block_active + 2d^2 + 2d) + V*d``;
+    - ``draft_params_total = draft_params + n*(E - k)*expert`` (the head is counted again
+      though shared: an over-count of ``V*d`` weights in memory);
+    - ``draft_layers = n``, ``draft_kv_bytes_per_token = n*kv_bytes_per_token/L``.
+
+    >>> d = derive_draft(model_card("deepseek-r1"))
+    >>> round(d["draft_params"] / 1e9, 2), round(d["draft_params_total"] / 1e9, 2)
+    (1.61, 12.54)
+    """
+    if "mtp" not in card:
+        return {
+            "draft_params": 0.0,
+            "draft_params_total": 0.0,
+            "draft_layers": 0.0,
+            "draft_kv_bytes_per_token": 0.0,
+        }
+    a, n = card["arch"], float(card["mtp"]["n_modules"])
+    d, vocab = float(a["d_model"]), float(a["vocab"])
+    one = derive_model({"arch": dict(a, n_layers=1, n_dense_layers=0, vocab=0)})
+    block_active = one["params_active"] - d  # the final norm is the model's, counted once
+    active = n * (block_active + 2.0 * d * d + 2.0 * d) + vocab * d
+    idle = n * (one["n_experts"] - one["experts_active"]) * one["params_per_expert"]
+    full = derive_model(card)
+    return {
+        "draft_params": active,
+        "draft_params_total": active + idle,
+        "draft_layers": n,
+        "draft_kv_bytes_per_token": n * full["kv_bytes_per_token"] / full["n_layers"],
+    }
+
+
+def _scaled_kv(fields: dict, card: dict, kv_cache: str | None) -> None:
+    """Rescale the KV byte fields from the card's element bytes to ``kv_cache``'s (in place)."""
+    if kv_cache is None:
+        return
+    old = float(card["arch"].get("kv_bytes_per_element", 2.0))
+    ratio = bytes_per_element(kv_cache) / old
+    for key in ("kv_bytes_per_token", "draft_kv_bytes_per_token"):
+        if fields.get(key) is not None:
+            fields[key] *= ratio
+
+
+def model(
+    name: str,
+    weights: str | None = None,
+    kv_cache: str | None = None,
+    activations: str | None = None,
+    **overrides,
+) -> Model:
     """The model preset ``name`` as a ``dcost.Model``, counts derived from its architecture.
 
-    Keyword overrides replace fields, e.g. ``model("llama-3-70b", bytes_per_param=1.0)`` for fp8.
+    Serving model v2's fields come from the card too: ``params_attention``, ``kv_heads``,
+    ``prefill_attn_flops_per_context_token`` and ``max_domains_per_token`` (``derive_model``),
+    the draft fields from its ``mtp`` table (``derive_draft``; 0 without one). Every preset sets
+    every one of them (0 where the model has none), so presets stack into one batched ``Model``.
+
+    Args:
+      name: a preset from ``model_names()``.
+      weights: number format of every weight (``BYTES_PER_ELEMENT``: "bf16", "fp8", "int8",
+        "fp4", "mxfp4", "nvfp4", ...) for ``bytes_per_param``; None: as the card serves it.
+      kv_cache: number format of the KV cache: ``kv_bytes_per_token`` (and the draft's) are
+        rescaled from the card's ``kv_bytes_per_element``; None: as the card.
+      activations: number format of activations (``act_bytes``: what all-to-alls and hops move).
+      **overrides: replace fields, e.g. ``model("llama-3-70b", bytes_per_param=1.0)``.
+
+    Pair the matmul rate with ``dcost.hardware(name, precision=...)``.
 
     >>> import dcost
     >>> round(float(dcost.model("llama-3-70b").params_total) / 1e9, 1)
     70.6
+    >>> m = dcost.model("llama-3-70b", weights="fp8", kv_cache="fp8")
+    >>> float(m.bytes_per_param), float(m.kv_bytes_per_token)  # 2*80*8*128 bytes at 1 byte
+    (1.0, 163840.0)
     """
     card = model_card(name)
     derived = derive_model(card)
@@ -351,9 +483,20 @@ def model(name: str, **overrides) -> Model:
             "kv_bytes_per_token",
             "attn_flops_per_context_token",
             "n_moe_layers",
+            "params_attention",
+            "kv_heads",
+            "prefill_attn_flops_per_context_token",
         )
     }
+    # every preset carries every v2 field (0 where it has none), so presets stack for vmap
+    fields["max_domains_per_token"] = derived["max_domains_per_token"]
+    fields.update(derive_draft(card))
     fields["bytes_per_param"] = float(card["serving"]["bytes_per_param"])
     fields["act_bytes"] = float(card["serving"].get("act_bytes", 2.0))
+    if weights is not None:
+        fields["bytes_per_param"] = bytes_per_element(weights)
+    if activations is not None:
+        fields["act_bytes"] = bytes_per_element(activations)
+    _scaled_kv(fields, card, kv_cache)
     fields.update(overrides)
     return Model(**fields)

@@ -1,8 +1,11 @@
-"""Mixture-of-Experts pieces: how many experts a batch touches, and the all-to-all it costs.
+"""Mixture-of-Experts pieces: experts touched, load imbalance, and the all-to-all they cost.
 
 References: the expected number of distinct experts hit by ``B`` tokens routed uniformly to ``k``
 of ``E`` experts is the classical occupancy result ``E*(1 - (1 - k/E)**B)``; expert-parallel
-all-to-all as in GShard (Lepikhin et al., 2020, section 2) and DeepSeek-V3 (2024, section 3.4).
+all-to-all as in GShard (Lepikhin et al., 2020, section 2) and DeepSeek-V3 (2024, section 3.4);
+the expected maximum load of balls in bins from Raab & Steger, "Balls into Bins: A Simple and
+Tight Analysis" (RANDOM 1998), theorem 1; de-duplicated, node-limited dispatch from the DeepSeek-V3
+Technical Report (arXiv 2412.19437), sections 2.1.2 and 3.2.2, and DeepEP's normal kernels.
 """
 
 from __future__ import annotations
@@ -10,10 +13,18 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.smooth import safe_div, smax
+from dcost.serving.collectives import all_to_all
+from dcost.smooth import safe_div, safe_sqrt, smax, smin
 from dcost.specs import SpecError, _concrete, _float, check
 
-__all__ = ["expert_fraction", "all_to_all_time", "tensor_parallel_time", "comm_time"]
+__all__ = [
+    "expert_fraction",
+    "tokens_per_expert",
+    "expected_max_load",
+    "expert_imbalance",
+    "domains_reached",
+    "all_to_all_time",
+]
 
 
 def expert_fraction(batch, n_experts, experts_active):
@@ -57,57 +68,203 @@ def _expert_fraction(batch, n_experts, experts_active):
     return jnp.where(n_experts > 0, phi, 0.0)
 
 
-def all_to_all_time(tokens, moe_layers_per_stage, chips, hardware, model, smoothness=0.0):
-    """Expert-parallel all-to-all time of one stage step (seconds).
+def tokens_per_expert(tokens, n_experts, experts_active):
+    """Mean tokens through one touched routed expert: the matmul size of an expert (tokens).
 
-    Each token goes to ``k`` experts and back: ``2*k*d*b_a`` bytes per MoE layer. A destination is
-    on another chip with probability ``(G-1)/G``, and the traffic spreads over the ``G`` chips:
+    .. math:: n_{exp} = \\frac{\\text{tokens}\\cdot k}{E\\,\\phi(\\text{tokens})}
+
+    ``tokens*k`` expert inputs shared by the ``E*phi`` experts the batch touches; 1 token at
+    batch 1 (one token per touched expert), ``tokens*k/E`` once every expert is touched. 0 for a
+    dense model.
+
+    >>> round(float(tokens_per_expert(1.0, 256.0, 8.0)), 5)
+    1.0
+    >>> round(float(tokens_per_expert(1e6, 256.0, 8.0)))  # 1e6 * 8 / 256
+    31250
+    """
+    touched = n_experts * _expert_fraction(tokens, n_experts, experts_active)
+    return safe_div(tokens * experts_active, touched)
+
+
+def expected_max_load(tokens, chips, experts_active, smoothness=0.0):
+    """Expected load of the busiest of ``G`` chips over the mean, under multinomial routing.
+
+    ``m = tokens*k`` expert inputs land on ``G`` chips uniformly (each chip holds ``E/G``
+    experts), so a chip's load is Binomial(``m``, ``1/G``): mean ``m/G``, variance
+    ``m (1/G)(1 - 1/G)``. The expected maximum of ``G`` such loads is
+    ``m/G + sqrt(2 ln G * m/G (1 - 1/G))`` to leading order for ``m >> G ln G`` (Raab & Steger
+    1998, theorem 1), so
+
+    .. math:: \\text{imb} = \\min\\Big(1 + \\sqrt{\\frac{2 G \\ln G\\,(1 - 1/G)}{m}},\\ G\\Big)
+
+    capped at ``G`` (all the load on one chip; a smooth min when ``smoothness > 0``). 1 at
+    ``G = 1``. An approximation at small ``m``; correlations between one token's ``k`` distinct
+    experts are neglected.
+
+    Args:
+      tokens: tokens routed in one pass.
+      chips: expert-parallel chips ``G``.
+      experts_active: experts per token ``k``.
+      smoothness: 0 exact, > 0 smooth cap.
+
+    >>> round(float(expected_max_load(1024.0, 8.0, 8.0)), 4)  # 1 + sqrt(16*2.0794*0.875/8192)
+    1.0596
+    """
+    m = tokens * experts_active
+    g = jnp.asarray(chips, dtype=jnp.result_type(m, chips, float))
+    log_g = jnp.log(jnp.maximum(g, 1.0))
+    excess = safe_sqrt(safe_div(2.0 * g * log_g * (1.0 - 1.0 / g), m))
+    return smin([1.0 + excess, jnp.maximum(g, 1.0)], smoothness)
+
+
+def expert_imbalance(workload, tokens, chips, model, redundant_experts=0.0, smoothness=0.0):
+    """Load of the busiest chip's routed experts over the mean, after redundant experts.
+
+    ``workload.expert_imbalance`` when it is a number >= 1 (None or 1.0: balanced, v1), or
+    ``expected_max_load`` when it is 0 (given as ``"multinomial"``). ``R`` redundant expert
+    replicas per layer (EPLB) spread ``R/G`` extra slots on each chip, to which the balancer
+    moves load off the hottest chips; we take the excess over 1 to shrink as
+
+    .. math:: \\text{imb}_R = 1 + (\\text{imb} - 1)/(1 + R/G)
+
+    an approximation (not derived from a placement algorithm): one redundant expert per chip
+    (DeepSeek-V3's prefill, report section 3.4) halves the excess. Set ``expert_imbalance`` to a
+    measured figure when you have one. 1 for a dense model.
+
+    >>> import dcost
+    >>> w = dcost.Workload(0, expert_imbalance=1.5)
+    >>> m = dcost.Model(4, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
+    >>> float(expert_imbalance(w, 64.0, 4.0, m, redundant_experts=4.0))  # 1 + 0.5/(1 + 1)
+    1.25
+    """
+    given = workload.get("expert_imbalance")
+    if workload.expert_imbalance is None:
+        base = given
+    else:
+        multinomial = expected_max_load(tokens, chips, model.experts_active, smoothness)
+        base = jnp.where(given > 0, given, multinomial)
+    imb = 1.0 + (base - 1.0) / (1.0 + redundant_experts / chips)
+    return jnp.where(model.n_experts > 0, imb, 1.0)
+
+
+def domains_reached(experts_active, domains, max_domains=0.0, smoothness=0.0):
+    """Expected distinct scale-up domains a token's ``k`` experts fall in (de-duplicated dispatch).
+
+    With experts spread evenly over ``D`` domains and ``k`` of them chosen uniformly, a domain
+    is missed by all ``k`` with probability ``(1 - 1/D)**k`` (choices with replacement: an upper
+    bound on the distinct count within ``k/D``):
+
+    .. math:: n_{dom} = \\min\\big(D\\,(1 - (1 - 1/D)^k),\\ M\\big)
+
+    capped at ``M = max_domains`` (node-limited routing; 0 = no cap) by a smooth min when
+    ``smoothness > 0``. DeepSeek-V3 (``k = 8``) at ``D = 8`` nodes: 5.25 domains uncapped, 4
+    with ``M = 4`` (its report's node limit) against 8 copies sent without de-duplication.
+
+    >>> round(float(domains_reached(8.0, 8.0)), 4)  # 8 * (1 - 0.343609)
+    5.2511
+    >>> float(domains_reached(8.0, 8.0, 4.0))
+    4.0
+    """
+    several = domains > 1.0
+    d = jnp.where(several, domains, 2.0)  # one domain: log1p(-1) is -inf (double `where`)
+    reached = jnp.where(several, d * -jnp.expm1(experts_active * jnp.log1p(-1.0 / d)), 1.0)
+    cap = max_domains > 0
+    ok = cap & (reached > 0)  # k = 0 (dense) reaches none: keep 1/0 out of the smooth min
+    capped = smin([jnp.where(ok, reached, 1.0), jnp.where(ok, max_domains, 1.0)], smoothness)
+    return jnp.where(ok, capped, reached)
+
+
+def all_to_all_time(
+    tokens,
+    moe_layers_per_stage,
+    chips,
+    hardware,
+    model,
+    smoothness=0.0,
+    *,
+    dedup=0.0,
+    imbalance=1.0,
+    passes=1.0,
+):
+    """Expert-parallel all-to-all time of one stage step (seconds), dispatch and combine.
+
+    **v1 (``dedup = 0``)**: each token goes to ``k`` experts and back, ``2*k*d*b_a`` bytes per
+    MoE layer; a destination is on another chip with probability ``(G-1)/G``, and the traffic
+    spreads over the ``G`` chips; ``inside`` is the share of a chip's peers in its domain:
 
     .. math::
-        \\text{bytes}_{chip} = \\text{tokens} \\cdot L_{moe}/P \\cdot 2kdb_a
-                               \\cdot \\frac{G-1}{G}/G
+        \\text{bytes}_{chip} = \\text{tokens}\\cdot L_{moe}/P\\cdot 2kdb_a\\cdot (G-1)/G^2,
+        \\quad \\text{inside} = \\frac{\\min(G,S) - 1}{G - 1}
 
-        \\text{inside} = \\frac{\\min(G,S) - 1}{G - 1}
+        \\text{up} = \\text{bytes}\\cdot\\text{inside}, \\quad
+        \\text{out} = \\text{bytes}(1 - \\text{inside})
 
-        t = \\max(\\text{bytes}\\cdot\\text{inside}/U,\\ \\text{bytes}(1-\\text{inside})/O)
+    **De-duplicated (``dedup = 1``)**, DeepSeek-V3 section 3.2.2 / DeepEP: a token crosses
+    scale-out once per remote destination domain (to the chip of the same index there), and is
+    forwarded over scale-up to its experts' chips. With ``S' = min(G, S)`` chips per domain,
+    ``D = G/S'`` domains and ``n_dom`` from ``domains_reached`` (capped at ``M``), a token's
+    remote domains are ``n_dom (D-1)/D``, and every one of its ``k`` copies whose expert is not
+    on the chip it enters its domain by takes one scale-up hop, ``k (S'-1)/S'``:
 
-    Both link kinds run at once; 0 when ``G = 1``.
+    .. math::
+        \\text{out} = \\text{tokens}\\cdot L_{moe}/P\\cdot 2db_a\\cdot n_{dom}\\frac{D-1}{D}/G,
+        \\quad
+        \\text{up} = \\text{tokens}\\cdot L_{moe}/P\\cdot 2db_a\\cdot k\\frac{S'-1}{S'}/G
+
+    Between 0 and 1, ``dedup`` mixes the two linearly. The busiest chip receives ``imbalance``
+    times the mean, so both byte counts are multiplied by it. Alpha-beta (``collectives``): per
+    all-to-all a chip messages ``S'-1`` scale-up peers and ``G - S'`` (v1) or ``D - 1``
+    (de-duplicated) scale-out peers; two all-to-alls per MoE layer per pass:
+
+    .. math::
+        t = \\max\\big(2\\tfrac{L_{moe}}{P} n_p m_{up}\\alpha_{up} + \\text{up}/U',\\
+                      2\\tfrac{L_{moe}}{P} n_p m_{out}\\alpha_{out} + \\text{out}/O'\\big)
+
+    (both link kinds at once; smooth max when ``smoothness > 0``), ``U', O'`` the achieved
+    bandwidths, ``n_p`` the passes (prefill chunks). 0 when ``G = 1``. With the defaults
+    (``dedup = 0``, ``imbalance = 1``, latencies 0, efficiencies 1) this is v1's all-to-all.
+
+    Args:
+      tokens: tokens of the stage step, all passes together.
+      moe_layers_per_stage: ``L_moe/P``.
+      chips: expert-parallel chips ``G``.
+      hardware, model: the specs.
+      smoothness: 0 exact, > 0 smooth.
+      dedup: ``Design.dispatch_dedup`` in [0, 1].
+      imbalance: busiest chip's load over the mean (>= 1).
+      passes: forward passes the tokens are split into (each pays the latencies).
     """
     g = chips
-    per_token = 2.0 * model.experts_active * model.d_model * model.act_bytes
+    s_eff = jnp.minimum(g, hardware.scaleup_size)
+    act = 2.0 * model.d_model * model.act_bytes  # dispatch + combine of one token copy, one layer
+    per_token = model.experts_active * act
     bytes_chip = tokens * moe_layers_per_stage * per_token * safe_div(g - 1.0, g * g)
-    inside = safe_div(jnp.minimum(g, hardware.scaleup_size) - 1.0, g - 1.0, default=1.0)
+    inside = safe_div(s_eff - 1.0, g - 1.0, default=1.0)
+    up_v1 = bytes_chip * inside
+    out_v1 = bytes_chip * (1.0 - inside)
+    domains = g / s_eff
+    reached = domains_reached(
+        model.experts_active, domains, model.max_domains_per_token, smoothness
+    )
+    remote = reached * (domains - 1.0) / domains
+    layer_tokens = tokens * moe_layers_per_stage * act / g
+    up_dd = layer_tokens * model.experts_active * (s_eff - 1.0) / s_eff
+    out_dd = layer_tokens * remote
+    up = imbalance * ((1.0 - dedup) * up_v1 + dedup * up_dd)
+    out = imbalance * ((1.0 - dedup) * out_v1 + dedup * out_dd)
+    calls = 2.0 * moe_layers_per_stage * passes  # all-to-alls of the stage step
+    peers_out = (1.0 - dedup) * (g - s_eff) + dedup * (domains - 1.0)
     return smax(
         [
-            bytes_chip * inside / hardware.scaleup_bandwidth,
-            bytes_chip * (1.0 - inside) / hardware.scaleout_bandwidth,
+            all_to_all(
+                up,
+                calls * (s_eff - 1.0),
+                hardware.scaleup_achieved,
+                hardware.get("scaleup_latency"),
+            ),
+            all_to_all(
+                out, calls * peers_out, hardware.scaleout_achieved, hardware.get("scaleout_latency")
+            ),
         ],
         smoothness,
     )
-
-
-def tensor_parallel_time(tokens, layers_per_stage, chips, hardware, model):
-    """Tensor-parallel time of one stage step for a dense model (seconds).
-
-    Two ring all-reduces of ``tokens*d*b_a`` bytes per layer, each moving ``2(G-1)/G`` of it per
-    chip, over scale-up links when the ``G`` chips fit in one domain, else scale-out:
-
-    .. math:: t = \\frac{L}{P}\\cdot 2 \\cdot \\frac{2(G-1)}{G}\\cdot
-                  \\frac{\\text{tokens}\\cdot d\\, b_a}{U \\text{ or } O}
-
-    Reference: ring all-reduce cost, Patarasuk & Yuan (2009); Megatron-LM (Shoeybi et al., 2019)
-    for two all-reduces per layer.
-    """
-    g = chips
-    link = jnp.where(
-        g <= hardware.scaleup_size, hardware.scaleup_bandwidth, hardware.scaleout_bandwidth
-    )
-    volume = tokens * model.d_model * model.act_bytes
-    return layers_per_stage * 2.0 * (2.0 * (g - 1.0) / g) * volume / link
-
-
-def comm_time(tokens, stages, chips, hardware, model, smoothness=0.0):
-    """Communication time of one stage step: all-to-all for MoE, tensor parallel for dense."""
-    moe = all_to_all_time(tokens, model.moe_layers / stages, chips, hardware, model, smoothness)
-    dense = tensor_parallel_time(tokens, model.n_layers / stages, chips, hardware, model)
-    return jnp.where(model.n_experts > 0, moe, dense)

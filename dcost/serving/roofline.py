@@ -5,6 +5,13 @@ communication time; batch size decides how far weight reads are amortized. ``smo
 the exact hard max; ``smoothness > 0`` the p-norm smooth max of ``dcost.smooth.smax`` from the same
 code. References: Williams, Waterman & Patterson, "Roofline" (CACM 2009); Pope et al., "Efficiently
 Scaling Transformer Inference" (2022); the JAX scaling book, "All about Transformer inference".
+
+Serving model v2 (``docs/serving_v2.md``) adds, each behind a field whose default switches it
+off: fixed per-step and per-layer overheads, alpha-beta collectives, the attention layout
+(``attention``), de-duplicated and node-limited dispatch, expert imbalance and redundant experts
+(``moe``), matmul efficiency by matmul size, speculative decoding (``speculative``), the MLA
+prefill form and chunked prefill. With every default, ``decode`` and ``prefill`` return v1's
+numbers (``tests/test_serving_v2.py`` checks it on every preset pair).
 """
 
 from __future__ import annotations
@@ -13,9 +20,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from dcost.serving.moe import _expert_fraction, comm_time
+from dcost.serving.attention import (
+    attention_comm_time,
+    attention_groups,
+    attention_weight_params,
+    kv_replication,
+)
+from dcost.serving.moe import (
+    _expert_fraction,
+    all_to_all_time,
+    expert_imbalance,
+    tokens_per_expert,
+)
 from dcost.serving.pipeline import hop_time, pipeline_latency
-from dcost.smooth import check_smoothness, smax
+from dcost.serving.speculative import _accepted_tokens, draft_time
+from dcost.smooth import check_smoothness, safe_div, smax
 from dcost.specs import (
     Design,
     Hardware,
@@ -36,6 +55,8 @@ __all__ = [
     "balance_batch",
     "critical_context",
     "bottleneck",
+    "matmul_efficiency",
+    "chunks",
     "SECONDS_PER_HOUR",
     "TERMS",
 ]
@@ -45,20 +66,26 @@ TERMS = ("compute", "memory", "comm")
 
 
 class Report(eqx.Module):
-    """What one decode step costs (SI units). A pytree: batched designs give array fields.
+    """What one decode (or mixed) step costs (SI units). A pytree: batched designs give array
+    fields.
 
     Attributes:
-      t_compute: compute time of one stage step ``t_compute`` (s).
+      t_compute: compute time of one stage step (s).
       t_weights: weight-read time of one stage step (s).
-      t_kv: KV-cache read time of one stage step (s).
-      t_comm: all-to-all or tensor-parallel time of one stage step (s).
+      t_kv: KV-cache read time of one stage step (mixed steps: and the prompt chunk's KV) (s).
+      t_comm: all-to-all, tensor-parallel and attention-layout collectives of one stage step (s).
       t_hop: activation hop to the next stage (s).
-      t_stage: ``max(t_compute, t_weights + t_kv, t_comm)`` (smooth when smoothness > 0) (s).
-      tpot: time per output token (s).
+      t_stage: ``max(t_compute, t_weights + t_kv, t_comm) + t_overhead`` (smooth when
+        smoothness > 0) (s).
+      tpot: time per output token, ``(P t_stage + (P-1) t_hop + t_draft)/tokens_per_step`` (s).
       tokens_per_s: output tokens per second of one replica.
       cost_per_token: $ per output token.
-      memory_per_chip: HBM bytes per chip (weights + KV).
+      memory_per_chip: HBM bytes per chip (weights + KV + the draft's).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
+      t_overhead: fixed time of one stage step, ``n_p (step_overhead + layer_overhead L/P)``
+        over its ``n_p`` passes (s; 0 in v1).
+      t_draft: the draft's passes of one step (speculative decoding; s; 0 in v1).
+      tokens_per_step: tokens a sequence advances per decode step (accepted length; 1 in v1).
     """
 
     t_compute: jax.Array
@@ -72,6 +99,9 @@ class Report(eqx.Module):
     cost_per_token: jax.Array
     memory_per_chip: jax.Array
     mfu: jax.Array
+    t_overhead: jax.Array
+    t_draft: jax.Array
+    tokens_per_step: jax.Array
 
     __repr__ = readable
 
@@ -80,14 +110,22 @@ class PrefillReport(eqx.Module):
     """What one prefill step costs (SI units): the fields of ``Report``, per *input* token, with
     the time of the pass as ``ttft``. A pytree: batched designs give array fields.
 
+    ``Report``'s speculative-decoding fields are left out: a prefill has no draft (``t_draft``
+    would always be 0) and advances no sequence by accepted tokens (``tokens_per_step`` would
+    always be 1).
+
     Attributes:
-      t_compute, t_weights, t_comm, t_hop, t_stage: as in ``Report`` (s).
-      t_kv: KV-cache write time of one stage step (s).
+      t_compute, t_weights, t_comm, t_hop, t_stage: as in ``Report``, summed over the pass's
+        chunks (s).
+      t_kv: KV-cache write time of one stage step, plus the reads of earlier chunks' KV under
+        chunked prefill (s).
       ttft: time of the whole prefill pass, i.e. time to first token (s).
       tokens_per_s: input (prompt) tokens per second of one replica.
       cost_per_token: $ per input token.
       memory_per_chip: HBM bytes per chip (weights + the prompts' KV).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
+      t_overhead: fixed time of one stage step over its ``n_c`` chunks,
+        ``n_c (step_overhead + layer_overhead L/P)`` (s; 0 in v1).
     """
 
     t_compute: jax.Array
@@ -101,49 +139,174 @@ class PrefillReport(eqx.Module):
     cost_per_token: jax.Array
     memory_per_chip: jax.Array
     mfu: jax.Array
+    t_overhead: jax.Array
 
     __repr__ = readable
 
 
-def _step(
-    batch_tokens,
-    flops_per_token,
-    weight_params,
-    kv_bytes,
+def matmul_efficiency(tokens, hardware):
+    """Achieved fraction of peak FLOP/s of a matmul that ``tokens`` tokens run through.
+
+    .. math:: \\eta(n) = \\eta_F \\frac{n}{n + n_{1/2}}
+
+    A saturating curve with half-rate point ``n_half = Hardware.matmul_half_tokens`` (weights
+    stream from HBM while too few rows share them; compare the roofline's balance point); 0 turns
+    it off (``eta = eta_F``). A fitted form, not derived: ``dcost.calibrate`` fits ``n_half``.
+
+    >>> import dcost
+    >>> h = dcost.Hardware(1e15, 1e12, 1e11, 1e11, 1e10, 8, 3.6, matmul_half_tokens=64.0)
+    >>> float(matmul_efficiency(64.0, h))
+    0.5
+    """
+    return hardware.flops_efficiency / (1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens))
+
+
+def _flop_seconds(flops, tokens, hardware):
+    """``flops / (F eta(n))`` at matmul size ``tokens``: seconds for one chip (s)."""
+    slowdown = 1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens)
+    return flops * slowdown / hardware.flops_achieved
+
+
+def chunks(prompt, chunk, smoothness=0.0):
+    """Forward passes a chunked prefill takes: ``max(T_in/C, 1)``, 1 when ``C = 0`` (v1).
+
+    The relaxed count: a last, partial chunk counts for its fraction (its weight read is
+    pro-rated), so the count is continuous in ``C`` and the optimizer sees its gradient; it is
+    below ``ceil(T_in/C)`` by less than one pass. A smooth max when ``smoothness > 0``.
+
+    >>> float(chunks(8192.0, 2048.0)), float(chunks(1000.0, 2048.0)), float(chunks(1000.0, 0.0))
+    (4.0, 1.0, 1.0)
+    """
+    n = safe_div(prompt, chunk, default=1.0)
+    return jnp.where(chunk > 0, smax([n, jnp.ones_like(n)], smoothness), 1.0)
+
+
+def _assemble(
     design,
     hardware,
     model,
-    kv_resident_tokens,
+    workload,
     smoothness,
+    *,
+    tokens,
+    passes,
+    attn_ctx_flops,
+    expert_params_touched,
+    kv_bytes,
+    kv_resident_tokens,
+    sequences,
+    tokens_per_step,
+    t_draft,
+    draft_memory,
+    phi_tokens,
 ):
-    """Shared body of decode and prefill for one stage step."""
+    """Shared body of decode, prefill and mixed steps for one stage step (see each docstring).
+
+    Args (all passes of the stage step together):
+      tokens: tokens through the weights; passes: forward passes they take; attn_ctx_flops:
+      attention FLOPs over the context; expert_params_touched: routed-expert parameters read per
+      pass; kv_bytes: KV bytes read and written (before replication); kv_resident_tokens: tokens
+      of KV held; sequences: tokens per micro-batch counted by ``tokens_per_s`` per step;
+      tokens_per_step: accepted length; t_draft: draft time; draft_memory: draft bytes per chip;
+      phi_tokens: tokens per pass (for matmul sizes and imbalance).
+    """
     p, g = design.stages, design.chips
     chips = p * g
-    f = hardware.flops_achieved
+    groups, held = attention_groups(design, model)
+    tp = g / groups
+    rep = kv_replication(tp, model.kv_heads)
+    imb = expert_imbalance(
+        workload, phi_tokens, g, model, design.get("redundant_experts"), smoothness
+    )
+
+    # compute: each part at its matmul size (tokens through one weight matrix on a chip)
+    n_attn = model.params_attention
+    expert_active = model.experts_active * model.params_per_expert
+    flop_time = (
+        _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
+        + _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
+        + _flop_seconds(
+            2.0 * expert_active * tokens * imb,
+            tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
+            hardware,
+        )
+        + attn_ctx_flops / hardware.flops_achieved
+    )
+    t_compute = flop_time / chips
+
+    # memory: weights once per pass, KV (replicated by tensor-parallel attention)
     bw = hardware.bandwidth_achieved
-    t_compute = batch_tokens * flops_per_token / (chips * f)
+    extra_attn = attention_weight_params(model, groups, held)
+    weight_params = passes * (model.params_dense + extra_attn + expert_params_touched)
     t_weights = model.bytes_per_param * weight_params / (chips * bw)
-    t_kv = kv_bytes / (chips * bw)
-    t_comm = comm_time(batch_tokens, p, g, hardware, model, smoothness)
-    t_stage = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
-    t_hop = hop_time(batch_tokens, g, p, hardware, model)
-    tpot = pipeline_latency(t_stage, t_hop, p)
-    tokens_per_s = p * batch_tokens / tpot
+    t_kv = kv_bytes * rep / (chips * bw)
+
+    # communication: the all-to-all (MoE) and the layout's collectives, on shared links
+    moe_layers = model.moe_layers / p
+    a2a = all_to_all_time(
+        tokens,
+        moe_layers,
+        g,
+        hardware,
+        model,
+        smoothness,
+        dedup=design.get("dispatch_dedup"),
+        imbalance=imb,
+        passes=passes,
+    )
+    layout = attention_comm_time(tokens, model.n_layers / p, g, groups, hardware, model, passes)
+    t_comm = jnp.where(model.n_experts > 0, a2a + layout, layout)
+
+    t_overhead = passes * (
+        hardware.get("step_overhead") + hardware.get("layer_overhead") * model.n_layers / p
+    )
+    t_stage = smax([t_compute, t_weights + t_kv, t_comm], smoothness) + t_overhead
+    t_hop = hop_time(tokens, g, p, hardware, model, passes)
+    trip = pipeline_latency(t_stage, t_hop, p) + t_draft
+    tpot = trip / tokens_per_step
+    tokens_per_s = p * sequences / tpot
     cost = chips * hardware.price_per_hour / SECONDS_PER_HOUR / tokens_per_s
+    held_params = (
+        model.params_total + extra_attn + design.get("redundant_experts") * model.params_per_expert
+    )
     memory = (
-        model.bytes_per_param * model.params_total / chips
-        + kv_resident_tokens * model.kv_bytes_per_token / g
+        model.bytes_per_param * held_params / chips
+        + kv_resident_tokens * model.kv_bytes_per_token * rep / g
+        + draft_memory
     )
     mfu = 2.0 * model.params_active * tokens_per_s / (chips * hardware.flops)
     return Report(
-        t_compute, t_weights, t_kv, t_comm, t_hop, t_stage, tpot, tokens_per_s, cost, memory, mfu
+        t_compute=t_compute,
+        t_weights=t_weights,
+        t_kv=t_kv,
+        t_comm=t_comm,
+        t_hop=t_hop,
+        t_stage=t_stage,
+        tpot=tpot,
+        tokens_per_s=tokens_per_s,
+        cost_per_token=cost,
+        memory_per_chip=memory,
+        mfu=mfu,
+        t_overhead=t_overhead,
+        t_draft=t_draft,
+        tokens_per_step=tokens_per_step,
     )
+
+
+def _speculation(design, hardware, model, workload, smoothness):
+    """``(tau, t_draft, draft bytes per chip)`` of a decode step with ``k`` draft tokens."""
+    b, t, k = design.batch, workload.context, design.get("draft_tokens")
+    tau = _accepted_tokens(workload.get("acceptance"), k)
+    t_draft = draft_time(b, t, k, design.chips, hardware, model, smoothness)
+    resident = model.bytes_per_param * model.draft_total + b * t * model.draft_kv_bytes_per_token
+    draft_memory = jnp.where(k > 0, resident / design.chips, 0.0)
+    return tau, t_draft, draft_memory
 
 
 def decode(
     design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
 ) -> Report:
-    """One decode step: ``B`` sequences each produce one token.
+    """One decode step: ``B`` sequences each advance by one token (``tau`` with speculation).
 
     .. math::
         \\phi(B) = 1 - (1 - k/E)^B
@@ -161,8 +324,21 @@ def decode(
 
     Memory per chip is ``b_w N_total/(PG) + B T b_kv / G`` (KV per chip does not shrink with P).
 
+    **v2 terms** (``docs/serving_v2.md``; each off at its default): with ``k_d`` draft tokens the
+    verify pass runs ``B' = B(k_d + 1)`` tokens (``B`` in every term above but the KV read, which
+    happens once), ``phi(B')``; the routed-expert compute is multiplied by the imbalance ``imb``;
+    each compute part runs at ``eta(n)`` for its matmul size ``n`` (``matmul_efficiency``);
+    weight reads add ``(A-1) N_attn`` for ``A`` data-parallel attention groups holding attention
+    whole and ``R n_e phi`` for ``R`` redundant experts; KV is multiplied by ``rep``
+    (``kv_replication``); ``t_comm`` adds the attention layout's collectives, and the all-to-all
+    de-duplicates and pays latencies; ``t_stage`` adds
+    ``t_overhead = step_overhead + layer_overhead L/P``; and
+
+    .. math:: tpot = (P t_{stage} + (P-1) t_{hop} + t_{draft}) / \\tau(a, k_d)
+
     Args:
-      design: batch ``B``, chips per stage ``G``, stages ``P``, experts ``E`` (None: the model's).
+      design: batch ``B``, chips per stage ``G``, stages ``P``, experts ``E`` (None: the model's),
+        and the v2 layout fields.
       hardware: the chip.
       model: the network.
       workload: ``context`` is the mean context ``T`` during decode (tokens).
@@ -186,20 +362,27 @@ def decode(
     check_smoothness("decode", smoothness)
     model = with_experts(model, design)
     b, t = design.batch, workload.context
-    phi = _expert_fraction(b, model.n_experts, model.experts_active)
-    weight_params = model.params_dense + model.n_experts * model.params_per_expert * phi
-    flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t
-    kv_bytes = b * t * model.kv_bytes_per_token
-    report = _step(
-        b,
-        flops_per_token,
-        weight_params,
-        kv_bytes,
+    tokens = b * (1.0 + design.get("draft_tokens"))
+    phi = _expert_fraction(tokens, model.n_experts, model.experts_active)
+    touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
+    tau, t_draft, draft_memory = _speculation(design, hardware, model, workload, smoothness)
+    report = _assemble(
         design,
         hardware,
         model,
+        workload,
+        smoothness,
+        tokens=tokens,
+        passes=1.0,
+        attn_ctx_flops=tokens * model.attn_flops_per_context_token * t,
+        expert_params_touched=touched,
+        kv_bytes=b * t * model.kv_bytes_per_token,
         kv_resident_tokens=b * t,
-        smoothness=smoothness,
+        sequences=b,
+        tokens_per_step=tau,
+        t_draft=t_draft,
+        draft_memory=draft_memory,
+        phi_tokens=tokens,
     )
     return _finite("decode", report, design, workload)
 
@@ -220,6 +403,13 @@ def prefill(
     time of the whole pass (the time to first token), ``tokens_per_s`` counts input tokens and
     ``cost_per_token`` is $ per input token.
 
+    **v2 terms** (``docs/serving_v2.md``): attention FLOPs use ``a_pf``
+    (``Model.prefill_attn_flops``: MLA's non-absorbed form); with ``prefill_chunk = C`` the
+    prompt runs in ``n_c = max(T_in/C, 1)`` passes (``chunks``), each reading the weights once
+    and the KV its earlier chunks wrote, ``B b_kv T_in (n_c - 1)/2`` bytes in all, and each
+    paying the overheads and message latencies; the rest as in ``decode``. The terms are summed
+    over the passes before the roofline (the chunks are alike but for their KV reads).
+
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
     >>> r = dcost.prefill(dcost.Design(batch=1, chips=8), h, m, dcost.Workload(4096))
@@ -232,20 +422,31 @@ def prefill(
     model = with_experts(model, design)
     b, t_in = design.batch, workload.prompt
     tokens = b * t_in
-    flops_per_token = 2.0 * model.params_active + model.attn_flops_per_context_token * t_in / 2.0
-    kv_bytes = tokens * model.kv_bytes_per_token
-    r = _step(
-        tokens,
-        flops_per_token,
-        model.params_total,
-        kv_bytes,
+    n_c = chunks(t_in, design.get("prefill_chunk"), smoothness)
+    kv_bytes = tokens * model.kv_bytes_per_token + (
+        b * model.kv_bytes_per_token * t_in * (n_c - 1.0) / 2.0
+    )
+    one = jnp.ones_like(tokens)
+    r = _assemble(
         design,
         hardware,
         model,
+        workload,
+        smoothness,
+        tokens=tokens,
+        passes=n_c,
+        attn_ctx_flops=tokens * model.prefill_attn_flops * t_in / 2.0,
+        expert_params_touched=(model.n_experts + design.get("redundant_experts"))
+        * model.params_per_expert,
+        kv_bytes=kv_bytes,
         kv_resident_tokens=tokens,
-        smoothness=smoothness,
+        sequences=tokens,
+        tokens_per_step=one,
+        t_draft=0.0 * one,
+        draft_memory=0.0 * one,
+        phi_tokens=tokens / n_c,
     )
-    fields = {k: getattr(r, k) for k in Report.__dataclass_fields__ if k != "tpot"}
+    fields = {k: getattr(r, k) for k in PrefillReport.__dataclass_fields__ if k != "ttft"}
     return _finite("prefill", PrefillReport(ttft=r.tpot, **fields), design, workload)
 
 

@@ -1,0 +1,65 @@
+"""Collectives in the alpha-beta form: ``t = n_msgs * alpha + bytes / bandwidth``.
+
+Each function returns the time of one collective on one chip (seconds) over ``n`` chips joined by
+links of ``bandwidth`` bytes/s per chip one way and ``latency`` seconds per message. The message
+counts are those of the classical algorithms (Thakur, Rabenseifner & Gropp, "Optimization of
+Collective Communication Operations in MPICH", IJHPCA 19(1), 2005, section 4; Patarasuk & Yuan,
+"Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 69(2), 2009):
+
+- ring all-reduce of ``V`` bytes: ``2(n-1)`` steps, each moving ``V/n``:
+  ``2(n-1) alpha + 2(n-1)/n * V/bw``;
+- ring all-gather or reduce-scatter (``V`` the full, gathered size): ``(n-1) alpha + (n-1)/n V/bw``;
+- pairwise all-to-all where a chip sends ``V_sent`` bytes in total to ``m`` peers:
+  ``m alpha + V_sent/bw``.
+
+``n`` may be fractional in the relaxation; at ``n = 1`` every collective is free. ``bandwidth`` is
+the achieved one (``Hardware.scaleup_achieved`` / ``scaleout_achieved``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+
+def all_reduce(volume, n, bandwidth, latency=0.0):
+    """Ring all-reduce of ``volume`` bytes over ``n`` chips (s).
+
+    .. math:: t = 2(n-1)\\,\\alpha + \\frac{2(n-1)}{n}\\,\\frac{V}{bw}
+
+    >>> round(all_reduce(8e6, 8.0, 1e11, 1e-6), 9)  # 2*7 us + 2*(7/8)*8e6/1e11 s = 14 + 140 us
+    0.000154
+    """
+    return 2.0 * (n - 1.0) * latency + 2.0 * (n - 1.0) / n * volume / bandwidth
+
+
+def all_gather(volume, n, bandwidth, latency=0.0):
+    """Ring all-gather of ``volume`` bytes in total (each chip ends with all of it) (s).
+
+    .. math:: t = (n-1)\\,\\alpha + \\frac{n-1}{n}\\,\\frac{V}{bw}
+
+    >>> round(all_gather(8e6, 8.0, 1e11, 1e-6), 9)  # 7 us + (7/8)*80 us
+    7.7e-05
+    """
+    return (n - 1.0) * latency + (n - 1.0) / n * volume / bandwidth
+
+
+def reduce_scatter(volume, n, bandwidth, latency=0.0):
+    """Ring reduce-scatter of ``volume`` bytes (each chip ends with ``V/n`` reduced) (s).
+
+    The same cost as ``all_gather``: ``(n-1) alpha + (n-1)/n V/bw``.
+
+    >>> reduce_scatter(8e6, 8.0, 1e11)
+    7e-05
+    """
+    return all_gather(volume, n, bandwidth, latency)
+
+
+def all_to_all(sent, peers, bandwidth, latency=0.0):
+    """Pairwise all-to-all: a chip sends ``sent`` bytes in total to ``peers`` other chips (s).
+
+    .. math:: t = m\\,\\alpha + V_{sent}/bw
+
+    >>> all_to_all(1e6, 7.0, 1e11, 1e-6)  # 7 us + 10 us
+    1.7e-05
+    """
+    return peers * latency + sent / bandwidth
