@@ -1,0 +1,379 @@
+"""Calibration by gradient: a few physically named efficiencies and overheads per hardware family,
+fitted to the published measurements, judged only on sources the fit did not see.
+
+Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of nine fields of
+``dcost.Hardware``, every one of which the pure roofline leaves at its ideal value:
+
+==========================  =========================================================  ==========
+field                       meaning                                                    prior
+==========================  =========================================================  ==========
+``flops_efficiency``        achieved fraction of peak matmul FLOP/s, large matmuls     0.6
+``matmul_half_tokens``      tokens per matmul at which half of that is reached         32
+``bandwidth_efficiency``    achieved fraction of HBM bandwidth                         0.8
+``step_overhead``           fixed time of a step (scheduler, sampling, launches), s    1 ms
+``layer_overhead``          launch/sync time per layer per step, s                     10 us
+``scaleup_efficiency``      achieved fraction of scale-up link bandwidth               0.7
+``scaleout_efficiency``     achieved fraction of scale-out link bandwidth              0.6
+``scaleup_latency``         per-message latency of scale-up collectives, s             5 us
+``scaleout_latency``        per-message latency of scale-out collectives, s            15 us
+==========================  =========================================================  ==========
+
+Each field lives in an unconstrained coordinate ``z`` (logit for fractions, log for the rest), and
+the family's value is ``z_f = z_global + delta_f``: a shared profile plus a family offset. The fit
+minimizes, with Adam (Optax), the mean squared log error of the records it sees plus Gaussian
+priors in ``z``: ``(z_global - z_prior)**2 / (2 PRIOR_SD**2)`` keeps each field in its physical range
+and ``delta_f**2 / (2 FAMILY_SD**2)`` shrinks a family with few records towards the shared profile::
+
+    L(z) = mean_i w_i (log pred_i(z_{f(i)}) - log measured_i)**2 + priors
+
+**Leave-one-source-out**: for every independent source ``s`` (a record's ``source_id``) the fit is
+repeated with that source's records weighted 0, and those records are predicted with that fit
+only; all folds run in one ``vmap``. The held-out error of a record is ``|pred/measured - 1|``.
+
+The shipped profiles (``dcost/presets/calibration.toml``) are the fit on every record, written by
+``dcost validate --write`` together with the held-out summary; ``dcost.hardware(name,
+calibrated=True)`` applies the profile of the chip's family.
+
+References: the roofline with achieved rather than peak rates (Williams et al., CACM 2009); the
+alpha-beta model of collectives (Thakur et al., IJHPCA 2005); leave-one-group-out cross-validation
+(Hastie, Tibshirani & Friedman, "The Elements of Statistical Learning", 7.10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dcost._toml import read_toml
+from dcost.specs import Hardware
+from dcost.validation.predict import TIME_METRICS, Case, case, evaluate_case
+
+__all__ = [
+    "FIELDS",
+    "PRIOR",
+    "Fit",
+    "CrossValidation",
+    "profiles",
+    "calibrated_hardware",
+    "fit",
+    "cross_validate",
+    "summary",
+]
+
+FIELDS = (
+    "flops_efficiency",
+    "matmul_half_tokens",
+    "bandwidth_efficiency",
+    "step_overhead",
+    "layer_overhead",
+    "scaleup_efficiency",
+    "scaleout_efficiency",
+    "scaleup_latency",
+    "scaleout_latency",
+)
+FRACTIONS = frozenset({"flops_efficiency", "bandwidth_efficiency", "scaleup_efficiency",
+                       "scaleout_efficiency"})
+PRIOR = {
+    "flops_efficiency": 0.6,
+    "matmul_half_tokens": 32.0,
+    "bandwidth_efficiency": 0.8,
+    "step_overhead": 1e-3,
+    "layer_overhead": 1e-5,
+    "scaleup_efficiency": 0.7,
+    "scaleout_efficiency": 0.6,
+    "scaleup_latency": 5e-6,
+    "scaleout_latency": 15e-6,
+}
+"""Prior medians (SI units). Sources of their order of magnitude: H100 dense GEMM reaches 60-75 %
+of peak in vendor benchmarks; STREAM-like HBM reads 80-90 %; a serving engine's step costs ~1 ms of
+CPU scheduling and sampling (vLLM's V1 engine notes); a CUDA kernel launch ~5-10 us; NCCL's
+achieved bus bandwidth 70-80 % of NVLink, 60-80 % of InfiniBand; NVLink and InfiniBand message
+latencies a few and ~10-20 us."""
+PRIOR_SD = 1.5
+"""Sd of the shared profile around the prior, in ``z`` (a factor ~4.5 in a log field)."""
+FAMILY_SD = 0.75
+"""Sd of a family's offset from the shared profile, in ``z``."""
+STEPS = 1500
+LEARNING_RATE = 0.05
+_LO = 0.02  # fractions live in (_LO, 1)
+
+
+def _to_z(name: str, value):
+    if name in FRACTIONS:
+        u = (value - _LO) / (1.0 - _LO)
+        return jnp.log(u) - jnp.log1p(-u)
+    return jnp.log(value)
+
+
+def _from_z(name: str, z):
+    if name in FRACTIONS:
+        return _LO + (1.0 - _LO) * jax.nn.sigmoid(z)
+    return jnp.exp(z)
+
+
+_Z_PRIOR = np.array([float(_to_z(n, PRIOR[n])) for n in FIELDS])
+
+
+def _with_profile(hardware: Hardware, values: jax.Array) -> Hardware:
+    """``hardware`` with the nine ``FIELDS`` set from ``values`` (last axis in ``FIELDS`` order)."""
+    return eqx.tree_at(
+        lambda h: tuple(getattr(h, n) for n in FIELDS),
+        hardware,
+        tuple(values[..., j] for j in range(len(FIELDS))),
+        is_leaf=lambda x: x is None,
+    )
+
+
+@functools.cache
+def profiles() -> dict[str, dict[str, float]]:
+    """The shipped calibrated profile of every family, ``{family: {field: value}}`` (SI units),
+    from ``dcost/presets/calibration.toml``."""
+    table = read_toml("dcost.presets", "calibration.toml")
+    return {f: {n: float(v) for n, v in p.items() if n in FIELDS}
+            for f, p in table["family"].items()}
+
+
+def calibrated_hardware(hardware: Hardware, family: str) -> Hardware:
+    """``hardware`` with the shipped profile of ``family`` applied (unknown family: ``ValueError``
+    listing the known ones)."""
+    known = profiles()
+    if family not in known:
+        raise ValueError(f"no calibrated profile for hardware family {family!r}; known: "
+                         f"{', '.join(sorted(known))}")
+    return _with_profile(hardware, jnp.asarray([known[family][n] for n in FIELDS]))
+
+
+def stack(trees):
+    """Stack pytrees of one structure along a new leading axis."""
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+
+
+# ---- the data, stacked per kind of evaluation ----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    """Records that share a step and a metric: their specs stacked along a leading axis."""
+
+    step: str
+    metric: str
+    index: np.ndarray  # positions in the record list
+    cases: Case  # a Case whose specs and numbers carry a leading axis
+
+
+def _groups(records: Sequence[Mapping]) -> list[_Group]:
+    cases = [case(r, calibrated=False) for r in records]
+    keys: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(cases):
+        keys.setdefault((c.step, c.metric), []).append(i)
+    out = []
+    for (step, metric), idx in sorted(keys.items()):
+        members = [cases[i] for i in idx]
+        zero = jnp.zeros(len(FIELDS))
+        stacked = Case(
+            hardware=stack([_with_profile(c.hardware, zero) for c in members]),
+            model=stack([c.model for c in members]),
+            workload=stack([c.workload for c in members]),
+            design=stack([c.design for c in members]),
+            step=step,
+            metric=metric,
+            chips=np.array([c.chips for c in members]),
+            input_per_output=np.array([c.input_per_output for c in members]),
+        )
+        out.append(_Group(step, metric, np.array(idx), stacked))
+    return out
+
+
+def _predict_group(group: _Group, values: jax.Array, multinomial) -> jax.Array:
+    """Predictions of one group, each record with its own profile ``values[i]``."""
+    c = group.cases
+
+    def one(h, m, w, d, chips, ipo, v):
+        w = eqx.tree_at(lambda x: x.expert_imbalance, w, jnp.where(multinomial, 0.0, 1.0),
+                        is_leaf=lambda x: x is None)
+        single = Case(_with_profile(h, v), m, w, d, group.step, group.metric, chips, ipo)
+        return evaluate_case(single)
+
+    return jax.vmap(one)(c.hardware, c.model, c.workload, c.design, jnp.asarray(c.chips),
+                         jnp.asarray(c.input_per_output), values)
+
+
+# ---- the fit ---------------------------------------------------------------------------------
+
+
+class Fit(eqx.Module):
+    """A calibration: the shared profile and each family's offset, in ``z`` coordinates.
+
+    Attributes:
+      z_global: ``(n_fields,)``.
+      delta: ``(n_families, n_fields)``.
+      families: the family names, in ``delta``'s row order (static).
+    """
+
+    z_global: jax.Array
+    delta: jax.Array
+    families: tuple = eqx.field(static=True)
+
+    def values(self, family_index) -> jax.Array:
+        """The profile (SI units, ``FIELDS`` order) of the families ``family_index``."""
+        z = self.z_global + self.delta[family_index]
+        return jnp.stack([_from_z(n, z[..., j]) for j, n in enumerate(FIELDS)], axis=-1)
+
+    def profile(self, family: str) -> dict[str, float]:
+        """``{field: value}`` of one family (SI units)."""
+        v = np.asarray(self.values(self.families.index(family)))
+        return {n: float(v[j]) for j, n in enumerate(FIELDS)}
+
+
+def _prepared(records):
+    families = tuple(sorted({r["family"] for r in records}))
+    fam = np.array([families.index(r["family"]) for r in records])
+    log_y = np.log(np.array([float(r["value"]) for r in records]))
+    return families, fam, log_y, _groups(records)
+
+
+def _log_predictions(groups, n, z_global, delta, fam, multinomial):
+    z = z_global + delta[fam]
+    values = jnp.stack([_from_z(nm, z[:, j]) for j, nm in enumerate(FIELDS)], axis=-1)
+    out = jnp.zeros(n)
+    for g in groups:
+        out = out.at[g.index].set(jnp.log(_predict_group(g, values[g.index], multinomial)))
+    return out
+
+
+def _fit_weights(groups, n, fam, log_y, weights, n_families, steps, multinomial):
+    """Adam on the penalized mean squared log error, for one weight vector (one fold)."""
+
+    def loss(params):
+        zg, delta = params
+        err = _log_predictions(groups, n, zg, delta, fam, multinomial) - log_y
+        data = jnp.sum(weights * err**2) / jnp.maximum(jnp.sum(weights), 1.0)
+        prior = jnp.sum((zg - _Z_PRIOR) ** 2) / (2 * PRIOR_SD**2)
+        shrink = jnp.sum(delta**2) / (2 * FAMILY_SD**2)
+        return data + (prior + shrink) / n
+
+    opt = optax.adam(LEARNING_RATE)
+    params = (jnp.asarray(_Z_PRIOR), jnp.zeros((n_families, len(FIELDS))))
+    state = opt.init(params)
+
+    def step(carry, _):
+        params, state = carry
+        value, grad = jax.value_and_grad(loss)(params)
+        updates, state = opt.update(grad, state, params)
+        return (optax.apply_updates(params, updates), state), value
+
+    (params, _), trace = jax.lax.scan(step, (params, state), None, length=steps)
+    return params, trace
+
+
+def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = True) -> Fit:
+    """The calibration on every record (what ships): ``Fit`` of the shared profile and offsets.
+
+    Args:
+      records: measurement records (``dcost.validation.load()``).
+      steps: Adam steps.
+      multinomial: charge MoE records the expected maximum expert load (the calibrated mode).
+    """
+    families, fam, log_y, groups = _prepared(records)
+    n = len(records)
+    run = jax.jit(functools.partial(_fit_weights, groups, n, fam, log_y, n_families=len(families),
+                                    steps=steps, multinomial=multinomial))
+    (zg, delta), _ = run(jnp.ones(n))
+    return Fit(zg, delta, families)
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossValidation:
+    """Leave-one-source-out predictions.
+
+    Attributes:
+      records: the records, in order.
+      held_out: each record's prediction by the fit that did not see its source (SI units).
+      pure: each record's pure-physics prediction (the bound).
+      sources: the source ids, one fold each.
+      fits: one ``Fit`` per fold (leading axis over ``sources``).
+    """
+
+    records: tuple
+    held_out: np.ndarray
+    pure: np.ndarray
+    sources: tuple
+    fits: Fit
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """``held_out / measured`` per record."""
+        return self.held_out / np.array([float(r["value"]) for r in self.records])
+
+    @property
+    def error(self) -> np.ndarray:
+        """``|held_out / measured - 1|`` per record."""
+        return np.abs(self.ratio - 1.0)
+
+
+def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossValidation:
+    """Leave-one-source-out: one fit per source (all in one vmapped, jitted call), each record
+    predicted by the fit that did not see its source.
+
+    >>> import dcost.validation as v
+    >>> cv = cross_validate(v.load()[:12], steps=20)
+    >>> cv.held_out.shape == (12,) and bool(np.all(cv.held_out > 0))
+    True
+    """
+    families, fam, log_y, groups = _prepared(records)
+    n = len(records)
+    sources = tuple(sorted({r["source_id"] for r in records}))
+    src = np.array([sources.index(r["source_id"]) for r in records])
+    weights = (src[None, :] != np.arange(len(sources))[:, None]).astype(float)
+
+    def one_fold(w):
+        return _fit_weights(groups, n, fam, log_y, w, len(families), steps, True)[0]
+
+    zg, delta = jax.jit(jax.vmap(one_fold))(jnp.asarray(weights))
+
+    def predict_all(zg1, delta1):
+        return jnp.exp(_log_predictions(groups, n, zg1, delta1, fam, True))
+
+    per_fold = np.asarray(jax.jit(jax.vmap(predict_all))(zg, delta))  # (n_sources, n)
+    held = per_fold[src, np.arange(n)]
+    pure = np.exp(np.asarray(jax.jit(functools.partial(_pure, groups, n))()))
+    return CrossValidation(tuple(records), held, pure, sources, Fit(zg, delta, families))
+
+
+def _pure(groups, n):
+    ideal = jnp.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])  # FIELDS at their ideals
+    out = jnp.zeros(n)
+    for g in groups:
+        v = jnp.broadcast_to(ideal, (len(g.index), len(FIELDS)))
+        out = out.at[g.index].set(jnp.log(_predict_group(g, v, False)))
+    return out
+
+
+def summary(cv: CrossValidation) -> dict:
+    """Median and 90th percentile of the held-out ``|pred/measured - 1|``, overall and per family
+    (families with their record counts), and the share of pure-physics bounds that hold."""
+    err = cv.error
+    fams = np.array([r["family"] for r in cv.records])
+    out = {"overall": {"records": int(err.size), "median": float(np.median(err)),
+                       "p90": float(np.quantile(err, 0.9))}}
+    for f in sorted(set(fams)):
+        e = err[fams == f]
+        out[str(f)] = {"records": int(e.size), "median": float(np.median(e)),
+                       "p90": float(np.quantile(e, 0.9))}
+    measured = np.array([float(r["value"]) for r in cv.records])
+    time = np.array([r["metric"] in TIME_METRICS for r in cv.records])
+    holds = np.where(time, cv.pure <= measured * (1 + 1e-5), cv.pure >= measured * (1 - 1e-5))
+    out["bound_holds"] = float(np.mean(holds))
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}" if math.isfinite(x) else "inf"

@@ -1,0 +1,214 @@
+"""What dcost predicts for a measurement record: the record's metric from the serving model.
+
+A record (``dcost.validation.load()``) names a chip, a model, number formats, a parallel layout, a
+serving pool, a concurrency and mean lengths. ``case(record)`` turns it into the specs of one
+replica (``Hardware``, ``Model``, ``Workload``, ``Design``) and says which step it runs; ``predict``
+evaluates it. The mapping, in the symbols of DESIGN.md:
+
+- chip: ``dcost.hardware(record.hardware, precision=record.compute, **hardware_overrides)``; model:
+  ``dcost.model(record.model, weights=record.weights, kv_cache=record.kv_cache)``.
+- layout: ``P = pipeline_parallel`` stages of ``G = gpus/P`` chips. A dense model runs tensor
+  parallel over ``tensor_parallel`` chips per stage, so an instance wider than that holds
+  ``gpus/(P*tensor_parallel)`` replicas side by side. An MoE model spreads its experts over all
+  ``G`` chips of a stage (expert parallel; expert tensor parallelism moves the same weight bytes)
+  with ``A = max(attention_data_parallel, G/tensor_parallel)`` data-parallel attention groups,
+  and a dispatch de-duplicated per scale-up domain when the experts span more than one domain
+  (DeepEP-style, as every multi-node deployment in the set uses).
+- batch: ``B = concurrency / (replicas * P)`` sequences per micro-batch.
+- workload: decode reads a mean context ``T = prompt + output/2``; speculative records set
+  ``draft_tokens`` and ``acceptance``.
+- step and metric, with ``n = P*G`` chips of a replica:
+
+  ==========  ============================  ================================================
+  serving     step                          metrics
+  ==========  ============================  ================================================
+  decode      ``dcost.decode``              tpot; step_time = tpot x accepted tokens per step;
+                                            output_throughput_per_gpu = tokens_per_s / n
+  prefill     ``dcost.prefill``             ttft (the prefill pass of B prompts);
+                                            input_throughput_per_gpu = tokens_per_s / n
+  aggregated  ``dcost.mixed_step``          tpot (with the prefill's interference); output,
+              (continuous batching with     input (x T_in/T_out) and total (x (T_in+T_out)/
+              chunked prefill)              T_out) throughput per GPU; ttft: ``dcost.prefill``
+                                            of one prompt alone (no queueing)
+  ==========  ============================  ================================================
+
+``calibrated=False`` is pure physics: the chips' peak rates, no overheads, balanced experts. Every
+term it leaves out only adds time, so each prediction is a bound: a measured time is never shorter
+than predicted, a measured throughput never higher (``tests/test_validation_predict.py`` checks
+every shipped record). ``calibrated=True`` applies the profile fitted for the record's hardware
+family (``dcost.calibrate.families``) and expected-maximum expert load under multinomial routing.
+
+A record dcost cannot model raises ``SpecError`` naming the field it cannot honour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from dcost import presets
+from dcost.serving.mixed import mixed_step
+from dcost.serving.roofline import decode, prefill
+from dcost.specs import MULTINOMIAL, Design, Hardware, Model, SpecError, Workload
+from dcost.validation import check_record
+
+__all__ = ["Case", "case", "predict", "evaluate_case", "TIME_METRICS"]
+
+TIME_METRICS = ("tpot", "ttft", "step_time")
+"""Metrics in seconds (a bound from below); the others are tokens/s (a bound from above)."""
+
+STEPS = ("decode", "prefill", "mixed", "first_token")
+"""What a case evaluates: a decode step, a prefill pass, a mixed step, one prompt's prefill."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One record as the serving model sees it: one replica's specs, the step and the metric.
+
+    Attributes:
+      hardware, model, workload, design: the specs of one replica (SI units).
+      step: one of ``STEPS``.
+      metric: the record's metric.
+      chips: chips of one replica, ``P*G`` (the per-GPU throughputs divide by it).
+      input_per_output: ``T_in/T_out``, for aggregated input and total throughput.
+    """
+
+    hardware: Hardware
+    model: Model
+    workload: Workload
+    design: Design
+    step: str
+    metric: str
+    chips: float
+    input_per_output: float
+
+
+def _fail(record: Mapping, field: str, why: str):
+    raise SpecError(f"validation record {record.get('id')!r}: {field} = {record.get(field)!r} "
+                    f"cannot be modelled: {why}")
+
+
+def case(record: Mapping, calibrated: bool = False) -> Case:
+    """The specs of one replica of the record's deployment, and what to evaluate (see the module
+    docstring for the mapping).
+
+    >>> import dcost.validation as v
+    >>> c = case(v.load()[0])
+    >>> c.step, c.metric
+    ('decode', 'output_throughput_per_gpu')
+    """
+    check_record(record)
+    try:
+        chip = presets.hardware(
+            record["hardware"], precision=record["compute"], **record.get("hardware_overrides", {})
+        )
+    except (KeyError, ValueError) as err:
+        _fail(record, "compute", str(err).strip("'\""))
+    if calibrated:
+        from dcost.calibrate.families import calibrated_hardware
+
+        chip = calibrated_hardware(chip, record["family"])
+    net = presets.model(record["model"], weights=record["weights"], kv_cache=record["kv_cache"])
+    gpus = float(record["gpus"])
+    stages = float(record.get("pipeline_parallel", 1))
+    tp = float(record.get("tensor_parallel", 1))
+    adp = float(record.get("attention_data_parallel", 1))
+    if gpus % stages:
+        _fail(record, "pipeline_parallel", f"it does not divide gpus = {gpus:g}")
+    per_stage = gpus / stages
+    moe = float(net.n_experts) > 0
+    if moe:
+        chips, replicas = per_stage, 1.0
+        attention_dp = min(max(adp, per_stage / tp), per_stage)
+        dedup = 1.0 if per_stage > float(chip.scaleup_size) else 0.0
+    else:
+        if per_stage % tp:
+            _fail(record, "tensor_parallel", f"it does not divide the {per_stage:g} chips of a stage")
+        if adp > 1:
+            _fail(record, "attention_data_parallel", "data-parallel attention of a dense model")
+        chips, replicas = tp, per_stage / tp
+        attention_dp, dedup = 1.0, 0.0
+    batch = float(record["concurrency"]) / (replicas * stages)
+    if batch < 1:
+        _fail(record, "concurrency", f"fewer than one sequence per micro-batch ({batch:g})")
+    t_in, t_out = float(record["prompt_tokens"]), float(record["output_tokens"])
+    spec = record.get("speculative", {})
+    serving, metric = record["serving"], record["metric"]
+    step = {"decode": "decode", "prefill": "prefill", "aggregated": "mixed"}[serving]
+    if metric == "ttft" and serving == "aggregated":
+        step, batch = "first_token", 1.0
+    allowed = {
+        "decode": ("tpot", "step_time", "output_throughput_per_gpu"),
+        "prefill": ("ttft", "input_throughput_per_gpu"),
+        "mixed": ("tpot", "step_time", "output_throughput_per_gpu", "input_throughput_per_gpu",
+                  "total_throughput_per_gpu"),
+        "first_token": ("ttft",),
+    }[step]
+    if metric not in allowed:
+        _fail(record, "metric", f"a {serving} pool has no {metric}")
+    context = t_in if step in ("prefill", "first_token") else t_in + t_out / 2.0
+    workload = Workload(
+        context,
+        prompt=t_in,
+        output=t_out,
+        acceptance=float(spec.get("acceptance", 0.0)),
+        expert_imbalance=MULTINOMIAL if (calibrated and moe) else 1.0,
+    )
+    design = Design(
+        batch=batch,
+        chips=chips,
+        stages=stages,
+        attention_dp=attention_dp,
+        dispatch_dedup=dedup,
+        redundant_experts=0.0,
+        draft_tokens=float(spec.get("draft_tokens", 0.0)),
+        prefill_chunk=0.0,
+    )
+    return Case(chip, net, workload, design, step, metric, chips * stages, t_in / t_out)
+
+
+def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
+    """The metric of a case (seconds or tokens/s per GPU), as a JAX scalar; ``hardware`` replaces
+    the case's chip (calibration differentiates through it)."""
+    h = c.hardware if hardware is None else hardware
+    args = (c.design, h, c.model, c.workload, smoothness)
+    if c.step == "decode":
+        r = decode(*args)
+    elif c.step == "mixed":
+        r = mixed_step(*args)
+    else:
+        r = prefill(*args)
+    if c.metric in ("ttft", "tpot"):
+        return getattr(r, c.metric)
+    if c.metric == "step_time":
+        return r.tpot * r.tokens_per_step
+    per_gpu = r.tokens_per_s / c.chips
+    if c.metric == "input_throughput_per_gpu" and c.step == "mixed":
+        return per_gpu * c.input_per_output
+    if c.metric == "total_throughput_per_gpu":
+        return per_gpu * (1.0 + c.input_per_output)
+    return per_gpu
+
+
+def predict(record: Mapping, calibrated: bool = False) -> float:
+    """The record's metric as dcost predicts it (SI units: seconds or tokens/s per GPU).
+
+    ``calibrated=False``: pure physics, a bound (a measured time is never shorter, a measured
+    throughput never higher). ``calibrated=True``: the fitted profile of the record's family.
+
+    >>> import dcost.validation as v
+    >>> r = v.load()[0]
+    >>> predict(r) >= r["value"]   # throughput: pure physics is an upper bound
+    True
+    """
+    return float(evaluate_case(case(record, calibrated)))
+
+
+def _replace_hardware(c: Case, **fields) -> Case:
+    h = eqx.tree_at(lambda x: tuple(getattr(x, k) for k in fields), c.hardware,
+                    tuple(jnp.asarray(v) for v in fields.values()),
+                    is_leaf=lambda x: x is None)
+    return dataclasses.replace(c, hardware=h)
