@@ -434,3 +434,63 @@ def plot_pareto_designs(frontier, ax=None):
         bar.set_label("chips per replica (chips per stage x stages)")
     ax.legend(fontsize="small", title=title, title_fontsize="small")
     return ax
+
+
+def validation_figure(cv, queueing, summary):
+    """Held-out predictions against measurements, log axes, one panel for times and one for
+    throughputs, the +/-25 % band, coloured by hardware family; records the fit does not see
+    (time to first token under load: queueing) are hollow.
+
+    Args:
+      cv: a ``dcost.calibrate.families.CrossValidation``.
+      queueing: one bool per record.
+      summary: ``dcost.calibrate.families.summary(cv)``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    measured = np.array([float(r["value"]) for r in cv.records])
+    held = np.asarray(cv.held_out)
+    fams = [r["family"] for r in cv.records]
+    time = np.array([r["metric"] in ("tpot", "ttft", "step_time") for r in cv.records])
+    queue = np.asarray(queueing, dtype=bool)
+    colours = dict(zip(sorted(set(fams)), ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"],
+                       strict=False))
+    fig = Figure(figsize=(12, 5.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    panels = ((axes[0], time, 1e3, "time (ms): tpot, ttft, step"),
+              (axes[1], ~time, 1.0, "throughput (tokens/s per GPU)"))
+    for ax, sel, scale, what in panels:
+        if not np.any(sel):
+            continue
+        x, y = measured[sel] * scale, held[sel] * scale
+        lo, hi = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+        grid = np.geomspace(lo, hi, 50)
+        ax.fill_between(grid, grid / 1.25, grid * 1.25, color="0.85", label="+/-25 %")
+        ax.plot(grid, grid, color="0.4", lw=0.8)
+        for f in colours:
+            pick = sel & (np.array(fams) == f)
+            for hollow in (False, True):
+                m = pick & (queue == hollow)
+                if np.any(m):
+                    ax.scatter(measured[m] * scale, held[m] * scale, s=26,
+                               facecolors="none" if hollow else colours[f],
+                               edgecolors=colours[f],
+                               label=None if hollow else f"{f} ({summary[f]['records']})")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               xlabel=f"measured {what}", ylabel=f"dcost, held out: {what}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(loc="upper left", fontsize=8, title="family (records fitted)")
+    if np.any(queue):
+        axes[0].scatter([], [], facecolors="none", edgecolors="0.3",
+                        label="ttft under load (queueing, not fitted)")
+        axes[0].legend(loc="upper left", fontsize=8)
+    o = summary["overall"]
+    fig.suptitle(
+        f"{len(measured)} published measurements against dcost, calibrated per family and "
+        f"held out by source (leave-one-source-out)\nmedian error {100 * o['median']:.0f} %, "
+        f"90th percentile {100 * o['p90']:.0f} % ({o['records']} fitted records)"
+    )
+    return fig

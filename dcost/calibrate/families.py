@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import pathlib
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -233,6 +234,14 @@ class Fit(eqx.Module):
         return {n: float(v[j]) for j, n in enumerate(FIELDS)}
 
 
+def queueing(record: Mapping) -> bool:
+    """Whether a record's figure is dominated by queueing, which the serving model does not have
+    yet: a time to first token measured with more than one request in flight (the request waits
+    for a slot and for the steps ahead of it). Such records are predicted and reported, but the
+    fit does not see them."""
+    return record["metric"] == "ttft" and float(record["concurrency"]) > 1
+
+
 def _prepared(records):
     families = tuple(sorted({r["family"] for r in records}))
     fam = np.array([families.index(r["family"]) for r in records])
@@ -286,7 +295,7 @@ def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = T
     n = len(records)
     run = jax.jit(functools.partial(_fit_weights, groups, n, fam, log_y, n_families=len(families),
                                     steps=steps, multinomial=multinomial))
-    (zg, delta), _ = run(jnp.ones(n))
+    (zg, delta), _ = run(jnp.asarray([0.0 if queueing(r) else 1.0 for r in records]))
     return Fit(zg, delta, families)
 
 
@@ -333,6 +342,7 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
     sources = tuple(sorted({r["source_id"] for r in records}))
     src = np.array([sources.index(r["source_id"]) for r in records])
     weights = (src[None, :] != np.arange(len(sources))[:, None]).astype(float)
+    weights *= np.array([0.0 if queueing(r) else 1.0 for r in records])[None, :]
 
     def one_fold(w):
         return _fit_weights(groups, n, fam, log_y, w, len(families), steps, True)[0]
@@ -360,8 +370,9 @@ def _pure(groups, n):
 def summary(cv: CrossValidation) -> dict:
     """Median and 90th percentile of the held-out ``|pred/measured - 1|``, overall and per family
     (families with their record counts), and the share of pure-physics bounds that hold."""
-    err = cv.error
-    fams = np.array([r["family"] for r in cv.records])
+    fitted = np.array([not queueing(r) for r in cv.records])
+    err = cv.error[fitted]
+    fams = np.array([r["family"] for r in cv.records])[fitted]
     out = {"overall": {"records": int(err.size), "median": float(np.median(err)),
                        "p90": float(np.quantile(err, 0.9))}}
     for f in sorted(set(fams)):
@@ -372,8 +383,37 @@ def summary(cv: CrossValidation) -> dict:
     time = np.array([r["metric"] in TIME_METRICS for r in cv.records])
     holds = np.where(time, cv.pure <= measured * (1 + 1e-5), cv.pure >= measured * (1 - 1e-5))
     out["bound_holds"] = float(np.mean(holds))
+    out["queueing"] = {"records": int(np.sum(~fitted)),
+                       "median": float(np.median(cv.error[~fitted])) if np.any(~fitted) else 0.0}
     return out
 
 
 def _fmt(x: float) -> str:
     return f"{x:.6g}" if math.isfinite(x) else "inf"
+
+
+def write_profiles(fit_all: Fit, held_out: Mapping, path=None) -> pathlib.Path:
+    """Write the profiles of ``fit_all`` (the fit on every record) and the held-out summary of
+    the cross-validation as ``dcost/presets/calibration.toml`` (or ``path``); returns the path."""
+    import dcost.presets
+
+    path = pathlib.Path(path or pathlib.Path(dcost.presets.__file__).with_name("calibration.toml"))
+    lines = [
+        "# Calibrated hardware-family profiles: written by `dcost validate --write` (the fit on",
+        "# every shipped measurement record, dcost.calibrate.families). Do not edit by hand.",
+        "# [heldout]: the leave-one-source-out error of the same procedure, |pred/measured - 1|.",
+        "",
+    ]
+    for family in fit_all.families:
+        lines.append(f"[family.{family}]")
+        for name, value in fit_all.profile(family).items():
+            lines.append(f"{name} = {_fmt(value)}")
+        lines.append("")
+    lines += ["[heldout]", f"bound_holds = {_fmt(float(held_out['bound_holds']))}", ""]
+    for name, s in held_out.items():
+        if isinstance(s, Mapping):
+            lines.append(f"[heldout.{name}]")
+            lines.extend(f"{k} = {_fmt(float(v))}" for k, v in s.items())
+            lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -28,8 +28,9 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
                                             input_throughput_per_gpu = tokens_per_s / n
   aggregated  ``dcost.mixed_step``          tpot (with the prefill's interference); output,
               (continuous batching with     input (x T_in/T_out) and total (x (T_in+T_out)/
-              chunked prefill)              T_out) throughput per GPU; ttft: ``dcost.prefill``
-                                            of one prompt alone (no queueing)
+              chunked prefill)              T_out) throughput per GPU; ttft: the larger of the
+                                            prompt's prefill alone and one decode step of the
+                                            other B - 1 sequences (queueing not modelled)
   ==========  ============================  ================================================
 
 ``calibrated=False`` is pure physics: the chips' peak rates, no overheads, balanced experts. Every
@@ -139,7 +140,7 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
     serving, metric = record["serving"], record["metric"]
     step = {"decode": "decode", "prefill": "prefill", "aggregated": "mixed"}[serving]
     if metric == "ttft" and serving == "aggregated":
-        step, batch = "first_token", 1.0
+        step = "first_token"
     allowed = {
         "decode": ("tpot", "step_time", "output_throughput_per_gpu"),
         "prefill": ("ttft", "input_throughput_per_gpu"),
@@ -175,6 +176,14 @@ def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
     the case's chip (calibration differentiates through it)."""
     h = c.hardware if hardware is None else hardware
     args = (c.design, h, c.model, c.workload, smoothness)
+    if c.step == "first_token":
+        # the prompt's own prefill, alone, and one step of the sequences already decoding: the
+        # first token can come no sooner than either (queueing for a slot comes on top)
+        alone = eqx.tree_at(lambda d: d.batch, c.design, jnp.ones_like(c.design.batch))
+        first = prefill(alone, *args[1:]).ttft
+        others = eqx.tree_at(lambda d: d.batch, c.design, jnp.maximum(c.design.batch - 1.0, 1.0))
+        busy = decode(others, *args[1:])
+        return jnp.maximum(first, busy.tpot * busy.tokens_per_step)
     if c.step == "decode":
         r = decode(*args)
     elif c.step == "mixed":
