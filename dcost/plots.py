@@ -456,12 +456,15 @@ def validation_figure(cv, queueing, summary):
     fams = [r["family"] for r in cv.records]
     time = np.array([r["metric"] in ("tpot", "ttft", "step_time") for r in cv.records])
     queue = np.asarray(queueing, dtype=bool)
-    colours = dict(zip(sorted(set(fams)), ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"],
-                       strict=False))
+    colours = dict(
+        zip(sorted(set(fams)), ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"], strict=False)
+    )
     fig = Figure(figsize=(12, 5.6), layout="constrained")
     axes = fig.subplots(1, 2)
-    panels = ((axes[0], time, 1e3, "time (ms): tpot, ttft, step"),
-              (axes[1], ~time, 1.0, "throughput (tokens/s per GPU)"))
+    panels = (
+        (axes[0], time, 1e3, "time (ms): tpot, ttft, step"),
+        (axes[1], ~time, 1.0, "throughput (tokens/s per GPU)"),
+    )
     for ax, sel, scale, what in panels:
         if not np.any(sel):
             continue
@@ -475,17 +478,32 @@ def validation_figure(cv, queueing, summary):
             for hollow in (False, True):
                 m = pick & (queue == hollow)
                 if np.any(m):
-                    ax.scatter(measured[m] * scale, held[m] * scale, s=26,
-                               facecolors="none" if hollow else colours[f],
-                               edgecolors=colours[f],
-                               label=None if hollow else f"{f} ({summary[f]['records']})")
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
-               xlabel=f"measured {what}", ylabel=f"dcost, held out: {what}")
+                    ax.scatter(
+                        measured[m] * scale,
+                        held[m] * scale,
+                        s=26,
+                        facecolors="none" if hollow else colours[f],
+                        edgecolors=colours[f],
+                        label=None if hollow else f"{f} ({summary[f]['records']})",
+                    )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlim=(lo, hi),
+            ylim=(lo, hi),
+            xlabel=f"measured {what}",
+            ylabel=f"dcost, held out: {what}",
+        )
         ax.grid(True, which="both", alpha=0.3)
     axes[1].legend(loc="upper left", fontsize=8, title="family (records fitted)")
     if np.any(queue):
-        axes[0].scatter([], [], facecolors="none", edgecolors="0.3",
-                        label="ttft under load (queueing, not fitted)")
+        axes[0].scatter(
+            [],
+            [],
+            facecolors="none",
+            edgecolors="0.3",
+            label="ttft under load (queueing, not fitted)",
+        )
         axes[0].legend(loc="upper left", fontsize=8)
     o = summary["overall"]
     fig.suptitle(

@@ -21,8 +21,9 @@ field                       meaning                                             
 Each field lives in an unconstrained coordinate ``z`` (logit for fractions, log for the rest), and
 the family's value is ``z_f = z_global + delta_f``: a shared profile plus a family offset. The fit
 minimizes, with Adam (Optax), the mean squared log error of the records it sees plus Gaussian
-priors in ``z``: ``(z_global - z_prior)**2 / (2 PRIOR_SD**2)`` keeps each field in its physical range
-and ``delta_f**2 / (2 FAMILY_SD**2)`` shrinks a family with few records towards the shared profile::
+priors in ``z``: ``(z_global - z_prior)**2 / (2 PRIOR_SD**2)`` keeps each field in its physical
+range and ``delta_f**2 / (2 FAMILY_SD**2)`` shrinks a family with few records towards the shared
+profile::
 
     L(z) = mean_i w_i (log pred_i(z_{f(i)}) - log measured_i)**2 + priors
 
@@ -53,8 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dcost._toml import read_toml
-from dcost.specs import Hardware
+from dcost.specs import Hardware, stack
 from dcost.validation.predict import TIME_METRICS, Case, case, evaluate_case
 
 __all__ = [
@@ -62,11 +62,13 @@ __all__ = [
     "PRIOR",
     "Fit",
     "CrossValidation",
-    "profiles",
     "calibrated_hardware",
+    "queueing",
+    "write_profiles",
     "fit",
     "cross_validate",
     "summary",
+    "pure_predictions",
 ]
 
 FIELDS = (
@@ -80,8 +82,9 @@ FIELDS = (
     "scaleup_latency",
     "scaleout_latency",
 )
-FRACTIONS = frozenset({"flops_efficiency", "bandwidth_efficiency", "scaleup_efficiency",
-                       "scaleout_efficiency"})
+FRACTIONS = frozenset(
+    {"flops_efficiency", "bandwidth_efficiency", "scaleup_efficiency", "scaleout_efficiency"}
+)
 PRIOR = {
     "flops_efficiency": 0.6,
     "matmul_half_tokens": 32.0,
@@ -133,28 +136,13 @@ def _with_profile(hardware: Hardware, values: jax.Array) -> Hardware:
     )
 
 
-@functools.cache
-def profiles() -> dict[str, dict[str, float]]:
-    """The shipped calibrated profile of every family, ``{family: {field: value}}`` (SI units),
-    from ``dcost/presets/calibration.toml``."""
-    table = read_toml("dcost.presets", "calibration.toml")
-    return {f: {n: float(v) for n, v in p.items() if n in FIELDS}
-            for f, p in table["family"].items()}
-
-
 def calibrated_hardware(hardware: Hardware, family: str) -> Hardware:
-    """``hardware`` with the shipped profile of ``family`` applied (unknown family: ``ValueError``
-    listing the known ones)."""
-    known = profiles()
-    if family not in known:
-        raise ValueError(f"no calibrated profile for hardware family {family!r}; known: "
-                         f"{', '.join(sorted(known))}")
-    return _with_profile(hardware, jnp.asarray([known[family][n] for n in FIELDS]))
+    """``hardware`` with the shipped profile of ``family`` applied (``dcost.presets.
+    calibration_profile``; an unknown family raises ``PresetError`` listing the known ones)."""
+    from dcost.presets import calibration_profile
 
-
-def stack(trees):
-    """Stack pytrees of one structure along a new leading axis."""
-    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+    profile = calibration_profile(family)
+    return _with_profile(hardware, jnp.asarray([profile[n] for n in FIELDS]))
 
 
 # ---- the data, stacked per kind of evaluation ----------------------------------------------
@@ -186,8 +174,8 @@ def _groups(records: Sequence[Mapping]) -> list[_Group]:
             design=stack([c.design for c in members]),
             step=step,
             metric=metric,
-            chips=np.array([c.chips for c in members]),
-            input_per_output=np.array([c.input_per_output for c in members]),
+            chips=np.array([c.chips for c in members]),  # type: ignore[arg-type]
+            input_per_output=np.array([c.input_per_output for c in members]),  # type: ignore[arg-type]
         )
         out.append(_Group(step, metric, np.array(idx), stacked))
     return out
@@ -198,13 +186,24 @@ def _predict_group(group: _Group, values: jax.Array, multinomial) -> jax.Array:
     c = group.cases
 
     def one(h, m, w, d, chips, ipo, v):
-        w = eqx.tree_at(lambda x: x.expert_imbalance, w, jnp.where(multinomial, 0.0, 1.0),
-                        is_leaf=lambda x: x is None)
+        w = eqx.tree_at(
+            lambda x: x.expert_imbalance,
+            w,
+            jnp.where(multinomial, 0.0, 1.0),
+            is_leaf=lambda x: x is None,
+        )
         single = Case(_with_profile(h, v), m, w, d, group.step, group.metric, chips, ipo)
         return evaluate_case(single)
 
-    return jax.vmap(one)(c.hardware, c.model, c.workload, c.design, jnp.asarray(c.chips),
-                         jnp.asarray(c.input_per_output), values)
+    return jax.vmap(one)(
+        c.hardware,
+        c.model,
+        c.workload,
+        c.design,
+        jnp.asarray(c.chips),
+        jnp.asarray(c.input_per_output),
+        values,
+    )
 
 
 # ---- the fit ---------------------------------------------------------------------------------
@@ -293,8 +292,18 @@ def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = T
     """
     families, fam, log_y, groups = _prepared(records)
     n = len(records)
-    run = jax.jit(functools.partial(_fit_weights, groups, n, fam, log_y, n_families=len(families),
-                                    steps=steps, multinomial=multinomial))
+    run = jax.jit(
+        functools.partial(
+            _fit_weights,
+            groups,
+            n,
+            fam,
+            log_y,
+            n_families=len(families),
+            steps=steps,
+            multinomial=multinomial,
+        )
+    )
     (zg, delta), _ = run(jnp.asarray([0.0 if queueing(r) else 1.0 for r in records]))
     return Fit(zg, delta, families)
 
@@ -354,8 +363,15 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
 
     per_fold = np.asarray(jax.jit(jax.vmap(predict_all))(zg, delta))  # (n_sources, n)
     held = per_fold[src, np.arange(n)]
-    pure = np.exp(np.asarray(jax.jit(functools.partial(_pure, groups, n))()))
+    pure = np.exp(np.asarray(jax.jit(functools.partial(_pure, groups, n))()))  # the bounds
     return CrossValidation(tuple(records), held, pure, sources, Fit(zg, delta, families))
+
+
+def pure_predictions(records: Sequence[Mapping]) -> np.ndarray:
+    """Every record's pure-physics prediction (peak rates, no overheads, balanced experts) in one
+    jitted call per kind of step: the batched twin of ``predict(record, calibrated=False)``."""
+    groups = _groups(records)
+    return np.exp(np.asarray(jax.jit(functools.partial(_pure, groups, len(records)))()))
 
 
 def _pure(groups, n):
@@ -373,18 +389,28 @@ def summary(cv: CrossValidation) -> dict:
     fitted = np.array([not queueing(r) for r in cv.records])
     err = cv.error[fitted]
     fams = np.array([r["family"] for r in cv.records])[fitted]
-    out = {"overall": {"records": int(err.size), "median": float(np.median(err)),
-                       "p90": float(np.quantile(err, 0.9))}}
+    out: dict = {
+        "overall": {
+            "records": int(err.size),
+            "median": float(np.median(err)),
+            "p90": float(np.quantile(err, 0.9)),
+        }
+    }
     for f in sorted(set(fams)):
         e = err[fams == f]
-        out[str(f)] = {"records": int(e.size), "median": float(np.median(e)),
-                       "p90": float(np.quantile(e, 0.9))}
+        out[str(f)] = {
+            "records": int(e.size),
+            "median": float(np.median(e)),
+            "p90": float(np.quantile(e, 0.9)),
+        }
     measured = np.array([float(r["value"]) for r in cv.records])
     time = np.array([r["metric"] in TIME_METRICS for r in cv.records])
     holds = np.where(time, cv.pure <= measured * (1 + 1e-5), cv.pure >= measured * (1 - 1e-5))
     out["bound_holds"] = float(np.mean(holds))
-    out["queueing"] = {"records": int(np.sum(~fitted)),
-                       "median": float(np.median(cv.error[~fitted])) if np.any(~fitted) else 0.0}
+    out["queueing"] = {
+        "records": int(np.sum(~fitted)),
+        "median": float(np.median(cv.error[~fitted])) if np.any(~fitted) else 0.0,
+    }
     return out
 
 

@@ -26,6 +26,7 @@ _SUBCOMMANDS = {
     "grid": "search",
     "calibrate": "calibrate",
     "warmup": "warmup",
+    "validate": "validate",
 }
 
 

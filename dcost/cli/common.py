@@ -104,14 +104,24 @@ def add_precision_argument(parser) -> None:
         "precision from its preset, e.g. fp8 for deepseek-v3, bf16 for llama-3-70b; bf16 on a "
         "chip without that rate)",
     )
+    parser.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="the chip's calibrated profile (achieved rates and overheads fitted to published "
+        "measurements; see `dcost validate`) instead of the pure roofline",
+    )
 
 
 def hardware_and_model(args):
     """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own, by
-    ``dcost.presets.serving_hardware``)."""
+    ``dcost.presets.serving_hardware``), calibrated with ``--calibrated``."""
     m = presets.model(args.model)
     precision = getattr(args, "precision", "auto")
-    return presets.serving_hardware(args.hardware, args.model, precision=precision), m
+    calibrated = bool(getattr(args, "calibrated", False))
+    chip = presets.serving_hardware(
+        args.hardware, args.model, precision=precision, calibrated=calibrated
+    )
+    return chip, m
 
 
 def positive(text):

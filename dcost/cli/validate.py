@@ -37,34 +37,71 @@ def _cmd_validate(args) -> int:
     seconds = time.perf_counter() - start
     summary = families.summary(cv)
     if args.json:
-        rows = [
-            {"id": r["id"], "family": r["family"], "source_id": r["source_id"],
-             "metric": r["metric"], "measured": float(r["value"]), "pure": float(p),
-             "held_out": float(h), "queueing": families.queueing(r)}
+        json_rows = [
+            {
+                "id": r["id"],
+                "family": r["family"],
+                "source_id": r["source_id"],
+                "metric": r["metric"],
+                "measured": float(r["value"]),
+                "pure": float(p),
+                "held_out": float(h),
+                "queueing": families.queueing(r),
+            }
             for r, p, h in zip(records, cv.pure, cv.held_out, strict=True)
         ]
-        print(json.dumps({"records": rows, "summary": summary, "seconds": seconds}, indent=2))
+        print(json.dumps({"records": json_rows, "summary": summary, "seconds": seconds}, indent=2))
     else:
         table = []
         for r, p, h, q in zip(records, cv.pure, cv.held_out, cv.ratio, strict=True):
             mark = " (queueing: not fitted)" if families.queueing(r) else ""
-            table.append([r["id"][:58], r["family"], r["source_id"], r["metric"],
-                          _fmt(float(r["value"]), r["metric"]), _fmt(float(p), r["metric"]),
-                          _fmt(float(h), r["metric"]), f"{q:.2f}{mark}"])
-        print(format_table(table, ["record", "family", "source", "metric", "measured",
-                                   "pure bound", "held out", "held out / measured"]))
-        rows = []
+            table.append(
+                [
+                    r["id"][:58],
+                    r["family"],
+                    r["source_id"],
+                    r["metric"],
+                    _fmt(float(r["value"]), r["metric"]),
+                    _fmt(float(p), r["metric"]),
+                    _fmt(float(h), r["metric"]),
+                    f"{q:.2f}{mark}",
+                ]
+            )
+        print(
+            format_table(
+                table,
+                [
+                    "record",
+                    "family",
+                    "source",
+                    "metric",
+                    "measured",
+                    "pure bound",
+                    "held out",
+                    "held out / measured",
+                ],
+            )
+        )
+        rows: list[list[str]] = []
         for name, s in summary.items():
             if isinstance(s, dict) and "p90" in s:
-                rows.append([name, str(s["records"]), f"{100 * s['median']:.1f} %",
-                             f"{100 * s['p90']:.1f} %"])
+                rows.append(
+                    [
+                        name,
+                        str(s["records"]),
+                        f"{100 * s['median']:.1f} %",
+                        f"{100 * s['p90']:.1f} %",
+                    ]
+                )
         print("\nHeld-out error |predicted/measured - 1| (leave-one-source-out, calibrated):")
         print(format_table(rows, ["family", "records", "median", "90th percentile"]))
         q = summary["queueing"]
-        print(f"\npure-physics bound holds on {100 * summary['bound_holds']:.0f} % of "
-              f"{len(records)} records; {q['records']} time-to-first-token records under load "
-              f"need the queueing model (held-out median error {100 * q['median']:.0f} %), and "
-              "are not fitted")
+        print(
+            f"\npure-physics bound holds on {100 * summary['bound_holds']:.0f} % of "
+            f"{len(records)} records; {q['records']} time-to-first-token records under load "
+            f"need the queueing model (held-out median error {100 * q['median']:.0f} %), and "
+            "are not fitted"
+        )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
         from dcost.plots import validation_figure
@@ -91,7 +128,10 @@ def add_parsers(subparsers) -> None:
     )
     p.add_argument("--steps", type=whole, default=None, help="Adam steps of each fit")
     p.add_argument("--figure", default=str(FIGURE), help=f"where to save the figure ({FIGURE})")
-    p.add_argument("--write", action="store_true",
-                   help="refit on every record and write dcost/presets/calibration.toml")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="refit on every record and write dcost/presets/calibration.toml",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_validate)

@@ -152,7 +152,7 @@ def serving_precision(name: str) -> str:
     return precision
 
 
-def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
+def hardware(name: str, precision: str = "bf16", calibrated: bool = False, **overrides) -> Hardware:
     """The hardware preset ``name`` as a ``dcost.Hardware`` (per chip, SI units).
 
     Args:
@@ -162,7 +162,12 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
         rate, "int4" at the int8 rate. Pair a model with the precision it
         serves in (``serving_precision``): an fp8 model on bf16 FLOP/s doubles its compute time.
         An unknown precision, or one the chip lists no rate for, raises ``PresetError``.
-      **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``.
+      calibrated: apply the calibrated profile of the chip's family (achieved FLOP/s and HBM
+        fractions, matmul-size efficiency, step and layer overheads, link efficiencies and
+        latencies), fitted to published measurements by ``dcost validate --write``
+        (``calibration.toml``); False: the pure roofline (peak rates, no overheads).
+      **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``; they win
+        over the calibrated profile.
 
     >>> import dcost
     >>> float(dcost.hardware("h100-sxm").hbm_capacity) / 1e9
@@ -187,12 +192,35 @@ def hardware(name: str, precision: str = "bf16", **overrides) -> Hardware:
                 f"{', '.join(precisions(name))}"
             )
         fields["flops"] = float(_value(card[f"flops_{precision}"]))
+    if calibrated:
+        fields.update(calibration_profile(card_family(name)))
     fields.update(overrides)
     return Hardware(**fields)
 
 
+def card_family(name: str) -> str:
+    """The calibration family of hardware preset ``name`` (e.g. "hopper")."""
+    return str(hardware_card(name)["family"])
+
+
+def calibration_profile(family: str) -> dict[str, float]:
+    """The calibrated profile of a hardware family, ``{Hardware field: value}`` (SI units), as
+    ``dcost validate --write`` fitted it; an unknown family raises ``PresetError``."""
+    table = _load("calibration")["family"]
+    if family not in table:
+        raise PresetError(
+            f"no calibrated profile for hardware family {family!r}; "
+            f"known: {', '.join(sorted(table))}"
+        )
+    return {k: float(v) for k, v in table[family].items()}
+
+
 def serving_hardware(
-    hardware_name: str, model_name: str, precision: str = "auto", **overrides
+    hardware_name: str,
+    model_name: str,
+    precision: str = "auto",
+    calibrated: bool = False,
+    **overrides,
 ) -> Hardware:
     """The hardware preset with its FLOP/s at the precision model preset ``model_name`` serves
     in: the one rule that matches a chip to a model (``pair``, the CLI, the experiments and the
@@ -216,7 +244,7 @@ def serving_hardware(
         precision = serving_precision(model_name)
         if precision not in precisions(hardware_name):
             precision = "bf16"
-    return hardware(hardware_name, precision=precision, **overrides)
+    return hardware(hardware_name, precision=precision, calibrated=calibrated, **overrides)
 
 
 def pair(hardware_name: str, model_name: str, **hardware_overrides) -> tuple[Hardware, Model]:

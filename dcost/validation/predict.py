@@ -88,8 +88,10 @@ class Case:
 
 
 def _fail(record: Mapping, field: str, why: str):
-    raise SpecError(f"validation record {record.get('id')!r}: {field} = {record.get(field)!r} "
-                    f"cannot be modelled: {why}")
+    raise SpecError(
+        f"validation record {record.get('id')!r}: {field} = {record.get(field)!r} "
+        f"cannot be modelled: {why}"
+    )
 
 
 def case(record: Mapping, calibrated: bool = False) -> Case:
@@ -127,7 +129,9 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         dedup = 1.0 if per_stage > float(chip.scaleup_size) else 0.0
     else:
         if per_stage % tp:
-            _fail(record, "tensor_parallel", f"it does not divide the {per_stage:g} chips of a stage")
+            _fail(
+                record, "tensor_parallel", f"it does not divide the {per_stage:g} chips of a stage"
+            )
         if adp > 1:
             _fail(record, "attention_data_parallel", "data-parallel attention of a dense model")
         chips, replicas = tp, per_stage / tp
@@ -144,8 +148,13 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
     allowed = {
         "decode": ("tpot", "step_time", "output_throughput_per_gpu"),
         "prefill": ("ttft", "input_throughput_per_gpu"),
-        "mixed": ("tpot", "step_time", "output_throughput_per_gpu", "input_throughput_per_gpu",
-                  "total_throughput_per_gpu"),
+        "mixed": (
+            "tpot",
+            "step_time",
+            "output_throughput_per_gpu",
+            "input_throughput_per_gpu",
+            "total_throughput_per_gpu",
+        ),
         "first_token": ("ttft",),
     }[step]
     if metric not in allowed:
@@ -184,14 +193,12 @@ def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
         others = eqx.tree_at(lambda d: d.batch, c.design, jnp.maximum(c.design.batch - 1.0, 1.0))
         busy = decode(others, *args[1:])
         return jnp.maximum(first, busy.tpot * busy.tokens_per_step)
-    if c.step == "decode":
-        r = decode(*args)
-    elif c.step == "mixed":
-        r = mixed_step(*args)
-    else:
-        r = prefill(*args)
-    if c.metric in ("ttft", "tpot"):
-        return getattr(r, c.metric)
+    if c.step == "prefill":
+        p = prefill(*args)
+        return p.ttft if c.metric == "ttft" else p.tokens_per_s / c.chips
+    r = decode(*args) if c.step == "decode" else mixed_step(*args)
+    if c.metric == "tpot":
+        return r.tpot
     if c.metric == "step_time":
         return r.tpot * r.tokens_per_step
     per_gpu = r.tokens_per_s / c.chips
@@ -217,7 +224,10 @@ def predict(record: Mapping, calibrated: bool = False) -> float:
 
 
 def _replace_hardware(c: Case, **fields) -> Case:
-    h = eqx.tree_at(lambda x: tuple(getattr(x, k) for k in fields), c.hardware,
-                    tuple(jnp.asarray(v) for v in fields.values()),
-                    is_leaf=lambda x: x is None)
+    h = eqx.tree_at(
+        lambda x: tuple(getattr(x, k) for k in fields),
+        c.hardware,
+        tuple(jnp.asarray(v) for v in fields.values()),
+        is_leaf=lambda x: x is None,
+    )
     return dataclasses.replace(c, hardware=h)

@@ -1,0 +1,118 @@
+"""``dcost.validation.predict`` and the calibration by family (``dcost.calibrate.families``).
+
+The pure-physics predictions are bounds, checked on every shipped record; the mapping of a record
+to specs is checked by hand on two records; the held-out (leave-one-source-out) summary may not
+regress by more than 2 points against the figures shipped in ``calibration.toml``.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import dcost
+import dcost.validation as v
+from dcost._toml import read_toml
+from dcost.calibrate import families
+from dcost.specs import SpecError
+from dcost.validation.predict import TIME_METRICS, case, predict
+
+
+@pytest.fixture(scope="module")
+def records():
+    return v.load()
+
+
+def _by_id(records, rid):
+    return next(r for r in records if r["id"] == rid)
+
+
+def test_pure_physics_is_a_bound_on_every_record(records):
+    # Peak rates, no overheads, balanced experts: every term left out only adds time, so a
+    # measured time is never shorter than predicted and a measured throughput never higher.
+    pure = families.pure_predictions(records)
+    measured = np.array([r["value"] for r in records])
+    time = np.array([r["metric"] in TIME_METRICS for r in records])
+    broken = [
+        (r["id"], p / r["value"])
+        for r, p, t in zip(records, pure, time, strict=True)
+        if (p > r["value"] * (1 + 1e-5) if t else p < r["value"] * (1 - 1e-5))
+    ]
+    assert not broken, broken
+    assert np.all(np.isfinite(pure)) and np.all(pure > 0) and pure.shape == measured.shape
+
+
+@pytest.mark.parametrize("index", [0, 20, 60, 100, 140])
+def test_one_record_eagerly_equals_the_batched_path(records, index):
+    r = records[index]
+    batched = families.pure_predictions([r])[0]
+    assert predict(r) == pytest.approx(batched, rel=1e-4)
+
+
+def test_case_of_deepseeks_decode_pool_by_hand(records):
+    # DeepSeek's day-6 decode pool: EP144 with data-parallel attention on 144 H800s, 128 sequences
+    # per GPU, mean KV length 4,989 = prompt 4,383 + output 1,211 / 2.
+    r = _by_id(records, "deepseek-v3r1-h800-decode-production")
+    c = case(r)
+    assert c.step == "decode" and c.chips == 144
+    d = c.design
+    assert float(d.batch) == 18432 and float(d.chips) == 144 and float(d.stages) == 1
+    assert float(d.attention_dp) == 144  # every chip runs attention for its own sequences
+    assert float(d.dispatch_dedup) == 1  # 144 chips span 18 NVLink domains of 8
+    assert float(c.workload.context) == pytest.approx(4383 + 1211 / 2)
+    assert float(c.hardware.flops) == pytest.approx(1978.9e12)  # compute fp8 on the H800
+    assert float(c.model.bytes_per_param) == 1.0  # fp8 weights
+
+
+def test_case_of_a_dense_tensor_parallel_record_by_hand(records):
+    r = _by_id(records, "lmdeploy-llama2-70b-a100-tp4-b1-128-128-thr")
+    c = case(r)
+    assert c.step == "mixed" and c.chips == 4
+    assert float(c.design.chips) == 4 and float(c.design.batch) == 1
+    assert float(c.design.attention_dp) == 1  # tensor-parallel attention
+    assert float(c.workload.context) == 128 + 128 / 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"attention_data_parallel": 2}, "attention_data_parallel"),
+        ({"tensor_parallel": 3}, "tensor_parallel"),
+        ({"pipeline_parallel": 3}, "pipeline_parallel"),
+        ({"compute": "fp4"}, "compute"),  # an A100 has no fp4 rate
+        ({"serving": "prefill", "metric": "tpot"}, "metric"),
+    ],
+)
+def test_a_record_that_cannot_be_modelled_names_the_field(records, change, field):
+    r = dict(_by_id(records, "lmdeploy-llama2-70b-a100-tp4-b1-128-128-thr"), **change)
+    with pytest.raises(SpecError, match=field):
+        predict(r)
+
+
+def test_calibrated_hardware_applies_its_familys_profile():
+    profile = dcost.presets.calibration_profile("hopper")
+    h = dcost.hardware("h100-sxm", calibrated=True)
+    for name, value in profile.items():
+        assert float(getattr(h, name)) == pytest.approx(value, rel=1e-6)
+    pure = dcost.hardware("h100-sxm")
+    m, w, d = dcost.model("llama-3-70b"), dcost.Workload(2048), dcost.Design(batch=64, chips=8)
+    assert float(dcost.decode(d, h, m, w).tpot) > float(dcost.decode(d, pure, m, w).tpot)
+    with pytest.raises(ValueError, match="family"):
+        dcost.presets.calibration_profile("vacuum-tubes")
+
+
+@pytest.mark.slow
+def test_held_out_summary_does_not_regress(tmp_path, capsys):
+    # The whole procedure through the CLI: leave-one-source-out fits, the table, the figure.
+    from dcost.cli.app import main
+
+    figure = tmp_path / "validation.png"
+    assert main(["validate", "--json", "--figure", str(figure)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    shipped = read_toml("dcost.presets", "calibration.toml")["heldout"]
+    got = out["summary"]
+    for key in ("median", "p90"):
+        assert got["overall"][key] <= shipped["overall"][key] + 0.02, (key, got["overall"])
+    assert got["bound_holds"] == 1.0
+    assert len(out["records"]) == len(v.load()) and figure.stat().st_size > 10_000
+    assert out["seconds"] < 120  # the issue's budget is 30 s on an idle 2-core machine
