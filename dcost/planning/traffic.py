@@ -146,7 +146,7 @@ class Traffic(eqx.Module):
 
         >>> t = Traffic(1.0, 1000, 100, prompt_cv=0.5, output_cv=1.0)
         >>> p, o = t.sample(np.random.default_rng(0), 200_000)
-        >>> abs(p.mean() / 1000 - 1) < 0.01, abs(o.std() / o.mean() - 1.0) < 0.03
+        >>> bool(abs(p.mean() / 1000 - 1) < 0.01), bool(abs(o.std() / o.mean() - 1.0) < 0.03)
         (True, True)
         """
         if self.prompt_sample is not None and self.output_sample is not None:
@@ -198,8 +198,11 @@ def traffic(name: str, **overrides) -> Traffic:
     (200.0, 1155, 211)
     """
     card = traffic_card(name)
-    fields = {f: float(card[f]["value"]) if isinstance(card[f], dict) else float(card[f])
-              for f in _FIELDS if f in card}
+    fields = {
+        f: float(card[f]["value"]) if isinstance(card[f], dict) else float(card[f])
+        for f in _FIELDS
+        if f in card
+    }
     fields.setdefault("rate", 1.0)
     unknown = set(overrides) - set(_FIELDS)
     if unknown:
