@@ -69,8 +69,10 @@ _LAZY = {
     "Sensitivity": "dcost.search.sensitivity",
     "sensitivity": "dcost.search.sensitivity",
     "Solution": "dcost.search.solution",
+    "Traffic": "dcost.planning.traffic",
+    "traffic": "dcost.planning.traffic",
 }
-_LAZY_MODULES = {"pricing": "dcost.pricing", "search": "dcost.search"}
+_LAZY_MODULES = {"pricing": "dcost.pricing", "search": "dcost.search", "planning": "dcost.planning"}
 
 
 def __getattr__(name):
@@ -153,4 +155,5 @@ __all__ += [
     "pareto",
     "sensitivity",
 ]
+__all__ += ["Traffic", "traffic", "planning"]
 __version__ = "0.1.0"

@@ -1,0 +1,27 @@
+"""Capacity planning: traffic, latency percentiles of a fleet, and the simulation that checks them.
+
+- ``traffic``: ``Traffic`` (arrival rate, length distributions, prefix-cache hits) and presets.
+- ``pools``: ``Pool`` (a group of replicas: step-time function, batch cap, prefill chunk).
+- ``latency``: smooth closed forms of TTFT and TPOT percentiles, aggregated and disaggregated.
+- ``simulate``: a discrete-event simulation of continuous batching that measures the same.
+"""
+
+from dcost.planning.latency import Latency, aggregated_latency, disaggregated_latency
+from dcost.planning.pools import Pool, roofline_step
+from dcost.planning.simulate import Simulation, simulate_aggregated, simulate_disaggregated
+from dcost.planning.traffic import Traffic, traffic, traffic_card, traffic_names
+
+__all__ = [
+    "Traffic",
+    "traffic",
+    "traffic_names",
+    "traffic_card",
+    "Pool",
+    "roofline_step",
+    "Latency",
+    "aggregated_latency",
+    "disaggregated_latency",
+    "Simulation",
+    "simulate_aggregated",
+    "simulate_disaggregated",
+]
