@@ -190,7 +190,14 @@ def test_sensitivity_and_pareto_padded_equal_unpadded(monkeypatch):
     """Sensitivity's elasticities come from a linear solve at a polished point, and the compiled
     batches of 5 and of 16 round differently in the last bits: padded and unpadded agree to
     float32 rounding (as unpadded batches and one-by-one solves already did), the active sets
-    and feasibility exactly. The frontier (optimize) agrees exactly."""
+    and feasibility exactly. The frontier (optimize) agrees exactly.
+
+    Where the relaxed optimum is not a point (more interior variables than active constraints:
+    here batch sits at its bound 300 and the cost is flat in chips, since every term of a
+    llama-3-8b step on one H100 box divides by G), rounding decides where on the flat valley the
+    polish stops: there only what the envelope theorem determines (the optimal cost, the
+    multipliers, the elasticities of the cost) must agree, not the point, its constraint ratios
+    or how the point moves."""
     p = problem(5)
     settings = SETTINGS  # the program of the optimize tests above, for pareto
     padded = dcost.sensitivity(p, settings)
@@ -206,11 +213,24 @@ def test_sensitivity_and_pareto_padded_equal_unpadded(monkeypatch):
             getattr(padded.relaxed, field), getattr(unpadded.relaxed, field)
         )
     ok = np.asarray(padded.feasible)
-    leaves = zip(jax.tree.leaves(padded), jax.tree.leaves(unpadded), strict=True)
-    for a, b in leaves:
-        a, b = np.asarray(a), np.asarray(b)
-        if a.ndim and a.shape[0] == 5 and np.issubdtype(a.dtype, np.floating):
-            np.testing.assert_allclose(a[ok], b[ok], rtol=1e-5, atol=1e-6)
+    r = padded.relaxed
+    pinned = ok & (np.sum(r.interior, axis=-1) <= np.sum(r.active, axis=-1))
+    assert list(pinned) == [False, True, True, False, False]  # the flat valley is scenarios 3, 4
+
+    def close(tree_a, tree_b, rows):
+        leaves = zip(jax.tree.leaves(tree_a), jax.tree.leaves(tree_b), strict=True)
+        checked = 0
+        for a, b in leaves:
+            a, b = np.asarray(a), np.asarray(b)
+            if a.ndim and a.shape[0] == 5 and np.issubdtype(a.dtype, np.floating):
+                np.testing.assert_allclose(a[rows], b[rows], rtol=1e-5, atol=1e-6)
+                checked += 1
+        assert checked > 0
+
+    close(padded, unpadded, pinned)  # everything, where the optimum is a point
+    for part in ("hardware", "model", "workload", "limits"):  # the envelope's values everywhere
+        close(getattr(padded, part), getattr(unpadded, part), ok)
+    close((r.log_cost, r.lambdas), (unpadded.relaxed.log_cost, unpadded.relaxed.lambdas), ok)
 
     single = dcost.Problem(
         dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), dcost.Workload(2048), free=OPT_FREE
