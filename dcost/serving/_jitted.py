@@ -1,0 +1,122 @@
+"""The public cost functions as jitted programs: arguments checked outside, numbers traced inside.
+
+A public cost function (``decode``, ``prefill``, ``mixed_step``) checks its arguments eagerly (their
+types, a concrete smoothness, the workload fields it needs), then runs one ``jax.jit`` of its body,
+which returns the report and whether every field of it is finite. A concrete report that
+overflowed raises ``SpecError`` after the call, with the message eager evaluation gave; a report
+with traced fields (the call made inside a user's ``jit``, ``vmap`` or ``grad``: a nested jit) is
+returned unchecked, as before.
+
+What selects a compiled program is the static structure alone: the pytrees' structure (which
+optional fields are set), the dtypes and shapes of their leaves, JAX's x64 flag. Every number,
+the smoothness included, is traced: a loop over designs, contexts, presets or smoothness values
+runs one program (``tests/test_jitted_api.py`` counts its traces). A Python ``int`` smoothness is
+passed on as a ``float``, so that ``0`` and ``0.0`` share the program too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost.smooth import MAX_SMOOTHNESS, check_smoothness
+from dcost.specs import (
+    Design,
+    Hardware,
+    Model,
+    SpecError,
+    Workload,
+    check,
+    float_max,
+    with_experts,
+)
+
+__all__ = ["check_types", "smoothness_argument", "jitted", "all_finite", "checked"]
+
+
+def check_types(owner: str, design, hardware, model, workload) -> None:
+    """Raise SpecError unless the four arguments are a Design, Hardware, Model and Workload, and
+    unless a concrete ``design.experts`` suits the model (``dcost.specs.with_experts``)."""
+    for name, value, cls in (
+        ("design", design, Design),
+        ("hardware", hardware, Hardware),
+        ("model", model, Model),
+        ("workload", workload, Workload),
+    ):
+        if not isinstance(value, cls):
+            raise SpecError(
+                f"{owner}.{name} must be a dcost.{cls.__name__}, got {type(value).__name__}"
+            )
+    if design.experts is not None:
+        with_experts(model, design)  # its checks; the body sets the experts again, traced
+
+
+def smoothness_argument(owner: str, smoothness):
+    """``smoothness`` checked (``dcost.smooth.check_smoothness``) and ready to trace: a Python
+    number in ``[0, MAX_SMOOTHNESS]`` becomes a ``float`` without the general check's cost."""
+    if type(smoothness) in (float, int) and 0.0 <= smoothness <= MAX_SMOOTHNESS:  # NaN fails
+        return float(smoothness)
+    check_smoothness(owner, smoothness)
+    return smoothness
+
+
+def all_finite(tree):
+    """Whether every element of every leaf of ``tree`` is finite (a boolean scalar)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def jitted(name: str, body: Callable, at_least_one: tuple[str, ...] = ()) -> Callable:
+    """``jax.jit`` of ``body(design, hardware, model, workload, smoothness)`` that also returns a
+    status, named ``name`` (its XLA program is ``jit_<name>``).
+
+    The status is one integer, so that the caller reads one number back: bit 0 set when a field
+    of the report is not finite, bit ``i`` when the workload field ``at_least_one[i-1]`` is
+    below 1 somewhere (``checked`` turns them into the usual errors).
+    """
+
+    def run(design, hardware, model, workload, smoothness):
+        report = body(design, hardware, model, workload, smoothness)
+        flags = [~all_finite(report)]
+        flags += [jnp.any(getattr(workload, f) < 1.0) for f in at_least_one]
+        status = sum(flag.astype(jnp.int32) << i for i, flag in enumerate(flags))
+        return report, status
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = body.__doc__
+    return jax.jit(run)
+
+
+def checked(owner: str, report, status, design, workload, at_least_one: tuple[str, ...] = ()):
+    """``report``, or SpecError when the status of ``jitted`` says that a workload field is below
+    1 (the error ``check`` gives, naming the field) or that a concrete field of the report is inf
+    or NaN (the inputs overflowed the float dtype).
+
+    A traced status (the call made inside a user's ``jit``, ``vmap`` or ``grad``) leaves the
+    workload fields to ``check``, which refuses concrete ones as it did before the call was
+    jitted, and returns the report unchecked.
+    """
+    if isinstance(status, jax.core.Tracer):
+        for name in at_least_one:
+            check("Workload", name, getattr(workload, name), low=1.0)
+        return report
+    code = int(np.asarray(status))  # one number read back: much cheaper than bool(jax.Array)
+    if code == 0:
+        return report
+    for name in at_least_one:
+        check("Workload", name, getattr(workload, name), low=1.0)  # raises for the bad one
+    if not code & 1:
+        return report
+    bad = [
+        f"{f} = {float(jnp.ravel(v)[~jnp.isfinite(jnp.ravel(v))][0])}"
+        for f in type(report).__dataclass_fields__
+        if not bool(jnp.all(jnp.isfinite(v := getattr(report, f))))
+    ]
+    dtype = str(jnp.dtype(jnp.result_type(float)))
+    raise SpecError(
+        f"{owner}: {design!r} with {workload!r} is not allowed: its results overflow {dtype} "
+        f"({', '.join(bad[:3])}); every result must be finite (at most {float_max():g}): "
+        "use a smaller batch, context or model, or enable jax_enable_x64"
+    )
