@@ -56,10 +56,15 @@ def check_types(owner: str, design, hardware, model, workload) -> None:
 
 def smoothness_argument(owner: str, smoothness):
     """``smoothness`` checked (``dcost.smooth.check_smoothness``) and ready to trace: a Python
-    number in ``[0, MAX_SMOOTHNESS]`` becomes a ``float`` without the general check's cost."""
+    number in ``[0, MAX_SMOOTHNESS]`` becomes a ``float`` without the general check's cost, and
+    so does a NumPy scalar (one program for all of them); arrays pass as they are."""
     if type(smoothness) in (float, int) and 0.0 <= smoothness <= MAX_SMOOTHNESS:  # NaN fails
         return float(smoothness)
     check_smoothness(owner, smoothness)
+    if isinstance(smoothness, np.generic) or (
+        isinstance(smoothness, np.ndarray) and smoothness.ndim == 0
+    ):
+        return float(smoothness)  # a NumPy scalar shares the program of a Python float
     return smoothness
 
 

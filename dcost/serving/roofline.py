@@ -19,6 +19,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.attention import (
@@ -510,16 +511,20 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
     >>> round(float(dcost.balance_batch(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"))))
     295
     """
-    if type(context) in (float, int) and 0.0 <= context <= _FLOAT32_MAX:  # NaN fails
-        context = float(context)  # one program for 0 and 0.0
-    else:
+    if not (type(context) in (float, int) and 0.0 <= context <= _FLOAT32_MAX):  # NaN fails
         check("balance_batch", "context", context)
+    if (
+        isinstance(context, (int, float, np.generic))
+        or np.shape(context) == ()
+        and isinstance(context, np.ndarray)
+    ):
+        context = float(context)  # one program for 0, 0.0 and NumPy scalars
     return _balance_batch(hardware, model, context)
 
 
 @jax.jit
 def _balance_batch(hardware: Hardware, model: Model, context):
-    f, bw = hardware.flops_achieved, hardware.bandwidth_achieved
+    f, bw = _rates(hardware)
     t = jnp.asarray(context, dtype=jnp.result_type(float))
     den = (
         2.0 * model.params_active + model.attn_flops_per_context_token * t
@@ -547,7 +552,13 @@ def critical_context(hardware: Hardware, model: Model):
 
 @jax.jit
 def _critical_context(hardware: Hardware, model: Model):
-    f, bw = hardware.flops_achieved, hardware.bandwidth_achieved
+    f, bw = _rates(hardware)
     den = model.kv_bytes_per_token * f - model.attn_flops_per_context_token * bw
     pos = den > 0
     return jnp.where(pos, 2.0 * model.params_active * bw / jnp.where(pos, den, 1.0), jnp.inf)
+
+
+def _rates(hardware: Hardware):
+    """Achievable ``(F, BW)`` of the closed forms (a function of its own: the trace-count tests
+    count its calls)."""
+    return hardware.flops_achieved, hardware.bandwidth_achieved
