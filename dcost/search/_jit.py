@@ -3,8 +3,8 @@
 The searches are long programs of small scalar kernels (a scan of gradient steps, a bisection,
 the exact model at many designs). XLA:CPU's default MLIR fusion emitters compile them several
 times more slowly than the classic ones (``optimize``: about 10 s against 4 s on 2 cores) for no
-measurable gain at run time, so on the CPU backend the searches ask for the classic ones. The
-option is probed once; where XLA no longer knows it, plain ``jax.jit`` is used.
+measurable gain at run time, so on the CPU backend the searches ask for the classic ones
+(``dcost._xla``: probed once; where XLA no longer knows them, plain ``jax.jit``).
 
 A module-level function jitted here also runs through ``dcost._programs`` when dcost's persistent
 cache is on: its traced program is kept on disk, so that a later process skips tracing and
@@ -23,14 +23,11 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from dcost import _programs
+from dcost import _programs, _xla
 
 __all__ = ["jit", "prefer_fast_compile"]
 
-_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}  # on CPU backends only
-_FAST_COMPILE = {"xla_backend_optimization_level": 0}
 _PREFER_FAST_COMPILE = False
 
 
@@ -47,21 +44,7 @@ def prefer_fast_compile():
         _PREFER_FAST_COMPILE = before
 
 
-def _requested(fast_compile: bool) -> dict:
-    return dict(_CPU_OPTIONS, **(_FAST_COMPILE if fast_compile else {}))
-
-
-@functools.cache
-def _options(fast_compile: bool) -> dict | None:
-    """The options asked for, when the backend is a CPU and its XLA knows them; else None."""
-    if jax.default_backend() != "cpu":
-        return None
-    options = _requested(fast_compile)
-    try:
-        jax.jit(lambda x: x + 1.0, compiler_options=options)(jnp.zeros(()))
-    except Exception:  # noqa: BLE001 - an XLA without the options: fall back to the defaults
-        return None
-    return options
+_requested, _options = _xla.requested, _xla.options
 
 
 def jit(fun=None, *, fast_compile: bool = False, **kwargs):
