@@ -48,6 +48,7 @@ SLOW_DOCTESTS = {
     "dcost.search.sensitivity.relax",
     "dcost.search.optimize.optimize",
     "dcost.search.lifetime_objective",
+    "dcost.search.envelope.envelope",
 }
 
 
