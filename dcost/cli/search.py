@@ -11,9 +11,10 @@ make tokens cheaper"; by the envelope theorem at the search's continuous optimum
 ``--json`` prints SI units under the API's field names. Exit codes: 0 a feasible design, 1 no
 feasible design (the reason is printed), 2 a bad argument.
 
-Both compile their programs for speed of compiling rather than of running
-(``dcost.search._jit.prefer_fast_compile``: one question per process), and a later process finds
-them compiled in ``dcost._programs``.
+``optimize`` compiles its programs for speed of compiling rather than of running
+(``dcost.search._jit.prefer_fast_compile``: one question per process; ``grid``, which evaluates
+millions of designs, compiles for speed of running), and a later process finds them compiled in
+``dcost._programs``.
 """
 
 from __future__ import annotations
@@ -236,8 +237,7 @@ def _optimize(args) -> int:
 def cmd_grid(args) -> int:
     problem = problem_from_args(args)
     bar = None if args.json else ProgressBar(stream=sys.stderr)
-    with prefer_fast_compile():
-        sol = grid_search(problem, progress=bar)
+    sol = grid_search(problem, progress=bar)  # runs millions of designs: compiled to run fast
     return _emit(args, problem, sol, None, method="grid")
 
 
