@@ -44,6 +44,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.tree_util import PyTreeDef
 
 from dcost import _cache
 
@@ -291,7 +292,8 @@ def read(path: pathlib.Path, avals):
             return None
         start = len(MAGIC) + 8
         (size,) = struct.unpack("<Q", data[len(MAGIC) : start])
-        out_tree = jax.tree.structure(pickle.loads(data[start : start + size]))
+        # annotated: jax's own annotation of jax.tree.structure does not resolve for mypy
+        out_tree: PyTreeDef = jax.tree.structure(pickle.loads(data[start : start + size]))
         payload, in_tree, flat_out = pickle.loads(data[start + size :])
         if flat_out.num_leaves != out_tree.num_leaves:
             return None

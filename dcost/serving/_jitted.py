@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -95,6 +96,8 @@ def all_finite(tree):
     return jnp.isfinite(jnp.max(largest))
 
 
+_CONFIG: Any = jax.config  # its flags are attributes made at run time, unknown to type checkers
+
 TRACED = object()
 """The status of a call made inside a user's transformation: nothing to check after it."""
 
@@ -136,7 +139,7 @@ def jitted(name: str, body: Callable, at_least_one: tuple[str, ...] = ()) -> Cal
             return body(design, hardware, model, workload, smoothness), TRACED
         small = b.size <= SMALL and t.size <= SMALL
         if type(smoothness) is float and smoothness == 0.0:  # the usual value: an array made
-            smoothness = _zero(bool(jax.config.jax_enable_x64))  # once saves converting it
+            smoothness = _zero(bool(_CONFIG.jax_enable_x64))  # once saves converting it
         return program(small)(design, hardware, model, workload, smoothness)
 
     call.__name__ = call.__qualname__ = name
