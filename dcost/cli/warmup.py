@@ -19,7 +19,7 @@ import io
 import sys
 import time
 
-from dcost import _cache
+from dcost import _cache, _programs
 
 __all__ = ["add_parsers", "STEPS", "QUICK", "cmd_warmup", "cache_entries"]
 
@@ -87,4 +87,8 @@ def cmd_warmup(args) -> int:
         print(f"{label:24s} {dt:6.1f} s")
     files, size = cache_entries(state.path)
     print(f"{files - before[0]} new entries; {files} in all, {size / 1e6:.1f} MB")
+    kept = _programs.entries()
+    if kept:
+        mb = sum(p.stat().st_size for p in kept) / 1e6
+        print(f"{len(kept)} compiled search programs in {kept[0].parent.name}/, {mb:.1f} MB")
     return 0
