@@ -34,7 +34,12 @@ LAYOUT_CASES = {
     "gb200-calibrated-8k-30ms": ("gb200-nvl72", True, 8192, 0.03),
     "h200-roofline-4k-50ms": ("h200", False, 4096, 0.05),
 }
-LAYOUT_FREE = {"batch": (1, 4096), "chips": (8, 16), "attention_dp": (1, 16), "draft_tokens": (0, 6)}
+LAYOUT_FREE = {
+    "batch": (1, 4096),
+    "chips": (8, 16),
+    "attention_dp": (1, 16),
+    "draft_tokens": (0, 6),
+}
 
 
 def chip(name, calibrated):
@@ -224,7 +229,11 @@ def _problem(free, model="deepseek-v3", workload=None, **kw):
 @pytest.mark.parametrize(
     "free, kwargs, match",
     [
-        ({"draft_tokens": (0, 4)}, dict(model="llama-3-70b"), r"draft_tokens.*no draft.*draft_params"),
+        (
+            {"draft_tokens": (0, 4)},
+            dict(model="llama-3-70b"),
+            r"draft_tokens.*no draft.*draft_params",
+        ),
         (
             {"draft_tokens": (0, 4)},
             dict(workload=dcost.Workload(4096)),
@@ -332,9 +341,7 @@ def test_prefill_chunk_optimize_matches_grid():
     assert float(opt.cost) <= float(grid.cost) * (1 + GAP)
     assert float(grid.design.prefill_chunk) == 2048.0
     small = dcost.prefill(
-        dcost.Design(
-            batch=grid.design.batch, chips=grid.design.chips, prefill_chunk=256
-        ),
+        dcost.Design(batch=grid.design.batch, chips=grid.design.chips, prefill_chunk=256),
         h,
         p.model,
         p.workload,

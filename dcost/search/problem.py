@@ -632,7 +632,11 @@ def admissible(problem: Problem, x):
     if problem.divides is None:
         return jnp.ones((), bool)
     d = problem.design(jnp.asarray(x))  # A = min(A, G): compare with the A asked for
-    a = x[problem.names.index("attention_dp")] if "attention_dp" in problem.names else d.attention_dp
+    a = (
+        x[problem.names.index("attention_dp")]
+        if "attention_dp" in problem.names
+        else d.attention_dp
+    )
     return (a <= d.chips) & (jnp.mod(d.chips, a) == 0)
 
 
