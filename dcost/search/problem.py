@@ -339,7 +339,7 @@ class Problem(eqx.Module):
         f = self.fixed
         chips = vals.get("chips", f.chips)
         attention_dp = vals.get("attention_dp", f.attention_dp)
-        if self.divides is not None:
+        if self.divides is not None and attention_dp is not None:
             # at most G groups: the relaxation may step past G, where t = G/A < 1 means nothing
             attention_dp = jnp.minimum(attention_dp, chips)
         return Design(
@@ -456,10 +456,10 @@ def _check_layout(problem: Problem) -> None:
         raise SpecError(f"Problem.free[{name!r}] = {bounds[name]!r} is not allowed: {why}")
 
     if "attention_dp" in bounds:
+        most: float | None = _least(f.chips)
+        where = "Problem.fixed.chips"
         if "chips" in bounds:
             most, where = float(bounds["chips"][1]), "the largest chips per stage in Problem.free"
-        else:
-            most, where = _least(f.chips), "Problem.fixed.chips"
         if most is not None and bounds["attention_dp"][1] > most:
             refuse(
                 "attention_dp",
@@ -479,13 +479,14 @@ def _check_layout(problem: Problem) -> None:
         if name in bounds and e is not None and e <= 0:
             refuse(name, "the model is dense (Model.n_experts = 0): it has no experts to route")
     if "redundant_experts" in bounds:
-        most = bounds["experts"][1] if "experts" in bounds else _most(m.n_experts)
-        if f.experts is not None and "experts" not in bounds:
-            most = _most(f.experts)
-        if most is not None and bounds["redundant_experts"][1] > most:
+        if "experts" in bounds:
+            top: float | None = float(bounds["experts"][1])
+        else:
+            top = _most(m.n_experts if f.experts is None else f.experts)
+        if top is not None and bounds["redundant_experts"][1] > top:
             refuse(
                 "redundant_experts",
-                f"hi must be at most the routed experts ({most:g}): one extra replica of each",
+                f"hi must be at most the routed experts ({top:g}): one extra replica of each",
             )
     if "draft_tokens" in bounds:
         d = _least(m.draft_params)
@@ -632,11 +633,9 @@ def admissible(problem: Problem, x):
     if problem.divides is None:
         return jnp.ones((), bool)
     d = problem.design(jnp.asarray(x))  # A = min(A, G): compare with the A asked for
-    a = (
-        x[problem.names.index("attention_dp")]
-        if "attention_dp" in problem.names
-        else d.attention_dp
-    )
+    names = problem.names
+    a = x[names.index("attention_dp")] if "attention_dp" in names else problem.fixed.attention_dp
+    assert a is not None  # problem.divides says so
     return (a <= d.chips) & (jnp.mod(d.chips, a) == 0)
 
 
@@ -672,6 +671,7 @@ def repair(problem: Problem, x, direction):
         ok = (cand <= g) & (jnp.mod(g, cand) == 0)
     else:
         a = problem.fixed.attention_dp
+        assert a is not None  # problem.divides says so
         cand = jnp.stack([jnp.floor(v / a) * a, jnp.ceil(v / a) * a]).astype(x.dtype)
         ok = (cand >= jnp.maximum(lo, a)) & (cand <= hi)
     side = jnp.where(direction < 0, cand <= v, jnp.where(direction > 0, cand >= v, True))
