@@ -387,3 +387,19 @@ def test_sensitivity_with_draft_tokens_matches_resolving():
         fd = (float(up.relaxed.log_cost) - float(down.relaxed.log_cost)) / step
         assert got == pytest.approx(fd, rel=0.02, abs=1e-3), kw
     assert abs(float(s.workload.acceptance)) > 0.05  # the draft's acceptance matters
+
+
+def test_active_set_guess_keeps_no_more_limits_than_moving_variables():
+    """One moving variable, two limits near with positive least-squares multipliers: no KKT
+    point has both active (the demo's layout, everything but the batch on a bound, met it); the
+    guess keeps the one nearest its limit and prices it alone."""
+    from dcost.search.kkt import assess
+
+    y0 = jnp.zeros(1)
+    off = jnp.zeros(1, bool)
+    fc = jnp.array([0.0, -0.001, -0.005])  # log cost, then c_j: the first limit is nearer
+    jac = jnp.array([[1.0], [-1.0], [-2.0]])  # min-norm multipliers (0.2, 0.4): both positive
+    aset, w, left = assess(y0, off, off, fc, jac, near=0.1)
+    np.testing.assert_array_equal(np.asarray(aset.active), [True, False])
+    np.testing.assert_allclose(np.asarray(w[1:]), [1.0, 0.0], atol=1e-6)
+    assert float(left) == pytest.approx(0.001, abs=1e-6)  # only the active limit's own slack

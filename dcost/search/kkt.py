@@ -211,6 +211,17 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
     interior, _ = jax.lax.scan(hold_one, interior, None, length=y0.shape[0])
     lam, _ = _multipliers(gf, jc, interior, candidate)
     active = candidate & (lam > ACTIVE_TOL)
+    # More active constraints than moving variables (a layout with most variables on bounds,
+    # several limits near): their gradients are dependent there and no multipliers make all of
+    # them hold with equality; keep those nearest their limits (largest c), as many as move.
+    # Otherwise the values are unchanged.
+    moving = jnp.sum(interior)
+    over = jnp.sum(active) > moving
+    rank = jnp.argsort(jnp.argsort(-jnp.where(active, c, -jnp.inf)))
+    kept = active & (rank < moving)
+    lam_kept, _ = _multipliers(gf, jc, interior, kept)
+    lam = jnp.where(over, lam_kept, lam)
+    active = jnp.where(over, kept & (lam_kept > ACTIVE_TOL), active)
     lam = jnp.where(active, lam, 0.0)
     g = gf + jc.T @ lam
     violation = jnp.concatenate(

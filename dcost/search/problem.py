@@ -340,8 +340,11 @@ class Problem(eqx.Module):
         chips = vals.get("chips", f.chips)
         attention_dp = vals.get("attention_dp", f.attention_dp)
         if self.divides is not None and attention_dp is not None:
-            # at most G groups: the relaxation may step past G, where t = G/A < 1 means nothing
-            attention_dp = jnp.minimum(attention_dp, chips)
+            # At most G groups: the relaxation may step past G, where t = G/A < 1 means nothing.
+            # At A = G the gradient goes to G alone (A saturated: its own gradient is 0, and
+            # t = G/A stays 1 as G moves), not half to each as jnp.minimum's does: the split
+            # gradient made data-parallel attention look non-stationary to the KKT polish.
+            attention_dp = jnp.where(attention_dp < chips, attention_dp, chips)
         return Design(
             batch=vals.get("batch", f.batch),
             chips=chips,
