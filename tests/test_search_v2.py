@@ -399,7 +399,7 @@ def test_active_set_guess_keeps_no_more_limits_than_moving_variables():
     off = jnp.zeros(1, bool)
     fc = jnp.array([0.0, -0.001, -0.005])  # log cost, then c_j: the first limit is nearer
     jac = jnp.array([[1.0], [-1.0], [-2.0]])  # min-norm multipliers (0.2, 0.4): both positive
-    aset, w, left = assess(y0, off, off, fc, jac, near=0.1)
+    aset, w, left = jax.jit(assess)(y0, off, off, fc, jac, 0.1)
     np.testing.assert_array_equal(np.asarray(aset.active), [True, False])
     np.testing.assert_allclose(np.asarray(w[1:]), [1.0, 0.0], atol=1e-6)
     assert float(left) == pytest.approx(0.001, abs=1e-6)  # only the active limit's own slack
