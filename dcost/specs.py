@@ -274,6 +274,13 @@ class Hardware(eqx.Module):
       scaleout_efficiency: achieved fraction of ``scaleout_bandwidth`` (1).
       matmul_half_tokens: tokens through one weight matrix at which a matmul reaches half of
         ``flops_achieved``: ``eta(n) = eta_F * n/(n + n_half)`` (tokens, 0 = always ``eta_F``).
+      kernel_serialization: how a step's operations share the chip, ``s`` in [0, 1]: 0 overlaps
+        them all in one roofline of the whole step (v1); 1 runs them one after another, each at
+        its own roofline (weight matmuls, attention over the context, collectives:
+        ``dcost.serving.roofline.stage_time``); between: that mix (1, 0).
+      attention_flops: peak FLOP/s of attention over the context (``QK^T`` and ``PV``), which runs
+        at the KV cache's number format rather than the weights' (a 4-bit matmul rate does not
+        apply to it); None: ``flops`` (v1). ``flops_efficiency`` applies to it too (FLOP/s).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -297,6 +304,8 @@ class Hardware(eqx.Module):
     scaleup_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     scaleout_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     matmul_half_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    kernel_serialization: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    attention_flops: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -306,6 +315,7 @@ class Hardware(eqx.Module):
         "scaleup_efficiency": 1.0,
         "scaleout_efficiency": 1.0,
         "matmul_half_tokens": 0.0,
+        "kernel_serialization": 0.0,
     }
     get = _get
 
@@ -335,6 +345,10 @@ class Hardware(eqx.Module):
         for name in ("scaleup_efficiency", "scaleout_efficiency"):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
+        if self.kernel_serialization is not None:
+            check("Hardware", "kernel_serialization", self.kernel_serialization, high=1.0)
+        if self.attention_flops is not None:
+            check("Hardware", "attention_flops", self.attention_flops, low_open=True)
 
     __repr__ = readable
 
@@ -342,6 +356,14 @@ class Hardware(eqx.Module):
     def flops_achieved(self):
         """Achievable FLOP/s, ``F * eta_F``."""
         return self.flops * self.flops_efficiency
+
+    @property
+    def attention_flops_achieved(self):
+        """Achievable FLOP/s of attention over the context, ``attention_flops * eta_F``
+        (``flops_achieved`` when ``attention_flops`` is None)."""
+        if self.attention_flops is None:
+            return self.flops_achieved
+        return self.attention_flops * self.flops_efficiency
 
     @property
     def bandwidth_achieved(self):

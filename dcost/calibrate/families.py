@@ -101,6 +101,8 @@ of peak in vendor benchmarks; STREAM-like HBM reads 80-90 %; a serving engine's 
 CPU scheduling and sampling (vLLM's V1 engine notes); a CUDA kernel launch ~5-10 us; NCCL's
 achieved bus bandwidth 70-80 % of NVLink, 60-80 % of InfiniBand; NVLink and InfiniBand message
 latencies a few and ~10-20 us."""
+FIXED = {"kernel_serialization": 1.0}
+"""Fields every calibrated profile sets to a value that is not fitted."""
 PRIOR_SD = 1.5
 """Sd of the shared profile around the prior, in ``z`` (a factor ~4.5 in a log field)."""
 FAMILY_SD = 0.75
@@ -123,15 +125,21 @@ def _from_z(name: str, z):
     return jnp.exp(z)
 
 
+_IDEAL = {"flops_efficiency": 1.0, "bandwidth_efficiency": 1.0, **Hardware.OFF}
+"""Every calibrated field at the value of the pure roofline (v1)."""
 _Z_PRIOR = np.array([float(_to_z(n, PRIOR[n])) for n in FIELDS])
 
 
-def _with_profile(hardware: Hardware, values: jax.Array) -> Hardware:
-    """``hardware`` with the nine ``FIELDS`` set from ``values`` (last axis in ``FIELDS`` order)."""
+def _with_profile(hardware: Hardware, values: jax.Array, fixed: bool = True) -> Hardware:
+    """``hardware`` with the ``FIELDS`` set from ``values`` (last axis in ``FIELDS`` order) and
+    the ``FIXED`` fields set to their values (``fixed``) or to their ideal, v1 values."""
+    names = FIELDS + tuple(FIXED)
+    table = FIXED if fixed else {n: _IDEAL[n] for n in FIXED}
+    fixed_values = tuple(jnp.full(values.shape[:-1], v) for v in table.values())
     return eqx.tree_at(
-        lambda h: tuple(getattr(h, n) for n in FIELDS),
+        lambda h: tuple(getattr(h, n) for n in names),
         hardware,
-        tuple(values[..., j] for j in range(len(FIELDS))),
+        tuple(values[..., j] for j in range(len(FIELDS))) + fixed_values,
         is_leaf=lambda x: x is None,
     )
 
@@ -181,8 +189,9 @@ def _groups(records: Sequence[Mapping]) -> list[_Group]:
     return out
 
 
-def _predict_group(group: _Group, values: jax.Array, multinomial) -> jax.Array:
-    """Predictions of one group, each record with its own profile ``values[i]``."""
+def _predict_group(group: _Group, values: jax.Array, multinomial, fixed=True) -> jax.Array:
+    """Predictions of one group, each record with its own profile ``values[i]`` (``fixed``: the
+    ``FIXED`` fields at their calibrated values, else at their ideal ones)."""
     c = group.cases
 
     def one(h, m, w, d, chips, ipo, v):
@@ -192,7 +201,7 @@ def _predict_group(group: _Group, values: jax.Array, multinomial) -> jax.Array:
             jnp.where(multinomial, 0.0, 1.0),
             is_leaf=lambda x: x is None,
         )
-        single = Case(_with_profile(h, v), m, w, d, group.step, group.metric, chips, ipo)
+        single = Case(_with_profile(h, v, fixed), m, w, d, group.step, group.metric, chips, ipo)
         return evaluate_case(single)
 
     return jax.vmap(one)(
@@ -375,11 +384,11 @@ def pure_predictions(records: Sequence[Mapping]) -> np.ndarray:
 
 
 def _pure(groups, n):
-    ideal = jnp.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])  # FIELDS at their ideals
+    ideal = jnp.array([_IDEAL[name] for name in FIELDS])
     out = jnp.zeros(n)
     for g in groups:
         v = jnp.broadcast_to(ideal, (len(g.index), len(FIELDS)))
-        out = out.at[g.index].set(jnp.log(_predict_group(g, v, False)))
+        out = out.at[g.index].set(jnp.log(_predict_group(g, v, False, fixed=False)))
     return out
 
 

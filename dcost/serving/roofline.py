@@ -56,6 +56,7 @@ __all__ = [
     "critical_context",
     "bottleneck",
     "matmul_efficiency",
+    "stage_time",
     "chunks",
     "SECONDS_PER_HOUR",
     "TERMS",
@@ -161,6 +162,38 @@ def matmul_efficiency(tokens, hardware):
     return hardware.flops_efficiency / (1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens))
 
 
+def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0):
+    """A stage step whose operations run one after another, each at its own roofline (s).
+
+    .. math::
+        t_{serial} = \\max(t^F_{dense}, t^W_{dense}) + \\max(t^F_{exp}, t^W_{exp})
+            + \\max(t^F_{ctx}, t_{kv}) + t_{comm}
+
+    the dense (and attention-projection) matmuls, the routed-expert matmuls and attention over
+    the context each take the larger of their compute and memory times, and the collectives come
+    on top. A serving engine launches these as separate kernels in sequence (a GEMM cannot start
+    before the attention that feeds it ends), so a memory-bound attention does not hide behind a
+    compute-bound matmul as the whole-step roofline ``max(t_compute, t_weights + t_kv, t_comm)``
+    assumes (Williams et al. apply the roofline per kernel; Yuan et al., "LLM Inference Unveiled:
+    Survey and Roofline Model Insights", 2024, section 3, sum per-layer rooflines the same way).
+    Always at least the whole-step roofline: a sum of maxima is at least the maximum of sums.
+    ``Hardware.kernel_serialization = s`` weighs it in ``_assemble``:
+    ``t_stage = t_overlapped + s (t_serial - t_overlapped) + t_overhead``.
+
+    Args:
+      matmul_dense, matmul_expert, context: ``(compute seconds, memory seconds)`` pairs of one
+        stage step on one chip.
+      t_comm: collectives of the step (s).
+      smoothness: 0 for the hard maxima, in ``(0, 1]`` for the p-norm ones.
+
+    >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 0.5))  # 2 + 3 + 4 + 0.5
+    9.5
+    """
+    return (
+        sum(smax([f, w], smoothness) for f, w in (matmul_dense, matmul_expert, context)) + t_comm
+    )
+
+
 def _flop_seconds(flops, tokens, hardware):
     """``flops / (F eta(n))`` at matmul size ``tokens``: seconds for one chip (s)."""
     slowdown = 1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens)
@@ -222,16 +255,15 @@ def _assemble(
     # compute: each part at its matmul size (tokens through one weight matrix on a chip)
     n_attn = model.params_attention
     expert_active = model.experts_active * model.params_per_expert
-    flop_time = (
-        _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
-        + _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
-        + _flop_seconds(
-            2.0 * expert_active * tokens * imb,
-            tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
-            hardware,
-        )
-        + attn_ctx_flops / hardware.flops_achieved
+    f_attn_proj = _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
+    f_dense = _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
+    f_expert = _flop_seconds(
+        2.0 * expert_active * tokens * imb,
+        tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
+        hardware,
     )
+    f_context = attn_ctx_flops / hardware.attention_flops_achieved
+    flop_time = f_attn_proj + f_dense + f_expert + f_context
     t_compute = flop_time / chips
 
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
@@ -240,6 +272,8 @@ def _assemble(
     weight_params = passes * (model.params_dense + extra_attn + expert_params_touched)
     t_weights = model.bytes_per_param * weight_params / (chips * bw)
     t_kv = kv_bytes * rep / (chips * bw)
+    w_dense = model.bytes_per_param * passes * (model.params_dense + extra_attn) / (chips * bw)
+    w_expert = model.bytes_per_param * passes * expert_params_touched / (chips * bw)
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
     moe_layers = model.moe_layers / p
@@ -260,7 +294,15 @@ def _assemble(
     t_overhead = passes * (
         hardware.get("step_overhead") + hardware.get("layer_overhead") * model.n_layers / p
     )
-    t_stage = smax([t_compute, t_weights + t_kv, t_comm], smoothness) + t_overhead
+    overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
+    serial = stage_time(
+        ((f_attn_proj + f_dense) / chips, w_dense),
+        (f_expert / chips, w_expert),
+        (f_context / chips, t_kv),
+        t_comm,
+        smoothness,
+    )
+    t_stage = overlapped + hardware.get("kernel_serialization") * (serial - overlapped) + t_overhead
     t_hop = hop_time(tokens, g, p, hardware, model, passes)
     trip = pipeline_latency(t_stage, t_hop, p) + t_draft
     tpot = trip / tokens_per_step

@@ -56,7 +56,7 @@ from dcost.serving.roofline import decode, prefill
 from dcost.specs import MULTINOMIAL, Design, Hardware, Model, SpecError, Workload
 from dcost.validation import check_record
 
-__all__ = ["Case", "case", "predict", "evaluate_case", "TIME_METRICS"]
+__all__ = ["Case", "case", "predict", "evaluate_case", "attention_rate", "TIME_METRICS"]
 
 TIME_METRICS = ("tpot", "ttft", "step_time")
 """Metrics in seconds (a bound from below); the others are tokens/s (a bound from above)."""
@@ -94,6 +94,27 @@ def _fail(record: Mapping, field: str, why: str):
     )
 
 
+def attention_rate(record: Mapping) -> float:
+    """Peak FLOP/s of the record's attention over the context (``Hardware.attention_flops``).
+
+    Attention reads its keys and values in the KV cache's number format and multiplies them in
+    it (FlashAttention-3 runs fp8 only on fp8 operands; no serving engine of the set runs
+    attention in a 4-bit format), so it runs at the slower of the KV cache's rate and the
+    matmuls' rate (``compute``); a cache format the chip lists no rate for (an int8 or fp8 cache
+    on a chip without that rate) is dequantized to the matmul precision.
+
+    >>> import dcost.validation as v
+    >>> r = dict(v.load()[0], hardware="b200", compute="fp4", kv_cache="fp8")
+    >>> attention_rate(r) == float(presets.hardware("b200", precision="fp8").flops)
+    True
+    """
+    name, compute, kv = record["hardware"], record["compute"], record["kv_cache"]
+    rate = float(presets.hardware(name, precision=compute).flops)
+    if kv in presets.precisions(name):
+        rate = min(rate, float(presets.hardware(name, precision=kv).flops))
+    return rate
+
+
 def case(record: Mapping, calibrated: bool = False) -> Case:
     """The specs of one replica of the record's deployment, and what to evaluate (see the module
     docstring for the mapping).
@@ -110,6 +131,12 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         )
     except (KeyError, ValueError) as err:
         _fail(record, "compute", str(err).strip("'\""))
+    chip = eqx.tree_at(
+        lambda h: h.attention_flops,
+        chip,
+        jnp.asarray(attention_rate(record)),
+        is_leaf=lambda x: x is None,
+    )
     if calibrated:
         from dcost.calibrate.families import calibrated_hardware
 
