@@ -661,6 +661,11 @@ class Design(eqx.Module):
       draft_tokens: speculative length ``k_d``: draft tokens verified per step (0).
       prefill_chunk: chunked prefill: prompt tokens of one sequence per pass ``C``; 0: the whole
         prompt in one pass (v1).
+      comm_overlap: fraction ``o`` of the collectives the engine hides behind the kernels
+        (two micro-batches in flight, one communicating while the other computes: DeepSeek-V3's
+        dual micro-batch overlap, SGLang's two-batch overlap; or a collective fused into a
+        GEMM). Applies where a step's kernels run in series (``Hardware.
+        kernel_serialization``; ``dcost.serving.roofline.stage_time``); in [0, 1] (0).
 
     Fields are floats so that a relaxed design can be differentiated (fractional values are
     allowed: the smooth relaxation evaluates them); the exact model is meant for whole numbers,
@@ -685,12 +690,14 @@ class Design(eqx.Module):
     redundant_experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     draft_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     prefill_chunk: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    comm_overlap: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "dispatch_dedup": 0.0,
         "redundant_experts": 0.0,
         "draft_tokens": 0.0,
         "prefill_chunk": 0.0,
+        "comm_overlap": 0.0,
     }
     get = _get
 
@@ -713,6 +720,8 @@ class Design(eqx.Module):
             check("Design", "experts", self.experts, low=1.0, high=top)
         if self.overtrain is not None:
             check("Design", "overtrain", self.overtrain, low_open=True)
+        if self.comm_overlap is not None:
+            check("Design", "comm_overlap", self.comm_overlap, high=1.0)
 
     @property
     def chips_per_replica(self):

@@ -162,21 +162,28 @@ def matmul_efficiency(tokens, hardware):
     return hardware.flops_efficiency / (1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens))
 
 
-def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0):
+def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0, overlap=0.0):
     """A stage step whose operations run one after another, each at its own roofline (s).
 
     .. math::
-        t_{serial} = \\max(t^F_{dense}, t^W_{dense}) + \\max(t^F_{exp}, t^W_{exp})
-            + \\max(t^F_{ctx}, t_{kv}) + t_{comm}
+        K = \\max(t^F_{dense}, t^W_{dense}) + \\max(t^F_{exp}, t^W_{exp}) + \\max(t^F_{ctx}, t_{kv})
 
-    the dense (and attention-projection) matmuls, the routed-expert matmuls and attention over
+        t_{serial} = (1 - o)(K + t_{comm}) + o \\max(K, t_{comm})
+
+    The dense (and attention-projection) matmuls, the routed-expert matmuls and attention over
     the context each take the larger of their compute and memory times, and the collectives come
     on top. A serving engine launches these as separate kernels in sequence (a GEMM cannot start
     before the attention that feeds it ends), so a memory-bound attention does not hide behind a
     compute-bound matmul as the whole-step roofline ``max(t_compute, t_weights + t_kv, t_comm)``
-    assumes (Williams et al. apply the roofline per kernel; Yuan et al., "LLM Inference Unveiled:
-    Survey and Roofline Model Insights", 2024, section 3, sum per-layer rooflines the same way).
-    Always at least the whole-step roofline: a sum of maxima is at least the maximum of sums.
+    assumes: the roofline applies per kernel (Williams et al., CACM 2009), and per-operation
+    roofline times add up over a layer (Yuan et al., "LLM Inference Unveiled: Survey and
+    Roofline Model Insights", arXiv 2402.16363, 2024, section 3).
+
+    An engine that hides a fraction ``o = Design.comm_overlap`` of its collectives behind the
+    kernels (two micro-batches in flight: DeepSeek-V3 Technical Report, section 3.4, SGLang's
+    two-batch overlap) takes the longer of the two streams for that fraction. (Two micro-batches
+    also read the weights twice; that term is left out.) At ``o = 0`` the result is at least the
+    whole-step roofline (a sum of maxima is at least the maximum of sums).
     ``Hardware.kernel_serialization = s`` weighs it in ``_assemble``:
     ``t_stage = t_overlapped + s (t_serial - t_overlapped) + t_overhead``.
 
@@ -185,13 +192,15 @@ def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0):
         stage step on one chip.
       t_comm: collectives of the step (s).
       smoothness: 0 for the hard maxima, in ``(0, 1]`` for the p-norm ones.
+      overlap: ``o`` in [0, 1].
 
     >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 0.5))  # 2 + 3 + 4 + 0.5
     9.5
+    >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 10.0, overlap=1.0))  # max(9, 10)
+    10.0
     """
-    return (
-        sum(smax([f, w], smoothness) for f, w in (matmul_dense, matmul_expert, context)) + t_comm
-    )
+    kernels = sum(smax([f, w], smoothness) for f, w in (matmul_dense, matmul_expert, context))
+    return (1.0 - overlap) * (kernels + t_comm) + overlap * smax([kernels, t_comm], smoothness)
 
 
 def _flop_seconds(flops, tokens, hardware):
@@ -301,6 +310,7 @@ def _assemble(
         (f_context / chips, t_kv),
         t_comm,
         smoothness,
+        design.get("comm_overlap"),
     )
     t_stage = overlapped + hardware.get("kernel_serialization") * (serial - overlapped) + t_overhead
     t_hop = hop_time(tokens, g, p, hardware, model, passes)

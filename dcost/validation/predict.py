@@ -15,6 +15,8 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
   and a dispatch de-duplicated per scale-up domain when the experts span more than one domain
   (DeepEP-style, as every multi-node deployment in the set uses).
 - batch: ``B = concurrency / (replicas * P)`` sequences per micro-batch.
+- ``comm_overlap`` (optional, 0): the share of the collectives the engine hides behind its
+  kernels (``Design.comm_overlap``; two-batch overlap).
 - workload: decode reads a mean context ``T = prompt + output/2``; speculative records set
   ``draft_tokens`` and ``acceptance``.
 - step and metric, with ``n = P*G`` chips of a replica:
@@ -203,6 +205,7 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         redundant_experts=0.0,
         draft_tokens=float(spec.get("draft_tokens", 0.0)),
         prefill_chunk=0.0,
+        comm_overlap=float(record.get("comm_overlap", 0.0)),
     )
     return Case(chip, net, workload, design, step, metric, chips * stages, t_in / t_out)
 
