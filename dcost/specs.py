@@ -281,6 +281,9 @@ class Hardware(eqx.Module):
       attention_flops: peak FLOP/s of attention over the context (``QK^T`` and ``PV``), which runs
         at the KV cache's number format rather than the weights' (a 4-bit matmul rate does not
         apply to it); None: ``flops`` (v1). ``flops_efficiency`` applies to it too (FLOP/s).
+      tree_collectives: message count of all-reduces, ``tau`` in [0, 1]: 0 the ring's
+        ``2(n-1)`` (v2), 1 the log-depth algorithms' ``2 log2 n``
+        (``dcost.serving.collectives.all_reduce``) (1, 0).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -306,6 +309,7 @@ class Hardware(eqx.Module):
     matmul_half_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     kernel_serialization: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     attention_flops: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    tree_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -316,6 +320,7 @@ class Hardware(eqx.Module):
         "scaleout_efficiency": 1.0,
         "matmul_half_tokens": 0.0,
         "kernel_serialization": 0.0,
+        "tree_collectives": 0.0,
     }
     get = _get
 
@@ -345,8 +350,9 @@ class Hardware(eqx.Module):
         for name in ("scaleup_efficiency", "scaleout_efficiency"):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
-        if self.kernel_serialization is not None:
-            check("Hardware", "kernel_serialization", self.kernel_serialization, high=1.0)
+        for name in ("kernel_serialization", "tree_collectives"):
+            if getattr(self, name) is not None:
+                check("Hardware", name, getattr(self, name), high=1.0)
         if self.attention_flops is not None:
             check("Hardware", "attention_flops", self.attention_flops, low_open=True)
 

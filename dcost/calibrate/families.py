@@ -101,7 +101,7 @@ of peak in vendor benchmarks; STREAM-like HBM reads 80-90 %; a serving engine's 
 CPU scheduling and sampling (vLLM's V1 engine notes); a CUDA kernel launch ~5-10 us; NCCL's
 achieved bus bandwidth 70-80 % of NVLink, 60-80 % of InfiniBand; NVLink and InfiniBand message
 latencies a few and ~10-20 us."""
-FIXED = {"kernel_serialization": 1.0}
+FIXED = {"kernel_serialization": 1.0, "tree_collectives": 1.0}
 """Fields every calibrated profile sets to a value that is not fitted."""
 PRIOR_SD = 1.5
 """Sd of the shared profile around the prior, in ``z`` (a factor ~4.5 in a log field)."""
