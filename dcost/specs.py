@@ -284,6 +284,9 @@ class Hardware(eqx.Module):
       tree_collectives: message count of all-reduces, ``tau`` in [0, 1]: 0 the ring's
         ``2(n-1)`` (v2), 1 the log-depth algorithms' ``2 log2 n``
         (``dcost.serving.collectives.all_reduce``) (1, 0).
+      kv_bandwidth_efficiency: achieved fraction of ``hbm_bandwidth`` of attention's reads of the
+        KV cache (gathered from pages, split over heads and sequences) where it differs from the
+        weights' ``eta_BW``; None: ``bandwidth_efficiency`` (v1).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -310,6 +313,7 @@ class Hardware(eqx.Module):
     kernel_serialization: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     attention_flops: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     tree_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    kv_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -347,7 +351,7 @@ class Hardware(eqx.Module):
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
-        for name in ("scaleup_efficiency", "scaleout_efficiency"):
+        for name in ("scaleup_efficiency", "scaleout_efficiency", "kv_bandwidth_efficiency"):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
         for name in ("kernel_serialization", "tree_collectives"):
@@ -375,6 +379,14 @@ class Hardware(eqx.Module):
     def bandwidth_achieved(self):
         """Achievable HBM bytes/s, ``BW * eta_BW``."""
         return self.hbm_bandwidth * self.bandwidth_efficiency
+
+    @property
+    def kv_bandwidth_achieved(self):
+        """Achievable HBM bytes/s of KV-cache reads, ``BW * kv_bandwidth_efficiency``
+        (``bandwidth_achieved`` when it is None)."""
+        if self.kv_bandwidth_efficiency is None:
+            return self.bandwidth_achieved
+        return self.hbm_bandwidth * self.kv_bandwidth_efficiency
 
     @property
     def scaleup_achieved(self):

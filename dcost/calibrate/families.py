@@ -75,6 +75,7 @@ FIELDS = (
     "flops_efficiency",
     "matmul_half_tokens",
     "bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
     "step_overhead",
     "layer_overhead",
     "scaleup_efficiency",
@@ -83,12 +84,19 @@ FIELDS = (
     "scaleout_latency",
 )
 FRACTIONS = frozenset(
-    {"flops_efficiency", "bandwidth_efficiency", "scaleup_efficiency", "scaleout_efficiency"}
+    {
+        "flops_efficiency",
+        "bandwidth_efficiency",
+        "kv_bandwidth_efficiency",
+        "scaleup_efficiency",
+        "scaleout_efficiency",
+    }
 )
 PRIOR = {
     "flops_efficiency": 0.6,
     "matmul_half_tokens": 32.0,
     "bandwidth_efficiency": 0.8,
+    "kv_bandwidth_efficiency": 0.6,
     "step_overhead": 1e-3,
     "layer_overhead": 1e-5,
     "scaleup_efficiency": 0.7,
@@ -105,6 +113,8 @@ FIXED = {"kernel_serialization": 1.0, "tree_collectives": 1.0}
 """Fields every calibrated profile sets to a value that is not fitted."""
 PRIOR_SD = 1.5
 """Sd of the shared profile around the prior, in ``z`` (a factor ~4.5 in a log field)."""
+FIELD_SD: dict[str, float] = {}
+"""Per-field prior sds in ``z`` where a field's physical range is narrower than ``PRIOR_SD``'s."""
 FAMILY_SD = 0.75
 """Sd of a family's offset from the shared profile, in ``z``."""
 STEPS = 1500
@@ -125,9 +135,20 @@ def _from_z(name: str, z):
     return jnp.exp(z)
 
 
-_IDEAL = {"flops_efficiency": 1.0, "bandwidth_efficiency": 1.0, **Hardware.OFF}
+_IDEAL = {
+    "flops_efficiency": 1.0,
+    "bandwidth_efficiency": 1.0,
+    "kv_bandwidth_efficiency": 1.0,
+    **Hardware.OFF,
+}
 """Every calibrated field at the value of the pure roofline (v1)."""
 _Z_PRIOR = np.array([float(_to_z(n, PRIOR[n])) for n in FIELDS])
+
+
+def _prior_sd() -> np.ndarray:
+    """Prior sd of each field's shared value in ``z`` (``FIELDS`` order): ``PRIOR_SD`` unless
+    ``FIELD_SD`` names the field."""
+    return np.array([FIELD_SD.get(n, PRIOR_SD) for n in FIELDS])
 
 
 def _with_profile(hardware: Hardware, values: jax.Array, fixed: bool = True) -> Hardware:
@@ -150,7 +171,13 @@ def calibrated_hardware(hardware: Hardware, family: str) -> Hardware:
     from dcost.presets import calibration_profile
 
     profile = calibration_profile(family)
-    return _with_profile(hardware, jnp.asarray([profile[n] for n in FIELDS]))
+    names = tuple(profile)
+    return eqx.tree_at(
+        lambda h: tuple(getattr(h, n) for n in names),
+        hardware,
+        tuple(jnp.asarray(profile[n], dtype=jnp.result_type(float)) for n in names),
+        is_leaf=lambda x: x is None,
+    )
 
 
 # ---- the data, stacked per kind of evaluation ----------------------------------------------
@@ -237,9 +264,9 @@ class Fit(eqx.Module):
         return jnp.stack([_from_z(n, z[..., j]) for j, n in enumerate(FIELDS)], axis=-1)
 
     def profile(self, family: str) -> dict[str, float]:
-        """``{field: value}`` of one family (SI units)."""
+        """``{field: value}`` of one family (SI units): the fitted ``FIELDS`` and the ``FIXED``."""
         v = np.asarray(self.values(self.families.index(family)))
-        return {n: float(v[j]) for j, n in enumerate(FIELDS)}
+        return {**{n: float(v[j]) for j, n in enumerate(FIELDS)}, **FIXED}
 
 
 def queueing(record: Mapping) -> bool:
@@ -273,7 +300,7 @@ def _fit_weights(groups, n, fam, log_y, weights, n_families, steps, multinomial)
         zg, delta = params
         err = _log_predictions(groups, n, zg, delta, fam, multinomial) - log_y
         data = jnp.sum(weights * err**2) / jnp.maximum(jnp.sum(weights), 1.0)
-        prior = jnp.sum((zg - _Z_PRIOR) ** 2) / (2 * PRIOR_SD**2)
+        prior = jnp.sum((zg - _Z_PRIOR) ** 2 / (2 * _prior_sd() ** 2))
         shrink = jnp.sum(delta**2) / (2 * FAMILY_SD**2)
         return data + (prior + shrink) / n
 

@@ -280,7 +280,7 @@ def _assemble(
     extra_attn = attention_weight_params(model, groups, held)
     weight_params = passes * (model.params_dense + extra_attn + expert_params_touched)
     t_weights = model.bytes_per_param * weight_params / (chips * bw)
-    t_kv = kv_bytes * rep / (chips * bw)
+    t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
     w_dense = model.bytes_per_param * passes * (model.params_dense + extra_attn) / (chips * bw)
     w_expert = model.bytes_per_param * passes * expert_params_touched / (chips * bw)
 
