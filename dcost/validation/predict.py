@@ -58,7 +58,15 @@ from dcost.serving.roofline import decode, prefill
 from dcost.specs import MULTINOMIAL, Design, Hardware, Model, SpecError, Workload
 from dcost.validation import check_record
 
-__all__ = ["Case", "case", "predict", "evaluate_case", "attention_rate", "TIME_METRICS"]
+__all__ = [
+    "Case",
+    "case",
+    "predict",
+    "evaluate_case",
+    "evaluate_metrics",
+    "attention_rate",
+    "TIME_METRICS",
+]
 
 TIME_METRICS = ("tpot", "ttft", "step_time")
 """Metrics in seconds (a bound from below); the others are tokens/s (a bound from above)."""
@@ -213,6 +221,12 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
 def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
     """The metric of a case (seconds or tokens/s per GPU), as a JAX scalar; ``hardware`` replaces
     the case's chip (calibration differentiates through it)."""
+    return evaluate_metrics(c, (c.metric,), hardware, smoothness)[0]
+
+
+def evaluate_metrics(c: Case, metrics, hardware: Hardware | None = None, smoothness=0.0):
+    """The case's step evaluated once, and each of ``metrics`` read from it (a JAX array in
+    ``metrics`` order; each must be one the step has, see the module docstring)."""
     h = c.hardware if hardware is None else hardware
     args = (c.design, h, c.model, c.workload, smoothness)
     if c.step == "first_token":
@@ -222,21 +236,20 @@ def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
         first = prefill(alone, *args[1:]).ttft
         others = eqx.tree_at(lambda d: d.batch, c.design, jnp.maximum(c.design.batch - 1.0, 1.0))
         busy = decode(others, *args[1:])
-        return jnp.maximum(first, busy.tpot * busy.tokens_per_step)
+        return jnp.stack([jnp.maximum(first, busy.tpot * busy.tokens_per_step) for _ in metrics])
     if c.step == "prefill":
         p = prefill(*args)
-        return p.ttft if c.metric == "ttft" else p.tokens_per_s / c.chips
+        return jnp.stack([p.ttft if m == "ttft" else p.tokens_per_s / c.chips for m in metrics])
     r = decode(*args) if c.step == "decode" else mixed_step(*args)
-    if c.metric == "tpot":
-        return r.tpot
-    if c.metric == "step_time":
-        return r.tpot * r.tokens_per_step
     per_gpu = r.tokens_per_s / c.chips
-    if c.metric == "input_throughput_per_gpu" and c.step == "mixed":
-        return per_gpu * c.input_per_output
-    if c.metric == "total_throughput_per_gpu":
-        return per_gpu * (1.0 + c.input_per_output)
-    return per_gpu
+    values = {
+        "tpot": r.tpot,
+        "step_time": r.tpot * r.tokens_per_step,
+        "output_throughput_per_gpu": per_gpu,
+        "input_throughput_per_gpu": per_gpu * c.input_per_output if c.step == "mixed" else per_gpu,
+        "total_throughput_per_gpu": per_gpu * (1.0 + c.input_per_output),
+    }
+    return jnp.stack([values[m] for m in metrics])
 
 
 def predict(record: Mapping, calibrated: bool = False) -> float:
