@@ -275,7 +275,16 @@ def _predict_one(group: _Group, value: jax.Array, multinomial, i, fixed=True) ->
         is_leaf=lambda x: x is None,
     )
     chips, ipo = jnp.asarray(c.chips)[i], jnp.asarray(c.input_per_output)[i]
-    single = Case(_with_profile(h, value, fixed), m, w, d, group.step, c.metric, chips, ipo)
+    single = Case(
+        _with_profile(h, value, fixed),
+        m,
+        w,
+        d,
+        group.step,
+        c.metric,
+        chips,  # type: ignore[arg-type]
+        ipo,  # type: ignore[arg-type]
+    )
     every = evaluate_metrics(single, group.metrics)
     code = jnp.asarray(group.codes)[i]
     return jnp.sum(jnp.where(jnp.arange(len(group.metrics)) == code, every, 0.0))

@@ -5,7 +5,8 @@ serving pool, a concurrency and mean lengths. ``case(record)`` turns it into the
 replica (``Hardware``, ``Model``, ``Workload``, ``Design``) and says which step it runs; ``predict``
 evaluates it. The mapping, in the symbols of DESIGN.md:
 
-- chip: ``dcost.hardware(record.hardware, precision=record.compute, **hardware_overrides)``; model:
+- chip: ``dcost.hardware(record.hardware, precision=record.compute, **hardware_overrides)``, with
+  attention over the context at the KV cache's rate (``attention_rate``); model:
   ``dcost.model(record.model, weights=record.weights, kv_cache=record.kv_cache)``.
 - layout: ``P = pipeline_parallel`` stages of ``G = gpus/P`` chips. A dense model runs tensor
   parallel over ``tensor_parallel`` chips per stage, so an instance wider than that holds
@@ -35,11 +36,13 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
                                             other B - 1 sequences (queueing not modelled)
   ==========  ============================  ================================================
 
-``calibrated=False`` is pure physics: the chips' peak rates, no overheads, balanced experts. Every
+``calibrated=False`` is pure physics: the chips' peak rates, one roofline for the whole step, no
+overheads, balanced experts. Every
 term it leaves out only adds time, so each prediction is a bound: a measured time is never shorter
 than predicted, a measured throughput never higher (``tests/test_validation_predict.py`` checks
 every shipped record). ``calibrated=True`` applies the profile fitted for the record's hardware
-family (``dcost.calibrate.families``) and expected-maximum expert load under multinomial routing.
+family (``dcost.calibrate.families``: kernels in series, each at its own roofline, and the fitted
+efficiencies and overheads) and expected-maximum expert load under multinomial routing.
 
 A record dcost cannot model raises ``SpecError`` naming the field it cannot honour.
 """
