@@ -241,9 +241,14 @@ def _number(value) -> str:
 
 
 def _get(self, name):
-    """The field ``name``, or its "off" value from ``OFF`` when it is None (v2 fields)."""
+    """The field ``name``, or its "off" value from ``OFF`` when it is None (v2 fields). An "off"
+    value that is a field's name means "the same as that field" (``attention_flops`` off runs
+    attention at ``flops``)."""
     value = getattr(self, name)
-    return self.OFF[name] if value is None else value
+    if value is not None:
+        return value
+    off = self.OFF[name]
+    return getattr(self, off) if isinstance(off, str) else off
 
 
 class Hardware(eqx.Module):
@@ -325,6 +330,8 @@ class Hardware(eqx.Module):
         "matmul_half_tokens": 0.0,
         "kernel_serialization": 0.0,
         "tree_collectives": 0.0,
+        "attention_flops": "flops",
+        "kv_bandwidth_efficiency": "bandwidth_efficiency",
     }
     get = _get
 
@@ -371,9 +378,7 @@ class Hardware(eqx.Module):
     def attention_flops_achieved(self):
         """Achievable FLOP/s of attention over the context, ``attention_flops * eta_F``
         (``flops_achieved`` when ``attention_flops`` is None)."""
-        if self.attention_flops is None:
-            return self.flops_achieved
-        return self.attention_flops * self.flops_efficiency
+        return self.get("attention_flops") * self.flops_efficiency
 
     @property
     def bandwidth_achieved(self):
@@ -384,9 +389,7 @@ class Hardware(eqx.Module):
     def kv_bandwidth_achieved(self):
         """Achievable HBM bytes/s of KV-cache reads, ``BW * kv_bandwidth_efficiency``
         (``bandwidth_achieved`` when it is None)."""
-        if self.kv_bandwidth_efficiency is None:
-            return self.bandwidth_achieved
-        return self.hbm_bandwidth * self.kv_bandwidth_efficiency
+        return self.hbm_bandwidth * self.get("kv_bandwidth_efficiency")
 
     @property
     def scaleup_achieved(self):

@@ -145,10 +145,10 @@ def _from_z(name: str, z):
 
 
 _IDEAL = {
+    **{name: off for name, off in Hardware.OFF.items() if not isinstance(off, str)},
     "flops_efficiency": 1.0,
     "bandwidth_efficiency": 1.0,
     "kv_bandwidth_efficiency": 1.0,
-    **Hardware.OFF,
 }
 """Every calibrated field at the value of the pure roofline (v1)."""
 _Z_PRIOR = np.array([float(_to_z(n, PRIOR[n])) for n in FIELDS])
