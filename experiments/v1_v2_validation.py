@@ -31,7 +31,7 @@ from dcost.calibrate import families
 from dcost.serving.roofline import decode, prefill
 from dcost.specs import Design, Hardware, Model, Workload
 from dcost.validation import load
-from dcost.validation.predict import TIME_METRICS, case
+from dcost.validation.cases import TIME_METRICS, case
 
 V1_HARDWARE = (
     "flops",

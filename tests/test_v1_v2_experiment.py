@@ -9,7 +9,7 @@ import pytest
 
 import dcost
 from dcost.validation import load
-from dcost.validation.predict import case, predict
+from dcost.validation.cases import case, predict
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))

@@ -63,7 +63,7 @@ import numpy as np
 import optax
 
 from dcost.specs import Hardware, stack
-from dcost.validation.predict import TIME_METRICS, Case, case, evaluate_metrics
+from dcost.validation.cases import TIME_METRICS, Case, case, evaluate_metrics
 
 __all__ = [
     "FIELDS",

@@ -20,6 +20,11 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 
 __all__ = [
+    "predict",
+    "case",
+    "Case",
+    "evaluate_case",
+    "TIME_METRICS",
     "METRICS",
     "PRECISIONS",
     "REQUIRED",
@@ -180,3 +185,16 @@ def unknown_presets(records: Iterable[Mapping]) -> list[tuple[str, str, str | No
             if name not in names:
                 missing.append((record.get("id", "<no id>"), field, name))
     return missing
+
+
+# What the serving model predicts for a record (``dcost.validation.cases``), imported on first use:
+# loading and checking records needs no JAX.
+_CASES = ("predict", "case", "Case", "evaluate_case", "evaluate_metrics", "attention_rate")
+
+
+def __getattr__(name):
+    if name in _CASES or name == "TIME_METRICS":
+        from dcost.validation import cases
+
+        return getattr(cases, name)
+    raise AttributeError(f"module 'dcost.validation' has no attribute {name!r}")
