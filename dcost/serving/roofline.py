@@ -56,6 +56,7 @@ __all__ = [
     "critical_context",
     "bottleneck",
     "matmul_efficiency",
+    "stage_time",
     "chunks",
     "SECONDS_PER_HOUR",
     "TERMS",
@@ -162,6 +163,47 @@ def matmul_efficiency(tokens, hardware):
     return hardware.flops_efficiency / (1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens))
 
 
+def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0, overlap=0.0):
+    """A stage step whose operations run one after another, each at its own roofline (s).
+
+    .. math::
+        K = \\max(t^F_{dense}, t^W_{dense}) + \\max(t^F_{exp}, t^W_{exp}) + \\max(t^F_{ctx}, t_{kv})
+
+        t_{serial} = (1 - o)(K + t_{comm}) + o \\max(K, t_{comm})
+
+    The dense (and attention-projection) matmuls, the routed-expert matmuls and attention over
+    the context each take the larger of their compute and memory times, and the collectives come
+    on top. A serving engine launches these as separate kernels in sequence (a GEMM cannot start
+    before the attention that feeds it ends), so a memory-bound attention does not hide behind a
+    compute-bound matmul as the whole-step roofline ``max(t_compute, t_weights + t_kv, t_comm)``
+    assumes: the roofline applies per kernel (Williams et al., CACM 2009), and per-operation
+    roofline times add up over a layer (Yuan et al., "LLM Inference Unveiled: Survey and
+    Roofline Model Insights", arXiv 2402.16363, 2024, section 3).
+
+    An engine that hides a fraction ``o = Design.comm_overlap`` of its collectives behind the
+    kernels (two micro-batches in flight: DeepSeek-V3 Technical Report, section 3.4, SGLang's
+    two-batch overlap) takes the longer of the two streams for that fraction. (Two micro-batches
+    also read the weights twice; that term is left out.) At ``o = 0`` the result is at least the
+    whole-step roofline (a sum of maxima is at least the maximum of sums).
+    ``Hardware.kernel_serialization = s`` weighs it in ``_assemble``:
+    ``t_stage = t_overlapped + s (t_serial - t_overlapped) + t_overhead``.
+
+    Args:
+      matmul_dense, matmul_expert, context: ``(compute seconds, memory seconds)`` pairs of one
+        stage step on one chip.
+      t_comm: collectives of the step (s).
+      smoothness: 0 for the hard maxima, in ``(0, 1]`` for the p-norm ones.
+      overlap: ``o`` in [0, 1].
+
+    >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 0.5))  # 2 + 3 + 4 + 0.5
+    9.5
+    >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 10.0, overlap=1.0))  # max(9, 10)
+    10.0
+    """
+    kernels = sum(smax([f, w], smoothness) for f, w in (matmul_dense, matmul_expert, context))
+    return (1.0 - overlap) * (kernels + t_comm) + overlap * smax([kernels, t_comm], smoothness)
+
+
 def _flop_seconds(flops, tokens, hardware):
     """``flops / (F eta(n))`` at matmul size ``tokens``: seconds for one chip (s)."""
     slowdown = 1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens)
@@ -223,16 +265,15 @@ def _assemble(
     # compute: each part at its matmul size (tokens through one weight matrix on a chip)
     n_attn = model.params_attention
     expert_active = model.experts_active * model.params_per_expert
-    flop_time = (
-        _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
-        + _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
-        + _flop_seconds(
-            2.0 * expert_active * tokens * imb,
-            tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
-            hardware,
-        )
-        + attn_ctx_flops / hardware.flops_achieved
+    f_attn_proj = _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
+    f_dense = _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
+    f_expert = _flop_seconds(
+        2.0 * expert_active * tokens * imb,
+        tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
+        hardware,
     )
+    f_context = attn_ctx_flops / hardware.attention_flops_achieved
+    flop_time = f_attn_proj + f_dense + f_expert + f_context
     t_compute = flop_time / chips
 
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
@@ -240,7 +281,9 @@ def _assemble(
     extra_attn = attention_weight_params(model, groups, held)
     weight_params = passes * (model.params_dense + extra_attn + expert_params_touched)
     t_weights = model.bytes_per_param * weight_params / (chips * bw)
-    t_kv = kv_bytes * rep / (chips * bw)
+    t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
+    w_dense = model.bytes_per_param * passes * (model.params_dense + extra_attn) / (chips * bw)
+    w_expert = model.bytes_per_param * passes * expert_params_touched / (chips * bw)
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
     moe_layers = model.moe_layers / p
@@ -261,7 +304,16 @@ def _assemble(
     t_overhead = passes * (
         hardware.get("step_overhead") + hardware.get("layer_overhead") * model.n_layers / p
     )
-    t_stage = smax([t_compute, t_weights + t_kv, t_comm], smoothness) + t_overhead
+    overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
+    serial = stage_time(
+        ((f_attn_proj + f_dense) / chips, w_dense),
+        (f_expert / chips, w_expert),
+        (f_context / chips, t_kv),
+        t_comm,
+        smoothness,
+        design.get("comm_overlap"),
+    )
+    t_stage = overlapped + hardware.get("kernel_serialization") * (serial - overlapped) + t_overhead
     t_hop = hop_time(tokens, g, p, hardware, model, passes)
     trip = pipeline_latency(t_stage, t_hop, p) + t_draft
     tpot = trip / tokens_per_step
