@@ -39,7 +39,7 @@ def optimized():
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = main(["optimize", *BASE, "--tpot-slo", "10ms", "--json"])
+        code = main(["optimize", *BASE, "--tpot-slo", "10ms", "--json", "--sensitivity", "kkt"])
     return code, json.loads(buf.getvalue())
 
 
@@ -61,7 +61,7 @@ def test_optimize_json_is_si_and_checked(optimized):
     assert out["multipliers"]["tpot"] > 0
     sens = out["sensitivity"]
     assert sens["hardware"]["price_per_hour"] == pytest.approx(1.0, abs=1e-9)
-    assert sens["limits"]["tpot"] < 0 and sens["kkt"]
+    assert sens["limits"]["tpot"] < 0 and sens["kkt"] and sens["method"] == "kkt"
     # the shadow price is the multiplier times the cost: -d cost / d log(tpot_slo)
     assert out["multipliers"]["tpot"] == pytest.approx(
         -sens["limits"]["tpot"] * out["cost"], rel=0.05
@@ -86,10 +86,24 @@ def test_optimize_text(capsys):
     code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "10ms")
     assert code == 0
     assert "per million output tokens" in out and "binding:         tpot\n" in out
-    assert "what would make tokens cheaper" in out
+    assert "what would make tokens cheaper" in out and "envelope theorem" in out
     rows = out.split("cost if x rises 10 %")[1].strip().splitlines()[1:]
     mags = [abs(float(line.split()[1])) for line in rows]
     assert mags == sorted(mags, reverse=True) and len(rows) == 8
+    by_name = {line.split()[0]: float(line.split()[1]) for line in rows}
+    assert by_name["hardware.price_per_hour"] == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_envelope_json_agrees_with_the_kkt_sensitivities(capsys, optimized):
+    """The default (envelope theorem at the search's point) against dcost.sensitivity (polished
+    to a KKT point), on the problem of the fixture: every elasticity within 0.02."""
+    code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "10ms", "--json")
+    envelope, kkt = json.loads(out)["sensitivity"], optimized[1]["sensitivity"]
+    assert code == 0 and envelope["method"] == "envelope" and "kkt" not in envelope
+    for part in ("hardware", "model", "workload", "limits"):
+        for name, value in kkt[part].items():
+            assert envelope[part][name] == pytest.approx(value, abs=0.02), (part, name)
 
 
 def test_durations_parse_alike():

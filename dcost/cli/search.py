@@ -12,9 +12,16 @@ field, or ``lo:hi``, which lets the search choose it within those bounds (``docs
 
 ``optimize`` prints the design, its cost in $ per million tokens, its latency, the binding
 constraint with its shadow price, and the largest elasticities of the optimal cost ("what would
-make tokens cheaper"). ``grid`` searches exhaustively (a progress bar on stderr when it takes more
-than a second). ``--json`` prints SI units under the API's field names. Exit codes: 0 a feasible
-design, 1 no feasible design (the reason is printed), 2 a bad argument.
+make tokens cheaper"; by the envelope theorem at the search's continuous optimum, or with
+``--sensitivity kkt`` from ``dcost.sensitivity``, which polishes it to a KKT point first).
+``grid`` searches exhaustively (a progress bar on stderr when it takes more than a second).
+``--json`` prints SI units under the API's field names. Exit codes: 0 a feasible design, 1 no
+feasible design (the reason is printed), 2 a bad argument.
+
+``optimize`` compiles its programs for speed of compiling rather than of running
+(``dcost.search._jit.prefer_fast_compile``: one question per process; ``grid``, which evaluates
+millions of designs, compiles for speed of running), and a later process finds them compiled in
+``dcost._programs``.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ from dcost.cli.common import (
     parse_number,
     whole,
 )
+from dcost.search._jit import prefer_fast_compile
+from dcost.search.envelope import envelope
 from dcost.search.grid import grid_search
 from dcost.search.optimize import optimize
 from dcost.search.problem import LAYOUT_VARIABLES, Problem
-from dcost.search.sensitivity import sensitivity
 from dcost.specs import Design, Workload
 
 __all__ = [
@@ -69,9 +77,20 @@ def add_parsers(subparsers) -> None:
     _common(p)
     p.add_argument("--top", type=whole, default=8, help="sensitivities to list (default 8)")
     p.add_argument(
+        "--sensitivity",
+        choices=("envelope", "kkt", "none"),
+        default="envelope",
+        help="how to compute the elasticities of the optimal cost: envelope (default; the "
+        "envelope theorem at the search's continuous optimum, one gradient), kkt (dcost."
+        "sensitivity: polished to a KKT point first; its program takes about 10 s to compile "
+        "once), none",
+    )
+    p.add_argument(
         "--no-sensitivity",
-        action="store_true",
-        help="skip the elasticities (saves their compilation, a few seconds)",
+        dest="sensitivity",
+        action="store_const",
+        const="none",
+        help="skip the elasticities (--sensitivity none)",
     )
     p.set_defaults(func=cmd_optimize)
     p = subparsers.add_parser("grid", help="the cheapest design by exhaustive search (exact)")
@@ -310,10 +329,19 @@ class ProgressBar:
 
 
 def cmd_optimize(args) -> int:
+    with prefer_fast_compile():  # one question per process: compiling it is what takes time
+        return _optimize(args)
+
+
+def _optimize(args) -> int:
     problem = problem_from_args(args)
     sol = optimize(problem)
     sens = None
-    if not args.no_sensitivity and bool(sol.feasible):
+    if args.sensitivity == "envelope" and bool(sol.feasible):
+        sens = jax.tree.map(np.asarray, envelope(problem, sol))
+    elif args.sensitivity == "kkt" and bool(sol.feasible):
+        from dcost.search.sensitivity import sensitivity
+
         with jax.enable_x64(True):  # Newton on the KKT system wants float64
             sens = jax.tree.map(np.asarray, sensitivity(problem_from_args(args)))
     return _emit(args, problem, sol, sens, method="optimize")
@@ -322,7 +350,7 @@ def cmd_optimize(args) -> int:
 def cmd_grid(args) -> int:
     problem = problem_from_args(args)
     bar = None if args.json else ProgressBar(stream=sys.stderr)
-    sol = grid_search(problem, progress=bar)
+    sol = grid_search(problem, progress=bar)  # runs millions of designs: compiled to run fast
     return _emit(args, problem, sol, None, method="grid")
 
 
@@ -364,7 +392,9 @@ def _emit(args, problem, sol, sens, method) -> int:
                 part: _floats(getattr(sens, part)) for part in ("hardware", "model", "workload")
             }
             out["sensitivity"]["limits"] = {k: _si(v) for k, v in sens.limits.items()}
-            out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
+            out["sensitivity"]["method"] = args.sensitivity
+            if args.sensitivity == "kkt":
+                out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
         print(json.dumps(out, indent=2))
         return 0 if feasible else 1
     _print_text(args, problem, sol, sens, unit)
@@ -457,7 +487,10 @@ def _print_text(args, problem, sol, sens, unit) -> None:
     if sens is None:
         return
     rows = sens.ranked(args.top)
-    note = "" if bool(sens.relaxed.kkt) else " (no KKT point confirmed: treat as rough)"
+    if args.sensitivity == "envelope":
+        note = " (envelope theorem at the search's multipliers; --sensitivity kkt polishes first)"
+    else:
+        note = "" if bool(sens.relaxed.kkt) else " (no KKT point confirmed: treat as rough)"
     print(f"\nwhat would make tokens cheaper: d log cost / d log x at the continuous optimum{note}")
     table = [[name, f"{v:+.3f}", f"{(1.1**v - 1) * 100:+.2f} %"] for name, v in rows]
     print(format_table(table, ["input", "elasticity", "cost if x rises 10 %"]))

@@ -36,7 +36,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dcost.bisection import bisect, ceil_midpoint, floor_midpoint, steps_for
 from dcost.search import kkt
@@ -230,6 +229,8 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     sched = tuple(
         jnp.asarray(a, bool if a.dtype == bool else dtype) for a in _schedule(settings, n_c)
     )
+    import optax  # here, not at the top: a search loaded from dcost._programs never traces
+
     adam = optax.scale_by_adam()
     value_and_grad = jax.value_and_grad(_objective, has_aux=True)
 
