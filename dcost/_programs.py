@@ -57,7 +57,9 @@ MAGIC = b"dcost-compiled-program-1\n"
 SUFFIX = ".xla"
 
 # (function, structure, shapes, static arguments, x64, options) -> (callable, result structure)
-_MEMO: dict[tuple, tuple[Callable, Any]] = {}
+_MEMO: dict[tuple, Any] = {}
+_BROKEN = object()
+"""A memo entry for a program whose loaded executable failed to run: the plain jit from then on."""
 
 
 class Unsupported(Exception):
@@ -147,6 +149,8 @@ def run(
         entry = _MEMO.get(memo_key)
     except TypeError:  # an unhashable static argument
         return SKIP
+    if entry is _BROKEN:
+        return SKIP
     if entry is None:
         entry = _load_or_compile(
             where, fun, names, treedef, leaves, avals, static, x64, options, compile_options
@@ -155,7 +159,13 @@ def run(
             return SKIP
         _MEMO[memo_key] = entry
     call, out_tree = entry
-    return jax.tree.unflatten(out_tree, call(*leaves))
+    try:
+        out = call(*leaves)
+    except Exception:  # noqa: BLE001 - an executable that will not run here: the plain jit
+        # (which raises the same error again if the error is the program's own)
+        _MEMO[memo_key] = _BROKEN
+        return SKIP
+    return jax.tree.unflatten(out_tree, out)
 
 
 @functools.cache

@@ -73,6 +73,23 @@ def test_a_corrupt_entry_is_traced_again_and_rewritten(store):
     assert len(TRACES) == 4  # and rewritten whole: found again
 
 
+def test_an_executable_that_fails_to_run_falls_back_to_the_plain_jit(store):
+    """A loaded program whose call raises (an executable that will not dispatch here) is not
+    retried: ``run`` says SKIP, and the caller's plain jit gives the answer."""
+    x = jnp.arange(1.0, 4.0)
+    run(x)
+    ((memo_key, (_, out_tree)),) = _programs._MEMO.items()
+
+    def broken(*leaves):
+        raise RuntimeError("executable does not dispatch")
+
+    _programs._MEMO[memo_key] = (broken, out_tree)
+    args = (polynomial, (x, jnp.asarray(2.0)), {"power": 3}, ("power",), None)
+    assert _programs.run(*args) is _programs.SKIP
+    assert _programs._MEMO[memo_key] is _programs._BROKEN
+    assert _programs.run(*args) is _programs.SKIP  # and from then on, without trying again
+
+
 def test_a_foreign_or_stale_entry_is_never_used(store, monkeypatch):
     x = jnp.arange(1.0, 4.0)
     run(jnp.arange(5.0))  # another program's entry...
