@@ -62,7 +62,12 @@ def prefill_tokens_per_step(design, workload, smoothness=0.0):
 
 
 def mixed_step(
-    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
+    design: Design,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    smoothness=0.0,
+    chunk_tokens=None,
 ) -> Report:
     """One step of continuous batching with chunked prefill: ``B`` decode sequences and a chunk
     of ``c`` prompt tokens (``prefill_tokens_per_step``) share the weights and the step.
@@ -89,6 +94,9 @@ def mixed_step(
       workload: ``context`` ``T`` of the decoding sequences; ``prompt`` ``T_in`` and ``output``
         ``T_out`` (>= 1) set the prefill rate.
       smoothness: 0 exact, in ``(0, 1]`` smooth (``dcost.smooth.MAX_SMOOTHNESS``).
+      chunk_tokens: the prompt tokens ``c`` the step carries (per micro-batch, >= 0), given
+        instead of the steady state's ``prefill_tokens_per_step`` (None); a capacity planner
+        prices steps of any mix this way (``dcost.planning``).
 
     Returns:
       A ``Report`` per output token.
@@ -110,7 +118,11 @@ def mixed_step(
     model = with_experts(model, design)
     b, t, t_in = design.batch, workload.context, workload.prompt
     decode_tokens = b * (1.0 + design.get("draft_tokens"))
-    c = prefill_tokens_per_step(design, workload, smoothness)
+    if chunk_tokens is None:
+        c = prefill_tokens_per_step(design, workload, smoothness)
+    else:
+        check("mixed_step", "chunk_tokens", chunk_tokens)
+        c = _float(chunk_tokens)
     n_c = smax([safe_div(t_in, c, default=1.0), jnp.ones_like(c)], smoothness)
     tokens = decode_tokens + c
     phi = _expert_fraction(tokens, model.n_experts, model.experts_active)
