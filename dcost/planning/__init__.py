@@ -7,10 +7,12 @@
 - ``designs``: a pool's step time from a serving layout (the serving model, tabulated).
 - ``search``: branch and bound over layouts and replica counts; the exhaustive grid.
 - ``planner``: ``plan`` (the cheapest fleet), ``Plan``, ``plan_grid`` (its ground truth).
+- ``envelope``: ``plan_sensitivity`` (elasticities of the bill, by the envelope theorem).
 - ``fleet``: ``simulate`` (a plan's fleet through the simulation, step times exact).
 """
 
 from dcost.planning.designs import Layout, StepTable, step_table
+from dcost.planning.envelope import PlanSensitivity, plan_sensitivity, relaxed_replicas
 from dcost.planning.fleet import simulate
 from dcost.planning.latency import Latency, aggregated_latency, disaggregated_latency
 from dcost.planning.planner import Options, Plan, PlanBatch, PoolPlan, layouts, plan, plan_grid
@@ -42,4 +44,7 @@ __all__ = [
     "Options",
     "layouts",
     "simulate",
+    "plan_sensitivity",
+    "PlanSensitivity",
+    "relaxed_replicas",
 ]

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.planning.designs import Layout, _parts, workload_of
+from dcost.planning.designs import Layout, _parts, _stage, workload_of
 from dcost.planning.pools import Pool
 from dcost.planning.simulate import Simulation, simulate_aggregated, simulate_disaggregated
 from dcost.planning.traffic import Traffic
@@ -35,7 +35,7 @@ def _trips(layout, hardware, model, workload, batch, tokens):
 
     def one(b, c):
         parts, _ = _parts(layout, hardware, model, workload, b, c)
-        return layout.stages * jnp.max(parts[:3]) + parts[3]
+        return layout.stages * _stage(parts) + parts[3]
 
     return jax.lax.map(lambda bc: one(*bc), (batch, tokens), batch_size=1024)
 

@@ -37,7 +37,15 @@ that the gradient is the implicit-function one).
 .. math:: \\bar t = (1 - f)\\,t_0 + f\\,t_c = \\frac{t_0}{1 - \\lambda_r E[n] (t_c - t_0)},
 
 and by Little's law the decode batch is ``B = lambda_r E[K] t_bar`` (a fixed point in ``B``;
-steps are evaluated at ``B + 1``, the batch a request sees with itself in it).
+steps are evaluated at ``B + 1``, the batch a request sees with itself in it). That mix has each
+prompt ride a step of its own; when prompts arrive faster than steps end they share steps (an
+engine fills its token budget ``C``), and a full chunk can turn a memory-bound step compute
+bound (a prompt that rode a memory-bound step nearly free then costs its full compute). The
+packed picture: a step carries the ``k ~ Poisson(lambda_r t_bar)`` prompts that arrived during
+the one before, ``t_bar = E_k[t(B, min(k E[P_u], C))]`` (a fixed point); ``t_bar`` is the
+larger of the two pictures. Likewise a prompt within one chunk shares its step with the
+``lambda_r t_bar`` others that arrived beside it, ``S_own = t(B, min(P_u + lambda_r t_bar
+E[P_u], C))``, and an arrival waits for the step in progress, ``R ~ U(0, t_bar)``.
 
 **TPOT** of a request is the mean over its ``K`` decode steps,
 ``t_0 + (t_c - t_0) N_c / K`` with ``N_c`` the steps that held a chunk. By the central limit
@@ -86,6 +94,8 @@ _W = np.exp(-0.5 * _Z**2)
 _W = _W / _W.sum()
 _SECANT_ITERATIONS = 16
 _QUEUE_ITERATIONS = 12
+_PACKED = 32  # prompts per packed step considered: 0..31
+_PACKED_ITERATIONS = 8
 _BISECTIONS = 36
 
 
@@ -269,6 +279,20 @@ def _decode_fixed_point(tbar_fn, lam_r, mean_k):
     return b
 
 
+def _packed_step(t_k, lam_r, start):
+    """The mean step when prompts share steps: ``t = sum_k Pois(k; lambda_r t) t_k`` with
+    ``t_k = t(B, min(k E[P_u], C))`` the step carrying the ``k`` prompts that arrived during
+    the previous one (a fixed point in ``t``, iterated up from ``start``)."""
+    k = jnp.arange(t_k.shape[-1], dtype=t_k.dtype)
+
+    def body(_, t):
+        m = jnp.maximum(lam_r * t, 1e-30)
+        p = jnp.exp(k * jnp.log(m) - m - jax.scipy.special.gammaln(k + 1.0))
+        return jnp.sum(p * t_k) / jnp.maximum(jnp.sum(p), 1e-30)
+
+    return jax.lax.fori_loop(0, _PACKED_ITERATIONS, body, start)
+
+
 def _slot_wait(pool, load):
     """Erlang-C over the pool's ``n * batch_cap`` slots at ``load`` Erlangs."""
     return erlang_c(pool.replicas * pool.batch_cap, load)
@@ -315,16 +339,20 @@ def aggregated_latency(
     w = jnp.asarray(_W, dtype=prompt_u.dtype)
     mean_k = _mean_k(traffic)
 
-    tokens = _prefill_tokens(prompt_u, chunk)
+    mean_prompt = jnp.sum(w * prompt_u)
+    packs = jnp.minimum(jnp.arange(_PACKED, dtype=prompt_u.dtype) * mean_prompt, chunk)
+    tokens = jnp.concatenate([_prefill_tokens(prompt_u, chunk), packs])
 
     def steps(b):
         """(t_0, t_c, E[n], E[S], t_bar, f, S, S_own, fluid) at decode batch ``b`` (seen:
         ``b + 1``): one call of the step function (the decode step rides with the chunks)."""
-        n, s, own, fluid, t0 = _prefill_times(step(b + 1.0, tokens), prompt_u, chunk)
+        t = step(b + 1.0, tokens)
+        n, s, own, fluid, t0 = _prefill_times(t[:-_PACKED], prompt_u, chunk)
         en, es = jnp.sum(w * n), jnp.sum(w * s)
         tc = es / en
         load = lam_r * en * jnp.maximum(tc - t0, 0.0)
         tbar = t0 / jnp.maximum(1.0 - load, 1e-6)
+        tbar = jnp.maximum(tbar, _packed_step(t[-_PACKED:], lam_r, tbar))
         f = jnp.clip(lam_r * en * tbar, 0.0, 1.0)
         return t0, tc, en, es, tbar, f, s, own, fluid
 
@@ -332,11 +360,15 @@ def aggregated_latency(
     at = jax.vmap(steps)(batch + jnp.asarray([0.0, 0.5, -0.5], dtype=batch.dtype))
     t0, tc, en, es, tbar, f = (x[0] for x in at[:6])
     alone, own, fluid = at[6][0], at[7][0], at[8][0]
+    # a prompt within one chunk shares its step with those that arrived beside it
+    others = jnp.minimum(lam_r * tbar * mean_prompt, chunk)
+    shared = step(batch + 1.0, jnp.minimum(prompt_u + others, chunk))
+    own = jnp.where(prompt_u <= chunk, jnp.maximum(own, shared), own)
     eq, cv = _queue_service(traffic.rate, pool.replicas, w, fluid, alone)
     rho_p = lam_r * eq
     tail = mgc_wait(traffic.rate, pool.replicas, eq, cv)
     busy = 1.0 - jnp.exp(-batch)
-    ttft, ttft_mean = _ttft(traffic, quantiles, own, 0.0, tail, t0, busy)
+    ttft, ttft_mean = _ttft(traffic, quantiles, own, 0.0, tail, tbar, busy)
 
     # TPOT: chunk/decode steps as a two-state Markov chain; the batch's own variation
     f_in = jnp.clip(f, 1e-6, 1.0 - 1e-6)

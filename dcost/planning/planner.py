@@ -32,7 +32,6 @@ from dcost.planning.traffic import Traffic
 from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
 from dcost.search._jit import jit
-from dcost.serving.queueing import erlang_c
 from dcost.specs import Hardware, Model, SpecError, _concrete, check
 
 __all__ = [
@@ -177,20 +176,6 @@ def _search(kinds, tables, index, traffic, targets, hardware, model, settings):
     return jax.vmap(one)(index, traffic, targets)
 
 
-def _least_cap(n, load, cap_max, eps):
-    """The fewest slots per replica with Erlang-C ``C(n cap, load) <= eps`` (whole, <= cap_max;
-    ``cap_max`` itself when even it waits more)."""
-
-    def body(_, ab):
-        a, b = ab
-        mid = jnp.floor(0.5 * (a + b))
-        ok = erlang_c(n * mid, load) <= eps
-        return jnp.where(ok, a, mid), jnp.where(ok, mid, b)
-
-    _, b = jax.lax.fori_loop(0, 40, body, (jnp.zeros_like(cap_max), cap_max))
-    return b
-
-
 @functools.partial(jit, static_argnames=("kinds",))
 def _report(kinds, tables, index, traffic, targets, hardware, model, found):
     """Per scenario and kind: the chosen pool's percentiles, batch cap, binding constraint (the
@@ -218,7 +203,7 @@ def _report(kinds, tables, index, traffic, targets, hardware, model, found):
                     kind, lay, tab, m, tr, tg, hardware, model, REPORT_QUANTILES
                 )
             )(ns)
-            cap = _least_cap(n, info["load"][1], info["capacity"][1], tg.slot_wait)
+            cap = info["capacity"][1]
             t0 = tab(info["batch"][1] + 1.0, 0.0)
             out[kind] = dict(
                 row=row,
@@ -257,8 +242,9 @@ class PoolPlan:
       chunk: prefill chunk ``C`` (tokens per step; 0 for a decode pool).
       draft_tokens: speculative length ``k``.
       replicas: ``n``.
-      batch_cap: most running sequences per replica (the fewest slots that keep the chance of
-        waiting for one at most ``slot_wait``; their KV fits in HBM).
+      batch_cap: most running sequences per replica: as many as HBM holds the KV cache of (at
+        the traffic's mean context), which keeps the chance of waiting for a slot within
+        ``slot_wait``.
       chips: ``n P G``.
       cost_per_hour: ``n P G p``.
       binding: the constraint that one replica fewer would break (``"ttft_p99"``,
@@ -355,7 +341,7 @@ class Plan:
     acceptance: float | None = dataclasses.field(repr=False, default=None)
     memory_reserve: float = dataclasses.field(repr=False, default=0.1)
     slot_wait: float = dataclasses.field(repr=False, default=1e-3)
-    max_utilisation: float = dataclasses.field(repr=False, default=0.85)
+    max_utilisation: float | None = dataclasses.field(repr=False, default=None)
 
     def __str__(self) -> str:
         if not self.feasible:
@@ -421,6 +407,12 @@ class PlanBatch:
 # ------------------------------------------------------------------------------ the API
 
 
+def _rho(max_utilisation) -> dict:
+    if max_utilisation is None:
+        return dict(S.MAX_UTILISATION)
+    return {k: float(max_utilisation) for k in S.MAX_UTILISATION}
+
+
 def _slo(name: str, slo) -> tuple[float, float]:
     try:
         limit, q = slo
@@ -480,7 +472,7 @@ def plan(
     acceptance=None,
     memory_reserve: float = 0.1,
     slot_wait: float = 1e-3,
-    max_utilisation: float = 0.85,
+    max_utilisation: float | None = None,
     options: Options = DEFAULT_OPTIONS,
     settings: S.Settings = S.DEFAULT,
 ):
@@ -505,8 +497,10 @@ def plan(
         e.g. DeepSeek-V3's MTP module); None: no speculation.
       memory_reserve: share of HBM kept free.
       slot_wait: most probability that an arrival waits for a batch slot.
-      max_utilisation: most busy share of a prefill queue (headroom; the closed forms are
-        checked against the simulation up to 0.85).
+      max_utilisation: most busy share of a prefill queue (headroom); None: 0.85 for an
+        aggregated pool, 0.6 for a disaggregated prefill pool
+        (``dcost.planning.search.MAX_UTILISATION``: where the closed forms match the
+        simulation).
       options: the layouts to choose from (``Options``).
       settings: search knobs (``dcost.planning.search.Settings``).
 
@@ -529,7 +523,9 @@ def plan(
     ttft_slo, tpot_slo = _slo("ttft_slo", ttft_slo), _slo("tpot_slo", tpot_slo)
     check("plan", "memory_reserve", memory_reserve, high=0.999)
     check("plan", "slot_wait", slot_wait, low_open=True, high=0.5)
-    check("plan", "max_utilisation", max_utilisation, low_open=True, high=0.99)
+    if max_utilisation is not None:
+        check("plan", "max_utilisation", max_utilisation, low_open=True, high=0.99)
+    rho = _rho(max_utilisation)
     if acceptance is not None:
         check("plan", "acceptance", acceptance, high=0.999)
     if not isinstance(options, Options):
@@ -548,7 +544,8 @@ def plan(
         jnp.broadcast_to(jnp.asarray(tpot_slo[0], jnp.result_type(float)), (batch,)),
         jnp.full((batch,), float(memory_reserve)),
         jnp.full((batch,), float(slot_wait)),
-        jnp.full((batch,), float(max_utilisation)),
+        jnp.full((batch,), rho["aggregated"]),
+        jnp.full((batch,), rho["prefill"]),
         ttft_slo[1],
         tpot_slo[1],
     )
@@ -560,7 +557,7 @@ def plan(
         acceptance=acceptance,
         memory_reserve=float(memory_reserve),
         slot_wait=float(slot_wait),
-        max_utilisation=float(max_utilisation),
+        max_utilisation=None if max_utilisation is None else float(max_utilisation),
     )
     if empty:
         plans = [
@@ -821,7 +818,7 @@ def plan_grid(
     acceptance=None,
     memory_reserve: float = 0.1,
     slot_wait: float = 1e-3,
-    max_utilisation: float = 0.85,
+    max_utilisation: float | None = None,
     options: Options = DEFAULT_OPTIONS,
 ) -> dict:
     """Exhaustive ground truth: every layout at every replica count ``1..n_max``, exact.
@@ -849,7 +846,8 @@ def plan_grid(
         jnp.asarray(tpot_slo[0], jnp.result_type(float)),
         jnp.asarray(float(memory_reserve)),
         jnp.asarray(float(slot_wait)),
-        jnp.asarray(float(max_utilisation)),
+        jnp.asarray(_rho(max_utilisation)["aggregated"]),
+        jnp.asarray(_rho(max_utilisation)["prefill"]),
         ttft_slo[1],
         tpot_slo[1],
     )

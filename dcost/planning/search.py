@@ -61,6 +61,7 @@ __all__ = [
     "search",
     "grid",
     "N_MAX",
+    "MAX_UTILISATION",
 ]
 
 KINDS = ("aggregated", "prefill", "decode")
@@ -71,6 +72,11 @@ CONSTRAINTS = ("ttft", "tpot", "memory", "utilisation")
 ``cap`` the sequences whose KV cache fits, at most ``Targets.slot_wait``); and the busy share of
 its prefill queue (``utilisation``, at most ``Targets.max_utilisation``: the closed forms are
 held to the simulation up to there, and a queue run closer to 1 has no headroom)."""
+MAX_UTILISATION = {"aggregated": 0.85, "prefill": 0.6}
+"""Default most busy share of a prefill queue, per pool kind: where ``tests/test_plan.py`` finds
+the closed forms within 10 % of the simulation. A prefill pool's replicas take a prompt while
+their backlog is under one chunk, so its queue builds earlier than an M/G/c queue's (at 0.85,
+TTFT p90 came out 20-45 % short of the simulation; at 0.6, within 10 %)."""
 APPLIES = {
     "aggregated": (True, True, True, True),
     "prefill": (True, False, True, True),
@@ -99,7 +105,8 @@ class Targets(eqx.Module):
       tpot_slo: time per output token limit (s) at percentile ``tpot_quantile``.
       memory_reserve: share of HBM kept free (activations, fragmentation).
       slot_wait: most probability that an arrival finds every batch slot taken.
-      max_utilisation: most busy share of a prefill queue.
+      max_utilisation: most busy share of an aggregated pool's prefill queue.
+      max_prefill_utilisation: most busy share of a disaggregated prefill pool's queue.
       ttft_quantile, tpot_quantile: the percentiles (static).
     """
 
@@ -108,6 +115,7 @@ class Targets(eqx.Module):
     memory_reserve: jax.Array
     slot_wait: jax.Array
     max_utilisation: jax.Array
+    max_prefill_utilisation: jax.Array
     ttft_quantile: float = eqx.field(static=True)
     tpot_quantile: float = eqx.field(static=True)
 
@@ -162,12 +170,13 @@ def _closure(table: StepTable):
     return step
 
 
-def capacity(table: StepTable, hardware: Hardware, targets: Targets):
+def capacity(table: StepTable, hardware: Hardware, targets: Targets, relaxed: bool = False):
     """Running sequences a replica's HBM holds: ``floor((M(1 - r) - m_0) / m_seq)`` (may be
-    < 1: the weights do not fit)."""
+    < 1: the weights do not fit); without the floor when ``relaxed`` (for derivatives)."""
     room = hardware.hbm_capacity * (1.0 - targets.memory_reserve) - table.memory(0.0)
     per = table.memory(1.0) - table.memory(0.0)
-    return jnp.floor(room / jnp.maximum(per, 1e-30))
+    cap = room / jnp.maximum(per, 1e-30)
+    return cap if relaxed else jnp.floor(cap)
 
 
 def _log_ratio(value, limit):
@@ -185,8 +194,11 @@ def evaluate(
     hardware: Hardware,
     model: Model,
     quantiles=None,
+    relaxed: bool = False,
 ):
     """A pool of ``n`` replicas of one layout: its constraints as log-ratios (``<= 0`` holds).
+
+    ``relaxed`` counts batch slots without rounding down (``capacity``), for derivatives.
 
     Returns ``(log_ratios, info)``: ``log_ratios`` over ``CONSTRAINTS`` (``-_BIG`` where one
     does not apply to ``kind``, ``_BIG`` where a queue is unstable); ``info`` a dict: ``ttft``
@@ -194,7 +206,7 @@ def evaluate(
     applicable), ``load`` on the batch slots (Erlangs), mean decode ``batch`` per replica and
     ``step_time`` (s; NaN for a prefill pool), and ``capacity`` (sequences HBM holds).
     """
-    cap = capacity(table, hardware, targets)
+    cap = capacity(table, hardware, targets, relaxed)
     fits = cap >= 1.0
     cap = jnp.maximum(cap, 1.0)
     extra = () if quantiles is None else tuple(quantiles)
@@ -222,11 +234,15 @@ def evaluate(
         _log_ratio(ttft[0], targets.ttft_slo) if applies[0] else -_BIG,
         _log_ratio(tpot[0], targets.tpot_slo) if applies[1] else -_BIG,
         jnp.where(fits, _log_ratio(slot, targets.slot_wait), _BIG),
-        _log_ratio(rho, targets.max_utilisation) if applies[3] else -_BIG,
+        _log_ratio(rho, _rho_max(kind, targets)) if applies[3] else -_BIG,
     ]
     dtype = jnp.result_type(float)
     info = dict(ttft=ttft, tpot=tpot, load=load, batch=batch, step_time=t_bar, capacity=cap)
     return jnp.stack([jnp.asarray(r, dtype) for r in ratios]), info
+
+
+def _rho_max(kind, targets):
+    return targets.max_prefill_utilisation if kind == "prefill" else targets.max_utilisation
 
 
 def _feasible(ratios):
@@ -281,7 +297,7 @@ def bounds(
         _, alone, own, fluid = lat._prefill(step, batch, prompt_u, chunk)
         extra = transfer_time(hardware, model, layout)(prompt) if kind == "prefill" else 0.0
         served = jnp.sum(w * jnp.minimum(fluid, alone))  # the least mean prefill service
-        n_bound = jnp.maximum(n_bound, rate * served / targets.max_utilisation)
+        n_bound = jnp.maximum(n_bound, rate * served / _rho_max(kind, targets))
         ttft_floor = jnp.sum(w * (own + extra > targets.ttft_slo))
         work = work + served
     if decodes:
