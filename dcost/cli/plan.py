@@ -53,11 +53,12 @@ def parse_slo(text: str) -> tuple[float, float]:
         raise argparse.ArgumentTypeError(
             f"not a percentile: {pct!r} in {text!r} (use e.g. p99 or 0.99)"
         ) from None
+    q = round(q, 6)
     if not 0.5 <= q <= 0.999:
         raise argparse.ArgumentTypeError(
             f"percentile {pct!r} in {text!r} must be between p50 and p99.9"
         )
-    return seconds, round(q, 6)
+    return seconds, q
 
 
 def _fraction(text: str) -> float:

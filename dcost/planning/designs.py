@@ -17,9 +17,10 @@ stage ``G``, stages ``P``, data-parallel attention groups ``A``, prefill chunk `
 
 The serving model is evaluated once per layout on a grid of ``(B, c)`` nodes and each of the four
 parts (compute, memory, communication, the rest) is interpolated bilinearly, the maximum taken
-after: the parts are affine in ``B`` and ``c`` for a dense model (exact between nodes), and
-MoE's expert fraction ``phi(B + c)`` and the matmul efficiency bend them a little (the nodes are
-``sqrt 2`` apart; ``tests/test_plan.py`` holds the table within 2 % of the model). Past the last
+after: the parts are affine in ``B`` and ``c`` for a dense model (but for the earlier chunks'
+KV reads, which stop at ``c = T_in``), and MoE's expert fraction ``phi(B + c)`` and the matmul
+efficiency bend them a little (the nodes are ``sqrt 2`` apart; ``tests/test_plan.py`` holds
+the table within 0.2 % of the model for a dense one, 2 % for MoE). Past the last
 node the last cell is extrapolated linearly.
 
 Memory per chip is affine in the batch (``dcost.decode``'s ``memory_per_chip``): the table keeps

@@ -45,7 +45,7 @@ packed picture: a step carries the ``k ~ Poisson(lambda_r t_bar)`` prompts that 
 the one before, ``t_bar = E_k[t(B, min(k E[P_u], C))]`` (a fixed point); ``t_bar`` is the
 larger of the two pictures. Likewise a prompt within one chunk shares its step with the
 ``lambda_r t_bar`` others that arrived beside it, ``S_own = t(B, min(P_u + lambda_r t_bar
-E[P_u], C))``, and an arrival waits for the step in progress, ``R ~ U(0, t_bar)``.
+E[P_u], C))`` (at least the step it would take alone).
 
 **TPOT** of a request is the mean over its ``K`` decode steps,
 ``t_0 + (t_c - t_0) N_c / K`` with ``N_c`` the steps that held a chunk. By the central limit
@@ -368,7 +368,7 @@ def aggregated_latency(
     rho_p = lam_r * eq
     tail = mgc_wait(traffic.rate, pool.replicas, eq, cv)
     busy = 1.0 - jnp.exp(-batch)
-    ttft, ttft_mean = _ttft(traffic, quantiles, own, 0.0, tail, tbar, busy)
+    ttft, ttft_mean = _ttft(traffic, quantiles, own, 0.0, tail, t0, busy)
 
     # TPOT: chunk/decode steps as a two-state Markov chain; the batch's own variation
     f_in = jnp.clip(f, 1e-6, 1.0 - 1e-6)

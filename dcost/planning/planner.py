@@ -171,60 +171,12 @@ def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
 @functools.partial(jit, static_argnames=("kinds", "settings"))
 def _search(kinds, tables, index, traffic, targets, hardware, model, settings):
     def one(u, tr, tg):
-        return {k: S.search(k, tables[k], u, tr, tg, hardware, model, settings) for k in kinds}
+        return {
+            k: S.search(k, tables[k], u, tr, tg, hardware, model, settings, REPORT_QUANTILES)
+            for k in kinds
+        }
 
     return jax.vmap(one)(index, traffic, targets)
-
-
-@functools.partial(jit, static_argnames=("kinds",))
-def _report(kinds, tables, index, traffic, targets, hardware, model, found):
-    """Per scenario and kind: the chosen pool's percentiles, batch cap, binding constraint (the
-    one that fails with a replica fewer) and the secant slope of ``h`` in ``log n`` there; and,
-    for every layout, the bounds that rule layouts out (for the message of an infeasible plan)."""
-
-    def one(u, tr, tg, fd):
-        out = {}
-        for kind in kinds:
-            f = fd[kind]
-            t = tables[kind]
-            b = jax.vmap(
-                lambda i, kind=kind, t=t: S.bounds(kind, *t.row(u, i), tr, tg, hardware, model)
-            )(jnp.arange(t.size))
-            found = f.row >= 0
-            first_ok = jnp.argmax(
-                jnp.where(b.ok, -b.replicas * t.layouts.chips_per_replica, -jnp.inf)
-            )
-            row = jnp.where(found, f.row, first_ok)
-            n = jnp.where(found, f.replicas, S.N_MAX)
-            ns = jnp.stack([jnp.maximum(n - 1.0, 1.0), n])
-            lay, tab = t.row(u, row)
-            ratios, info = jax.vmap(
-                lambda m, kind=kind, lay=lay, tab=tab: S.evaluate(
-                    kind, lay, tab, m, tr, tg, hardware, model, REPORT_QUANTILES
-                )
-            )(ns)
-            cap = info["capacity"][1]
-            t0 = tab(info["batch"][1] + 1.0, 0.0)
-            out[kind] = dict(
-                row=row,
-                replicas=n,
-                ratios=ratios,
-                ttft=info["ttft"][1],
-                tpot=info["tpot"][1],
-                batch=info["batch"][1],
-                step_time=info["step_time"][1],
-                decode_step=t0,
-                cap=cap,
-                capacity=info["capacity"][1],
-                memory=tab.memory(cap),
-                fits=b.fits,
-                ok=b.ok,
-                ttft_floor=b.ttft_floor,
-                tpot_floor=b.tpot_floor,
-            )
-        return out
-
-    return jax.vmap(one)(index, traffic, targets, found)
 
 
 # ------------------------------------------------------------------------------ the answer
@@ -571,12 +523,11 @@ def plan(
     acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
     tables = _tables(kinds, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
     idx = jnp.asarray(index.reshape(-1), jnp.int32)
-    found = _search(kinds, tables, idx, traffic_b, targets, hardware, model, settings)
-    report = _report(kinds, tables, idx, traffic_b, targets, hardware, model, found)
-    found, report = jax.device_get((found, report))
+    found = jax.device_get(
+        _search(kinds, tables, idx, traffic_b, targets, hardware, model, settings)
+    )
     plans = [
-        _assemble(modes, rows, found, report, i, traffic_at(traffic_b, i), question)
-        for i in range(batch)
+        _assemble(modes, rows, found, i, traffic_at(traffic_b, i), question) for i in range(batch)
     ]
     return plans[0] if n is None else PlanBatch(tuple(plans))
 
@@ -598,36 +549,40 @@ def _pct(q: float) -> str:
     return f"{q * 100:g}"
 
 
-def _binding(ratios, n, question):
-    """The constraint one replica fewer breaks (``ratios[0]`` at ``n - 1``): the one broken
-    most, except that a queue that overflows (an unbounded latency) is the utilisation's doing;
-    ``"one replica"`` when a single replica meets every target (nothing binds its count)."""
+def _binding(at, below, reason, n):
+    """The constraint one replica fewer breaks (``below``, the log-ratios at ``n - 1``): the one
+    broken most, except that a queue that overflows (an unbounded latency) is the
+    utilisation's doing; where the search never tried ``n - 1`` (its lower bound was tight),
+    the necessary condition that set the bound (``reason``); ``"one replica"`` when a single
+    replica meets every target (nothing binds its count)."""
     if n <= 1:
-        return "one replica", 0.0, 0.0
-    broken = ratios[0]
+        return "one replica"
+    if not np.all(np.isfinite(below)):
+        return S.CONSTRAINTS[reason] if reason >= 0 else "one replica"
     u = S.CONSTRAINTS.index("utilisation")
-    if broken.max() >= S._BIG - 1.0 and broken[u] > 0:
-        return "utilisation", 0.0, 0.0
-    return S.CONSTRAINTS[int(np.argmax(broken))], 0.0, 0.0
+    if below.max() >= S._BIG - 1.0 and below[u] > 0:
+        return "utilisation"
+    return S.CONSTRAINTS[int(np.argmax(below))]
 
 
-def _pool(kind, rows, found, rep, i, price, question) -> PoolPlan:
-    f = jax.tree.map(lambda x: x[i], found[kind])
-    r = jax.tree.map(lambda x: x[i], rep[kind])
-    g, p, a, c, k = rows[kind][int(r["row"])]
+def _pool(kind, rows, found, i, price, question) -> PoolPlan:
+    f = jax.tree.map(lambda x: np.asarray(x)[i], found[kind])
+    row = int(f.row)
+    g, p, a, c, k = rows[kind][row]
     n = int(round(float(f.replicas)))
     chips = int(n * p * g)
     cost = chips * price
-    ratios = np.asarray(r["ratios"])  # (2, constraints): at n - 1 and n
-    binding, elasticity, shadow = _binding(ratios, n, question)
-    if binding in ("ttft", "tpot") and n > 1:
-        slope = ratios[1, S.CONSTRAINTS.index(binding)] - ratios[0, S.CONSTRAINTS.index(binding)]
-        slope /= math.log(n / (n - 1))
+    at, below = np.asarray(f.ratios), np.asarray(f.ratios_below)
+    binding = _binding(at, below, int(f.bounds.reason[row]), n)
+    elasticity = shadow = 0.0
+    if binding in ("ttft", "tpot") and n > 1 and np.all(np.isfinite(below)):
+        j = S.CONSTRAINTS.index(binding)
+        slope = (at[j] - below[j]) / math.log(n / (n - 1))
         if slope < 0:
             elasticity = float(1.0 / slope)
             limit = question["ttft_slo" if binding == "ttft" else "tpot_slo"][0]
             shadow = float(elasticity * cost / float(limit))
-    binding = _label(binding, question)
+    info = f.info
     return PoolPlan(
         role=kind,
         chips_per_stage=int(g),
@@ -636,15 +591,15 @@ def _pool(kind, rows, found, rep, i, price, question) -> PoolPlan:
         chunk=int(c),
         draft_tokens=int(k),
         replicas=n,
-        batch_cap=int(r["cap"]),
+        batch_cap=int(info["capacity"]),
         chips=chips,
         cost_per_hour=float(cost),
-        binding=binding,
+        binding=_label(binding, question),
         elasticity=elasticity,
         shadow_price=shadow,
-        decode_batch=float(r["batch"]),
-        step_time=float(r["step_time"]),
-        memory_per_chip=float(r["memory"]),
+        decode_batch=float(info["batch"]),
+        step_time=float(info["step_time"]),
+        memory_per_chip=float(info["memory"]),
     )
 
 
@@ -653,7 +608,7 @@ def _percentiles(values, target_q) -> dict:
     return {q: float(v) for q, v in sorted(zip(qs, np.asarray(values).tolist(), strict=True))}
 
 
-def _assemble(modes, rows, found, rep, i, traffic, question) -> Plan:
+def _assemble(modes, rows, found, i, traffic, question) -> Plan:
     price = float(question["hardware"].price_per_hour)
     rate = float(traffic.rate)
     candidates = []
@@ -662,18 +617,18 @@ def _assemble(modes, rows, found, rep, i, traffic, question) -> Plan:
         ok = all(int(found[k].row[i]) >= 0 for k in roles)
         evaluations = int(sum(float(found[k].evaluations[i]) for k in roles))
         if not ok:
-            candidates.append(_infeasible(m, rows, rep, i, traffic, question, evaluations))
+            candidates.append(_infeasible(m, rows, found, i, traffic, question, evaluations))
             continue
-        pools = tuple(_pool(k, rows, found, rep, i, price, question) for k in roles)
+        pools = tuple(_pool(k, rows, found, i, price, question) for k in roles)
         cost = sum(p.cost_per_hour for p in pools)
         q_ttft, q_tpot = question["ttft_slo"][1], question["tpot_slo"][1]
         ttft_src = "aggregated" if m == "aggregated" else "prefill"
         tpot_src = "aggregated" if m == "aggregated" else "decode"
-        ttft = _percentiles(rep[ttft_src]["ttft"][i], q_ttft)
-        tpot = _percentiles(rep[tpot_src]["tpot"][i], q_tpot)
+        ttft = _percentiles(found[ttft_src].info["ttft"][i], q_ttft)
+        tpot = _percentiles(found[tpot_src].info["tpot"][i], q_tpot)
         if m == "aggregated":
-            t_bar = float(rep["aggregated"]["step_time"][i])
-            t0 = float(rep["aggregated"]["decode_step"][i])
+            t_bar = float(found["aggregated"].info["step_time"][i])
+            t0 = float(found["aggregated"].info["decode_step"][i])
             share_in = min(max(1.0 - t0 / t_bar, 0.0), 1.0)
             cost_in, cost_out = cost * share_in, cost * (1.0 - share_in)
         else:
@@ -725,23 +680,24 @@ def _assemble(modes, rows, found, rep, i, traffic, question) -> Plan:
     return chosen
 
 
-def _infeasible(m, rows, rep, i, traffic, question, evaluations) -> Plan:
+def _infeasible(m, rows, found, i, traffic, question, evaluations) -> Plan:
     reasons = []
     for kind in _ROLES[m]:
-        r = jax.tree.map(lambda x: x[i], rep[kind])
-        reasons.append(_why(kind, rows[kind], r, question))
+        b = jax.tree.map(lambda x: np.asarray(x)[i], found[kind].bounds)
+        reasons.append(_why(kind, b, question))
     label, text = next((x for x in reasons if x[0]), reasons[0])
     return _empty(m, traffic, question, label, text, evaluations)
 
 
-def _why(kind, rows, r, question) -> tuple[str, str]:
-    """The limit that rules out every layout of a pool kind, and a sentence saying so."""
-    fits = np.asarray(r["fits"])
+def _why(kind, b, question) -> tuple[str, str]:
+    """The limit that rules out every layout of a pool kind (``b``: their ``Bounds``), and a
+    sentence saying so."""
+    fits = np.asarray(b.fits)
     who = "" if kind == "aggregated" else f" ({kind} pool)"
     if not fits.any():
         return "memory", f"memory{who}: no layout leaves HBM room for a sequence's KV cache"
     q_ttft = question["ttft_slo"][1]
-    ttft_floor = np.where(fits, np.asarray(r["ttft_floor"]), np.inf)
+    ttft_floor = np.where(fits, np.asarray(b.ttft_floor), np.inf)
     if kind != "decode" and np.all(ttft_floor > 1.0 - q_ttft):
         share = float(np.min(ttft_floor))
         return _label("ttft", question), (
@@ -750,20 +706,17 @@ def _why(kind, rows, r, question) -> tuple[str, str]:
             f"prefill{' and KV transfer' if kind == 'prefill' else ''}), more than the "
             f"{1.0 - q_ttft:.1%} allowed"
         )
-    tpot_floor = np.where(fits, np.asarray(r["tpot_floor"]), np.inf)
+    tpot_floor = np.where(fits, np.asarray(b.tpot_floor), np.inf)
     if kind != "prefill" and np.all(tpot_floor > question["tpot_slo"][0]):
         return _label("tpot", question), (
             f"{_label('tpot', question)}{who}: the fastest layout's step at batch 1 takes "
             f"{float(np.min(tpot_floor)) * 1e3:.3g} ms, over the "
             f"{question['tpot_slo'][0] * 1e3:g} ms target"
         )
-    ratios = np.asarray(r["ratios"])[1]
-    j = int(np.argmax(ratios))
-    name = _label(S.CONSTRAINTS[j], question)
-    return name, (
-        f"{name}{who}: no replica count up to {int(S.N_MAX):,} meets it (at vanishing load the "
-        f"{'percentile' if S.CONSTRAINTS[j] != 'memory' else 'slot wait'} stays "
-        f"{math.exp(min(ratios[j], S._BIG)):.3g} times its target)"
+    label = _label("tpot" if kind != "prefill" else "ttft", question)
+    return label, (
+        f"{label}{who}: no layout meets the latency targets at any replica count up to "
+        f"{int(S.N_MAX):,} (the percentiles stay above them as the load per replica vanishes)"
     )
 
 

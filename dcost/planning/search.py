@@ -237,7 +237,17 @@ def evaluate(
         _log_ratio(rho, _rho_max(kind, targets)) if applies[3] else -_BIG,
     ]
     dtype = jnp.result_type(float)
-    info = dict(ttft=ttft, tpot=tpot, load=load, batch=batch, step_time=t_bar, capacity=cap)
+    decode_step = table(jnp.where(jnp.isnan(batch), 0.0, batch) + 1.0, 0.0)
+    info = dict(
+        ttft=ttft,
+        tpot=tpot,
+        load=load,
+        batch=batch,
+        step_time=t_bar,
+        decode_step=decode_step,
+        capacity=cap,
+        memory=table.memory(cap),
+    )
     return jnp.stack([jnp.asarray(r, dtype) for r in ratios]), info
 
 
@@ -258,6 +268,9 @@ class Bounds(NamedTuple):
       ttft_floor: its TTFT survival at the target without waiting, ``P(S + d > ttft_slo)``.
       tpot_floor: its step at batch 1 (s).
       ok: none of the above rules it out.
+      reason: which condition set ``replicas``, an index into ``CONSTRAINTS`` (``utilisation``:
+        the prefill queue, ``tpot``: the decode batch, ``memory``: the batch slots), or -1
+        when the bound is one replica.
     """
 
     replicas: jax.Array
@@ -265,6 +278,7 @@ class Bounds(NamedTuple):
     ttft_floor: jax.Array
     tpot_floor: jax.Array
     ok: jax.Array
+    reason: jax.Array
 
 
 def bounds(
@@ -291,13 +305,23 @@ def bounds(
     chunk = layout.chunk / table.tokens_per_step if kind == "aggregated" else layout.chunk
     t1 = step(1.0, 0.0)
     n_bound = jnp.ones_like(rate)
+    reason = jnp.asarray(-1)
     ttft_floor = jnp.zeros_like(rate)
     work = jnp.zeros_like(rate)
+
+    def raise_to(bound, why, n, r):
+        return jnp.where(bound > n, bound, n), jnp.where(bound > n, why, r)
+
     if prefills:
         _, alone, own, fluid = lat._prefill(step, batch, prompt_u, chunk)
         extra = transfer_time(hardware, model, layout)(prompt) if kind == "prefill" else 0.0
         served = jnp.sum(w * jnp.minimum(fluid, alone))  # the least mean prefill service
-        n_bound = jnp.maximum(n_bound, rate * served / _rho_max(kind, targets))
+        n_bound, reason = raise_to(
+            rate * served / _rho_max(kind, targets),
+            CONSTRAINTS.index("utilisation"),
+            n_bound,
+            reason,
+        )
         ttft_floor = jnp.sum(w * (own + extra > targets.ttft_slo))
         work = work + served
     if decodes:
@@ -311,14 +335,16 @@ def bounds(
         top = jnp.asarray(4.0 * 65536.0, dtype=t1.dtype)
         b_max, _ = jax.lax.fori_loop(0, 40, body, (jnp.zeros_like(t1), top))
         per_replica = b_max / (mean_k * step(b_max + 1.0, 0.0))  # requests/s at that batch
-        n_bound = jnp.maximum(n_bound, rate / jnp.maximum(per_replica, 1e-30))
+        n_bound, reason = raise_to(
+            rate / jnp.maximum(per_replica, 1e-30), CONSTRAINTS.index("tpot"), n_bound, reason
+        )
         work = work + mean_k * t1
-    n_bound = jnp.maximum(n_bound, rate * work / cap)  # more slots than requests in flight
+    n_bound, reason = raise_to(rate * work / cap, CONSTRAINTS.index("memory"), n_bound, reason)
     replicas = jnp.maximum(1.0, jnp.ceil(n_bound * (1.0 - 1e-3)))
     ok = fits & (ttft_floor <= 1.0 - targets.ttft_quantile)
     if decodes:
         ok = ok & (t1 <= targets.tpot_slo)
-    return Bounds(replicas, fits, ttft_floor, t1, ok)
+    return Bounds(replicas, fits, ttft_floor, t1, ok, reason)
 
 
 class Found(NamedTuple):
@@ -330,6 +356,12 @@ class Found(NamedTuple):
       chips: ``replicas * P * G`` (inf when none).
       evaluations: candidate evaluations made.
       exhausted: True when ``max_rounds`` stopped the search before it could prove the answer.
+      ratios: the constraints' log-ratios at ``replicas`` (``(len(CONSTRAINTS),)``).
+      ratios_below: at ``replicas - 1`` (NaN when the search never evaluated it: the bound was
+        tight, and ``bounds.reason`` names the condition).
+      info: ``evaluate`` 's info at ``replicas`` (latency at the target's and the report
+        percentiles, mean batch, step time, capacity, memory).
+      bounds: every layout's ``Bounds`` (what rules layouts out, for an infeasible answer).
     """
 
     row: jax.Array
@@ -337,6 +369,10 @@ class Found(NamedTuple):
     chips: jax.Array
     evaluations: jax.Array
     exhausted: jax.Array
+    ratios: jax.Array
+    ratios_below: jax.Array
+    info: dict
+    bounds: Bounds
 
 
 def search(
@@ -348,13 +384,19 @@ def search(
     hardware: Hardware,
     model: Model,
     settings: Settings = DEFAULT,
+    quantiles=(0.5, 0.9, 0.99),
 ) -> Found:
-    """Branch and bound over one kind's layouts for one scenario (see the module docstring)."""
+    """Branch and bound over one kind's layouts for one scenario (see the module docstring).
+
+    Every evaluation also gives TTFT and TPOT at ``quantiles`` (static), so the answer's
+    report comes out of the search itself (one copy of the closed forms in the program).
+    """
     layouts = tables.layouts
     n_layouts = tables.size
     k, r = settings.group, _LADDER.shape[1]
     dtype = jnp.result_type(float)
     chips = layouts.chips_per_replica
+    n_c = len(CONSTRAINTS)
 
     def bound(i):
         lay, tab = tables.row(workload, i)
@@ -365,6 +407,16 @@ def search(
     order = jnp.argsort(lb_chips, stable=True)
     ladder = jnp.asarray(_LADDER, dtype)
     inf = jnp.asarray(jnp.inf, dtype)
+
+    def one(row, n):
+        lay, tab = tables.row(workload, row)
+        return evaluate(kind, lay, tab, n, traffic, targets, hardware, model, quantiles)
+
+    # the shape of one evaluation's report, for the loop's state
+    blank = jax.tree.map(
+        lambda x: jnp.full(x.shape, jnp.nan, x.dtype),
+        jax.eval_shape(one, 0, jnp.ones((), dtype))[1],
+    )
 
     def load(start):
         pos = start + jnp.arange(k)
@@ -380,6 +432,9 @@ def search(
             hhi=jnp.full((k,), -_BIG, dtype),
             rung=jnp.zeros((k,), jnp.int32),
             done=~valid,
+            at_hi=jax.tree.map(lambda x: jnp.broadcast_to(x, (k, *x.shape)), blank),
+            below=jnp.full((k, n_c), jnp.nan, dtype),
+            at=jnp.full((k, n_c), jnp.nan, dtype),
         )
 
     def candidates(s):
@@ -396,66 +451,84 @@ def search(
         root = jnp.ceil(jnp.exp(la + (lb - la) * jnp.clip(frac, 0.0, 1.0)))
         mid = jnp.floor(0.5 * (lo + hi))
         inside = jnp.stack([root - 1.0, root, root + 1.0, mid], axis=-1)
-        inside = jnp.clip(
-            inside, lo[:, None] + 1.0, jnp.where(jnp.isfinite(hi), hi, 2.0)[:, None] - 1.0
-        )
+        top = jnp.where(jnp.isfinite(hi), hi, 2.0)[:, None] - 1.0
+        inside = jnp.clip(inside, lo[:, None] + 1.0, top)
         return jnp.where(jnp.isfinite(hi)[:, None], inside, climb)
 
-    def evaluate_all(rows, ns):
-        def one(row, n):
-            lay, tab = tables.row(workload, row)
-            return jnp.max(evaluate(kind, lay, tab, n, traffic, targets, hardware, model)[0])
-
-        return jax.vmap(jax.vmap(one, in_axes=(None, 0)))(rows, ns)
+    def pick(tree, idx):
+        """``tree[i, idx[i]]`` for every slot ``i``."""
+        return jax.tree.map(lambda x: x[jnp.arange(k), idx], tree)
 
     def body(state):
         s = state["slots"]
         cand = candidates(s)
-        h = evaluate_all(s["row"], cand)
+        ratios, info = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(s["row"], cand)
+        h = jnp.max(ratios, axis=-1)
         active = ~s["done"]
         feas = (h <= 0.0) & active[:, None]
         infeas = (h > 0.0) & active[:, None]
         c_hi = jnp.where(feas, cand, inf)
+        i_hi = jnp.argmin(c_hi, axis=1)
         new_hi = jnp.minimum(s["hi"], jnp.min(c_hi, axis=1))
         took_hi = new_hi < s["hi"]
-        hhi = jnp.where(
-            took_hi, jnp.take_along_axis(h, jnp.argmin(c_hi, axis=1)[:, None], 1)[:, 0], s["hhi"]
+        hhi = jnp.where(took_hi, h[jnp.arange(k), i_hi], s["hhi"])
+        at_hi = jax.tree.map(
+            lambda new, old: jnp.where(took_hi.reshape((k,) + (1,) * (old.ndim - 1)), new, old),
+            pick(info, i_hi),
+            s["at_hi"],
         )
         c_lo = jnp.where(infeas & (cand < new_hi[:, None]), cand, -inf)
+        i_lo = jnp.argmax(c_lo, axis=1)
         new_lo = jnp.maximum(s["lo"], jnp.max(c_lo, axis=1))
         took_lo = new_lo > s["lo"]
-        hlo = jnp.where(
-            took_lo, jnp.take_along_axis(h, jnp.argmax(c_lo, axis=1)[:, None], 1)[:, 0], s["hlo"]
-        )
+        hlo = jnp.where(took_lo, h[jnp.arange(k), i_lo], s["hlo"])
+        below = jnp.where(took_lo[:, None], ratios[jnp.arange(k), i_lo], s["below"])
+        at_top = jnp.where(took_hi[:, None], ratios[jnp.arange(k), i_hi], s["at"])
         climbing = ~jnp.isfinite(new_hi)
         rung = jnp.where(active & climbing, s["rung"] + 1, s["rung"])
         gave_up = climbing & ((rung >= ladder.shape[0]) | (new_lo >= N_MAX))
         done = s["done"] | (new_hi - new_lo <= 1.0) | gave_up
-        s = dict(s, lo=new_lo, hi=new_hi, hlo=hlo, hhi=hhi, rung=rung, done=done)
+        s = dict(
+            s,
+            lo=new_lo,
+            hi=new_hi,
+            hlo=hlo,
+            hhi=hhi,
+            rung=rung,
+            done=done,
+            at_hi=at_hi,
+            below=below,
+            at=at_top,
+        )
 
         # a finished group: keep its best, then the next group unless it cannot do better
         all_done = jnp.all(done)
         cost = jnp.where(s["valid"] & jnp.isfinite(new_hi), new_hi * chips[s["row"]], inf)
         i = jnp.lexsort((s["row"], cost))[0]
-        better = (cost[i] < state["best_chips"]) | (
-            (cost[i] == state["best_chips"]) & (s["row"][i] < state["best_row"])
+        held = state["best"]
+        better = (cost[i] < held["chips"]) | (
+            (cost[i] == held["chips"]) & (s["row"][i] < held["row"])
         )
         take = all_done & better & jnp.isfinite(cost[i])
-        best_chips = jnp.where(take, cost[i], state["best_chips"])
-        best_row = jnp.where(take, s["row"][i], state["best_row"])
-        best_n = jnp.where(take, new_hi[i], state["best_n"])
+        best = dict(
+            chips=cost[i],
+            row=s["row"][i],
+            n=new_hi[i],
+            ratios=s["at"][i],
+            below=s["below"][i],
+            info=jax.tree.map(lambda x: x[i], s["at_hi"]),
+        )
+        best = jax.tree.map(lambda new, old: jnp.where(take, new, old), best, state["best"])
         start = state["start"] + k
         nxt = order[jnp.minimum(start, n_layouts - 1)]
-        stop = (start >= n_layouts) | (lb_chips[nxt] > best_chips) | ~jnp.isfinite(lb_chips[nxt])
+        stop = (start >= n_layouts) | (lb_chips[nxt] > best["chips"]) | ~jnp.isfinite(lb_chips[nxt])
         finished = all_done & stop
         fresh = load(start)
         s = jax.tree.map(lambda a, f: jnp.where(all_done & ~stop, f, a), s, fresh)
         return dict(
             slots=s,
             start=jnp.where(all_done, start, state["start"]),
-            best_chips=best_chips,
-            best_row=best_row,
-            best_n=best_n,
+            best=best,
             finished=finished,
             rounds=state["rounds"] + 1,
             evaluations=state["evaluations"] + jnp.sum(active) * r,
@@ -467,21 +540,31 @@ def search(
     init = dict(
         slots=load(jnp.asarray(0)),
         start=jnp.asarray(0),
-        best_chips=inf,
-        best_row=jnp.asarray(n_layouts, order.dtype),
-        best_n=jnp.asarray(jnp.nan, dtype),
+        best=dict(
+            chips=inf,
+            row=jnp.asarray(n_layouts, order.dtype),
+            n=jnp.asarray(jnp.nan, dtype),
+            ratios=jnp.full((n_c,), jnp.nan, dtype),
+            below=jnp.full((n_c,), jnp.nan, dtype),
+            info=blank,
+        ),
         finished=~jnp.isfinite(lb_chips[order[0]]),
         rounds=jnp.asarray(0),
         evaluations=jnp.asarray(0),
     )
     out = jax.lax.while_loop(cond, body, init)
-    found = jnp.isfinite(out["best_chips"])
+    best = out["best"]
+    found = jnp.isfinite(best["chips"])
     return Found(
-        row=jnp.where(found, out["best_row"], -1),
-        replicas=out["best_n"],
-        chips=out["best_chips"],
+        row=jnp.where(found, best["row"], -1),
+        replicas=best["n"],
+        chips=best["chips"],
         evaluations=out["evaluations"].astype(dtype),
         exhausted=~out["finished"],
+        ratios=best["ratios"],
+        ratios_below=best["below"],
+        info=best["info"],
+        bounds=b,
     )
 
 
