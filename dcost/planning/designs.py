@@ -205,7 +205,9 @@ def _parts(layout: Layout, hardware: Hardware, model: Model, workload: Workload,
     return jnp.stack([r.t_compute, r.t_weights + r.t_kv, r.t_comm, rest]), r.memory_per_chip
 
 
-def step_table(layout: Layout, hardware: Hardware, model: Model, workload: Workload) -> StepTable:
+def step_table(
+    layout: Layout, hardware: Hardware, model: Model, workload: Workload, kind: str = "aggregated"
+) -> StepTable:
     """Tabulate the serving model's step for one layout (vmap over layouts for many).
 
     Args:
@@ -214,6 +216,9 @@ def step_table(layout: Layout, hardware: Hardware, model: Model, workload: Workl
       workload: ``context`` the mean context of a decoding sequence (tokens); ``prompt`` the
         mean prompt (its attention and earlier chunks' KV reads); ``output`` (unused but >= 1);
         ``acceptance`` for speculative layouts.
+      kind: ``"aggregated"`` tabulates every batch and chunk node; a ``"decode"`` pool's steps
+        carry no chunk and a ``"prefill"`` pool's no decode batch, so theirs are computed
+        along one axis and repeated along the other (a twentieth of the work).
 
     Returns:
       A ``StepTable``.
@@ -227,15 +232,27 @@ def step_table(layout: Layout, hardware: Hardware, model: Model, workload: Workl
     >>> bool(abs(float(t(64.0, 512.0)) / float(exact) - 1) < 1e-3)
     True
     """
-    bb, cc = np.meshgrid(B_NODES, C_NODES, indexing="ij")
+    nb, nc = len(B_NODES), len(C_NODES)
+    if kind == "decode":
+        bb, cc = B_NODES, np.zeros(nb)
+    elif kind == "prefill":
+        bb, cc = np.zeros(nc), C_NODES
+    else:
+        grid_b, grid_c = np.meshgrid(B_NODES, C_NODES, indexing="ij")
+        bb, cc = grid_b.ravel(), grid_c.ravel()
     dtype = jnp.result_type(float)
-    batch = jnp.asarray(np.append(bb.ravel(), 1.0), dtype)  # the last node: memory's slope
-    tokens = jnp.asarray(np.append(cc.ravel(), 0.0), dtype)
+    batch = jnp.asarray(np.append(bb, [0.0, 1.0]), dtype)  # the last two nodes: memory
+    tokens = jnp.asarray(np.append(cc, [0.0, 0.0]), dtype)
     parts, memory = jax.vmap(lambda b, c: _parts(layout, hardware, model, workload, b, c))(
         batch, tokens
     )
-    parts = parts[:-1].reshape(len(B_NODES), len(C_NODES), 4)
-    m0, m1 = memory[0], memory[-1]  # B_NODES[0] = 0 and C_NODES[0] = 0: batch 0, no chunk
+    parts, m0, m1 = parts[:-2], memory[-2], memory[-1]
+    if kind == "decode":
+        parts = jnp.broadcast_to(parts[:, None, :], (nb, nc, 4))
+    elif kind == "prefill":
+        parts = jnp.broadcast_to(parts[None, :, :], (nb, nc, 4))
+    else:
+        parts = parts.reshape(nb, nc, 4)
     tau = _accepted_tokens(workload.get("acceptance"), layout.draft_tokens)
     return StepTable(parts, layout.stages, tau, m0, m1 - m0)
 

@@ -42,7 +42,7 @@ _FLOOR = 0.05  # the fewest (relaxed) replicas the root is looked for from
 def _ratios(kind, layout, log_n, hardware, model, traffic, limits, consts):
     ttft_q, tpot_q, acceptance = consts
     work = workload_of(traffic, kind, acceptance)
-    table = step_table(layout, hardware, model, work)
+    table = step_table(layout, hardware, model, work, kind)
     targets = S.Targets(
         limits["ttft_slo"],
         limits["tpot_slo"],

@@ -149,7 +149,7 @@ def _stack(rows) -> Layout:
 
 def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
     work = workload_from_stats(stats, kind, acceptance)
-    return jax.vmap(lambda lay: step_table(lay, hardware, model, work))(layouts_k)
+    return jax.vmap(lambda lay: step_table(lay, hardware, model, work, kind))(layouts_k)
 
 
 @functools.partial(jit, static_argnames=("kinds",))
