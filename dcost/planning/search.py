@@ -124,13 +124,15 @@ class Settings(NamedTuple):
     """Knobs of the search (static).
 
     Attributes:
-      group: layouts searched at once (branch and bound visits them ``group`` at a time).
+      group: layouts searched at once (branch and bound visits them ``group`` at a time); 0:
+        ``dcost.plan`` picks, 1 for one scenario (fewest evaluations), 4 for a batch (fewest
+        rounds, which a vmapped batch pays at its slowest scenario's count).
       max_rounds: most rounds of the search per scenario (each evaluates
         ``group * 4`` candidates); a scenario cut short reports ``exhausted``.
     """
 
-    group: int = 4
-    max_rounds: int = 64
+    group: int = 0
+    max_rounds: int = 128
 
 
 DEFAULT = Settings()
@@ -393,7 +395,7 @@ def search(
     """
     layouts = tables.layouts
     n_layouts = tables.size
-    k, r = settings.group, _LADDER.shape[1]
+    k, r = settings.group or 1, _LADDER.shape[1]
     dtype = jnp.result_type(float)
     chips = layouts.chips_per_replica
     n_c = len(CONSTRAINTS)
