@@ -102,8 +102,8 @@ def simulate(
       ``plan.ttft`` 's and ``plan.tpot`` 's quantiles (p50, p90, p99 and the targets').
 
     >>> import dcost
-    >>> p = dcost.plan("h100-sxm", "llama-3-70b", dcost.traffic("chat", rate=5.0),
-    ...                mode="aggregated")
+    >>> h100 = dcost.hardware("h100-sxm", calibrated=True)
+    >>> p = dcost.plan(h100, "llama-3-70b", dcost.traffic("chat", rate=100.0))
     >>> sim = dcost.simulate(p, requests=2000)
     >>> sim.truncated, len(sim.ttft_percentiles) == len(p.ttft)
     (False, True)

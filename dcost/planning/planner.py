@@ -469,9 +469,10 @@ def plan(
       targets.
 
     >>> import dcost
-    >>> p = dcost.plan("h100-sxm", "llama-3-70b", dcost.traffic("chat", rate=20.0))
-    >>> p.feasible, p.mode, p.pools[0].chips_per_replica
-    (True, 'aggregated', 8)
+    >>> h100 = dcost.hardware("h100-sxm", calibrated=True)
+    >>> p = dcost.plan(h100, "llama-3-70b", dcost.traffic("chat", rate=100.0))
+    >>> p.feasible, p.mode, p.pools[0].chips_per_replica, p.ttft[0.99] <= 2.0
+    (True, 'aggregated', 8, True)
     """
     hardware, model = _specs(hardware, model)
     if not isinstance(traffic, Traffic):
@@ -801,10 +802,11 @@ def plan_grid(
 
     >>> import dcost
     >>> from dcost.planning import plan_grid
-    >>> g = plan_grid("h100-sxm", "llama-3-70b", dcost.traffic("chat", rate=2.0),
-    ...               mode="aggregated", n_max=4, options=dcost.planning.Options(chips=(8,)))
-    >>> g["aggregated"][0]
-    8.0
+    >>> h100 = dcost.hardware("h100-sxm", calibrated=True)
+    >>> traffic = dcost.traffic("chat", rate=100.0)
+    >>> g = plan_grid(h100, "llama-3-70b", traffic, mode="aggregated", n_max=64)
+    >>> g["aggregated"][0] == dcost.plan(h100, "llama-3-70b", traffic, mode="best").chips
+    True
     """
     hardware, model = _specs(hardware, model)
     if mode not in MODES:
