@@ -47,17 +47,24 @@ def plot(res: dict):
     fig, (a, b) = C.figure(ncols=2, width=6.0, height=4.6)
     rates = np.asarray(res["rates"])
     modes = np.asarray(res["mode"])
-    for mode, color, marker in (
-        ("aggregated", C.COLORS["dense"], "o"),
-        ("disaggregated", C.COLORS["moe"], "s"),
-    ):
-        sel = modes == mode
-        if sel.any():
-            a.loglog(rates[sel], np.asarray(res["chips"])[sel], marker, color=color, label=mode)
-    a.loglog(rates, np.asarray(res["chips"]), "-", color=C.COLORS["grey"], lw=0.8)
+    chips = np.asarray(res["chips"])
+    binding = np.asarray([str(x).split(" (")[0] for x in res["binding"]])
+    a.loglog(rates, chips, "-", color=C.COLORS["grey"], lw=0.8)
+    colors = [C.COLORS[c] for c in ("grey", "dense", "moe", "alt", "orange", "extra")]
+    for i, name in enumerate(dict.fromkeys(binding)):
+        for mode, marker in (("aggregated", "o"), ("disaggregated", "s")):
+            sel = (binding == name) & (modes == mode)
+            if sel.any():
+                a.loglog(
+                    rates[sel],
+                    chips[sel],
+                    marker,
+                    color=colors[i % len(colors)],
+                    label=f"{mode}, binding: {name}",
+                )
     a.set_xlabel("arrivals (requests/s)")
     a.set_ylabel("H100 GPUs in the fleet")
-    a.set_title("fleet size (marker: the cheaper mode)")
+    a.set_title("fleet size (marker: the cheaper mode; colour: the binding limit)")
     a.legend()
     b.loglog(
         rates,

@@ -35,18 +35,21 @@ def compute(targets=TARGETS, rate=RATE) -> dict:
         p = dcost.plan(h, m, traffic, tpot_slo=(slo, 0.9))
         for q in (p, p.alternative):
             if q.feasible:
+                tpot_binds = "tpot" in (q.binding or "")
                 row = (slo, 1.0 / q.tpot[0.5], out_tokens / q.chips, q.chips, q.cost_per_hour)
             else:
-                row = (slo, np.nan, np.nan, np.nan, np.nan)
-            rows[q.mode].append(row)
+                tpot_binds, row = False, (slo, np.nan, np.nan, np.nan, np.nan)
+            rows[q.mode].append((row, tpot_binds, q.binding))
     res = {"targets": list(targets), "rate": rate}
     for mode, r in rows.items():
-        a = np.array(r, float)
+        a = np.array([x[0] for x in r], float)
         res[mode] = {
             "tokens_per_s_per_user": a[:, 1],
             "tokens_per_s_per_gpu": a[:, 2],
             "chips": a[:, 3],
             "cost_per_hour": a[:, 4],
+            "tpot_binds": [x[1] for x in r],
+            "binding": [x[2] for x in r],
         }
     return res
 
@@ -56,35 +59,46 @@ def plot(res: dict):
     style = {"aggregated": (C.COLORS["dense"], "o"), "disaggregated": (C.COLORS["moe"], "s")}
     for mode, (color, marker) in style.items():
         r = res[mode]
-        ax.plot(
-            r["tokens_per_s_per_user"],
-            r["tokens_per_s_per_gpu"],
-            marker=marker,
-            color=color,
-            label=mode,
-        )
+        x, y = np.asarray(r["tokens_per_s_per_user"]), np.asarray(r["tokens_per_s_per_gpu"])
+        ax.plot(x, y, "-", color=color, lw=1.2, label=mode)
+        binds = np.asarray(r["tpot_binds"], bool)
+        ax.plot(x[binds], y[binds], marker, color=color, ms=7)
+        ax.plot(x[~binds], y[~binds], marker, color=color, ms=7, mfc="white")
+    # one label per distinct point (several loose targets give the same fleet)
     agg = res["aggregated"]
-    points = zip(
+    labels: dict = {}
+    for x, y, t in zip(
         agg["tokens_per_s_per_user"], agg["tokens_per_s_per_gpu"], res["targets"], strict=True
-    )
-    for x, y, t in points:
+    ):
         if np.isfinite(x):
-            ax.annotate(
-                f"{t * 1e3:g} ms",
-                (x, y),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=7,
-                color=C.COLORS["grey"],
-            )
+            labels.setdefault((round(float(x), 3), round(float(y), 3)), []).append(t * 1e3)
+    for (x, y), ts in labels.items():
+        text = f"{min(ts):g}" + (f"-{max(ts):g}" if len(ts) > 1 else "") + " ms"
+        ax.annotate(
+            text,
+            (x, y),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=7.5,
+            color=C.COLORS["grey"],
+        )
+    ax.plot([], [], "o", color="k", label="TPOT target binds")
+    ax.plot([], [], "o", color="k", mfc="white", label="another limit binds")
+    infeasible = [
+        t
+        for t, x in zip(res["targets"], agg["tokens_per_s_per_user"], strict=True)
+        if not np.isfinite(x)
+    ]
     ax.set_xlabel("tokens per second per user (1 / median TPOT)")
     ax.set_ylabel("output tokens per second per GPU")
+    note = f"; infeasible below {max(infeasible) * 1e3:g} ms" if infeasible else ""
     ax.set_title(
-        f"llama-3-70b on calibrated H100, chat at {res['rate']:g} requests/s:\n"
-        "cheapest fleet per TPOT target (labels: TPOT at p90)",
+        f"llama-3-70b on calibrated H100, chat at {res['rate']:g} requests/s: the cheapest\n"
+        f"fleet per TPOT target at p90 (labels: the target{note})",
         fontsize=10,
     )
-    ax.legend()
+    ax.legend(fontsize=8)
+    ax.margins(x=0.08, y=0.06)
     fig.tight_layout()
     return fig
 

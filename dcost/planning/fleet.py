@@ -136,11 +136,16 @@ def simulate(
             )
         )
     quantiles = tuple(sorted(set(plan.ttft) | set(plan.tpot)))
-    common = dict(
-        requests=requests, seed=seed, warmup=warmup, quantiles=quantiles, max_events=max_events
-    )
     if plan.mode == "aggregated":
-        sim = simulate_aggregated(traffic, pools[0][0], **common)
+        sim = simulate_aggregated(
+            traffic,
+            pools[0][0],
+            requests=requests,
+            seed=seed,
+            warmup=warmup,
+            quantiles=quantiles,
+            max_events=max_events,
+        )
     else:
         prefill_layout = pools[0][1]
 
@@ -151,5 +156,15 @@ def simulate(
                 )
             )
 
-        sim = simulate_disaggregated(traffic, pools[0][0], pools[1][0], transfer, **common)
+        sim = simulate_disaggregated(
+            traffic,
+            pools[0][0],
+            pools[1][0],
+            transfer,
+            requests=requests,
+            seed=seed,
+            warmup=warmup,
+            quantiles=quantiles,
+            max_events=max_events,
+        )
     return sim

@@ -117,7 +117,7 @@ def layouts(
     filling = max((g for g in chips if g <= domain), default=min(chips))
     moe = _value(model.n_experts) > 0
     attention = options.attention if moe else ("tp",)
-    drafts = (0,)
+    drafts: tuple[int, ...] = (0,)
     if kind != "prefill" and acceptance is not None and _value(model.draft_params) > 0:
         drafts = tuple(options.draft_tokens)
     chunk_options = {
@@ -826,29 +826,31 @@ def plan_grid(
         tpot_slo[1],
     )
     acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
-    best = {}
-    per_kind = {}
+    kinds = tuple(k for k in S.KINDS if any(k in _ROLES[m] for m in modes))
+    rows = {
+        k: layouts(k, hardware, model, options, acceptance, float(memory_reserve)) for k in kinds
+    }
+    best: dict = {}
+    per_kind: dict[str, tuple] = {k: (math.inf, None) for k in kinds if not rows[k]}
+    built = [k for k in kinds if rows[k]]
+    if built:  # the tables of every kind at once: the program ``plan`` compiled for this mode
+        stats = jnp.asarray(np.asarray(workload_stats(traffic))[None])
+        tabs = _tables(
+            tuple(built), hardware, model, {k: _stack(rows[k]) for k in built}, stats, acc
+        )
+    for kind in built:
+        feasible, chips = _grid_one(kind, tabs[kind], traffic, targets, hardware, model, n_max)
+        feasible, chips = np.asarray(feasible), np.asarray(chips)
+        cost = np.where(feasible, chips, np.inf)
+        # the least chips; ties to the first layout (row-major: layouts, then replicas)
+        flat = int(np.argmin(cost.reshape(-1)))
+        l, n = divmod(flat, n_max)
+        per_kind[kind] = (
+            (float(cost[l, n]), (kind, rows[kind][l], n + 1))
+            if np.isfinite(cost[l, n])
+            else (math.inf, None)
+        )
     for m in modes:
-        for kind in _ROLES[m]:
-            if kind in per_kind:
-                continue
-            rows = layouts(kind, hardware, model, options, acceptance, float(memory_reserve))
-            if not rows:
-                per_kind[kind] = (math.inf, None)
-                continue
-            stats = np.asarray(workload_stats(traffic))[None]
-            tabs = _tables((kind,), hardware, model, {kind: _stack(rows)}, jnp.asarray(stats), acc)
-            feasible, chips = _grid_one(kind, tabs[kind], traffic, targets, hardware, model, n_max)
-            feasible, chips = np.asarray(feasible), np.asarray(chips)
-            cost = np.where(feasible, chips, np.inf)
-            # the least chips; ties to the first layout (row-major: layouts, then replicas)
-            flat = int(np.argmin(cost.reshape(-1)))
-            l, n = divmod(flat, n_max)
-            per_kind[kind] = (
-                (float(cost[l, n]), (kind, rows[l], n + 1))
-                if np.isfinite(cost[l, n])
-                else (math.inf, None)
-            )
         parts = [per_kind[k] for k in _ROLES[m]]
         total = sum(p[0] for p in parts)
         best[m] = (total, [p[1] for p in parts] if np.isfinite(total) else None)
