@@ -240,6 +240,8 @@ def test_many_scenarios_in_one_call_match_one_by_one(h100, llama):
 def test_infeasible_names_the_binding_limit(h100, llama):
     fast = plan(h100, llama, dcost.traffic("chat", rate=10.0), tpot_slo=(0.001, 0.9))
     assert not fast.feasible and fast.binding == "tpot_p90" and "tpot_p90" in fast.message
+    other = fast.alternative  # the prefill pool has a fleet: the decode pool is named
+    assert not other.feasible and other.message.startswith("tpot_p90 (decode pool)")
     assert "ms" in fast.message
     short = plan(h100, llama, dcost.traffic("long-context", rate=1.0), ttft_slo=(0.05, 0.99))
     assert not short.feasible and short.binding == "ttft_p99" and "idle" in short.message
@@ -318,7 +320,8 @@ def test_cli_json_is_the_api_in_si(chat100):
 
 def test_cli_infeasible_exits_1_naming_the_limit():
     code, out, _ = run(*CLI, "--traffic", "chat", "--rate", "10", "--tpot", "1ms@p90")
-    assert code == 1 and "infeasible: tpot_p90" in out
+    assert code == 1 and "aggregated infeasible: tpot_p90" in out
+    assert "disaggregated infeasible: tpot_p90 (decode pool)" in out
 
 
 @pytest.mark.parametrize(

@@ -239,7 +239,7 @@ def _pcts(d: dict) -> str:
 
 def _row(p, chosen: bool) -> list[str]:
     if not p.feasible:
-        return [p.mode, "infeasible: " + p.message, "", "", "", "", "", "", p.binding or ""]
+        return [p.mode, "infeasible (below)", "", "", "", "", "", "", p.binding or ""]
     pools = "; ".join(
         (f"{x.role}: " if p.mode == "disaggregated" else "") + x.describe() for x in p.pools
     )
@@ -279,8 +279,10 @@ def _print(args, p, sim, engines) -> None:
     if p.alternative is not None:
         rows.append(_row(p.alternative, False))
     print(format_table(rows, header))
+    for q in (p, p.alternative):
+        if q is not None and not q.feasible:
+            print(f"{q.mode} infeasible: {q.message}")
     if not p.feasible:
-        print(f"infeasible: {p.message}")
         return
     if sim is not None:
         qs = list(sim.quantiles)

@@ -703,6 +703,8 @@ def _assemble(modes, rows, found, i, traffic, question) -> Plan:
 def _infeasible(m, rows, found, i, traffic, question, evaluations) -> Plan:
     reasons = []
     for kind in _ROLES[m]:
+        if int(found[kind].row[i]) >= 0:
+            continue  # this pool has a fleet; the other one cannot
         b = jax.tree.map(lambda x: np.asarray(x)[i], found[kind].bounds)
         reasons.append(_why(kind, b, question))
     label, text = next((x for x in reasons if x[0]), reasons[0])
