@@ -22,13 +22,15 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/python -m dcost.demo
 
-# the whole suite: tests/, the doctests in dcost/ and the notebooks (what CI runs)
+# the whole suite: tests/, the doctests in dcost/ and the notebooks (what CI runs), in two
+# processes (pytest-xdist; a test file stays in one process, so its module fixtures compile once)
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 # everything but the tests marked slow and the notebooks
 test-quick: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -m "not slow and not notebooks"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow and not notebooks"
 
 experiments: $(VENV)/.installed
 	for f in experiments/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

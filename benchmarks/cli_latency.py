@@ -20,9 +20,12 @@ Three tables, every figure from a subprocess run under a timeout (``--timeout``,
    (a separate virtual environment at the repository root, never a dependency of dcost); when one
    cannot be installed or run (offline, say) the table says why and the benchmark goes on.
 3. **Public functions in one process** (persistent cache off, so the first call pays the whole
-   trace and compile): the first call of ``decode``, ``prefill``, ``balance_batch``,
-   ``critical_context``, ``optimize``, ``grid_search``, ``sensitivity`` and ``pareto``, and the
-   median of later calls (as many as fit in ``--call-seconds``, at least 3).
+   trace and compile): the first call of ``decode``, ``prefill``, ``mixed_step``,
+   ``balance_batch``, ``critical_context``, ``optimize``, ``grid_search``, ``sensitivity`` and
+   ``pareto``, and the median of later calls (as many as fit in ``--call-seconds``, at least 3);
+   for the five cost functions also the median of their bodies run eagerly, op by op, as they
+   ran before they were jitted. ``--api-only`` prints
+   this table alone.
 
 The model questions: ``eval`` llama-3-70b on 8 x h100-sxm at batch 64, context 4096;
 ``optimize`` and ``grid`` the demo's scenario (deepseek-v3 on gb200-nvl72, context 8192, tpot <=
@@ -83,6 +86,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="presets, eval, optimize; no peers/API")
     p.add_argument("--no-peers", action="store_true", help="skip llm-analysis and aiconfigurator")
     p.add_argument("--no-api", action="store_true", help="skip the public-function table")
+    p.add_argument("--api-only", action="store_true", help="only the public-function table")
     p.add_argument("--timeout", type=float, default=600.0, help="limit per subprocess, seconds")
     p.add_argument("--call-seconds", type=float, default=1.0, help="time per steady-state call")
     p.add_argument("--venv", type=Path, default=ROOT / ".bench-venv", help="peers' environment")
@@ -297,13 +301,15 @@ def _median_call(call, seconds: float) -> float:
 
 
 def api_child(seconds: float) -> None:
-    """In a process of its own (cache off): first call and steady call of each public function."""
+    """In a process of its own (cache off): first call and steady call of each public function,
+    and for the cost functions their bodies evaluated eagerly, op by op (what a call cost before
+    they were jitted)."""
     import jax
 
     import dcost
 
     h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
-    w = dcost.Workload(4096, prompt=4000)
+    w = dcost.Workload(4096, prompt=4000, output=500)
     d = dcost.Design(batch=64, chips=8)
     problem = dcost.Problem(h, m, w, free={"batch": (1, 4096), "chips": (1, 8)}, tpot_slo=0.05)
 
@@ -311,23 +317,48 @@ def api_child(seconds: float) -> None:
         with jax.enable_x64(True):
             return dcost.sensitivity(problem)
 
-    calls = {
+    # the cost functions return once their (checked) results are ready: timed as they are; the
+    # searches are waited for
+    cost_functions = {
         "decode": lambda: dcost.decode(d, h, m, w),
         "prefill": lambda: dcost.prefill(d, h, m, w),
+        "mixed_step": lambda: dcost.mixed_step(d, h, m, w),
         "balance_batch": lambda: dcost.balance_batch(h, m, 4096.0),
         "critical_context": lambda: dcost.critical_context(h, m),
+    }
+    # the same bodies run eagerly, op by op, as the public functions ran before they were jitted
+    # (without the argument checks, which cost ~10 us there)
+    from dcost.serving import mixed, roofline
+
+    eager = {
+        "decode": lambda: roofline._decode(d, h, m, w, 0.0),
+        "prefill": lambda: roofline._prefill(d, h, m, w, 0.0),
+        "mixed_step": lambda: mixed._mixed_step(d, h, m, w, 0.0),
+        "balance_batch": lambda: roofline._balance_batch.__wrapped__(h, m, 4096.0),
+        "critical_context": lambda: roofline._critical_context.__wrapped__(h, m),
+    }
+    searches = {
         "optimize": lambda: dcost.optimize(problem),
         "grid_search": lambda: dcost.grid_search(problem),
         "sensitivity": sens,
         "pareto": lambda: dcost.pareto(problem, [0.02, 0.03, 0.05, 0.1]),
     }
     out = {}
-    for name, call in calls.items():
+    for name, call in {**cost_functions, **searches}.items():
         t0 = time.perf_counter()
         jax.block_until_ready(call())
         first = time.perf_counter() - t0
-        steady = _median_call(lambda call=call: jax.block_until_ready(call()), seconds)
-        out[name] = {"first": first, "steady": steady}
+        if name in cost_functions:
+            steady = _median_call(call, seconds)
+            eager_call = eager[name]
+            eager_call()
+            eager_s = _median_call(
+                lambda eager_call=eager_call: jax.block_until_ready(eager_call()), seconds / 4
+            )
+        else:
+            steady = _median_call(lambda call=call: jax.block_until_ready(call()), seconds)
+            eager_s = None
+        out[name] = {"first": first, "steady": steady, "eager": eager_s}
     print(json.dumps(out))
 
 
@@ -340,9 +371,10 @@ def run_api(args):
         return
     out = json.loads(r["tail"])
     print("\npublic functions in one process (persistent cache off): first call, later calls")
-    print(f"  {'':18s} {'first call':>12s} {'later (median)':>15s}")
+    print(f"  {'':18s} {'first call':>12s} {'later (median)':>15s} {'eager (median)':>15s}")
     for name, t in out.items():
-        print(f"  {name:18s} {t['first']:10.3f} s {t['steady'] * 1e3:12.3f} ms")
+        eager = "-" if t["eager"] is None else f"{t['eager'] * 1e3:12.3f} ms"
+        print(f"  {name:18s} {t['first']:10.3f} s {t['steady'] * 1e3:12.3f} ms {eager:>15s}")
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -353,7 +385,13 @@ def main(argv=None) -> int:
     if args.api_child:
         api_child(args.call_seconds)
         return 0
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    machine = f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    if args.api_only:
+        print(f"python {sys.version.split()[0]}, {machine}")
+        run_api(args)
+        print(f"\nload at the end: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)")
+        return 0
+    print(f"python {sys.version.split()[0]}, {machine}")
     env = _env(None)
     names = QUICK if args.quick else tuple(COMMANDS)
     rows = [

@@ -241,9 +241,14 @@ def _number(value) -> str:
 
 
 def _get(self, name):
-    """The field ``name``, or its "off" value from ``OFF`` when it is None (v2 fields)."""
+    """The field ``name``, or its "off" value from ``OFF`` when it is None (v2 fields). An "off"
+    value that is a field's name means "the same as that field" (``attention_flops`` off runs
+    attention at ``flops``)."""
     value = getattr(self, name)
-    return self.OFF[name] if value is None else value
+    if value is not None:
+        return value
+    off = self.OFF[name]
+    return getattr(self, off) if isinstance(off, str) else off
 
 
 class Hardware(eqx.Module):
@@ -274,6 +279,19 @@ class Hardware(eqx.Module):
       scaleout_efficiency: achieved fraction of ``scaleout_bandwidth`` (1).
       matmul_half_tokens: tokens through one weight matrix at which a matmul reaches half of
         ``flops_achieved``: ``eta(n) = eta_F * n/(n + n_half)`` (tokens, 0 = always ``eta_F``).
+      kernel_serialization: how a step's operations share the chip, ``s`` in [0, 1]: 0 overlaps
+        them all in one roofline of the whole step (v1); 1 runs them one after another, each at
+        its own roofline (weight matmuls, attention over the context, collectives:
+        ``dcost.serving.roofline.stage_time``); between: that mix (1, 0).
+      attention_flops: peak FLOP/s of attention over the context (``QK^T`` and ``PV``), which runs
+        at the KV cache's number format rather than the weights' (a 4-bit matmul rate does not
+        apply to it); None: ``flops`` (v1). ``flops_efficiency`` applies to it too (FLOP/s).
+      tree_collectives: message count of all-reduces, ``tau`` in [0, 1]: 0 the ring's
+        ``2(n-1)`` (v2), 1 the log-depth algorithms' ``2 log2 n``
+        (``dcost.serving.collectives.all_reduce``) (1, 0).
+      kv_bandwidth_efficiency: achieved fraction of ``hbm_bandwidth`` of attention's reads of the
+        KV cache (gathered from pages, split over heads and sequences) where it differs from the
+        weights' ``eta_BW``; None: ``bandwidth_efficiency`` (v1).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -297,6 +315,10 @@ class Hardware(eqx.Module):
     scaleup_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     scaleout_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     matmul_half_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    kernel_serialization: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    attention_flops: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    tree_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    kv_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -306,6 +328,10 @@ class Hardware(eqx.Module):
         "scaleup_efficiency": 1.0,
         "scaleout_efficiency": 1.0,
         "matmul_half_tokens": 0.0,
+        "kernel_serialization": 0.0,
+        "tree_collectives": 0.0,
+        "attention_flops": "flops",
+        "kv_bandwidth_efficiency": "bandwidth_efficiency",
     }
     get = _get
 
@@ -332,9 +358,14 @@ class Hardware(eqx.Module):
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
-        for name in ("scaleup_efficiency", "scaleout_efficiency"):
+        for name in ("scaleup_efficiency", "scaleout_efficiency", "kv_bandwidth_efficiency"):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
+        for name in ("kernel_serialization", "tree_collectives"):
+            if getattr(self, name) is not None:
+                check("Hardware", name, getattr(self, name), high=1.0)
+        if self.attention_flops is not None:
+            check("Hardware", "attention_flops", self.attention_flops, low_open=True)
 
     __repr__ = readable
 
@@ -344,9 +375,21 @@ class Hardware(eqx.Module):
         return self.flops * self.flops_efficiency
 
     @property
+    def attention_flops_achieved(self):
+        """Achievable FLOP/s of attention over the context, ``attention_flops * eta_F``
+        (``flops_achieved`` when ``attention_flops`` is None)."""
+        return self.get("attention_flops") * self.flops_efficiency
+
+    @property
     def bandwidth_achieved(self):
         """Achievable HBM bytes/s, ``BW * eta_BW``."""
         return self.hbm_bandwidth * self.bandwidth_efficiency
+
+    @property
+    def kv_bandwidth_achieved(self):
+        """Achievable HBM bytes/s of KV-cache reads, ``BW * kv_bandwidth_efficiency``
+        (``bandwidth_achieved`` when it is None)."""
+        return self.hbm_bandwidth * self.get("kv_bandwidth_efficiency")
 
     @property
     def scaleup_achieved(self):
@@ -639,6 +682,11 @@ class Design(eqx.Module):
       draft_tokens: speculative length ``k_d``: draft tokens verified per step (0).
       prefill_chunk: chunked prefill: prompt tokens of one sequence per pass ``C``; 0: the whole
         prompt in one pass (v1).
+      comm_overlap: fraction ``o`` of the collectives the engine hides behind the kernels
+        (two micro-batches in flight, one communicating while the other computes: DeepSeek-V3's
+        dual micro-batch overlap, SGLang's two-batch overlap; or a collective fused into a
+        GEMM). Applies where a step's kernels run in series (``Hardware.
+        kernel_serialization``; ``dcost.serving.roofline.stage_time``); in [0, 1] (0).
 
     Fields are floats so that a relaxed design can be differentiated (fractional values are
     allowed: the smooth relaxation evaluates them); the exact model is meant for whole numbers,
@@ -663,12 +711,14 @@ class Design(eqx.Module):
     redundant_experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     draft_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     prefill_chunk: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    comm_overlap: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "dispatch_dedup": 0.0,
         "redundant_experts": 0.0,
         "draft_tokens": 0.0,
         "prefill_chunk": 0.0,
+        "comm_overlap": 0.0,
     }
     get = _get
 
@@ -691,6 +741,8 @@ class Design(eqx.Module):
             check("Design", "experts", self.experts, low=1.0, high=top)
         if self.overtrain is not None:
             check("Design", "overtrain", self.overtrain, low_open=True)
+        if self.comm_overlap is not None:
+            check("Design", "comm_overlap", self.comm_overlap, high=1.0)
 
     @property
     def chips_per_replica(self):

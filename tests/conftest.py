@@ -48,6 +48,8 @@ SLOW_DOCTESTS = {
     "dcost.search.sensitivity.relax",
     "dcost.search.optimize.optimize",
     "dcost.search.lifetime_objective",
+    "dcost.search.envelope.envelope",
+    "dcost.calibrate.families.cross_validate",  # compiles the leave-one-source-out fit
 }
 
 

@@ -39,7 +39,7 @@ def optimized():
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = main(["optimize", *BASE, "--tpot-slo", "10ms", "--json"])
+        code = main(["optimize", *BASE, "--tpot-slo", "10ms", "--json", "--sensitivity", "kkt"])
     return code, json.loads(buf.getvalue())
 
 
@@ -61,7 +61,7 @@ def test_optimize_json_is_si_and_checked(optimized):
     assert out["multipliers"]["tpot"] > 0
     sens = out["sensitivity"]
     assert sens["hardware"]["price_per_hour"] == pytest.approx(1.0, abs=1e-9)
-    assert sens["limits"]["tpot"] < 0 and sens["kkt"]
+    assert sens["limits"]["tpot"] < 0 and sens["kkt"] and sens["method"] == "kkt"
     # the shadow price is the multiplier times the cost: -d cost / d log(tpot_slo)
     assert out["multipliers"]["tpot"] == pytest.approx(
         -sens["limits"]["tpot"] * out["cost"], rel=0.05
@@ -86,10 +86,24 @@ def test_optimize_text(capsys):
     code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "10ms")
     assert code == 0
     assert "per million output tokens" in out and "binding:         tpot\n" in out
-    assert "what would make tokens cheaper" in out
+    assert "what would make tokens cheaper" in out and "envelope theorem" in out
     rows = out.split("cost if x rises 10 %")[1].strip().splitlines()[1:]
     mags = [abs(float(line.split()[1])) for line in rows]
     assert mags == sorted(mags, reverse=True) and len(rows) == 8
+    by_name = {line.split()[0]: float(line.split()[1]) for line in rows}
+    assert by_name["hardware.price_per_hour"] == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_envelope_json_agrees_with_the_kkt_sensitivities(capsys, optimized):
+    """The default (envelope theorem at the search's point) against dcost.sensitivity (polished
+    to a KKT point), on the problem of the fixture: every elasticity within 0.02."""
+    code, out, _ = run(capsys, "optimize", *BASE, "--tpot-slo", "10ms", "--json")
+    envelope, kkt = json.loads(out)["sensitivity"], optimized[1]["sensitivity"]
+    assert code == 0 and envelope["method"] == "envelope" and "kkt" not in envelope
+    for part in ("hardware", "model", "workload", "limits"):
+        for name, value in kkt[part].items():
+            assert envelope[part][name] == pytest.approx(value, abs=0.02), (part, name)
 
 
 def test_durations_parse_alike():
@@ -180,3 +194,71 @@ def test_progress_bar_draws_after_the_delay():
     quiet = io.StringIO()
     dcost.grid_search(p, progress=ProgressBar(stream=quiet, delay=60.0))
     assert quiet.getvalue() == ""
+
+
+# ---------------------------------------------------------------- serving model v2's layout
+
+DSV3 = ["--hardware", "h200", "--model", "deepseek-v3", "--context", "4096"]
+
+
+@pytest.mark.slow
+def test_grid_chooses_the_layout_and_eval_agrees(capsys):
+    """``lo:hi`` frees a layout field; the design line names it; ``dcost eval`` of the printed
+    design gives the search's cost."""
+    layout = ["--attention-dp", "1:8", "--draft-tokens", "0:3", "--acceptance", "0.85"]
+    bounds = ["--max-batch", "512", "--max-chips", "8", "--max-stages", "1", "--calibrated"]
+    code, out, _ = run(capsys, "grid", *DSV3, *bounds, *layout, "--json")
+    assert code == 0
+    grid = json.loads(out)
+    d = grid["design"]
+    assert d["chips"] % d["attention_dp"] == 0 and 0 <= d["draft_tokens"] <= 3
+    code, text, _ = run(capsys, "grid", *DSV3, *bounds, *layout)
+    assert code == 0
+    assert f"{d['attention_dp']:.0f} data-parallel group" in text
+    assert f"{d['draft_tokens']:g} draft tokens" in text
+    fixed = [f"--{k.replace('_', '-')}={v:g}" for k, v in d.items() if k not in ("stages",)]
+    code, out, _ = run(
+        capsys, "eval", *DSV3, "--calibrated", "--acceptance", "0.85", *fixed, "--json"
+    )
+    assert code == 0
+    assert json.loads(out)["cost_per_token"] == pytest.approx(grid["cost"], rel=1e-5)
+
+
+def test_eval_takes_layout_fields(capsys):
+    argv = ["--batch", "64", "--chips", "8", "--attention-dp", "4", "--draft-tokens", "2"]
+    code, out, _ = run(capsys, "eval", *DSV3, *argv, "--acceptance", "0.8", "--json")
+    assert code == 0
+    got = json.loads(out)
+    r = dcost.decode(
+        dcost.Design(64, chips=8, attention_dp=4, draft_tokens=2),
+        dcost.presets.serving_hardware("h200", "deepseek-v3"),
+        dcost.model("deepseek-v3"),
+        dcost.Workload(4096, acceptance=0.8),
+    )
+    assert got["cost_per_token"] == pytest.approx(float(r.cost_per_token), rel=1e-6)
+    assert got["design"]["attention_dp"] == 4 and got["tokens_per_step"] == pytest.approx(2.44)
+
+
+@pytest.mark.parametrize(
+    "command, argv, needle",
+    [
+        ("optimize", ["--model", "llama-3-70b", "--draft-tokens", "0:4"], "no draft"),
+        ("optimize", ["--draft-tokens", "0:4"], "Workload.acceptance is 0"),
+        ("grid", ["--attention-dp", "1:99", "--max-chips", "8"], "at most the chips per stage"),
+        ("grid", ["--attention-dp", "16", "--max-chips", "8"], "more attention groups"),
+        ("grid", ["--expert-imbalance", "lots"], "--expert-imbalance: not a number"),
+        ("eval", ["--batch", "8", "--chips", "8", "--attention-dp", "3"], "dividing --chips 8"),
+    ],
+)
+def test_bad_layout_one_line_exit_2(capsys, command, argv, needle):
+    base = ["--hardware", "h200", "--context", "4096"]
+    base += [] if "--model" in argv else ["--model", "deepseek-v3"]
+    code, _, err = run(capsys, command, *base, *argv)
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_layout_bounds_are_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["grid", *DSV3, "--draft-tokens", "3:1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "0 <= lo <= hi" in err

@@ -527,6 +527,10 @@ def _all_on():
         matmul_half_tokens=32.0,
         flops_efficiency=0.7,
         bandwidth_efficiency=0.85,
+        kernel_serialization=0.7,
+        attention_flops=0.6e15,
+        tree_collectives=0.6,
+        kv_bandwidth_efficiency=0.65,
     )
     m = moe_model(
         params_attention=2e8,
@@ -549,6 +553,7 @@ def _all_on():
         redundant_experts=6,
         draft_tokens=2,
         prefill_chunk=700,
+        comm_overlap=0.4,
     )
     w = Workload(1800, prompt=1500, output=600, acceptance=0.7, expert_imbalance=1.3)
     return d, h, m, w
@@ -684,6 +689,7 @@ def test_jitted_v2_decode_does_not_recompile():
         redundant_experts=0,
         draft_tokens=1,
         prefill_chunk=256,
+        comm_overlap=1,
     )
     w2 = Workload(900, prompt=700, output=100, acceptance=0.9, expert_imbalance=1.0)
     second = f(d2, h, m, w2)

@@ -70,6 +70,8 @@ def test_preset_names_are_reported_not_raised(records):
         ("speculative", {"draft_tokens": 0, "acceptance": 0.5}),
         ("speculative", {"draft_tokens": 2, "acceptance": 1.2}),
         ("assumed", "concurrency"),
+        ("comm_overlap", 1.5),
+        ("comm_overlap", True),
     ],
 )
 def test_bad_field_is_named(records, field, value):

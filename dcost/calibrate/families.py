@@ -1,22 +1,30 @@
 """Calibration by gradient: a few physically named efficiencies and overheads per hardware family,
 fitted to the published measurements, judged only on sources the fit did not see.
 
-Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of nine fields of
+Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of ten fields of
 ``dcost.Hardware``, every one of which the pure roofline leaves at its ideal value:
 
-==========================  =========================================================  ==========
-field                       meaning                                                    prior
-==========================  =========================================================  ==========
-``flops_efficiency``        achieved fraction of peak matmul FLOP/s, large matmuls     0.6
-``matmul_half_tokens``      tokens per matmul at which half of that is reached         32
-``bandwidth_efficiency``    achieved fraction of HBM bandwidth                         0.8
-``step_overhead``           fixed time of a step (scheduler, sampling, launches), s    1 ms
-``layer_overhead``          launch/sync time per layer per step, s                     10 us
-``scaleup_efficiency``      achieved fraction of scale-up link bandwidth               0.7
-``scaleout_efficiency``     achieved fraction of scale-out link bandwidth              0.6
-``scaleup_latency``         per-message latency of scale-up collectives, s             5 us
-``scaleout_latency``        per-message latency of scale-out collectives, s            15 us
-==========================  =========================================================  ==========
+============================  =======================================================  ==========
+field                         meaning                                                  prior
+============================  =======================================================  ==========
+``flops_efficiency``          achieved fraction of peak matmul FLOP/s, large matmuls   0.6
+``matmul_half_tokens``        tokens per matmul at which half of that is reached       32
+``bandwidth_efficiency``      achieved fraction of HBM bandwidth, weight reads         0.8 (*)
+``kv_bandwidth_efficiency``   achieved fraction of HBM bandwidth, KV-cache reads       0.6
+``step_overhead``             fixed time of a step (scheduler, sampling, launches), s  1 ms
+``layer_overhead``            kernel launches and tails per layer per step, s          50 us
+``scaleup_efficiency``        achieved fraction of scale-up link bandwidth             0.7
+``scaleout_efficiency``       achieved fraction of scale-out link bandwidth            0.6
+``scaleup_latency``           per-message latency of scale-up collectives, s           5 us
+``scaleout_latency``          per-message latency of scale-out collectives, s          15 us
+============================  =======================================================  ==========
+
+(*) with a narrow prior (``FIELD_SD``): streaming reads of large weight matrices reach 75-85 % of
+HBM bandwidth on every family, a range the data cannot move far. Two fields are set, not fitted
+(``FIXED``): a calibrated step runs its kernels in series, each at its own roofline
+(``kernel_serialization = 1``, ``dcost.serving.roofline.stage_time``), and its all-reduces take
+log-depth message counts (``tree_collectives = 1``). The pure roofline keeps both off, so it stays
+a bound.
 
 Each field lives in an unconstrained coordinate ``z`` (logit for fractions, log for the rest), and
 the family's value is ``z_f = z_global + delta_f``: a shared profile plus a family offset. The fit
@@ -55,7 +63,7 @@ import numpy as np
 import optax
 
 from dcost.specs import Hardware, stack
-from dcost.validation.predict import TIME_METRICS, Case, case, evaluate_case
+from dcost.validation.cases import TIME_METRICS, Case, case, evaluate_metrics
 
 __all__ = [
     "FIELDS",
@@ -75,6 +83,7 @@ FIELDS = (
     "flops_efficiency",
     "matmul_half_tokens",
     "bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
     "step_overhead",
     "layer_overhead",
     "scaleup_efficiency",
@@ -83,14 +92,21 @@ FIELDS = (
     "scaleout_latency",
 )
 FRACTIONS = frozenset(
-    {"flops_efficiency", "bandwidth_efficiency", "scaleup_efficiency", "scaleout_efficiency"}
+    {
+        "flops_efficiency",
+        "bandwidth_efficiency",
+        "kv_bandwidth_efficiency",
+        "scaleup_efficiency",
+        "scaleout_efficiency",
+    }
 )
 PRIOR = {
     "flops_efficiency": 0.6,
     "matmul_half_tokens": 32.0,
     "bandwidth_efficiency": 0.8,
+    "kv_bandwidth_efficiency": 0.6,
     "step_overhead": 1e-3,
-    "layer_overhead": 1e-5,
+    "layer_overhead": 5e-5,
     "scaleup_efficiency": 0.7,
     "scaleout_efficiency": 0.6,
     "scaleup_latency": 5e-6,
@@ -98,11 +114,16 @@ PRIOR = {
 }
 """Prior medians (SI units). Sources of their order of magnitude: H100 dense GEMM reaches 60-75 %
 of peak in vendor benchmarks; STREAM-like HBM reads 80-90 %; a serving engine's step costs ~1 ms of
-CPU scheduling and sampling (vLLM's V1 engine notes); a CUDA kernel launch ~5-10 us; NCCL's
+CPU scheduling and sampling (vLLM's V1 engine notes); a transformer layer runs 10-20 kernels and
+each costs a few microseconds of launch and tail even inside a CUDA graph, ~50 us a layer; NCCL's
 achieved bus bandwidth 70-80 % of NVLink, 60-80 % of InfiniBand; NVLink and InfiniBand message
 latencies a few and ~10-20 us."""
+FIXED = {"kernel_serialization": 1.0, "tree_collectives": 1.0}
+"""Fields every calibrated profile sets to a value that is not fitted."""
 PRIOR_SD = 1.5
 """Sd of the shared profile around the prior, in ``z`` (a factor ~4.5 in a log field)."""
+FIELD_SD: dict[str, float] = {"bandwidth_efficiency": 0.3}
+"""Per-field prior sds in ``z`` where a field's physical range is narrower than ``PRIOR_SD``'s."""
 FAMILY_SD = 0.75
 """Sd of a family's offset from the shared profile, in ``z``."""
 STEPS = 1500
@@ -123,15 +144,38 @@ def _from_z(name: str, z):
     return jnp.exp(z)
 
 
+_IDEAL = {
+    **{name: off for name, off in Hardware.OFF.items() if not isinstance(off, str)},
+    "flops_efficiency": 1.0,
+    "bandwidth_efficiency": 1.0,
+    "kv_bandwidth_efficiency": 1.0,
+}
+"""Every calibrated field at the value of the pure roofline (v1)."""
 _Z_PRIOR = np.array([float(_to_z(n, PRIOR[n])) for n in FIELDS])
 
 
-def _with_profile(hardware: Hardware, values: jax.Array) -> Hardware:
-    """``hardware`` with the nine ``FIELDS`` set from ``values`` (last axis in ``FIELDS`` order)."""
+def _prior_sd() -> np.ndarray:
+    """Prior sd of each field's shared value in ``z`` (``FIELDS`` order): ``PRIOR_SD`` unless
+    ``FIELD_SD`` names the field."""
+    return np.array([FIELD_SD.get(n, PRIOR_SD) for n in FIELDS])
+
+
+def _family_sd() -> np.ndarray:
+    """Sd of each field's family offset in ``z`` (``FIELDS`` order): ``FAMILY_SD``, or the
+    field's ``FIELD_SD`` where that is tighter."""
+    return np.array([min(FIELD_SD.get(n, FAMILY_SD), FAMILY_SD) for n in FIELDS])
+
+
+def _with_profile(hardware: Hardware, values: jax.Array, fixed: bool = True) -> Hardware:
+    """``hardware`` with the ``FIELDS`` set from ``values`` (last axis in ``FIELDS`` order) and
+    the ``FIXED`` fields set to their values (``fixed``) or to their ideal, v1 values."""
+    names = FIELDS + tuple(FIXED)
+    table = FIXED if fixed else {n: _IDEAL[n] for n in FIXED}
+    fixed_values = tuple(jnp.full(values.shape[:-1], v) for v in table.values())
     return eqx.tree_at(
-        lambda h: tuple(getattr(h, n) for n in FIELDS),
+        lambda h: tuple(getattr(h, n) for n in names),
         hardware,
-        tuple(values[..., j] for j in range(len(FIELDS))),
+        tuple(values[..., j] for j in range(len(FIELDS))) + fixed_values,
         is_leaf=lambda x: x is None,
     )
 
@@ -142,7 +186,13 @@ def calibrated_hardware(hardware: Hardware, family: str) -> Hardware:
     from dcost.presets import calibration_profile
 
     profile = calibration_profile(family)
-    return _with_profile(hardware, jnp.asarray([profile[n] for n in FIELDS]))
+    names = tuple(profile)
+    return eqx.tree_at(
+        lambda h: tuple(getattr(h, n) for n in names),
+        hardware,
+        tuple(jnp.asarray(profile[n], dtype=jnp.result_type(float)) for n in names),
+        is_leaf=lambda x: x is None,
+    )
 
 
 # ---- the data, stacked per kind of evaluation ----------------------------------------------
@@ -150,22 +200,25 @@ def calibrated_hardware(hardware: Hardware, family: str) -> Hardware:
 
 @dataclasses.dataclass(frozen=True)
 class _Group:
-    """Records that share a step and a metric: their specs stacked along a leading axis."""
+    """Records that share a step: their specs stacked along a leading axis, and which of the
+    step's ``metrics`` each record is (``codes``): the step is traced once for all of them."""
 
     step: str
-    metric: str
+    metrics: tuple
+    codes: np.ndarray  # index into ``metrics``, per record
     index: np.ndarray  # positions in the record list
     cases: Case  # a Case whose specs and numbers carry a leading axis
 
 
 def _groups(records: Sequence[Mapping]) -> list[_Group]:
     cases = [case(r, calibrated=False) for r in records]
-    keys: dict[tuple[str, str], list[int]] = {}
+    keys: dict[str, list[int]] = {}
     for i, c in enumerate(cases):
-        keys.setdefault((c.step, c.metric), []).append(i)
+        keys.setdefault(c.step, []).append(i)
     out = []
-    for (step, metric), idx in sorted(keys.items()):
+    for step, idx in sorted(keys.items()):
         members = [cases[i] for i in idx]
+        metrics = tuple(sorted({c.metric for c in members}))
         zero = jnp.zeros(len(FIELDS))
         stacked = Case(
             hardware=stack([_with_profile(c.hardware, zero) for c in members]),
@@ -173,27 +226,30 @@ def _groups(records: Sequence[Mapping]) -> list[_Group]:
             workload=stack([c.workload for c in members]),
             design=stack([c.design for c in members]),
             step=step,
-            metric=metric,
+            metric=metrics[0],
             chips=np.array([c.chips for c in members]),  # type: ignore[arg-type]
             input_per_output=np.array([c.input_per_output for c in members]),  # type: ignore[arg-type]
         )
-        out.append(_Group(step, metric, np.array(idx), stacked))
+        codes = np.array([metrics.index(c.metric) for c in members])
+        out.append(_Group(step, metrics, codes, np.array(idx), stacked))
     return out
 
 
-def _predict_group(group: _Group, values: jax.Array, multinomial) -> jax.Array:
-    """Predictions of one group, each record with its own profile ``values[i]``."""
+def _predict_group(group: _Group, values: jax.Array, multinomial, fixed=True) -> jax.Array:
+    """Predictions of one group, each record with its own profile ``values[i]`` (``fixed``: the
+    ``FIXED`` fields at their calibrated values, else at their ideal ones)."""
     c = group.cases
 
-    def one(h, m, w, d, chips, ipo, v):
+    def one(h, m, w, d, chips, ipo, v, code):
         w = eqx.tree_at(
             lambda x: x.expert_imbalance,
             w,
             jnp.where(multinomial, 0.0, 1.0),
             is_leaf=lambda x: x is None,
         )
-        single = Case(_with_profile(h, v), m, w, d, group.step, group.metric, chips, ipo)
-        return evaluate_case(single)
+        single = Case(_with_profile(h, v, fixed), m, w, d, group.step, c.metric, chips, ipo)
+        every = evaluate_metrics(single, group.metrics)
+        return jnp.sum(jnp.where(jnp.arange(len(group.metrics)) == code, every, 0.0))
 
     return jax.vmap(one)(
         c.hardware,
@@ -203,7 +259,35 @@ def _predict_group(group: _Group, values: jax.Array, multinomial) -> jax.Array:
         jnp.asarray(c.chips),
         jnp.asarray(c.input_per_output),
         values,
+        jnp.asarray(group.codes),
     )
+
+
+def _predict_one(group: _Group, value: jax.Array, multinomial, i, fixed=True) -> jax.Array:
+    """Prediction of record ``i`` of a group with profile ``value`` (``_predict_group``'s body)."""
+    pick = functools.partial(jax.tree.map, lambda x: jnp.asarray(x)[i])
+    c = group.cases
+    h, m, w, d = pick((c.hardware, c.model, c.workload, c.design))
+    w = eqx.tree_at(
+        lambda x: x.expert_imbalance,
+        w,
+        jnp.where(multinomial, 0.0, 1.0),
+        is_leaf=lambda x: x is None,
+    )
+    chips, ipo = jnp.asarray(c.chips)[i], jnp.asarray(c.input_per_output)[i]
+    single = Case(
+        _with_profile(h, value, fixed),
+        m,
+        w,
+        d,
+        group.step,
+        c.metric,
+        chips,  # type: ignore[arg-type]
+        ipo,  # type: ignore[arg-type]
+    )
+    every = evaluate_metrics(single, group.metrics)
+    code = jnp.asarray(group.codes)[i]
+    return jnp.sum(jnp.where(jnp.arange(len(group.metrics)) == code, every, 0.0))
 
 
 # ---- the fit ---------------------------------------------------------------------------------
@@ -228,9 +312,9 @@ class Fit(eqx.Module):
         return jnp.stack([_from_z(n, z[..., j]) for j, n in enumerate(FIELDS)], axis=-1)
 
     def profile(self, family: str) -> dict[str, float]:
-        """``{field: value}`` of one family (SI units)."""
+        """``{field: value}`` of one family (SI units): the fitted ``FIELDS`` and the ``FIXED``."""
         v = np.asarray(self.values(self.families.index(family)))
-        return {n: float(v[j]) for j, n in enumerate(FIELDS)}
+        return {**{n: float(v[j]) for j, n in enumerate(FIELDS)}, **FIXED}
 
 
 def queueing(record: Mapping) -> bool:
@@ -248,13 +332,56 @@ def _prepared(records):
     return families, fam, log_y, _groups(records)
 
 
-def _log_predictions(groups, n, z_global, delta, fam, multinomial):
+def _values(z_global, delta, fam):
+    """Each record's profile (SI units, ``(n, len(FIELDS))``) from the ``z`` coordinates."""
     z = z_global + delta[fam]
-    values = jnp.stack([_from_z(nm, z[:, j]) for j, nm in enumerate(FIELDS)], axis=-1)
-    out = jnp.zeros(n)
-    for g in groups:
-        out = out.at[g.index].set(jnp.log(_predict_group(g, values[g.index], multinomial)))
-    return out
+    return jnp.stack([_from_z(nm, z[:, j]) for j, nm in enumerate(FIELDS)], axis=-1)
+
+
+def _log_predictions(groups, n, z_global, delta, fam, multinomial):
+    return _log_predict_values(groups, n, multinomial)(_values(z_global, delta, fam))
+
+
+def _log_predict_values(groups, n, multinomial):
+    """``values (n, k) -> log predictions (n,)``, differentiated in forward mode.
+
+    Each prediction depends only on its own record's ``k`` profile values, so its gradient is
+    one ``k``-column forward-mode Jacobian per record (``jax.jacfwd``), returned by a custom VJP:
+    the same derivative as reverse mode, but XLA compiles forward-mode code of the cost model
+    several times faster than its reverse-mode code, and the compile dominates the fit.
+    """
+
+    def evaluate(values, with_jacobian):
+        out = jnp.zeros(n)
+        jac = jnp.zeros((n, len(FIELDS)))
+        for g in groups:
+            v = values[g.index]
+            if not with_jacobian:
+                out = out.at[g.index].set(jnp.log(_predict_group(g, v, multinomial)))
+                continue
+
+            def one(v1, i, g=g):
+                return jnp.log(_predict_one(g, v1, multinomial, i))
+
+            idx = jnp.arange(len(g.index))
+            jg, lg = jax.vmap(jax.jacfwd(lambda v1, i: (one(v1, i),) * 2, has_aux=True))(v, idx)
+            out = out.at[g.index].set(lg)
+            jac = jac.at[g.index].set(jg)
+        return out, jac
+
+    @jax.custom_vjp
+    def log_predict(values):
+        return evaluate(values, False)[0]
+
+    def fwd(values):
+        out, jac = evaluate(values, True)
+        return out, jac
+
+    def bwd(jac, ct):
+        return (ct[:, None] * jac,)
+
+    log_predict.defvjp(fwd, bwd)
+    return log_predict
 
 
 def _fit_weights(groups, n, fam, log_y, weights, n_families, steps, multinomial):
@@ -264,8 +391,8 @@ def _fit_weights(groups, n, fam, log_y, weights, n_families, steps, multinomial)
         zg, delta = params
         err = _log_predictions(groups, n, zg, delta, fam, multinomial) - log_y
         data = jnp.sum(weights * err**2) / jnp.maximum(jnp.sum(weights), 1.0)
-        prior = jnp.sum((zg - _Z_PRIOR) ** 2) / (2 * PRIOR_SD**2)
-        shrink = jnp.sum(delta**2) / (2 * FAMILY_SD**2)
+        prior = jnp.sum((zg - _Z_PRIOR) ** 2 / (2 * _prior_sd() ** 2))
+        shrink = jnp.sum(delta**2 / (2 * _family_sd() ** 2))
         return data + (prior + shrink) / n
 
     opt = optax.adam(LEARNING_RATE)
@@ -375,11 +502,11 @@ def pure_predictions(records: Sequence[Mapping]) -> np.ndarray:
 
 
 def _pure(groups, n):
-    ideal = jnp.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])  # FIELDS at their ideals
+    ideal = jnp.array([_IDEAL[name] for name in FIELDS])
     out = jnp.zeros(n)
     for g in groups:
         v = jnp.broadcast_to(ideal, (len(g.index), len(FIELDS)))
-        out = out.at[g.index].set(jnp.log(_predict_group(g, v, False)))
+        out = out.at[g.index].set(jnp.log(_predict_group(g, v, False, fixed=False)))
     return out
 
 

@@ -1,5 +1,9 @@
 """``dcost eval``: one design, decode or prefill, with the exact model, term by term.
 
+Serving model v2's layout fields (``--attention-dp``, ``--dispatch-dedup``,
+``--redundant-experts``, ``--draft-tokens``, ``--prefill-chunk``) and workload fields
+(``--acceptance``, ``--expert-imbalance``) are given as numbers; left out, a term stays off.
+
 ``--json`` prints the report's own fields: a decode report's ``tpot`` (time per output token),
 a prefill report's ``ttft`` (the time of the pass), and ``tokens_per_s`` and ``cost_per_token``
 per output token (decode) or per input token (prefill).
@@ -17,16 +21,32 @@ from dcost.cli.common import (
     non_negative,
     whole,
 )
+from dcost.cli.search import (
+    add_layout_arguments,
+    add_workload_arguments,
+    layout_text,
+    workload_from_args,
+)
+from dcost.search.problem import LAYOUT_VARIABLES
 from dcost.serving.roofline import bottleneck, decode, prefill
-from dcost.specs import Design, Workload
+from dcost.specs import Design
 
 __all__ = ["add_parsers"]
 
 
 def _cmd_eval(args) -> int:
     h, m = hardware_and_model(args)
-    w = Workload(args.context, prompt=args.prompt)
-    d = Design(batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts)
+    w = workload_from_args(args)
+    layout = {n: getattr(args, n) for n in LAYOUT_VARIABLES if getattr(args, n) is not None}
+    a = layout.get("attention_dp")
+    if a is not None and (a != round(a) or a < 1 or args.chips % a != 0):
+        raise ValueError(
+            f"--attention-dp {a:g} is not allowed: the attention groups split a stage's chips, "
+            f"so it must be a whole number dividing --chips {args.chips}"
+        )
+    d = Design(
+        batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts, **layout
+    )
     fn = prefill if args.phase == "prefill" else decode
     r = fn(d, h, m, w)
     fields = {k: float(getattr(r, k)) for k in r.__dataclass_fields__}
@@ -44,6 +64,7 @@ def _cmd_eval(args) -> int:
                         "chips": args.chips,
                         "stages": args.stages,
                         "experts": args.experts,
+                        **layout,
                         "chips_per_replica": float(d.chips_per_replica),
                     },
                     "context": args.context,
@@ -61,6 +82,7 @@ def _cmd_eval(args) -> int:
         f"{args.model} on {args.hardware}: {args.phase}, batch {args.batch:g}, "
         f"{args.chips:g} chips per stage x {args.stages:g} stages "
         f"({float(d.chips_per_replica):g} chips per replica), context {args.context:g} tokens"
+        f"{layout_text(d)}"
     )
     terms = [
         ["compute", fmt_time(fields["t_compute"])],
@@ -71,6 +93,12 @@ def _cmd_eval(args) -> int:
         ["pipeline hop", fmt_time(fields["t_hop"])],
         ["stage step", fmt_time(fields["t_stage"])],
     ]
+    # v2's terms, where they are on: overheads are part of the stage step, the draft's passes
+    # are added to the step's trip through the stages
+    if fields.get("t_overhead", 0.0) > 0:
+        terms.insert(-1, ["fixed overheads", fmt_time(fields["t_overhead"])])
+    if fields.get("t_draft", 0.0) > 0:
+        terms.append(["draft passes (per step)", fmt_time(fields["t_draft"])])
     print(format_table(terms, ["term (one stage step)", "time"]))
     mem = fields["memory_per_chip"]
     fit = "fits" if mem <= capacity else "DOES NOT FIT"
@@ -80,6 +108,8 @@ def _cmd_eval(args) -> int:
         label, latency = "ttft (prefill pass)", fields["ttft"]
     print(f"\nbinding term:          {binds}")
     print(f"{label + ':':23s}{fmt_time(latency)}")
+    if fields.get("tokens_per_step", 1.0) != 1.0:
+        print(f"tokens per step:       {fields['tokens_per_step']:.3g} (accepted, per sequence)")
     print(f"tokens/s (replica):    {fields['tokens_per_s']:.4g} {per} tokens/s")
     print(f"cost:                  ${fields['cost_per_token'] * 1e6:.4g} per million {per} tokens")
     print(f"memory per chip:       {mem / 1e9:.2f} GB of {capacity / 1e9:.0f} GB ({fit})")
@@ -111,6 +141,8 @@ def add_parsers(subparsers) -> None:
         help="prompt length for prefill, tokens (default: --context)",
     )
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    add_workload_arguments(p)
+    add_layout_arguments(p, free=False)
     add_precision_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_eval)

@@ -2,12 +2,26 @@
 
     dcost optimize --hardware gb200-nvl72 --model deepseek-v3 --context 8192 --tpot-slo 50ms
     dcost grid --hardware h100-sxm --model llama-3-70b --context 4096 --tpot-slo 30ms --json
+    dcost optimize --hardware h200 --model deepseek-v3 --context 4096 --calibrated \\
+        --acceptance 0.85 --attention-dp 1:72 --draft-tokens 0:4
+
+Serving model v2's layout fields (``--attention-dp``, ``--dispatch-dedup``,
+``--redundant-experts``, ``--draft-tokens``, ``--prefill-chunk``) take a number, which fixes the
+field, or ``lo:hi``, which lets the search choose it within those bounds (``docs/serving_v2.md``,
+"What the optimizer may free"); left out, a term stays off (v1's convention).
 
 ``optimize`` prints the design, its cost in $ per million tokens, its latency, the binding
 constraint with its shadow price, and the largest elasticities of the optimal cost ("what would
-make tokens cheaper"). ``grid`` searches exhaustively (a progress bar on stderr when it takes more
-than a second). ``--json`` prints SI units under the API's field names. Exit codes: 0 a feasible
-design, 1 no feasible design (the reason is printed), 2 a bad argument.
+make tokens cheaper"; by the envelope theorem at the search's continuous optimum, or with
+``--sensitivity kkt`` from ``dcost.sensitivity``, which polishes it to a KKT point first).
+``grid`` searches exhaustively (a progress bar on stderr when it takes more than a second).
+``--json`` prints SI units under the API's field names. Exit codes: 0 a feasible design, 1 no
+feasible design (the reason is printed), 2 a bad argument.
+
+``optimize`` compiles its programs for speed of compiling rather than of running
+(``dcost.search._jit.prefer_fast_compile``: one question per process; ``grid``, which evaluates
+millions of designs, compiles for speed of running), and a later process finds them compiled in
+``dcost._programs``.
 """
 
 from __future__ import annotations
@@ -28,13 +42,24 @@ from dcost.cli.common import (
     parse_number,
     whole,
 )
+from dcost.search._jit import prefer_fast_compile
+from dcost.search.envelope import envelope
 from dcost.search.grid import grid_search
 from dcost.search.optimize import optimize
-from dcost.search.problem import Problem
-from dcost.search.sensitivity import sensitivity
-from dcost.specs import Workload
+from dcost.search.problem import LAYOUT_VARIABLES, Problem
+from dcost.specs import Design, Workload
 
-__all__ = ["add_parsers", "cmd_optimize", "cmd_grid", "ProgressBar", "CLI_OBJECTIVES"]
+__all__ = [
+    "add_parsers",
+    "cmd_optimize",
+    "cmd_grid",
+    "ProgressBar",
+    "CLI_OBJECTIVES",
+    "add_layout_arguments",
+    "add_workload_arguments",
+    "parse_layout",
+    "layout_text",
+]
 
 CLI_OBJECTIVES = ("cost_per_token", "cost_per_input_token")
 """The objectives these commands can run: their inputs are all arguments. ``lifetime_cost``
@@ -52,9 +77,20 @@ def add_parsers(subparsers) -> None:
     _common(p)
     p.add_argument("--top", type=whole, default=8, help="sensitivities to list (default 8)")
     p.add_argument(
+        "--sensitivity",
+        choices=("envelope", "kkt", "none"),
+        default="envelope",
+        help="how to compute the elasticities of the optimal cost: envelope (default; the "
+        "envelope theorem at the search's continuous optimum, one gradient), kkt (dcost."
+        "sensitivity: polished to a KKT point first; its program takes about 10 s to compile "
+        "once), none",
+    )
+    p.add_argument(
         "--no-sensitivity",
-        action="store_true",
-        help="skip the elasticities (saves their compilation, a few seconds)",
+        dest="sensitivity",
+        action="store_const",
+        const="none",
+        help="skip the elasticities (--sensitivity none)",
     )
     p.set_defaults(func=cmd_optimize)
     p = subparsers.add_parser("grid", help="the cheapest design by exhaustive search (exact)")
@@ -144,14 +180,109 @@ def _common(p) -> None:
             default=str(default),
             help=f"largest {what} to consider (default {default}; 1 fixes it at 1)",
         )
+    add_workload_arguments(p)
+    add_layout_arguments(p, free=True)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+
+
+_LAYOUT_HELP = {
+    "attention_dp": "data-parallel attention groups per stage (1: tensor-parallel attention; "
+    "the chips per stage: data-parallel attention); a search keeps it a divisor of the chips",
+    "dispatch_dedup": "MoE dispatch de-duplicated per destination domain and node-limited "
+    "(1) or one copy per expert (0)",
+    "redundant_experts": "extra expert replicas per MoE layer (EPLB)",
+    "draft_tokens": "speculative draft tokens per step, with the model's draft (e.g. "
+    "deepseek-v3's MTP module; needs --acceptance)",
+    "prefill_chunk": "chunked prefill: prompt tokens per pass (0: the whole prompt at once)",
+}
+
+
+def parse_layout(text: str):
+    """A layout field as typed: a number fixes it (``8``), ``lo:hi`` frees it (``1:72``).
+
+    >>> parse_layout("8"), parse_layout("1:72"), parse_layout("0:4")
+    (8.0, (1, 72), (0, 4))
+    """
+    if ":" not in text:
+        return parse_number(text)
+    lo_text, _, hi_text = text.partition(":")
+    lo, hi = parse_number(lo_text), parse_number(hi_text)
+    if lo != round(lo) or hi != round(hi) or not 0 <= lo <= hi:
+        raise argparse.ArgumentTypeError(
+            f"bounds must be whole numbers lo:hi with 0 <= lo <= hi, got {text!r}"
+        )
+    return (int(lo), int(hi))
+
+
+def add_layout_arguments(p, free: bool) -> None:
+    """``--attention-dp`` ... ``--prefill-chunk``: serving model v2's layout fields of
+    ``dcost.Design``; with ``free`` a ``lo:hi`` value lets the search choose the field."""
+    for name in LAYOUT_VARIABLES:
+        how = "a number fixes it, lo:hi lets the search choose it" if free else "a number"
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=parse_layout if free else parse_number,
+            default=None,
+            metavar="N|LO:HI" if free else "N",
+            help=f"{_LAYOUT_HELP[name]} ({how}; default: off)",
+        )
+
+
+def add_workload_arguments(p) -> None:
+    """``--acceptance`` and ``--expert-imbalance``: the workload's v2 fields."""
+    p.add_argument(
+        "--acceptance",
+        type=parse_number,
+        default=None,
+        help="probability a draft token is accepted, for --draft-tokens (DeepSeek-V3's MTP: "
+        "0.85-0.90, Technical Report section 5.4.3; default: none)",
+    )
+    p.add_argument(
+        "--expert-imbalance",
+        default=None,
+        help="busiest chip's routed-expert load over the mean: a number >= 1, or 'multinomial' "
+        "(the expected maximum under random routing); default: balanced",
+    )
+
+
+def workload_from_args(args) -> Workload:
+    """The ``dcost.Workload`` of the arguments (context, prompt, acceptance, imbalance)."""
+    imbalance = getattr(args, "expert_imbalance", None)
+    if imbalance is not None and imbalance != "multinomial":
+        try:
+            imbalance = parse_number(imbalance)
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(
+                f"--expert-imbalance: {err}; give a number >= 1 or 'multinomial'"
+            ) from None
+    return Workload(
+        args.context,
+        prompt=args.prompt,
+        acceptance=getattr(args, "acceptance", None),
+        expert_imbalance=imbalance,
+    )
 
 
 def problem_from_args(args) -> Problem:
     """The ``dcost.Problem`` the arguments describe (ValueError for bad values)."""
     h, m = hardware_and_model(args)
-    work = Workload(args.context, prompt=args.prompt)
-    free = {n: (1, _bound(args, n)) for n in ("batch", "chips", "stages")}
+    work = workload_from_args(args)
+    free: dict = {n: (1, _bound(args, n)) for n in ("batch", "chips", "stages")}
+    fixed = {}
+    for name in LAYOUT_VARIABLES:
+        value = getattr(args, name, None)
+        if isinstance(value, tuple):
+            free[name] = value
+        elif value is not None:
+            fixed[name] = value
+    chips = 1
+    if "attention_dp" in fixed:  # a stage needs a multiple of the groups as its chips
+        chips, most = fixed["attention_dp"], free["chips"][1]
+        if chips > most:
+            raise ValueError(
+                f"--attention-dp {chips:g}: more attention groups than --max-chips {most} allows"
+            )
+        free["chips"] = (max(1, int(chips)), most)
     kw = {} if args.tpot_slo is None else {"tpot_slo": args.tpot_slo}
     return Problem(
         h,
@@ -159,6 +290,7 @@ def problem_from_args(args) -> Problem:
         work,
         objective=args.objective,
         free=free,
+        fixed=Design(batch=1.0, chips=chips, **fixed),
         ttft_slo=args.ttft_slo,
         chip_budget=args.chip_budget,
         memory_reserve=args.memory_reserve,
@@ -197,10 +329,19 @@ class ProgressBar:
 
 
 def cmd_optimize(args) -> int:
+    with prefer_fast_compile():  # one question per process: compiling it is what takes time
+        return _optimize(args)
+
+
+def _optimize(args) -> int:
     problem = problem_from_args(args)
     sol = optimize(problem)
     sens = None
-    if not args.no_sensitivity and bool(sol.feasible):
+    if args.sensitivity == "envelope" and bool(sol.feasible):
+        sens = jax.tree.map(np.asarray, envelope(problem, sol))
+    elif args.sensitivity == "kkt" and bool(sol.feasible):
+        from dcost.search.sensitivity import sensitivity
+
         with jax.enable_x64(True):  # Newton on the KKT system wants float64
             sens = jax.tree.map(np.asarray, sensitivity(problem_from_args(args)))
     return _emit(args, problem, sol, sens, method="optimize")
@@ -209,7 +350,7 @@ def cmd_optimize(args) -> int:
 def cmd_grid(args) -> int:
     problem = problem_from_args(args)
     bar = None if args.json else ProgressBar(stream=sys.stderr)
-    sol = grid_search(problem, progress=bar)
+    sol = grid_search(problem, progress=bar)  # runs millions of designs: compiled to run fast
     return _emit(args, problem, sol, None, method="grid")
 
 
@@ -251,11 +392,50 @@ def _emit(args, problem, sol, sens, method) -> int:
                 part: _floats(getattr(sens, part)) for part in ("hardware", "model", "workload")
             }
             out["sensitivity"]["limits"] = {k: _si(v) for k, v in sens.limits.items()}
-            out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
+            out["sensitivity"]["method"] = args.sensitivity
+            if args.sensitivity == "kkt":
+                out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
         print(json.dumps(out, indent=2))
         return 0 if feasible else 1
     _print_text(args, problem, sol, sens, unit)
     return 0 if feasible else 1
+
+
+def layout_text(design) -> str:
+    """The design's serving model v2 layout fields for the design line, e.g. ``"; attention 8
+    data-parallel groups of 2 chips, 2 draft tokens"``; empty when every one is off (v1).
+
+    >>> import dcost
+    >>> layout_text(dcost.Design(64, chips=16, attention_dp=8, draft_tokens=2))
+    '; attention 8 data-parallel groups of 2 chips, 2 draft tokens'
+    >>> layout_text(dcost.Design(64, chips=16))
+    ''
+    """
+    parts = []
+    if design.attention_dp is not None:
+        a, g = float(design.attention_dp), float(design.chips)
+        t = g / a
+        parts.append(
+            f"attention {a:.0f} data-parallel group{'s' * (a != 1)} of {t:g} chip{'s' * (t != 1)}"
+        )
+    if design.dispatch_dedup is not None:
+        x = float(design.dispatch_dedup)
+        parts.append(
+            {0.0: "dispatch per expert copy", 1.0: "dispatch de-duplicated"}.get(
+                x, f"dispatch {x:g} de-duplicated"
+            )
+        )
+    for name, what in (
+        ("redundant_experts", "redundant experts"),
+        ("draft_tokens", "draft tokens"),
+    ):
+        value = getattr(design, name)
+        if value is not None:
+            parts.append(f"{float(value):g} {what}")
+    if design.prefill_chunk is not None:
+        c = float(design.prefill_chunk)
+        parts.append(f"prefill chunk {c:g} tokens" if c > 0 else "prefill in one pass")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _ms(seconds: float) -> str:
@@ -276,7 +456,7 @@ def _print_text(args, problem, sol, sens, unit) -> None:
     b, g, st = float(d.batch), float(d.chips), float(d.stages)
     print(
         f"design:          batch {b:.0f} x {g:.0f} chips per stage x {st:.0f} stages "
-        f"({g * st:.0f} chips per replica)"
+        f"({g * st:.0f} chips per replica){layout_text(d)}"
     )
     if not bool(sol.feasible):
         print(sol.message)
@@ -285,6 +465,10 @@ def _print_text(args, problem, sol, sens, unit) -> None:
     print(f"cost:            ${float(sol.cost) * 1e6:.4g} per million {per}s")
     if hasattr(r, "tpot"):
         print(f"{'tpot:':17s}{_ms(float(r.tpot))}")
+        if d.draft_tokens is not None and float(d.draft_tokens) > 0:
+            print(
+                f"{'tokens per step:':17s}{float(r.tokens_per_step):.3g} (accepted, per sequence)"
+            )
     else:
         print(f"{'ttft:':17s}{_ms(float(r.ttft))} (the prefill pass)")
     print(
@@ -303,7 +487,10 @@ def _print_text(args, problem, sol, sens, unit) -> None:
     if sens is None:
         return
     rows = sens.ranked(args.top)
-    note = "" if bool(sens.relaxed.kkt) else " (no KKT point confirmed: treat as rough)"
+    if args.sensitivity == "envelope":
+        note = " (envelope theorem at the search's multipliers; --sensitivity kkt polishes first)"
+    else:
+        note = "" if bool(sens.relaxed.kkt) else " (no KKT point confirmed: treat as rough)"
     print(f"\nwhat would make tokens cheaper: d log cost / d log x at the continuous optimum{note}")
     table = [[name, f"{v:+.3f}", f"{(1.1**v - 1) * 100:+.2f} %"] for name, v in rows]
     print(format_table(table, ["input", "elasticity", "cost if x rises 10 %"]))

@@ -1,11 +1,12 @@
 """``dcost warmup``: compile the common programs once, into the persistent cache.
 
-    dcost warmup            # eval (decode, prefill), optimize with sensitivities, grid, train,
-                            # lifetime: about a minute on 2 cores
+    dcost warmup            # eval (decode, prefill), optimize with its elasticities (both
+                            # kinds), grid, train, lifetime: about a minute on 2 cores
     dcost warmup --quick    # eval only: seconds
 
 Each step runs the very command-line handler a user runs (its output thrown away), so what it
-compiles is what a later ``dcost optimize`` or ``dcost eval`` finds in the cache. Every preset
+compiles is what a later ``dcost optimize`` or ``dcost eval`` finds in the cache (and, for the
+searches, in ``dcost._programs``: a later run does not even trace them). Every preset
 pair has the same pytree structure, so one pair warms the programs of all of them; flags that
 change a problem's structure (``--max-chips`` and the other bounds, ``--ttft-slo``,
 ``--chip-budget``, ``--objective``) compile programs of their own on first use.
@@ -18,7 +19,7 @@ import io
 import sys
 import time
 
-from dcost import _cache
+from dcost import _cache, _programs
 
 __all__ = ["add_parsers", "STEPS", "QUICK", "cmd_warmup", "cache_entries"]
 
@@ -32,7 +33,8 @@ _TRAIN = ["--params", "70e9", "--tokens", "15e12", "--hardware", "h100-sxm", "--
 STEPS = (
     ("eval decode", [*_EVAL, "--batch", "64", "--context", "4096"]),
     ("eval prefill", [*_EVAL, "--batch", "1", "--prompt", "4096", "--phase", "prefill"]),
-    ("optimize + sensitivity", ["optimize", *_SEARCH]),
+    ("optimize + elasticities", ["optimize", *_SEARCH]),
+    ("optimize, kkt sensitivity", ["optimize", *_SEARCH, "--sensitivity", "kkt"]),
     ("grid", ["grid", *_SEARCH]),
     ("train", ["train", *_TRAIN]),
     ("lifetime", ["lifetime", "--loss", "1.95", "--inference-tokens", "2e12"]),
@@ -45,7 +47,7 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser(
         "warmup",
         help="compile the common programs into the persistent cache, so later runs start fast",
-        description="Runs eval, optimize (with sensitivities), grid, train and lifetime once on "
+        description="Runs eval, optimize (with its elasticities), grid, train and lifetime once on "
         "a default question so their compiled programs land in the cache "
         "(DCOST_CACHE_DIR, else $XDG_CACHE_HOME/dcost/jax or ~/.cache/dcost/jax; "
         "DCOST_CACHE=0 turns the cache off).",
@@ -85,4 +87,8 @@ def cmd_warmup(args) -> int:
         print(f"{label:24s} {dt:6.1f} s")
     files, size = cache_entries(state.path)
     print(f"{files - before[0]} new entries; {files} in all, {size / 1e6:.1f} MB")
+    kept = _programs.entries()
+    if kept:
+        mb = sum(p.stat().st_size for p in kept) / 1e6
+        print(f"{len(kept)} compiled search programs in {kept[0].parent.name}/, {mb:.1f} MB")
     return 0

@@ -163,8 +163,9 @@ def hardware(name: str, precision: str = "bf16", calibrated: bool = False, **ove
         serves in (``serving_precision``): an fp8 model on bf16 FLOP/s doubles its compute time.
         An unknown precision, or one the chip lists no rate for, raises ``PresetError``.
       calibrated: apply the calibrated profile of the chip's family (achieved FLOP/s and HBM
-        fractions, matmul-size efficiency, step and layer overheads, link efficiencies and
-        latencies), fitted to published measurements by ``dcost validate --write``
+        fractions of weight and KV-cache reads, matmul-size efficiency, step and layer overheads,
+        link efficiencies and latencies; kernels in series and log-depth all-reduces), fitted to
+        published measurements by ``dcost validate --write``
         (``calibration.toml``); False: the pure roofline (peak rates, no overheads).
       **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``; they win
         over the calibrated profile.

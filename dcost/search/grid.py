@@ -20,7 +20,15 @@ from jax.sharding import Mesh, PartitionSpec
 
 from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad, unpad
-from dcost.search.problem import SEARCH_RTOL, Problem, batch_size, better, broadcast, evaluate
+from dcost.search.problem import (
+    SEARCH_RTOL,
+    Problem,
+    admissible,
+    batch_size,
+    better,
+    broadcast,
+    evaluate,
+)
 from dcost.search.solution import Solution, Stats, finish
 from dcost.specs import SpecError
 
@@ -49,7 +57,9 @@ def grid_search(
     .. math:: x^* = \\arg\\min_{x \\in \\mathbb{Z}^d,\\ lo \\le x \\le hi}
               \\{\\text{cost}(x) : \\text{value}_j(x) \\le \\text{limit}_j\\ \\forall j\\}
 
-    Ties go to the first design in row-major order of the free variables. When no design is
+    Ties go to the first design in row-major order of the free variables. Designs whose
+    attention groups do not divide their chips per stage (``dcost.search.problem.admissible``)
+    are skipped. When no design is
     feasible, the one with the least total violation ``sum_j max(0, log(value_j/limit_j))`` is
     returned with ``feasible = False`` (see ``Solution.message``).
 
@@ -181,6 +191,8 @@ def _best_of(problem1, index):
     total = grid_points(problem1)
     valid = index < total
     x = _unravel(problem1, jnp.minimum(index, total - 1))
+    if problem1.divides is not None:  # attention groups that do not divide the chips: skipped
+        valid = valid & jax.vmap(lambda v: admissible(problem1, v))(x)
     ev = jax.vmap(lambda v: evaluate(problem1, v, rtol=SEARCH_RTOL))(x)
     viol = jnp.where(valid & ~jnp.isnan(ev.violation), ev.violation, jnp.inf)
     cost = jnp.where(valid & ~jnp.isnan(ev.cost), ev.cost, jnp.inf)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from dcost.search.linalg import lstsq
-from dcost.search.problem import Problem, evaluate
+from dcost.search.problem import Problem, evaluate, from_search
 
 __all__ = [
     "Relaxed",
@@ -63,7 +63,8 @@ class Relaxed(eqx.Module):
     """The polished optimum of the smooth relaxation.
 
     Attributes:
-      y: ``log`` of the free variables, shape ``(..., d)``; ``x = exp(y)``.
+      y: ``log`` of the free variables in the search's coordinates, ``log(x + offset)``, shape
+        ``(..., d)``.
       lambdas: multipliers ``lam*_j = -d log cost*/d log limit_j``, ``(..., n_constraints)``.
       log_cost: ``log cost*`` (smooth model).
       interior: which variables move (not at a bound, not pinned at a jump).
@@ -73,6 +74,7 @@ class Relaxed(eqx.Module):
         constraints satisfied, bounds respected, held variables pushing against their bound);
         when False the sensitivities are unreliable (a degenerate or wrongly guessed active set).
       smoothness: the smoothness of the model used.
+      offset: the shift of each variable (``Problem.offsets``: 1 where 0 means off, else 0).
     """
 
     y: jax.Array
@@ -83,11 +85,12 @@ class Relaxed(eqx.Module):
     residual: jax.Array
     kkt: jax.Array
     smoothness: jax.Array
+    offset: jax.Array
 
     @property
     def x(self):
-        """The free variables of the continuous optimum."""
-        return jnp.exp(self.y)
+        """The free variables of the continuous optimum, ``exp(y) - offset``."""
+        return jnp.exp(self.y) - self.offset
 
     @property
     def cost(self):
@@ -96,8 +99,9 @@ class Relaxed(eqx.Module):
 
 
 def log_terms(problem: Problem, y, smoothness):
-    """``(log cost, log(value/limit) per constraint)`` at ``y = log(free variables)``."""
-    ev = evaluate(problem, jnp.exp(y), smoothness)
+    """``(log cost, log(value/limit) per constraint)`` at ``y = log(free variables + offsets)``
+    (``Problem.offsets``)."""
+    ev = evaluate(problem, from_search(problem, jnp.exp(y)), smoothness)
     return jnp.log(ev.cost), ev.log_ratios
 
 
@@ -107,10 +111,11 @@ def lagrangian(problem, y, lam, smoothness):
     return f + jnp.dot(lam, c)
 
 
-JUMPS = ("chips", "stages")
+JUMPS = ("chips", "stages", "attention_dp")
 """The variables the model jumps in: the links switch from scale-up to scale-out where a stage's
 ``G`` chips (tensor parallel, all-to-all) or a replica's ``P*G`` (pipeline hops) outgrow one
-scale-up domain. Only these are held where stationarity fails."""
+scale-up domain, or an attention group's ``G/A`` chips do (and the KV cache replicates past the
+KV heads at ``G/A = h_kv``). Only these are held where stationarity fails."""
 
 
 def jumps(problem: Problem):
@@ -159,9 +164,14 @@ def _multipliers(gf, jc, interior, candidate):
     return lam, jnp.where(interior, gf + m @ lam, 0.0)
 
 
+def _log_bounds(problem: Problem):
+    """``(log lower, log upper)`` of the free variables in the search's coordinates."""
+    return jnp.log(jnp.asarray(problem.search_lower)), jnp.log(jnp.asarray(problem.search_upper))
+
+
 def snap_to_bounds(problem: Problem, y0, snap):
     """``y0`` with the variables within ``snap`` (in log) of a bound put on it; the two masks."""
-    lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
+    lo, hi = _log_bounds(problem)
     at_hi = (y0 > hi - snap) | (hi <= lo)
     at_lo = (y0 < lo + snap) & ~at_hi
     return jnp.where(at_lo, lo, jnp.where(at_hi, hi, y0)), at_lo, at_hi
@@ -201,6 +211,17 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
     interior, _ = jax.lax.scan(hold_one, interior, None, length=y0.shape[0])
     lam, _ = _multipliers(gf, jc, interior, candidate)
     active = candidate & (lam > ACTIVE_TOL)
+    # More active constraints than moving variables (a layout with most variables on bounds,
+    # several limits near): their gradients are dependent there and no multipliers make all of
+    # them hold with equality; keep those nearest their limits (largest c), as many as move.
+    # Otherwise the values are unchanged.
+    moving = jnp.sum(interior)
+    over = jnp.sum(active) > moving
+    rank = jnp.argsort(jnp.argsort(-jnp.where(active, c, -jnp.inf)))
+    kept = active & (rank < moving)
+    lam_kept, _ = _multipliers(gf, jc, interior, kept)
+    lam = jnp.where(over, lam_kept, lam)
+    active = jnp.where(over, kept & (lam_kept > ACTIVE_TOL), active)
     lam = jnp.where(active, lam, 0.0)
     g = gf + jc.T @ lam
     violation = jnp.concatenate(
@@ -274,7 +295,7 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
     )
     (w, _, _, residual, jac, (g, f, c)), _ = jax.lax.scan(newton, start, None, length=NEWTON_STEPS)
     y, lam = jnp.where(aset.interior, w[:d], aset.y_pin), w[d:]  # held: exactly in place
-    lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
+    lo, hi = _log_bounds(problem)
     free = ~aset.interior & (hi > lo)  # not moving, though its bounds would let it
     on_lo, on_hi = free & (aset.y_pin <= lo), free & (aset.y_pin >= hi)
     held = free & ~on_lo & ~on_hi  # neither moving nor on a bound
@@ -299,6 +320,7 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
         residual=residual,
         kkt=ok,
         smoothness=s,
+        offset=jnp.asarray(problem.offsets, y.dtype),
     )
     return relaxed, jac
 
@@ -308,7 +330,7 @@ def polish(problem: Problem, y0, near, snap, pin_tol, s) -> tuple[Relaxed, jax.A
     where the last ended, clipped into the bounds (a variable Newton pushed past its bound is
     held there by the next guess). The cheapest pass that passes the checks (else the last), and
     the KKT Jacobian there."""
-    lo, hi = jnp.log(jnp.asarray(problem.lower)), jnp.log(jnp.asarray(problem.upper))
+    lo, hi = _log_bounds(problem)
 
     def one_pass(y, _):
         out = _newton(problem, y, near, snap, pin_tol, s)

@@ -68,6 +68,8 @@ class Objective:
         smallest feasible over-training by bisection.
       validate: ``problem -> None``, called when a ``Problem`` is built; raises ``SpecError`` on
         inputs the objective cannot use (e.g. missing ``extras``). None: nothing to check.
+      prefill: True when the cost is that of a prefill pass, so that ``prefill_chunk`` changes it
+        (other objectives run a prefill only for a ``ttft`` constraint).
     """
 
     name: str
@@ -78,6 +80,7 @@ class Objective:
     batch_monotone: bool = False
     overtrain_monotone: bool = False
     validate: Callable | None = field(default=None, repr=False)
+    prefill: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -119,12 +122,15 @@ def _cost_per_input_token(design, problem, smoothness) -> tuple:
 
 
 _SERVING = frozenset({"batch", "chips", "stages", "experts"})
+_LAYOUT = frozenset({"attention_dp", "dispatch_dedup", "redundant_experts", "prefill_chunk"})
+"""Serving model v2's layout variables every serving objective takes (``prefill_chunk`` acts on
+a decode objective through its ``ttft`` constraint); decode adds ``draft_tokens``."""
 
 COST_PER_TOKEN = Objective(
     "cost_per_token",
     "$ per output token",
     _cost_per_token,
-    _SERVING,
+    _SERVING | _LAYOUT | {"draft_tokens"},
     frozenset({"tpot", "ttft", "memory", "replica_chips"}),
     batch_monotone=True,
 )
@@ -134,9 +140,10 @@ COST_PER_INPUT_TOKEN = Objective(
     "cost_per_input_token",
     "$ per input token",
     _cost_per_input_token,
-    _SERVING,
+    _SERVING | _LAYOUT,
     frozenset({"ttft", "memory", "replica_chips"}),
     batch_monotone=True,
+    prefill=True,
 )
 """$ per input token of prefill (``dcost.prefill``); its report is a ``dcost.PrefillReport``."""
 
@@ -144,7 +151,7 @@ LIFETIME_COST = Objective(
     "lifetime_cost",
     "$ over the model's life (pretraining + RL + inference)",
     lifetime_objective.evaluate,
-    frozenset({"batch", "chips", "stages", "experts", "overtrain"}),
+    _SERVING | _LAYOUT | {"draft_tokens", "overtrain"},
     frozenset({"tpot", "ttft", "memory", "replica_chips", "loss"}),
     # pretraining $ and the loss do not depend on the batch; the rest is cost_per_token's.
     # Over-training raises pretraining $ and lowers the loss, nothing else.

@@ -36,13 +36,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dcost.bisection import bisect, ceil_midpoint, floor_midpoint, steps_for
 from dcost.search import kkt
 from dcost.search._jit import jit
 from dcost.search.buckets import bucketed
-from dcost.search.problem import SEARCH_RTOL, Problem, better, broadcast, evaluate
+from dcost.search.problem import (
+    SEARCH_RTOL,
+    Problem,
+    better,
+    broadcast,
+    evaluate,
+    from_search,
+    repair,
+    to_search,
+)
 from dcost.search.solution import Solution, Stats, finish
 from dcost.smooth import MAX_SMOOTHNESS
 from dcost.specs import SpecError, check
@@ -139,7 +147,7 @@ def to_unconstrained(v, lower, upper, margin=1e-4):
 
 def _halton(n: int, d: int) -> np.ndarray:
     """The first ``n`` points of the Halton sequence in ``(0, 1)**d`` (deterministic starts)."""
-    primes = [2, 3, 5, 7, 11, 13, 17, 19][:d]
+    primes = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29][:d]
     out = np.empty((n, d))
     for j, base in enumerate(primes):
         for i in range(n):
@@ -173,11 +181,17 @@ class Continuous(eqx.Module):
     smoothness: jax.Array
 
 
+def _free(z, problem):
+    """The free variables at ``z``: ``from_unconstrained`` in the search's coordinates (shifted
+    by ``problem.offsets``, so that a variable whose 0 means off reaches 0), shifted back."""
+    return from_search(problem, from_unconstrained(z, problem.search_lower, problem.search_upper))
+
+
 def _objective(z, lam, rho, smoothness, mode, weights, problem):
     """``mode * L(z, lam) + weights . (log cost, log ratios)``: the augmented Lagrangian in the
     search's steps (``mode = 1``, ``weights = 0``), one row of the Jacobian in the last steps
     (``mode = 0``, ``weights`` a unit vector); one function, so one copy of the model compiles."""
-    v = from_unconstrained(z, problem.lower, problem.upper)
+    v = _free(z, problem)
     ev = evaluate(problem, v, smoothness)
     f, c = jnp.log(ev.cost), ev.log_ratios
     penalty = jnp.square(jnp.maximum(0.0, lam + rho * c)) - jnp.square(lam)
@@ -215,6 +229,8 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     sched = tuple(
         jnp.asarray(a, bool if a.dtype == bool else dtype) for a in _schedule(settings, n_c)
     )
+    import optax  # here, not at the top: a search loaded from dcost._programs never traces
+
     adam = optax.scale_by_adam()
     value_and_grad = jax.value_and_grad(_objective, has_aux=True)
 
@@ -240,7 +256,7 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     (z, _, lam, f, c, jac), _ = jax.lax.scan(step, init, sched)
     return Continuous(
         z=z,
-        v=from_unconstrained(z, problem.lower, problem.upper),
+        v=_free(z, problem),
         lambdas=lam,
         log_cost=f,
         log_ratios=c,
@@ -336,22 +352,36 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     size = max(cand0.shape[0], stencil.shape[0])
     cand0 = jnp.concatenate([cand0, jnp.repeat(cand0[:1], size - cand0.shape[0], 0)])
     steps = jnp.asarray(np.concatenate([stencil, np.zeros((size - stencil.shape[0], d))]), dtype)
+    # a variable that must divide another (or be its multiple) is moved to the nearest valid
+    # value on the side its rounding (floor: down, ceil: up) or its step took
+    i_fix = None if problem.divides is None else names.index(problem.divides)
+    if i_fix is not None:
+        up0 = np.tile(corners[:, i_fix], v_starts.shape[0])
+        dir0 = jnp.asarray(np.concatenate([2.0 * up0 - 1.0, np.full(size - up0.size, -1.0)]))
+        dirs = jnp.sign(steps[:, i_fix])
 
-    def score(x):
+    def score(x, direction):
+        if i_fix is not None:
+            x, ok = repair(problem, x, direction)
         if shrink:  # the batch is maximized where the over-training eases every constraint most
             x = x.at[i_over].set(hi[i_over])
         if monotone:
             x, viol, cost = _max_batch(problem, x, i_batch, lo[i_batch], hi[i_batch])
         if shrink:
-            return _min_var(problem, x, i_over, lo[i_over], hi[i_over])
-        if monotone:
-            return x, viol, cost
-        return _scored(problem, x)
+            x, viol, cost = _min_var(problem, x, i_over, lo[i_over], hi[i_over])
+        elif not monotone:
+            x, viol, cost = _scored(problem, x)
+        if i_fix is not None:  # no valid value within the bounds: ranked last
+            viol = jnp.where(ok, viol, jnp.inf)
+        return x, viol, cost
 
     def one_round(carry, r):
         best = carry
         xs = jnp.where(r == 0, cand0, jnp.clip(best[0] + steps, lo, hi))
-        xs, viol, cost = jax.vmap(score)(xs)
+        if i_fix is None:
+            xs, viol, cost = jax.vmap(lambda x: score(x, 0.0))(xs)
+        else:
+            xs, viol, cost = jax.vmap(score)(xs, jnp.where(r == 0, dir0, dirs))
         vmin = jnp.min(viol)
         k = jnp.argmin(jnp.where(viol == vmin, cost, jnp.inf))
         new = (xs[k], viol[k], cost[k])
@@ -386,13 +416,13 @@ def _shadow_prices(problem: Problem, best: Continuous):
     Jacobian the search took there, moved from ``z`` to ``y = log v``; values at a point snapped
     to its bounds to first order), where they make it stationary (with every variable moving if
     that works, else holding chips or stages at a jump); else the augmented-Lagrangian ones."""
-    lo, hi = np.log(problem.lower), np.log(problem.upper)
+    lo, hi = np.log(problem.search_lower), np.log(problem.search_upper)
     u = jax.nn.sigmoid(best.z)
     dy_dz = (hi - lo) * u * (1.0 - u)
     jac = jnp.where(dy_dz > 0, best.jac / jnp.where(dy_dz > 0, dy_dz, 1.0), 0.0)
     fc = jnp.concatenate([best.log_cost[None], best.log_ratios])
 
-    y0 = jnp.log(best.v)
+    y0 = jnp.log(to_search(problem, best.v))
 
     def at(snap, pin_tol):
         y, at_lo, at_hi = kkt.snap_to_bounds(problem, y0, snap)

@@ -46,12 +46,38 @@ __all__ = [
     "evaluate",
     "better",
     "VARIABLES",
+    "LAYOUT_VARIABLES",
+    "ZERO_OFF",
     "CONSTRAINTS",
+    "admissible",
+    "repair",
+    "to_search",
+    "from_search",
     "FEASIBILITY_RTOL",
 ]
 
-VARIABLES = ("batch", "chips", "stages", "experts", "overtrain")
-"""Free variables: ``chips`` is chips per pipeline stage ``G`` (``Design.chips``)."""
+VARIABLES = (
+    "batch",
+    "chips",
+    "stages",
+    "experts",
+    "overtrain",
+    "attention_dp",
+    "dispatch_dedup",
+    "redundant_experts",
+    "draft_tokens",
+    "prefill_chunk",
+)
+"""Free variables, in the order of a design vector: ``chips`` is chips per pipeline stage ``G``
+(``Design.chips``); the last five are serving model v2's layout fields (``LAYOUT_VARIABLES``)."""
+LAYOUT_VARIABLES = VARIABLES[5:]
+"""Serving model v2's fields of ``dcost.Design`` (``docs/serving_v2.md``, "What the optimizer may
+free"): data-parallel attention groups ``A`` (must divide ``G``), de-duplicated dispatch (0 or 1),
+redundant experts ``R``, draft tokens ``k_d`` and the prefill chunk ``C``."""
+ZERO_OFF = ("dispatch_dedup", "redundant_experts", "draft_tokens")
+"""Variables whose 0 means "off" (and is a valid bound): the search relaxes them in
+``log(1 + x)`` rather than ``log x``, so that 0 sits at the edge of the log-space box like 1 does
+for the others (a shift by a whole number keeps whole numbers whole)."""
 CONSTRAINTS = ("tpot", "ttft", "memory", "replica_chips", "loss")
 FEASIBILITY_RTOL = 1e-6
 """A design is feasible when ``value <= limit*(1 - FEASIBILITY_RTOL)`` for every constraint on a
@@ -137,7 +163,14 @@ class Problem(eqx.Module):
         ``dcost.search.lifetime_objective``). An unknown name raises SpecError listing them.
       free: ``{name: (lo, hi)}`` for any of ``batch``, ``chips`` (per stage), ``stages``,
         ``experts`` (routed, >= the model's ``experts_active``), ``overtrain``; whole numbers with
-        ``1 <= lo <= hi``.
+        ``1 <= lo <= hi``. Serving model v2's layout (``LAYOUT_VARIABLES``; ``0 <= lo`` where 0
+        means off): ``attention_dp`` (data-parallel attention groups, ``hi`` at most the chips
+        per stage; a searched design's ``A`` divides ``G``), ``dispatch_dedup`` (MoE; within
+        ``(0, 1)``), ``redundant_experts`` (MoE; ``hi`` at most the routed experts),
+        ``draft_tokens`` (a model with a draft and a workload with ``acceptance > 0``; decode
+        objectives), ``prefill_chunk`` (``hi`` at most the prompt; prefill, or decode with a
+        ``ttft_slo``). A variable an objective cannot use, or a bound the model cannot honour,
+        raises SpecError naming it.
       fixed: a ``dcost.Design`` giving the variables that are not free.
       limits: a ``Limits``; or give its fields as keywords (``tpot_slo=0.05``,
         ``memory_reserve=0.1``, ``ttft_slo``, ``chip_budget``, ``loss_target``), not both.
@@ -193,6 +226,7 @@ class Problem(eqx.Module):
         self.objective = obj
         self.free = _check_free(_DEFAULT_FREE if free is None else free, obj, model)
         self._check_limits(obj)
+        _check_layout(self)
         if obj.validate is not None:
             obj.validate(self)
         batch_size(self)  # raises when leading axes disagree
@@ -255,6 +289,38 @@ class Problem(eqx.Module):
         return np.array([hi for _, _, hi in self.free], dtype=float)
 
     @property
+    def offsets(self) -> np.ndarray:
+        """Shift of each free variable in the search's log space, ``y = log(x + offset)``: 1 for
+        the variables whose 0 means off (``ZERO_OFF``), else 0 (float array, shape ``(d,)``)."""
+        return np.array([1.0 if n in ZERO_OFF else 0.0 for n in self.names])
+
+    @property
+    def search_lower(self) -> np.ndarray:
+        """``lower + offsets``: the lower bounds in the search's coordinates (all >= 1)."""
+        return self.lower + self.offsets
+
+    @property
+    def search_upper(self) -> np.ndarray:
+        """``upper + offsets``: the upper bounds in the search's coordinates."""
+        return self.upper + self.offsets
+
+    @property
+    def floors(self) -> np.ndarray:
+        """The least value each free variable may take: 0 for ``ZERO_OFF``, else 1."""
+        return 1.0 - self.offsets
+
+    @property
+    def divides(self) -> str | None:
+        """Which variable a search repairs so that ``attention_dp`` divides ``chips``: the free
+        ``"attention_dp"``; or ``"chips"`` when the attention layout is fixed and the chips are
+        free; None when the rule does not constrain the search."""
+        if "attention_dp" in self.names:
+            return "attention_dp"
+        if self.fixed.attention_dp is not None and "chips" in self.names:
+            return "chips"
+        return None
+
+    @property
     def constraints(self) -> tuple[str, ...]:
         """Names of the constraints that are on, in ``CONSTRAINTS`` order."""
         return tuple(n for n in CONSTRAINTS if getattr(self.limits, _LIMIT_OF[n]) is not None)
@@ -271,12 +337,25 @@ class Problem(eqx.Module):
         """The ``dcost.Design`` whose free variables are ``x`` (shape ``(d,)``), the rest fixed."""
         vals = {n: x[..., i] for i, n in enumerate(self.names)}
         f = self.fixed
+        chips = vals.get("chips", f.chips)
+        attention_dp = vals.get("attention_dp", f.attention_dp)
+        if self.divides is not None and attention_dp is not None:
+            # At most G groups: the relaxation may step past G, where t = G/A < 1 means nothing.
+            # At A = G the gradient goes to G alone (A saturated: its own gradient is 0, and
+            # t = G/A stays 1 as G moves), not half to each as jnp.minimum's does: the split
+            # gradient made data-parallel attention look non-stationary to the KKT polish.
+            attention_dp = jnp.where(attention_dp < chips, attention_dp, chips)
         return Design(
             batch=vals.get("batch", f.batch),
-            chips=vals.get("chips", f.chips),
+            chips=chips,
             stages=vals.get("stages", f.stages),
             experts=vals.get("experts", f.experts),
             overtrain=vals.get("overtrain", f.overtrain),
+            attention_dp=attention_dp,
+            dispatch_dedup=vals.get("dispatch_dedup", f.dispatch_dedup),
+            redundant_experts=vals.get("redundant_experts", f.redundant_experts),
+            draft_tokens=vals.get("draft_tokens", f.draft_tokens),
+            prefill_chunk=vals.get("prefill_chunk", f.prefill_chunk),
         )
 
 
@@ -330,17 +409,19 @@ def _check_free(free, obj, model) -> tuple:
                 f"Problem.free[{name!r}] = {bounds!r} is not allowed: it must be a "
                 "pair (lo, hi) of numbers"
             ) from None
+        least = 0 if name in ZERO_OFF else 1
+        most = 1.0 if name == "dispatch_dedup" else whole_max()
         if (
             not (np.isfinite(lo) and np.isfinite(hi))
-            or lo < 1
+            or lo < least
             or lo > hi
             or lo != round(lo)
             or hi != round(hi)
-            or hi > whole_max()
+            or hi > most
         ):
             raise SpecError(
                 f"Problem.free[{name!r}] = {bounds!r} is not allowed: bounds must be "
-                f"whole numbers with 1 <= lo <= hi <= {whole_max():.0f}"
+                f"whole numbers with {least} <= lo <= hi <= {most:.0f}"
             )
         if name == "experts":
             e, k = _concrete(model.n_experts), _concrete(model.experts_active)
@@ -355,6 +436,91 @@ def _check_free(free, obj, model) -> tuple:
                 )
         out.append((name, int(lo), int(hi)))
     return tuple(out)
+
+
+def _most(x) -> float | None:
+    """The largest value of a concrete leaf (None when traced or None)."""
+    v = _concrete(x)
+    return None if v is None else float(np.max(v))
+
+
+def _least(x) -> float | None:
+    v = _concrete(x)
+    return None if v is None else float(np.min(v))
+
+
+def _check_layout(problem: Problem) -> None:
+    """Refuse layout variables (``LAYOUT_VARIABLES``) the scenario cannot honour, naming the
+    variable, its bounds and the field that rules it out."""
+    bounds = {n: (lo, hi) for n, lo, hi in problem.free}
+    m, w, f = problem.model, problem.workload, problem.fixed
+
+    def refuse(name, why):
+        raise SpecError(f"Problem.free[{name!r}] = {bounds[name]!r} is not allowed: {why}")
+
+    if "attention_dp" in bounds:
+        most: float | None = _least(f.chips)
+        where = "Problem.fixed.chips"
+        if "chips" in bounds:
+            most, where = float(bounds["chips"][1]), "the largest chips per stage in Problem.free"
+        if most is not None and bounds["attention_dp"][1] > most:
+            refuse(
+                "attention_dp",
+                f"hi must be at most the chips per stage ({most:g}, {where}): the groups split a "
+                "stage's chips",
+            )
+    elif problem.divides == "chips":
+        a, hi = _most(f.attention_dp), bounds["chips"][1]
+        if a is not None and hi < a:
+            raise SpecError(
+                f"Problem.free['chips'] = {bounds['chips']!r} is not allowed with "
+                f"Problem.fixed.attention_dp = {a:g}: a stage needs at least as many chips as "
+                "attention groups (and a multiple of them)"
+            )
+    for name in ("dispatch_dedup", "redundant_experts"):
+        e = _least(m.n_experts)
+        if name in bounds and e is not None and e <= 0:
+            refuse(name, "the model is dense (Model.n_experts = 0): it has no experts to route")
+    if "redundant_experts" in bounds:
+        if "experts" in bounds:
+            top: float | None = float(bounds["experts"][1])
+        else:
+            top = _most(m.n_experts if f.experts is None else f.experts)
+        if top is not None and bounds["redundant_experts"][1] > top:
+            refuse(
+                "redundant_experts",
+                f"hi must be at most the routed experts ({top:g}): one extra replica of each",
+            )
+    if "draft_tokens" in bounds:
+        d = _least(m.draft_params)
+        if d is not None and d <= 0:
+            refuse(
+                "draft_tokens",
+                "the model has no draft (Model.draft_params = 0): give a model with a draft or "
+                "multi-token-prediction module (e.g. dcost.model('deepseek-v3'))",
+            )
+        a = _least(w.get("acceptance"))
+        if a is not None and a <= 0:
+            refuse(
+                "draft_tokens",
+                "Workload.acceptance is 0 (or unset): no draft token would ever be accepted, so "
+                "speculation never pays; give the draft's acceptance rate, e.g. "
+                "Workload(..., acceptance=0.85)",
+            )
+    if "prefill_chunk" in bounds:
+        if "ttft" not in problem.constraints and not problem.objective.prefill:
+            refuse(
+                "prefill_chunk",
+                f"objective {problem.objective.name!r} without a ttft_slo never runs a prefill, so "
+                "the chunk changes nothing; set Problem.ttft_slo or use cost_per_input_token",
+            )
+        prompt = _most(w.prompt)
+        if prompt is not None and bounds["prefill_chunk"][1] > prompt:
+            refuse(
+                "prefill_chunk",
+                f"hi must be at most the prompt (Workload.prompt = {prompt:g} tokens): a larger "
+                "chunk is the whole prompt in one pass",
+            )
 
 
 def batch_size(problem: Problem) -> int | None:
@@ -448,6 +614,74 @@ def evaluate(problem: Problem, x, smoothness=0.0, rtol=FEASIBILITY_RTOL) -> Eval
         values = limits = jnp.zeros((0,), dtype)
     margins = jnp.asarray([1.0 if n in EXACT else 1.0 - rtol for n in names], dtype)
     return Evaluation(cost, values, limits, margins, report)
+
+
+def to_search(problem: Problem, x):
+    """Free variables ``x`` in the search's coordinates ``x + offsets`` (``log`` of these is the
+    relaxation's ``y``; ``ZERO_OFF`` variables are shifted by 1, the others unchanged)."""
+    off = problem.offsets
+    return x + jnp.asarray(off, jnp.result_type(x)) if off.any() else x
+
+
+def from_search(problem: Problem, v):
+    """Inverse of ``to_search``: ``v - offsets``."""
+    off = problem.offsets
+    return v - jnp.asarray(off, jnp.result_type(v)) if off.any() else v
+
+
+def admissible(problem: Problem, x):
+    """Whether the whole-number design vector ``x`` is a layout one can run: its attention
+    groups ``A`` divide its chips per stage ``G`` (``A <= G``, ``G mod A = 0``). Always True when
+    the problem fixes both or leaves the attention layout to v1's convention."""
+    if problem.divides is None:
+        return jnp.ones((), bool)
+    d = problem.design(jnp.asarray(x))  # A = min(A, G): compare with the A asked for
+    names = problem.names
+    a = x[names.index("attention_dp")] if "attention_dp" in names else problem.fixed.attention_dp
+    assert a is not None  # problem.divides says so
+    return (a <= d.chips) & (jnp.mod(d.chips, a) == 0)
+
+
+def repair(problem: Problem, x, direction):
+    """``(x', ok)``: the whole-number design ``x`` made ``admissible`` by moving one variable.
+
+    With ``attention_dp`` free, ``A`` moves to a divisor of ``G`` within its bounds: the largest
+    one ``<= A`` for ``direction < 0``, the smallest ``>= A`` for ``direction > 0``, the nearest
+    (ties down) for 0, each falling back to the other side when its own has none. With the
+    layout fixed and ``chips`` free, ``G`` moves to a multiple of ``A`` the same way. ``ok`` is
+    False when no value within the bounds works (the caller ranks the design last). ``x``
+    unchanged (and ok) when the problem has no such rule.
+
+    >>> import dcost, jax.numpy as jnp
+    >>> from dcost.search.problem import repair
+    >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("deepseek-v3"),
+    ...                   dcost.Workload(4096), free={"chips": (1, 8), "attention_dp": (1, 8)})
+    >>> [float(v) for v in repair(p, jnp.array([6.0, 4.0]), 1)[0]]  # 4 does not divide 6: 6
+    [6.0, 6.0]
+    >>> [float(v) for v in repair(p, jnp.array([6.0, 4.0]), -1)[0]]  # 3 does
+    [6.0, 3.0]
+    """
+    name = problem.divides
+    if name is None:
+        return x, jnp.ones((), bool)
+    i = problem.names.index(name)
+    lo, hi = problem.free[i][1:]
+    v = x[i]
+    d = problem.design(x)
+    if name == "attention_dp":
+        g = d.chips
+        cand = jnp.arange(lo, hi + 1, dtype=x.dtype)
+        ok = (cand <= g) & (jnp.mod(g, cand) == 0)
+    else:
+        a = problem.fixed.attention_dp
+        assert a is not None  # problem.divides says so
+        cand = jnp.stack([jnp.floor(v / a) * a, jnp.ceil(v / a) * a]).astype(x.dtype)
+        ok = (cand >= jnp.maximum(lo, a)) & (cand <= hi)
+    side = jnp.where(direction < 0, cand <= v, jnp.where(direction > 0, cand >= v, True))
+    pool = jnp.where(jnp.any(ok & side), ok & side, ok)
+    # nearest in the pool; ties go to the first, the smaller (candidates ascend)
+    k = jnp.argmin(jnp.where(pool, jnp.abs(cand - v), jnp.inf))
+    return x.at[i].set(cand[k]), jnp.any(ok)
 
 
 def better(a: tuple, b: tuple):

@@ -39,7 +39,7 @@ from dcost.search.buckets import bucketed
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.search.linalg import lstsq
 from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
-from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate
+from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate, to_search
 from dcost.specs import Hardware, Model, SpecError, Workload
 
 INFEASIBLE_LOG_RATIO = 0.01
@@ -66,7 +66,9 @@ class Sensitivity(eqx.Module):
       hardware, model, workload: pytrees shaped like the inputs holding
         ``d log(optimal cost) / d log(field)`` (e.g. ``.hardware.hbm_bandwidth``).
       limits: ``{constraint: d log(optimal cost) / d log(limit)}`` (``= -lambda``).
-      design: ``{free variable: Elasticities}``: ``d log(optimal value) / d log(field)``.
+      design: ``{free variable: Elasticities}``: ``d log(optimal value) / d log(field)``; for
+        the variables whose 0 means off (``ZERO_OFF``: draft tokens, redundant experts,
+        de-duplicated dispatch) ``d log(1 + optimal value) / d log(field)``.
       relaxed: the ``Relaxed`` optimum they are taken at.
       log_ratios: ``log(value/limit)`` of every constraint at the relaxed optimum (smooth model),
         ``(..., n_constraints)``; above ``INFEASIBLE_LOG_RATIO`` the scenario is infeasible.
@@ -116,7 +118,9 @@ def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array
     (or, when none passes the checks, the best start's first guess, flagged ``kkt = False``)."""
     best, runs = best_continuous(problem, settings)
     s = best.smoothness
-    starts = jnp.concatenate([jnp.log(best.v)[None], jnp.log(runs.v)])
+    starts = jnp.concatenate(
+        [jnp.log(to_search(problem, best.v))[None], jnp.log(to_search(problem, runs.v))]
+    )
     guesses = list(itertools.product(NEAR, SNAP, (PIN_TOL, jnp.inf)))
     y0 = jnp.tile(starts, (len(guesses), 1))
     near, snap, pin = (

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.search.problem import Problem, evaluate
+from dcost.search.problem import Problem, evaluate, repair
 from dcost.specs import Design, _number
 
 __all__ = ["Solution", "Stats", "finish", "CHEAPER_RTOL"]
@@ -157,11 +157,19 @@ def finish(problem: Problem, x, lambdas, stats: Stats) -> Solution:
     lo, hi = jnp.asarray(problem.lower), jnp.asarray(problem.upper)
     d = x.shape[-1]
     steps = jnp.concatenate([jnp.zeros((1, d)), jnp.eye(d), -jnp.eye(d)])
-    moved = jnp.maximum(x + steps, 1.0)  # one step either way, the bounds ignored
+    floors = problem.floors  # 1, or 0 for a variable whose 0 means off
+    # one step either way, the bounds ignored
+    moved = jnp.maximum(x + steps, floors if problem.offsets.any() else 1.0)
+    valid = None
+    if problem.divides is not None:  # the next valid layout in the step's direction
+        i = problem.names.index(problem.divides)
+        moved, valid = jax.vmap(lambda v, s: repair(problem, v, s))(moved, steps[:, i])
     everything = jax.vmap(lambda v: evaluate(problem, v))(moved)
     ev = jax.tree.map(lambda a: a[0], everything)  # the design itself, then its neighbours
     nev = jax.tree.map(lambda a: a[1:], everything)
     inside = jnp.all((moved[1:] >= lo) & (moved[1:] <= hi), axis=-1)
+    if valid is not None:  # no valid layout that way: no neighbour
+        inside = inside & valid[1:]
     cheaper = (nev.cost < ev.cost * (1.0 - CHEAPER_RTOL)) & jnp.any(moved[1:] != x, axis=-1)
     blocks = jnp.any((inside & cheaper)[:, None] & ~nev.feasible_each, axis=0)
     lambdas = jnp.asarray(lambdas, ev.values.dtype)

@@ -128,7 +128,8 @@ def attention_comm_time(tokens, layers_per_stage, chips, groups, hardware, model
     volume = tokens * model.d_model * model.act_bytes
     bw_t, alpha_t = _link(t, hardware)
     bw_g, alpha_g = _link(g, hardware)
-    group = all_reduce(volume / a, t, bw_t, passes * alpha_t)
-    stage = all_reduce(volume, g, bw_g, passes * alpha_g)
+    tree = hardware.get("tree_collectives")
+    group = all_reduce(volume / a, t, bw_t, passes * alpha_t, tree)
+    stage = all_reduce(volume, g, bw_g, passes * alpha_g, tree)
     per_layer = jnp.where(model.n_experts > 0, group, group + stage)
     return layers_per_stage * per_layer

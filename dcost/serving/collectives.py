@@ -18,18 +18,41 @@ the achieved one (``Hardware.scaleup_achieved`` / ``scaleout_achieved``).
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 
 
-def all_reduce(volume, n, bandwidth, latency=0.0):
+def all_reduce(volume, n, bandwidth, latency=0.0, tree=0.0):
     """Ring all-reduce of ``volume`` bytes over ``n`` chips (s).
 
     .. math:: t = 2(n-1)\\,\\alpha + \\frac{2(n-1)}{n}\\,\\frac{V}{bw}
 
+    With ``tree = 1`` the message count is that of the log-depth algorithms, ``2 log2(n)``
+    (recursive halving and doubling, which MPICH uses for all-reduce, Thakur et al. section 4.4,
+    with the ring's bandwidth term; NCCL's tree and NVLS algorithms for small messages); between
+    0 and 1 a mix (``Hardware.tree_collectives``; ``n`` need not be a power of 2 in the
+    relaxation):
+
+    .. math:: t = 2[(1-\\tau)(n-1) + \\tau\\log_2 n]\\,\\alpha + \\frac{2(n-1)}{n}\\,\\frac{V}{bw}
+
     >>> round(all_reduce(8e6, 8.0, 1e11, 1e-6), 9)  # 2*7 us + 2*(7/8)*8e6/1e11 s = 14 + 140 us
     0.000154
+    >>> round(all_reduce(8e6, 8.0, 1e11, 1e-6, tree=1.0), 9)  # 2*3 us + 140 us
+    0.000146
     """
-    return 2.0 * (n - 1.0) * latency + 2.0 * (n - 1.0) / n * volume / bandwidth
+    steps = (1.0 - tree) * (n - 1.0) + tree * _log2(n)
+    return 2.0 * steps * latency + 2.0 * (n - 1.0) / n * volume / bandwidth
+
+
+def _log2(n):
+    """``log2(n)`` for ``n >= 1`` (0 at ``n = 1``, clipped below), a Python float for a Python
+    number and a JAX array otherwise."""
+    if isinstance(n, (int, float)):
+        return math.log2(max(float(n), 1.0))
+    import jax.numpy as jnp
+
+    return jnp.log2(jnp.maximum(n, 1.0))
 
 
 def all_gather(volume, n, bandwidth, latency=0.0):

@@ -13,9 +13,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.moe import _expert_fraction
-from dcost.serving.roofline import Report, _assemble, _check_types, _finite, _speculation
-from dcost.smooth import check_smoothness, safe_div, smax, smin
+from dcost.serving.roofline import Report, _assemble, _speculation
+from dcost.smooth import safe_div, smax, smin
 from dcost.specs import (
     Design,
     Hardware,
@@ -111,10 +112,14 @@ def mixed_step(
     >>> bool(dcost.mixed_step(d, h, m, w).tpot > dcost.decode(d, h, m, w).tpot)
     True
     """
-    _check_types("mixed_step", design, hardware, model, workload)
-    check_smoothness("mixed_step", smoothness)
-    check("Workload", "output", workload.output, low=1.0)  # a steady state needs an output
-    check("Workload", "prompt", workload.prompt, low=1.0)
+    check_types("mixed_step", design, hardware, model, workload)
+    smoothness = smoothness_argument("mixed_step", smoothness)
+    report, status = _mixed_step_jit(design, hardware, model, workload, smoothness)
+    return checked("mixed_step", report, status, design, workload, _NEEDS)
+
+
+def _mixed_step(design, hardware, model, workload, smoothness) -> Report:
+    """``mixed_step`` without its checks (the traced body)."""
     model = with_experts(model, design)
     b, t, t_in = design.batch, workload.context, workload.prompt
     decode_tokens = b * (1.0 + design.get("draft_tokens"))
@@ -129,7 +134,7 @@ def mixed_step(
     touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
     b_kv = model.kv_bytes_per_token
     tau, t_draft, draft_memory = _speculation(design, hardware, model, workload, smoothness)
-    report = _assemble(
+    return _assemble(
         design,
         hardware,
         model,
@@ -148,7 +153,10 @@ def mixed_step(
         draft_memory=draft_memory,
         phi_tokens=tokens,
     )
-    return _finite("mixed_step", report, design, workload)
+
+
+_NEEDS = ("output", "prompt")  # a steady state needs an output, and prompts to prefill
+_mixed_step_jit = jitted("mixed_step", _mixed_step, _NEEDS)
 
 
 def kv_transfer_time(tokens, hardware: Hardware, model: Model, chips=1.0):

@@ -19,7 +19,9 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.attention import (
     attention_comm_time,
     attention_groups,
@@ -34,15 +36,13 @@ from dcost.serving.moe import (
 )
 from dcost.serving.pipeline import hop_time, pipeline_latency
 from dcost.serving.speculative import _accepted_tokens, draft_time
-from dcost.smooth import check_smoothness, safe_div, smax
+from dcost.smooth import safe_div, smax
 from dcost.specs import (
     Design,
     Hardware,
     Model,
-    SpecError,
     Workload,
     check,
-    float_max,
     readable,
     with_experts,
 )
@@ -56,6 +56,7 @@ __all__ = [
     "critical_context",
     "bottleneck",
     "matmul_efficiency",
+    "stage_time",
     "chunks",
     "SECONDS_PER_HOUR",
     "TERMS",
@@ -63,6 +64,7 @@ __all__ = [
 
 SECONDS_PER_HOUR = 3600.0
 TERMS = ("compute", "memory", "comm")
+_FLOAT32_MAX = 3.4028234663852886e38  # every Python number up to it is a valid float32
 
 
 class Report(eqx.Module):
@@ -161,6 +163,47 @@ def matmul_efficiency(tokens, hardware):
     return hardware.flops_efficiency / (1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens))
 
 
+def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0, overlap=0.0):
+    """A stage step whose operations run one after another, each at its own roofline (s).
+
+    .. math::
+        K = \\max(t^F_{dense}, t^W_{dense}) + \\max(t^F_{exp}, t^W_{exp}) + \\max(t^F_{ctx}, t_{kv})
+
+        t_{serial} = (1 - o)(K + t_{comm}) + o \\max(K, t_{comm})
+
+    The dense (and attention-projection) matmuls, the routed-expert matmuls and attention over
+    the context each take the larger of their compute and memory times, and the collectives come
+    on top. A serving engine launches these as separate kernels in sequence (a GEMM cannot start
+    before the attention that feeds it ends), so a memory-bound attention does not hide behind a
+    compute-bound matmul as the whole-step roofline ``max(t_compute, t_weights + t_kv, t_comm)``
+    assumes: the roofline applies per kernel (Williams et al., CACM 2009), and per-operation
+    roofline times add up over a layer (Yuan et al., "LLM Inference Unveiled: Survey and
+    Roofline Model Insights", arXiv 2402.16363, 2024, section 3).
+
+    An engine that hides a fraction ``o = Design.comm_overlap`` of its collectives behind the
+    kernels (two micro-batches in flight: DeepSeek-V3 Technical Report, section 3.4, SGLang's
+    two-batch overlap) takes the longer of the two streams for that fraction. (Two micro-batches
+    also read the weights twice; that term is left out.) At ``o = 0`` the result is at least the
+    whole-step roofline (a sum of maxima is at least the maximum of sums).
+    ``Hardware.kernel_serialization = s`` weighs it in ``_assemble``:
+    ``t_stage = t_overlapped + s (t_serial - t_overlapped) + t_overhead``.
+
+    Args:
+      matmul_dense, matmul_expert, context: ``(compute seconds, memory seconds)`` pairs of one
+        stage step on one chip.
+      t_comm: collectives of the step (s).
+      smoothness: 0 for the hard maxima, in ``(0, 1]`` for the p-norm ones.
+      overlap: ``o`` in [0, 1].
+
+    >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 0.5))  # 2 + 3 + 4 + 0.5
+    9.5
+    >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 10.0, overlap=1.0))  # max(9, 10)
+    10.0
+    """
+    kernels = sum(smax([f, w], smoothness) for f, w in (matmul_dense, matmul_expert, context))
+    return (1.0 - overlap) * (kernels + t_comm) + overlap * smax([kernels, t_comm], smoothness)
+
+
 def _flop_seconds(flops, tokens, hardware):
     """``flops / (F eta(n))`` at matmul size ``tokens``: seconds for one chip (s)."""
     slowdown = 1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens)
@@ -222,16 +265,15 @@ def _assemble(
     # compute: each part at its matmul size (tokens through one weight matrix on a chip)
     n_attn = model.params_attention
     expert_active = model.experts_active * model.params_per_expert
-    flop_time = (
-        _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
-        + _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
-        + _flop_seconds(
-            2.0 * expert_active * tokens * imb,
-            tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
-            hardware,
-        )
-        + attn_ctx_flops / hardware.flops_achieved
+    f_attn_proj = _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
+    f_dense = _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
+    f_expert = _flop_seconds(
+        2.0 * expert_active * tokens * imb,
+        tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
+        hardware,
     )
+    f_context = attn_ctx_flops / hardware.attention_flops_achieved
+    flop_time = f_attn_proj + f_dense + f_expert + f_context
     t_compute = flop_time / chips
 
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
@@ -239,7 +281,9 @@ def _assemble(
     extra_attn = attention_weight_params(model, groups, held)
     weight_params = passes * (model.params_dense + extra_attn + expert_params_touched)
     t_weights = model.bytes_per_param * weight_params / (chips * bw)
-    t_kv = kv_bytes * rep / (chips * bw)
+    t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
+    w_dense = model.bytes_per_param * passes * (model.params_dense + extra_attn) / (chips * bw)
+    w_expert = model.bytes_per_param * passes * expert_params_touched / (chips * bw)
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
     moe_layers = model.moe_layers / p
@@ -260,7 +304,16 @@ def _assemble(
     t_overhead = passes * (
         hardware.get("step_overhead") + hardware.get("layer_overhead") * model.n_layers / p
     )
-    t_stage = smax([t_compute, t_weights + t_kv, t_comm], smoothness) + t_overhead
+    overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
+    serial = stage_time(
+        ((f_attn_proj + f_dense) / chips, w_dense),
+        (f_expert / chips, w_expert),
+        (f_context / chips, t_kv),
+        t_comm,
+        smoothness,
+        design.get("comm_overlap"),
+    )
+    t_stage = overlapped + hardware.get("kernel_serialization") * (serial - overlapped) + t_overhead
     t_hop = hop_time(tokens, g, p, hardware, model, passes)
     trip = pipeline_latency(t_stage, t_hop, p) + t_draft
     tpot = trip / tokens_per_step
@@ -352,21 +405,30 @@ def decode(
       SpecError: a concrete smoothness outside ``[0, 1]``, or inputs whose results overflow the
         float dtype (a report is never ``inf``); traced inputs (under ``jit``) are not checked.
 
+    Jitted (``dcost.serving._jitted``): the first call with a new structure (which optional
+    fields are set) traces and compiles; later calls, whatever their numbers, reuse the program.
+
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
     >>> r = dcost.decode(dcost.Design(batch=1, chips=8), h, m, dcost.Workload(0))
     >>> bool(r.t_weights > r.t_compute)  # batch 1 is weight-read bound
     True
     """
-    _check_types("decode", design, hardware, model, workload)
-    check_smoothness("decode", smoothness)
+    check_types("decode", design, hardware, model, workload)
+    smoothness = smoothness_argument("decode", smoothness)
+    report, status = _decode_jit(design, hardware, model, workload, smoothness)
+    return checked("decode", report, status, design, workload)
+
+
+def _decode(design, hardware, model, workload, smoothness) -> Report:
+    """``decode`` without its checks (the traced body)."""
     model = with_experts(model, design)
     b, t = design.batch, workload.context
     tokens = b * (1.0 + design.get("draft_tokens"))
     phi = _expert_fraction(tokens, model.n_experts, model.experts_active)
     touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
     tau, t_draft, draft_memory = _speculation(design, hardware, model, workload, smoothness)
-    report = _assemble(
+    return _assemble(
         design,
         hardware,
         model,
@@ -384,7 +446,9 @@ def decode(
         draft_memory=draft_memory,
         phi_tokens=tokens,
     )
-    return _finite("decode", report, design, workload)
+
+
+_decode_jit = jitted("decode", _decode)
 
 
 def prefill(
@@ -416,9 +480,14 @@ def prefill(
     >>> bool(r.t_compute > r.t_weights)  # a long prompt is compute bound
     True
     """
-    _check_types("prefill", design, hardware, model, workload)
-    check_smoothness("prefill", smoothness)
-    check("Workload", "prompt", workload.prompt, low=1.0)  # a prefill needs a prompt
+    check_types("prefill", design, hardware, model, workload)
+    smoothness = smoothness_argument("prefill", smoothness)
+    report, status = _prefill_jit(design, hardware, model, workload, smoothness)
+    return checked("prefill", report, status, design, workload, _PREFILL_NEEDS)
+
+
+def _prefill(design, hardware, model, workload, smoothness) -> PrefillReport:
+    """``prefill`` without its checks (the traced body)."""
     model = with_experts(model, design)
     b, t_in = design.batch, workload.prompt
     tokens = b * t_in
@@ -447,40 +516,11 @@ def prefill(
         phi_tokens=tokens / n_c,
     )
     fields = {k: getattr(r, k) for k in PrefillReport.__dataclass_fields__ if k != "ttft"}
-    return _finite("prefill", PrefillReport(ttft=r.tpot, **fields), design, workload)
+    return PrefillReport(ttft=r.tpot, **fields)
 
 
-def _check_types(owner, design, hardware, model, workload) -> None:
-    for name, value, cls in (
-        ("design", design, Design),
-        ("hardware", hardware, Hardware),
-        ("model", model, Model),
-        ("workload", workload, Workload),
-    ):
-        if not isinstance(value, cls):
-            raise SpecError(
-                f"{owner}.{name} must be a dcost.{cls.__name__}, got {type(value).__name__}"
-            )
-
-
-def _finite(owner: str, report, design, workload):
-    """The report, or SpecError when concrete inputs overflowed (a field is inf or NaN)."""
-    leaves = jax.tree.leaves(report)
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return report
-    if bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))):
-        return report
-    bad = [
-        f"{f} = {float(jnp.ravel(v)[~jnp.isfinite(jnp.ravel(v))][0])}"
-        for f in type(report).__dataclass_fields__
-        if not bool(jnp.all(jnp.isfinite(v := getattr(report, f))))
-    ]
-    dtype = str(jnp.dtype(jnp.result_type(float)))
-    raise SpecError(
-        f"{owner}: {design!r} with {workload!r} is not allowed: its results overflow {dtype} "
-        f"({', '.join(bad[:3])}); every result must be finite (at most {float_max():g}): "
-        "use a smaller batch, context or model, or enable jax_enable_x64"
-    )
+_PREFILL_NEEDS = ("prompt",)  # a prefill needs a prompt (checked with the result: one read)
+_prefill_jit = jitted("prefill", _prefill, _PREFILL_NEEDS)
 
 
 def bottleneck(report: Report | PrefillReport):
@@ -523,8 +563,20 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
     >>> round(float(dcost.balance_batch(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"))))
     295
     """
-    check("balance_batch", "context", context)
-    f, bw = hardware.flops_achieved, hardware.bandwidth_achieved
+    if not (type(context) in (float, int) and 0.0 <= context <= _FLOAT32_MAX):  # NaN fails
+        check("balance_batch", "context", context)
+    if (
+        isinstance(context, (int, float, np.generic))
+        or np.shape(context) == ()
+        and isinstance(context, np.ndarray)
+    ):
+        context = float(context)  # one program for 0, 0.0 and NumPy scalars
+    return _balance_batch(hardware, model, context)
+
+
+@jax.jit
+def _balance_batch(hardware: Hardware, model: Model, context):
+    f, bw = _rates(hardware)
     t = jnp.asarray(context, dtype=jnp.result_type(float))
     den = (
         2.0 * model.params_active + model.attn_flops_per_context_token * t
@@ -547,7 +599,18 @@ def critical_context(hardware: Hardware, model: Model):
     >>> 500 < float(tc) < 2000
     True
     """
-    f, bw = hardware.flops_achieved, hardware.bandwidth_achieved
+    return _critical_context(hardware, model)
+
+
+@jax.jit
+def _critical_context(hardware: Hardware, model: Model):
+    f, bw = _rates(hardware)
     den = model.kv_bytes_per_token * f - model.attn_flops_per_context_token * bw
     pos = den > 0
     return jnp.where(pos, 2.0 * model.params_active * bw / jnp.where(pos, den, 1.0), jnp.inf)
+
+
+def _rates(hardware: Hardware):
+    """Achievable ``(F, BW)`` of the closed forms (a function of its own: the trace-count tests
+    count its calls)."""
+    return hardware.flops_achieved, hardware.bandwidth_achieved

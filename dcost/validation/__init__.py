@@ -20,6 +20,11 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 
 __all__ = [
+    "predict",
+    "case",
+    "Case",
+    "evaluate_case",
+    "TIME_METRICS",
     "METRICS",
     "PRECISIONS",
     "REQUIRED",
@@ -100,7 +105,9 @@ def check_record(record: Mapping) -> None:
     ``value`` is a positive number; ``gpus``, ``concurrency`` and parallel degrees are positive
     integers; mean lengths are positive numbers; ``speculative`` has ``draft_tokens >= 1``
     and ``0 <= acceptance < 1``;
-    ``assumed`` is a list of strings; ``hardware_overrides`` maps names to positive numbers.
+    ``comm_overlap`` (the share of collectives the engine hides behind computation, optional) is
+    in [0, 1]; ``assumed`` is a list of strings; ``hardware_overrides`` maps names to positive
+    numbers.
     Preset names are not checked here (see :func:`unknown_presets`), nor are duplicate ids (see
     :func:`check_records`).
     """
@@ -136,6 +143,9 @@ def check_record(record: Mapping) -> None:
             _fail(record, "speculative.draft_tokens", k, "must be an integer >= 1")
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a < 1:
             _fail(record, "speculative.acceptance", a, "must be a number in [0, 1)")
+    overlap = record.get("comm_overlap", 0.0)
+    if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
+        _fail(record, "comm_overlap", overlap, "must be a number in [0, 1]")
     assumed = record.get("assumed", [])
     if not isinstance(assumed, list) or not all(isinstance(x, str) for x in assumed):
         _fail(record, "assumed", assumed, "must be a list of field names")
@@ -175,3 +185,16 @@ def unknown_presets(records: Iterable[Mapping]) -> list[tuple[str, str, str | No
             if name not in names:
                 missing.append((record.get("id", "<no id>"), field, name))
     return missing
+
+
+# What the serving model predicts for a record (``dcost.validation.cases``), imported on first use:
+# loading and checking records needs no JAX.
+_CASES = ("predict", "case", "Case", "evaluate_case", "evaluate_metrics", "attention_rate")
+
+
+def __getattr__(name):
+    if name in _CASES or name == "TIME_METRICS":
+        from dcost.validation import cases
+
+        return getattr(cases, name)
+    raise AttributeError(f"module 'dcost.validation' has no attribute {name!r}")

@@ -5,7 +5,8 @@ serving pool, a concurrency and mean lengths. ``case(record)`` turns it into the
 replica (``Hardware``, ``Model``, ``Workload``, ``Design``) and says which step it runs; ``predict``
 evaluates it. The mapping, in the symbols of DESIGN.md:
 
-- chip: ``dcost.hardware(record.hardware, precision=record.compute, **hardware_overrides)``; model:
+- chip: ``dcost.hardware(record.hardware, precision=record.compute, **hardware_overrides)``, with
+  attention over the context at the KV cache's rate (``attention_rate``); model:
   ``dcost.model(record.model, weights=record.weights, kv_cache=record.kv_cache)``.
 - layout: ``P = pipeline_parallel`` stages of ``G = gpus/P`` chips. A dense model runs tensor
   parallel over ``tensor_parallel`` chips per stage, so an instance wider than that holds
@@ -15,6 +16,8 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
   and a dispatch de-duplicated per scale-up domain when the experts span more than one domain
   (DeepEP-style, as every multi-node deployment in the set uses).
 - batch: ``B = concurrency / (replicas * P)`` sequences per micro-batch.
+- ``comm_overlap`` (optional, 0): the share of the collectives the engine hides behind its
+  kernels (``Design.comm_overlap``; two-batch overlap).
 - workload: decode reads a mean context ``T = prompt + output/2``; speculative records set
   ``draft_tokens`` and ``acceptance``.
 - step and metric, with ``n = P*G`` chips of a replica:
@@ -33,11 +36,13 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
                                             other B - 1 sequences (queueing not modelled)
   ==========  ============================  ================================================
 
-``calibrated=False`` is pure physics: the chips' peak rates, no overheads, balanced experts. Every
+``calibrated=False`` is pure physics: the chips' peak rates, one roofline for the whole step, no
+overheads, balanced experts. Every
 term it leaves out only adds time, so each prediction is a bound: a measured time is never shorter
 than predicted, a measured throughput never higher (``tests/test_validation_predict.py`` checks
 every shipped record). ``calibrated=True`` applies the profile fitted for the record's hardware
-family (``dcost.calibrate.families``) and expected-maximum expert load under multinomial routing.
+family (``dcost.calibrate.families``: kernels in series, each at its own roofline, and the fitted
+efficiencies and overheads) and expected-maximum expert load under multinomial routing.
 
 A record dcost cannot model raises ``SpecError`` naming the field it cannot honour.
 """
@@ -56,7 +61,15 @@ from dcost.serving.roofline import decode, prefill
 from dcost.specs import MULTINOMIAL, Design, Hardware, Model, SpecError, Workload
 from dcost.validation import check_record
 
-__all__ = ["Case", "case", "predict", "evaluate_case", "TIME_METRICS"]
+__all__ = [
+    "Case",
+    "case",
+    "predict",
+    "evaluate_case",
+    "evaluate_metrics",
+    "attention_rate",
+    "TIME_METRICS",
+]
 
 TIME_METRICS = ("tpot", "ttft", "step_time")
 """Metrics in seconds (a bound from below); the others are tokens/s (a bound from above)."""
@@ -94,6 +107,27 @@ def _fail(record: Mapping, field: str, why: str):
     )
 
 
+def attention_rate(record: Mapping) -> float:
+    """Peak FLOP/s of the record's attention over the context (``Hardware.attention_flops``).
+
+    Attention reads its keys and values in the KV cache's number format and multiplies them in
+    it (FlashAttention-3 runs fp8 only on fp8 operands; no serving engine of the set runs
+    attention in a 4-bit format), so it runs at the slower of the KV cache's rate and the
+    matmuls' rate (``compute``); a cache format the chip lists no rate for (an int8 or fp8 cache
+    on a chip without that rate) is dequantized to the matmul precision.
+
+    >>> import dcost.validation as v
+    >>> r = dict(v.load()[0], hardware="b200", compute="fp4", kv_cache="fp8")
+    >>> attention_rate(r) == float(presets.hardware("b200", precision="fp8").flops)
+    True
+    """
+    name, compute, kv = record["hardware"], record["compute"], record["kv_cache"]
+    rate = float(presets.hardware(name, precision=compute).flops)
+    if kv in presets.precisions(name):
+        rate = min(rate, float(presets.hardware(name, precision=kv).flops))
+    return rate
+
+
 def case(record: Mapping, calibrated: bool = False) -> Case:
     """The specs of one replica of the record's deployment, and what to evaluate (see the module
     docstring for the mapping).
@@ -110,6 +144,12 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         )
     except (KeyError, ValueError) as err:
         _fail(record, "compute", str(err).strip("'\""))
+    chip = eqx.tree_at(
+        lambda h: h.attention_flops,
+        chip,
+        jnp.asarray(attention_rate(record)),
+        is_leaf=lambda x: x is None,
+    )
     if calibrated:
         from dcost.calibrate.families import calibrated_hardware
 
@@ -176,6 +216,7 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         redundant_experts=0.0,
         draft_tokens=float(spec.get("draft_tokens", 0.0)),
         prefill_chunk=0.0,
+        comm_overlap=float(record.get("comm_overlap", 0.0)),
     )
     return Case(chip, net, workload, design, step, metric, chips * stages, t_in / t_out)
 
@@ -183,6 +224,12 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
 def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
     """The metric of a case (seconds or tokens/s per GPU), as a JAX scalar; ``hardware`` replaces
     the case's chip (calibration differentiates through it)."""
+    return evaluate_metrics(c, (c.metric,), hardware, smoothness)[0]
+
+
+def evaluate_metrics(c: Case, metrics, hardware: Hardware | None = None, smoothness=0.0):
+    """The case's step evaluated once, and each of ``metrics`` read from it (a JAX array in
+    ``metrics`` order; each must be one the step has, see the module docstring)."""
     h = c.hardware if hardware is None else hardware
     args = (c.design, h, c.model, c.workload, smoothness)
     if c.step == "first_token":
@@ -192,21 +239,20 @@ def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
         first = prefill(alone, *args[1:]).ttft
         others = eqx.tree_at(lambda d: d.batch, c.design, jnp.maximum(c.design.batch - 1.0, 1.0))
         busy = decode(others, *args[1:])
-        return jnp.maximum(first, busy.tpot * busy.tokens_per_step)
+        return jnp.stack([jnp.maximum(first, busy.tpot * busy.tokens_per_step) for _ in metrics])
     if c.step == "prefill":
         p = prefill(*args)
-        return p.ttft if c.metric == "ttft" else p.tokens_per_s / c.chips
+        return jnp.stack([p.ttft if m == "ttft" else p.tokens_per_s / c.chips for m in metrics])
     r = decode(*args) if c.step == "decode" else mixed_step(*args)
-    if c.metric == "tpot":
-        return r.tpot
-    if c.metric == "step_time":
-        return r.tpot * r.tokens_per_step
     per_gpu = r.tokens_per_s / c.chips
-    if c.metric == "input_throughput_per_gpu" and c.step == "mixed":
-        return per_gpu * c.input_per_output
-    if c.metric == "total_throughput_per_gpu":
-        return per_gpu * (1.0 + c.input_per_output)
-    return per_gpu
+    values = {
+        "tpot": r.tpot,
+        "step_time": r.tpot * r.tokens_per_step,
+        "output_throughput_per_gpu": per_gpu,
+        "input_throughput_per_gpu": per_gpu * c.input_per_output if c.step == "mixed" else per_gpu,
+        "total_throughput_per_gpu": per_gpu * (1.0 + c.input_per_output),
+    }
+    return jnp.stack([values[m] for m in metrics])
 
 
 def predict(record: Mapping, calibrated: bool = False) -> float:

@@ -1,0 +1,308 @@
+"""Compiled search programs kept on disk: a later process runs a search without tracing it again.
+
+JAX's persistent compilation cache (``dcost._cache``) keeps compiled XLA programs, but a process
+must trace and lower a program, then hash it, before it can look the compiled one up; for the
+searches that costs more than loading the program (``optimize``: about 1 s of CPU on 2 cores
+against 0.3 s). This module keeps each search program's executable under a key computed without
+tracing, from what the program is called with, so that a later process with the same structure
+of question loads it at once: no tracing, no lowering, no compiling. The executables are
+serialized by ``jax.experimental.serialize_executable``; arguments and results cross as flat
+lists of arrays, the result's structure kept beside them.
+
+What runs through it: the search programs jitted with ``dcost.search._jit.jit`` that are module
+level functions (a closure's behaviour may depend on what it closed over, which no key sees).
+When dcost's cache is off (``DCOST_CACHE=0``, an unwritable directory, or a cache set up by the
+user for JAX alone), when called inside another trace, or when a program cannot be serialized,
+the plain ``jax.jit`` runs as before.
+
+The key is a SHA-256 over everything that decides the program: the function (module and name),
+its static arguments, the structure of its arguments (in a form that is the same in every
+process) and their leaves' shapes and dtypes, JAX's x64 flag, the XLA compiler options and
+``XLA_FLAGS``, the backend and its version, the host's CPU, the versions of jax and jaxlib, and
+a fingerprint of dcost's own source (every ``.py`` file of the package): an edit to dcost or an
+upgrade of JAX never finds an old program, so a stale entry is simply not found. An entry that is
+found but cannot be read or loaded, or takes other arguments (a corrupt or foreign file), is
+ignored: the program is traced and compiled again and the entry rewritten, atomically (a
+temporary file renamed over it). Entries are executable code, trusted like JAX's own cache: the
+directory must stay private to its user (``dcost._cache``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import os
+import pathlib
+import pickle
+import platform
+import struct
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.tree_util import PyTreeDef
+
+from dcost import _cache
+
+__all__ = ["SKIP", "run", "directory", "fingerprint", "entries", "key", "canonical", "Unsupported"]
+
+SKIP = object()
+"""What ``run`` returns when the program is to run as a plain ``jax.jit``."""
+
+MAGIC = b"dcost-compiled-program-1\n"
+SUFFIX = ".xla"
+
+# (function, structure, shapes, static arguments, x64, options) -> (callable, result structure)
+_MEMO: dict[tuple, tuple[Callable, Any]] = {}
+
+
+class Unsupported(Exception):
+    """A value whose form would differ between processes (an object printed with its address)."""
+
+
+def directory() -> pathlib.Path | None:
+    """Where compiled programs live: ``programs/`` inside dcost's compilation cache directory, or
+    None when dcost does not own a persistent cache (``dcost._cache.state()``)."""
+    state = _cache.state()
+    if state.owner != "dcost" or state.path is None:
+        return None
+    return state.path / "programs"
+
+
+@functools.cache
+def fingerprint() -> str:
+    """SHA-256 of dcost's source: every ``.py`` file of the package, by relative path."""
+    root = pathlib.Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def _host() -> str:
+    """The host's CPU: its architecture and (on Linux) the model and feature flags that XLA may
+    compile for, so that a cache shared between machines never runs code built for another."""
+    text = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features"))]
+        text += "".join(sorted(set(lines)))
+    except OSError:
+        text += platform.processor()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def entries(where: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """The compiled programs in ``where`` (default: ``directory()``)."""
+    where = directory() if where is None else where
+    if where is None or not where.is_dir():
+        return []
+    return sorted(where.glob(f"*{SUFFIX}"))
+
+
+def run(
+    fun: Callable,
+    args: Sequence,
+    kwargs: dict,
+    static_argnames: Sequence[str],
+    options: dict | None,
+    compile_options: Callable[[], dict | None] = lambda: None,
+):
+    """``fun(*args, **kwargs)`` through its compiled program (loaded from disk, or traced,
+    compiled with XLA options ``compile_options()`` and written there first); ``SKIP`` when it
+    is to run as a plain ``jax.jit`` instead (see the module docstring). ``options``, the
+    options asked for, are part of the key; ``compile_options`` (those the XLA at hand accepts,
+    which may take a probe to find) is called only to compile."""
+    where = directory()
+    if where is None or "<" in fun.__qualname__:  # off, or a lambda or closure: no key sees it
+        return SKIP
+    try:
+        bound = _signature(fun).bind(*args, **kwargs)
+    except TypeError:
+        return SKIP  # let jax.jit report the bad call
+    arguments = dict(bound.arguments)
+    static = tuple((name, arguments.pop(name)) for name in static_argnames if name in arguments)
+    names = tuple(arguments)
+    leaves, treedef = jax.tree.flatten(tuple(arguments.values()))
+    if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves) or any(
+        isinstance(x, jax.core.Tracer) for x in leaves
+    ):
+        return SKIP  # inside another trace, or Python scalars: the plain jit
+    avals = tuple(
+        (tuple(x.shape), np.dtype(x.dtype).name, bool(getattr(x, "weak_type", False)))
+        for x in leaves
+    )
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    frozen = tuple(sorted((options or {}).items()))
+    memo_key = (fun, treedef, names, avals, static, x64, frozen)
+    try:
+        entry = _MEMO.get(memo_key)
+    except TypeError:  # an unhashable static argument
+        return SKIP
+    if entry is None:
+        entry = _load_or_compile(
+            where, fun, names, treedef, leaves, avals, static, x64, options, compile_options
+        )
+        if entry is None:
+            return SKIP
+        _MEMO[memo_key] = entry
+    call, out_tree = entry
+    return jax.tree.unflatten(out_tree, call(*leaves))
+
+
+@functools.cache
+def _signature(fun: Callable) -> inspect.Signature:
+    return inspect.signature(fun)
+
+
+def key(fun: Callable, names, treedef, avals, static, x64: bool, options) -> str:
+    """The SHA-256 key of a program (hex); raises ``Unsupported`` when a static part of it has
+    no form that is the same in every process."""
+    import jaxlib
+
+    backend = jax.devices()[0].client
+    parts = (
+        fun.__module__,
+        fun.__qualname__,
+        names,
+        canonical(treedef),
+        avals,
+        canonical(static),
+        x64,
+        canonical(options or {}),
+        os.environ.get("XLA_FLAGS", ""),
+        backend.platform,
+        backend.platform_version,
+        _host(),
+        jax.__version__,
+        jaxlib.__version__,
+        fingerprint(),
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def canonical(value) -> str:
+    """A text form of ``value`` that is the same in every process: sets sorted (their order
+    follows string hashing, which differs between processes), pytree definitions walked node by
+    node, dataclasses and equinox modules field by field, module-level functions by name (their
+    code is in the source fingerprint). Raises ``Unsupported`` for anything printed with a
+    memory address (a lambda, a closure, an object without a ``repr``)."""
+    if isinstance(value, jax.tree_util.PyTreeDef):
+        if value.num_nodes == 1 and value.num_leaves == 1:
+            return "*"
+        data = value.node_data()
+        if data is None:
+            return "None"
+        kind, aux = data
+        children = ", ".join(canonical(c) for c in value.children())
+        return f"{kind.__module__}.{kind.__qualname__}[{canonical(aux)}]({children})"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(canonical(v) for v in value)) + "}"
+    if isinstance(value, dict):
+        items = sorted((canonical(k), canonical(v)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__qualname__}({', '.join(canonical(v) for v in value)})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ", ".join(
+            f"{f.name}={canonical(getattr(value, f.name, None))}" for f in dataclasses.fields(value)
+        )
+        return f"{type(value).__module__}.{type(value).__qualname__}({fields})"
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    if inspect.isfunction(value) and "<" not in value.__qualname__:
+        return f"function {value.__module__}.{value.__qualname__}"
+    text = repr(value)
+    if " at 0x" in text:
+        raise Unsupported(text)
+    return text
+
+
+def _load_or_compile(
+    where, fun, names, treedef, leaves, avals, static, x64, options, compile_options
+):
+    """``(callable on the flat leaves, result structure)``, or None when the program cannot be
+    keyed (it then runs as a plain jit)."""
+    try:
+        digest = key(fun, names, treedef, avals, static, x64, options)
+    except Unsupported:
+        return None
+    path = where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"
+    loaded = read(path, avals)
+    if loaded is not None:
+        return loaded
+    out_tree = None
+
+    def flat(*flat_leaves):
+        nonlocal out_tree
+        values = jax.tree.unflatten(treedef, flat_leaves)
+        out = fun(**dict(zip(names, values, strict=True)), **dict(static))
+        out_leaves, out_tree = jax.tree.flatten(out)
+        return out_leaves
+
+    compiled = jax.jit(flat, compiler_options=compile_options()).lower(*leaves).compile()
+    write(path, compiled, out_tree)
+    return compiled, out_tree
+
+
+def write(path: pathlib.Path, compiled, out_tree) -> None:
+    """Write an entry atomically (a temporary file renamed over ``path``). A program that cannot
+    be serialized, or a directory that cannot be written, is skipped silently: the program has
+    run, it is only not kept."""
+    from jax.experimental import serialize_executable
+
+    try:
+        payload, in_tree, flat_out = serialize_executable.serialize(compiled)
+        body = pickle.dumps((payload, in_tree, flat_out), protocol=pickle.HIGHEST_PROTOCOL)
+        # the result's structure, as an object with placeholder leaves: equinox's pytree
+        # definitions do not survive pickling, the objects do
+        skeleton = jax.tree.unflatten(out_tree, [np.zeros(())] * out_tree.num_leaves)
+        head = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - not serializable (constants, callbacks, ...): not kept
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            f.write(MAGIC + struct.pack("<Q", len(head)) + head + body)
+            tmp = f.name
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read(path: pathlib.Path, avals):
+    """``(loaded executable, result structure)`` of an entry that takes arguments of these
+    ``avals``; None when it is absent, unreadable, corrupt or takes other arguments."""
+    from jax.experimental import serialize_executable
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        if not data.startswith(MAGIC):
+            return None
+        start = len(MAGIC) + 8
+        (size,) = struct.unpack("<Q", data[len(MAGIC) : start])
+        # annotated: jax's own annotation of jax.tree.structure does not resolve for mypy
+        out_tree: PyTreeDef = jax.tree.structure(pickle.loads(data[start : start + size]))
+        payload, in_tree, flat_out = pickle.loads(data[start + size :])
+        if flat_out.num_leaves != out_tree.num_leaves:
+            return None
+        compiled = serialize_executable.deserialize_and_load(payload, in_tree, flat_out)
+        theirs = tuple(
+            (tuple(a.shape), np.dtype(a.dtype).name) for a in jax.tree.leaves(compiled.in_avals)
+        )
+        if theirs != tuple(a[:2] for a in avals):
+            return None
+    except Exception:  # noqa: BLE001 - whatever is wrong with the file: compile again
+        return None
+    return compiled, out_tree

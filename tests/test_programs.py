@@ -1,0 +1,146 @@
+"""Compiled search programs kept on disk (``dcost._programs``): found without tracing, never stale.
+
+The suite runs with dcost's cache off, so each test points the store at its own directory and
+clears the in-process table between calls: a call after ``_MEMO.clear()`` is what a new process
+does. Traces are counted with a Python side effect in the traced function.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dcost
+from dcost import _programs
+from dcost.search import _jit
+from dcost.search import optimize as optimize_mod
+from dcost.search.optimize import Settings
+
+TRACES = []
+
+
+def polynomial(x, scale, power):
+    """A small program with a static argument and a structured result."""
+    TRACES.append(power)
+    return {"y": scale * x**power, "total": jnp.sum(x)}
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(_programs, "directory", lambda: tmp_path)
+    monkeypatch.setattr(_programs, "_MEMO", {})
+    TRACES.clear()
+    return tmp_path
+
+
+def run(x, scale=2.0, power=3):
+    out = _programs.run(polynomial, (x, jnp.asarray(scale)), {"power": power}, ("power",), None)
+    assert out is not _programs.SKIP
+    return out
+
+
+def new_process():
+    _programs._MEMO.clear()
+
+
+def test_a_second_process_loads_the_program_without_tracing(store):
+    x = jnp.arange(1.0, 4.0)
+    first = run(x)
+    assert TRACES == [3] and len(_programs.entries(store)) == 1
+    new_process()
+    second = run(x * 2.0, scale=1.0)  # other numbers, same structure: the same program
+    assert TRACES == [3]  # not traced again
+    np.testing.assert_allclose(second["y"], (x * 2.0) ** 3)
+    assert float(second["total"]) == 12.0 and float(first["total"]) == 6.0
+    run(x, power=2)  # another static argument: another program
+    run(jnp.arange(5.0))  # another shape: another program
+    assert TRACES == [3, 2, 3] and len(_programs.entries(store)) == 3
+
+
+def test_a_corrupt_entry_is_traced_again_and_rewritten(store):
+    x = jnp.arange(1.0, 4.0)
+    run(x)
+    (entry,) = _programs.entries(store)
+    for garbage in (b"", b"not a program", entry.read_bytes()[:-100]):
+        entry.write_bytes(garbage)
+        new_process()
+        np.testing.assert_allclose(run(x)["y"], 2.0 * x**3)
+    assert len(TRACES) == 4  # each bad file: traced again
+    new_process()
+    run(x)
+    assert len(TRACES) == 4  # and rewritten whole: found again
+
+
+def test_a_foreign_or_stale_entry_is_never_used(store, monkeypatch):
+    x = jnp.arange(1.0, 4.0)
+    run(jnp.arange(5.0))  # another program's entry...
+    (other,) = _programs.entries(store)
+    run(x)
+    mine = next(p for p in _programs.entries(store) if p != other)
+    mine.write_bytes(other.read_bytes())  # ... copied over this one's (takes another shape)
+    new_process()
+    np.testing.assert_allclose(run(x)["y"], 2.0 * x**3)
+    assert len(TRACES) == 3
+    # an edit to dcost (its source fingerprint) or another JAX: a new key, never the old entry
+    monkeypatch.setattr(_programs, "fingerprint", lambda: "an edited dcost")
+    new_process()
+    run(x)
+    assert len(TRACES) == 4 and len(_programs.entries(store)) == 3
+
+
+def test_what_is_not_kept(store):
+    assert _programs.run(lambda x: x, (jnp.ones(2),), {}, (), None) is _programs.SKIP  # a lambda
+    inside = []
+
+    @jax.jit
+    def traced(x):
+        inside.append(
+            _programs.run(polynomial, (x, jnp.asarray(1.0)), {"power": 2}, ("power",), None)
+        )
+        return x
+
+    traced(jnp.ones(2))
+    assert inside == [_programs.SKIP]  # inside another trace
+    assert _programs.entries(store) == [] and TRACES == []
+
+
+def test_the_key_is_the_same_in_every_process():
+    """Sets print in an order that follows string hashing, which differs between processes."""
+    assert _programs.canonical(frozenset({"tpot", "memory", "batch"})) == (
+        "{'batch', 'memory', 'tpot'}"
+    )
+    p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), dcost.Workload(512))
+    text = _programs.canonical(jax.tree.structure(p))
+    assert "Objective(" in text and "function dcost.search.objectives" in text and "0x" not in text
+    with pytest.raises(_programs.Unsupported):
+        _programs.canonical(lambda: 0)
+
+
+@pytest.mark.slow
+def test_optimize_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch):
+    traces = []
+    solve_one = optimize_mod._solve_one
+
+    def counting(problem, settings):
+        traces.append(1)
+        return solve_one(problem, settings)
+
+    monkeypatch.setattr(optimize_mod, "_solve_one", counting)
+    settings = Settings(starts=2, rounds=3, steps=4, local_rounds=1)
+    p = dcost.Problem(
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-8b"),
+        dcost.Workload(2048),
+        free={"batch": (1, 97), "chips": (1, 3)},  # a structure of this test's own
+        tpot_slo=0.01,
+    )
+    with _jit.prefer_fast_compile():
+        first = dcost.optimize(p, settings)
+        new_process()
+        second = dcost.optimize(p, settings)  # the same question in a "new process"
+    assert traces == [1]
+    np.testing.assert_array_equal(np.asarray(first.x), np.asarray(second.x))
+    assert first.binding == second.binding and float(first.cost) == float(second.cost)
+    assert [e.name.split("-")[0] for e in _programs.entries(store)] == ["solve"]

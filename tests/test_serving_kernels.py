@@ -1,0 +1,173 @@
+"""The terms the validation work added to the serving model, each off by default: kernels in
+series (``Hardware.kernel_serialization``), collectives hidden behind them
+(``Design.comm_overlap``), attention at its own rate (``Hardware.attention_flops``), log-depth
+all-reduces (``Hardware.tree_collectives``) and the KV cache's own read efficiency
+(``Hardware.kv_bandwidth_efficiency``).
+
+Hand calculations use the round-number chip of ``tests/test_serving_v2.py`` (1 PFLOP/s, 1 TB/s,
+scale-up 100 GB/s) and a dense model of 1e9 bf16 parameters (L = 10, d = 1000, 1e5 KV bytes per
+token); expected numbers are worked out in the comments. Gradients are checked against central
+differences in ``test_serving_v2.py`` (``_all_on`` sets every one of these fields).
+"""
+
+import jax.numpy as jnp
+import pytest
+
+import dcost
+from dcost import Design, Workload
+from dcost.serving.attention import attention_comm_time
+from dcost.serving.collectives import all_reduce
+from dcost.serving.roofline import stage_time
+
+
+def chip(**kw):
+    base = dict(
+        flops=1e15,
+        hbm_bandwidth=1e12,
+        hbm_capacity=1e12,
+        scaleup_bandwidth=1e11,
+        scaleout_bandwidth=1e10,
+        scaleup_size=8,
+        price_per_hour=3.6,
+    )
+    return dcost.Hardware(**{**base, **kw})
+
+
+def dense(**kw):
+    base = dict(
+        n_layers=10,
+        d_model=1000,
+        params_dense=1e9,
+        params_per_expert=0.0,
+        n_experts=0,
+        experts_active=0,
+        kv_bytes_per_token=1e5,
+        bytes_per_param=2.0,
+        attn_flops_per_context_token=1e5,
+    )
+    return dcost.Model(**{**base, **kw})
+
+
+# B = 1024 sequences at context T = 1000 on one chip:
+#   weight matmuls: compute 2 * 1e9 * 1024 / 1e15 = 2.048 ms, weights 2e9 B / 1e12 = 2 ms
+#   attention:      compute 1024 * 1e5 * 1000 / 1e15 = 0.1024 ms, KV 1024 * 1000 * 1e5 / 1e12
+#                   = 102.4 ms
+#   whole-step roofline: max(2.048 + 0.1024, 2 + 102.4) = 104.4 ms
+#   kernels in series:   max(2.048, 2) + max(0.1024, 102.4) = 104.448 ms
+DESIGN = Design(batch=1024, chips=1)
+WORK = Workload(1000.0)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize(("s", "expected"), [(0.0, 0.1044), (1.0, 0.104448), (0.5, 0.104424)])
+def test_kernels_in_series_by_hand(s, expected):
+    r = dcost.decode(DESIGN, chip(kernel_serialization=s), dense(), WORK)
+    assert float(r.t_stage) == pytest.approx(expected, rel=1e-12)
+    assert float(r.tpot) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.x64
+def test_every_new_term_at_its_off_value_is_v1():
+    """Each new field set to the value that switches it off gives v1's numbers exactly."""
+    m = dcost.model("llama-3-70b")
+    base_hw = dcost.hardware("h100-sxm")
+    d, w = Design(batch=96, chips=8), Workload(3000.0, prompt=2000.0, output=500.0)
+    h_off = dcost.hardware(
+        "h100-sxm",
+        kernel_serialization=0.0,
+        tree_collectives=0.0,
+        attention_flops=float(base_hw.flops),
+        kv_bandwidth_efficiency=float(base_hw.bandwidth_efficiency),
+    )
+    d_off = Design(batch=96, chips=8, comm_overlap=0.0)
+    for fn in (dcost.decode, dcost.mixed_step):
+        a, b = fn(d, base_hw, m, w), fn(d_off, h_off, m, w)
+        assert float(a.tpot) == float(b.tpot)
+        assert float(a.t_comm) == float(b.t_comm)
+
+
+@pytest.mark.x64
+def test_comm_overlap_takes_the_longer_stream():
+    """With the collectives fully hidden the stage is max(kernels, comm); without, their sum.
+    The kernels are read off the o = 0 run (t_stage - t_comm - overhead): the two must agree."""
+    h = dcost.hardware("h100-sxm", precision="fp8", kernel_serialization=1.0)
+    m = dcost.model("deepseek-v3")
+    w = Workload(2000.0)
+    runs = {
+        o: dcost.decode(Design(batch=2048, chips=16, comm_overlap=o), h, m, w) for o in (0, 0.5, 1)
+    }
+    comm = float(runs[0].t_comm)
+    kernels = float(runs[0].t_stage) - comm - float(runs[0].t_overhead)
+    assert comm > 0 and kernels > 0
+    assert float(runs[1].t_stage) == pytest.approx(max(kernels, comm), rel=1e-9)
+    assert float(runs[0.5].t_stage) == pytest.approx(
+        0.5 * (kernels + comm) + 0.5 * max(kernels, comm), rel=1e-9
+    )
+
+
+@pytest.mark.x64
+def test_attention_at_its_own_rate_by_hand():
+    # attention FLOPs 0.1024 ms at 1 PFLOP/s take 0.2048 ms at 0.5 PFLOP/s: t_compute grows by
+    # exactly 0.1024 ms (and the matmuls' 2.048 ms do not move)
+    a = dcost.decode(DESIGN, chip(), dense(), WORK)
+    b = dcost.decode(DESIGN, chip(attention_flops=0.5e15), dense(), WORK)
+    assert float(b.t_compute - a.t_compute) == pytest.approx(1.024e-4, rel=1e-12)
+    h = chip(attention_flops=0.5e15, flops_efficiency=0.5)
+    assert float(h.attention_flops_achieved) == pytest.approx(0.25e15)
+
+
+@pytest.mark.x64
+def test_kv_bandwidth_efficiency_by_hand():
+    # 102.4 ms of KV reads at half the bandwidth: 204.8 ms; the weights' 2 ms do not move
+    r = dcost.decode(DESIGN, chip(kv_bandwidth_efficiency=0.5), dense(), WORK)
+    assert float(r.t_kv) == pytest.approx(0.2048, rel=1e-12)
+    assert float(r.t_weights) == pytest.approx(0.002, rel=1e-12)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize(
+    ("n", "tree", "steps"),
+    [(8.0, 0.0, 14.0), (8.0, 1.0, 6.0), (16.0, 1.0, 8.0), (8.0, 0.5, 10.0), (1.0, 1.0, 0.0)],
+)
+def test_all_reduce_message_counts(n, tree, steps):
+    # ring 2(n-1) messages; log-depth 2 log2(n); a mix in between; none on one chip
+    alpha = 1e-6
+    t = all_reduce(0.0, jnp.asarray(n), 1e11, alpha, tree)
+    assert float(t) == pytest.approx(steps * alpha, abs=1e-15)
+
+
+@pytest.mark.x64
+def test_tree_collectives_in_a_tensor_parallel_stage_by_hand():
+    # dense, A = 1, G = 8, 10 layers, 2 all-reduces per layer of V = 1e3 * 1000 * 2 B = 2e6 B:
+    #   bandwidth 10 * 2 * (2 * 7/8) * 2e6 / 1e11 = 0.7 ms; latency 10 * 2 * 2 log2(8) * 1 us
+    #   = 0.12 ms with tree collectives (ring: 10 * 2 * 14 us = 0.28 ms)
+    h = chip(scaleup_latency=1e-6, tree_collectives=1.0)
+    t = attention_comm_time(1e3, 10.0, 8.0, 1.0, h, dense())
+    assert float(t) == pytest.approx(0.7e-3 + 0.12e-3, rel=1e-12)
+    ring = attention_comm_time(1e3, 10.0, 8.0, 1.0, chip(scaleup_latency=1e-6), dense())
+    assert float(ring) == pytest.approx(0.7e-3 + 0.28e-3, rel=1e-12)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("overlap", [0.0, 1.0])
+def test_stage_time_smooth_tends_to_exact(overlap):
+    pairs = ((2.0, 1.0), (0.5, 3.0), (1.0, 4.0))
+    exact = float(stage_time(*pairs, 9.5, 0.0, overlap))
+    errors = [abs(float(stage_time(*pairs, 9.5, s, overlap)) - exact) for s in (0.1, 0.03, 0.01)]
+    assert errors[0] > 0
+    assert all(b <= a for a, b in zip(errors, errors[1:], strict=False))
+    assert errors[-1] < 1e-2 * exact
+
+
+def test_serial_kernels_never_beat_the_whole_step_roofline():
+    """A sum of per-kernel maxima is at least the maximum of the sums: the calibrated (series)
+    step is never faster than v1's, at any batch and context, so pure physics stays a bound."""
+    h1 = dcost.hardware("h100-sxm", kernel_serialization=1.0)
+    h0 = dcost.hardware("h100-sxm")
+    m = dcost.model("llama-3-70b")
+    b = jnp.asarray([1.0, 8.0, 64.0, 512.0, 4096.0])
+    for context in (0.0, 1000.0, 32000.0):
+        d, w = Design(batch=b, chips=8), Workload(context)
+        t1 = dcost.decode(d, h1, m, w).t_stage
+        t0 = dcost.decode(d, h0, m, w).t_stage
+        assert bool(jnp.all(t1 >= t0 * (1 - 1e-6)))
