@@ -9,19 +9,22 @@ stage ``G``, stages ``P``, data-parallel attention groups ``A``, prefill chunk `
 
 - the replica runs ``P`` micro-batches of ``B/P`` sequences, each with ``c/P`` prompt tokens, so a
   step (every sequence advances) is the pipeline trip
-  ``trip(B, c) = P max(t_compute, t_weights + t_kv, t_comm) + P t_overhead + (P-1) t_hop +
-  t_draft`` of ``dcost.mixed_step`` at micro-batch ``B/P`` and chunk ``c/P``;
+  ``trip(B, c) = P t_stage + (P-1) t_hop + t_draft`` of ``dcost.mixed_step`` at micro-batch
+  ``B/P`` and chunk ``c/P``, with ``t_stage = max(t_compute, t_weights + t_kv, t_comm) +
+  (serial excess) + t_overhead`` (the excess of kernels run one after another,
+  ``dcost.serving.roofline.stage_time``);
 - with speculative decoding a step advances ``tau = accepted_tokens(a, k)`` tokens, so the
   planner's step is a *token step*: ``t(B, c) = trip(B, c tau)/tau``, with a chunk budget of
   ``C/tau`` prompt tokens per token step (a prompt still takes ``P_u/C`` real steps).
 
-The serving model is evaluated once per layout on a grid of ``(B, c)`` nodes and each of the four
-parts (compute, memory, communication, the rest) is interpolated bilinearly, the maximum taken
-after: the parts are affine in ``B`` and ``c`` for a dense model (but for the earlier chunks'
-KV reads, which stop at ``c = T_in``), and MoE's expert fraction ``phi(B + c)`` and the matmul
-efficiency bend them a little (the nodes are ``sqrt 2`` apart; ``tests/test_plan.py`` holds
-the table within 0.2 % of the model for a dense one, 2 % for MoE). Past the last
-node the last cell is extrapolated linearly.
+The serving model is evaluated once per layout on a grid of ``(B, c)`` nodes and each of the five
+parts (compute, memory, communication, serial excess, the rest) is interpolated bilinearly, the
+maximum taken after: the parts are affine in ``B`` and ``c`` for a dense model (but for the
+earlier chunks' KV reads, which stop at ``c = T_in``, and the serial excess, a sum of per-kernel
+maxima), and MoE's expert fraction ``phi(B + c)`` and the matmul efficiency bend them a little
+(the nodes are ``sqrt 2`` apart; ``tests/test_plan.py`` holds the table within 0.2 % of the
+model for a dense one on the pure roofline, 2 % with a calibrated profile, 3 % for MoE). Past
+the last node the last cell is extrapolated linearly.
 
 Memory per chip is affine in the batch (``dcost.decode``'s ``memory_per_chip``): the table keeps
 its value at batch 0 and its slope per running sequence of a replica.
@@ -36,11 +39,12 @@ import numpy as np
 
 from dcost._types import FloatLeaf
 from dcost.planning import latency as lat
-from dcost.serving.mixed import kv_transfer_time, mixed_step
+from dcost.serving.mixed import _mixed_step, kv_transfer_time
 from dcost.serving.speculative import _accepted_tokens
 from dcost.specs import Design, Hardware, Model, Workload, _float, readable
 
 __all__ = [
+    "trip",
     "Layout",
     "StepTable",
     "step_table",
@@ -54,6 +58,7 @@ __all__ = [
 _B_PER_OCTAVE, _C_PER_OCTAVE = 2, 2
 B_NODES = 2.0 ** (np.arange(2 * 16 + 1) / _B_PER_OCTAVE) - 1.0
 """Running sequences per replica at the table's nodes: 0, 0.41, 1, 1.83, ... 65535."""
+_PARTS = 5
 _C_UNIT = 16.0
 C_NODES = _C_UNIT * (2.0 ** (np.arange(2 * 12 + 1) / _C_PER_OCTAVE) - 1.0)
 """Prompt tokens per replica step at the table's nodes: 0, 6.6, 16, ... 65520."""
@@ -106,9 +111,9 @@ class StepTable(eqx.Module):
     """The step time of one layout for one workload, tabulated (see the module docstring).
 
     Attributes:
-      parts: ``(len(B_NODES), len(C_NODES), 4)`` seconds: one stage's compute, memory (weights
-        + KV) and communication times, and the rest of the trip (``P t_overhead + (P-1) t_hop +
-        t_draft``).
+      parts: ``(len(B_NODES), len(C_NODES), 5)`` seconds: one stage's compute, memory (weights
+        + KV) and communication times, its kernels' serial excess over their maximum, and the
+        rest of the trip (``P t_overhead + (P-1) t_hop + t_draft``).
       stages: ``P``.
       tau: tokens a sequence advances per step (1 without speculation).
       memory_base: HBM bytes per chip at batch 0 (weights, attention copies, draft).
@@ -165,7 +170,7 @@ class StepTable(eqx.Module):
             lo = self._cells(ib, ic) * (1.0 - wc) + self._cells(ib, ic + 1) * wc
             hi = self._cells(ib + 1, ic) * (1.0 - wc) + self._cells(ib + 1, ic + 1) * wc
             p = lo * (1.0 - wb) + hi * wb
-        return self.p * _stage(p) + p[..., 3]
+        return self.p * (_stage(p) + p[..., 3]) + p[..., 4]
 
     def __call__(self, batch, tokens):
         """The planner's token step ``trip(B, c tau)/tau`` (s)."""
@@ -196,13 +201,34 @@ def _index(x, unit, per_octave, nodes):
     return i, (x - lo) / (hi - lo)
 
 
-def _parts(layout: Layout, hardware: Hardware, model: Model, workload: Workload, batch, tokens):
-    """The four parts (s) and memory per chip of a replica step at ``batch`` sequences and
-    ``tokens`` prompt tokens, from ``dcost.mixed_step`` (exact, smoothness 0)."""
+def _report(layout: Layout, hardware: Hardware, model: Model, workload: Workload, batch, tokens):
+    """``dcost.mixed_step`` 's report (its traced body, exact) of a replica step at ``batch``
+    sequences and ``tokens`` prompt tokens: micro-batch ``batch/P``, chunk ``tokens/P``."""
     p = layout.stages
-    r = mixed_step(layout.design(batch / p), hardware, model, workload, chunk_tokens=tokens / p)
+    return _mixed_step(layout.design(batch / p), hardware, model, workload, 0.0, tokens / p)
+
+
+def trip(layout: Layout, hardware: Hardware, model: Model, workload: Workload, batch, tokens):
+    """The exact replica trip ``P t_stage + (P-1) t_hop + t_draft`` (s) (``tpot`` times the
+    accepted tokens per step)."""
+    r = _report(layout, hardware, model, workload, batch, tokens)
+    return r.tpot * r.tokens_per_step
+
+
+def _parts(layout: Layout, hardware: Hardware, model: Model, workload: Workload, batch, tokens):
+    """The five parts (s) and memory per chip of a replica step at ``batch`` sequences and
+    ``tokens`` prompt tokens, from ``dcost.mixed_step`` (exact, smoothness 0): one stage's
+    compute, memory and communication times (the whole-step roofline takes their maximum), the
+    excess of its kernels run in series over that roofline
+    (``t_stage - t_overhead - max(...)``, 0 when ``Hardware.kernel_serialization`` is 0; see
+    ``dcost.serving.roofline.stage_time``), and the rest of the trip."""
+    p = layout.stages
+    r = _report(layout, hardware, model, workload, batch, tokens)
+    roofline = jnp.stack([r.t_compute, r.t_weights + r.t_kv, r.t_comm])
+    serial = r.t_stage - r.t_overhead - _stage(roofline)
     rest = p * r.t_overhead + (p - 1.0) * r.t_hop + r.t_draft
-    return jnp.stack([r.t_compute, r.t_weights + r.t_kv, r.t_comm, rest]), r.memory_per_chip
+    parts = jnp.stack([r.t_compute, r.t_weights + r.t_kv, r.t_comm, serial, rest])
+    return parts, r.memory_per_chip
 
 
 def step_table(
@@ -225,11 +251,10 @@ def step_table(
 
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
-    >>> w = dcost.Workload(1200, prompt=1000, output=200)
-    >>> t = step_table(Layout(8, 1, 1, 2048, 0), h, m, w)
-    >>> exact = dcost.mixed_step(dcost.Design(64, 8, attention_dp=1, prefill_chunk=2048), h, m,
-    ...                          w, chunk_tokens=512.0).tpot
-    >>> bool(abs(float(t(64.0, 512.0)) / float(exact) - 1) < 1e-3)
+    >>> w = dcost.Workload(1200, prompt=1000, output=1)  # chunks capped at prefill_chunk
+    >>> t = step_table(Layout(8, 1, 1, 512, 0), h, m, w)
+    >>> exact = dcost.mixed_step(dcost.Design(64, 8, attention_dp=1, prefill_chunk=512), h, m, w)
+    >>> bool(abs(float(t(64.0, 512.0)) / float(exact.tpot) - 1) < 1e-3)
     True
     """
     nb, nc = len(B_NODES), len(C_NODES)
@@ -248,11 +273,11 @@ def step_table(
     )
     parts, m0, m1 = parts[:-2], memory[-2], memory[-1]
     if kind == "decode":
-        parts = jnp.broadcast_to(parts[:, None, :], (nb, nc, 4))
+        parts = jnp.broadcast_to(parts[:, None, :], (nb, nc, _PARTS))
     elif kind == "prefill":
-        parts = jnp.broadcast_to(parts[None, :, :], (nb, nc, 4))
+        parts = jnp.broadcast_to(parts[None, :, :], (nb, nc, _PARTS))
     else:
-        parts = parts.reshape(nb, nc, 4)
+        parts = parts.reshape(nb, nc, _PARTS)
     tau = _accepted_tokens(workload.get("acceptance"), layout.draft_tokens)
     return StepTable(parts, layout.stages, tau, m0, m1 - m0)
 

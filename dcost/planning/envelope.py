@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.planning import search as S
+from dcost.planning._jit import jit
 from dcost.planning.designs import Layout, step_table, workload_of
-from dcost.search._jit import jit
 from dcost.specs import Hardware, Model, SpecError
 
 __all__ = ["plan_sensitivity", "PlanSensitivity", "relaxed_replicas"]

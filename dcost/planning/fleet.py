@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.planning.designs import Layout, _parts, _stage, workload_of
+from dcost.planning._jit import jit
+from dcost.planning.designs import Layout, trip, workload_of
 from dcost.planning.pools import Pool
 from dcost.planning.simulate import Simulation, simulate_aggregated, simulate_disaggregated
 from dcost.planning.traffic import Traffic
-from dcost.search._jit import jit
 from dcost.serving.mixed import kv_transfer_time
 from dcost.serving.speculative import _accepted_tokens
 from dcost.specs import SpecError
@@ -34,8 +34,7 @@ def _trips(layout, hardware, model, workload, batch, tokens):
     """The exact replica trip at each (batch, tokens) pair (s)."""
 
     def one(b, c):
-        parts, _ = _parts(layout, hardware, model, workload, b, c)
-        return layout.stages * _stage(parts) + parts[3]
+        return trip(layout, hardware, model, workload, b, c)
 
     return jax.lax.map(lambda bc: one(*bc), (batch, tokens), batch_size=1024)
 

@@ -87,14 +87,15 @@ N_MAX = 2.0**23
 _BIG = 30.0  # log-ratio standing for "unbounded" (an unstable queue) or "not applicable" (-)
 _LADDER = np.array(
     [
-        [1.0, 1.1, 1.25, 1.5],
-        [2.0, 3.0, 5.0, 8.0],
-        [16.0, 64.0, 256.0, 1024.0],
-        [2.0**12, 2.0**15, 2.0**18, 2.0**21],
+        [1.0, 1.0, 1.1, 1.25],
+        [1.5, 2.0, 3.0, 5.0],
+        [8.0, 32.0, 128.0, 512.0],
+        [2.0**11, 2.0**14, 2.0**17, 2.0**21],
     ]
 )
 """Replica counts tried per round before any is feasible, as multiples of the last infeasible
-count (the first round from the bound ``n_lo`` itself)."""
+count. The first round tries the bound ``n_lo`` less one (never feasible if the bound holds:
+its log-ratios name what one replica fewer breaks), ``n_lo`` itself, and 1.1 and 1.25 times."""
 
 
 class Targets(eqx.Module):
@@ -442,10 +443,13 @@ def search(
     def candidates(s):
         lo, hi = s["lo"], s["hi"]
         rung = jnp.minimum(s["rung"], ladder.shape[0] - 1)
-        base = jnp.where(s["rung"] == 0, lo + 1.0, jnp.maximum(lo, 1.0))
+        first = s["rung"] == 0
+        base = jnp.where(first, lo + 1.0, jnp.maximum(lo, 1.0))
         climb = jnp.maximum(
             lo[:, None] + 1.0 + jnp.arange(r), jnp.ceil(base[:, None] * ladder[rung])
         )
+        below = jnp.maximum(lo, 1.0)  # the first round's first candidate: the bound less one
+        climb = climb.at[:, 0].set(jnp.where(first, below, climb[:, 0]))
         climb = jnp.minimum(climb, N_MAX)
         # inside a bracket: the secant root of h in log n, its neighbours, and the midpoint
         la, lb = jnp.log(jnp.maximum(lo, 0.5)), jnp.log(jnp.where(jnp.isfinite(hi), hi, 1.0))
@@ -482,7 +486,7 @@ def search(
         c_lo = jnp.where(infeas & (cand < new_hi[:, None]), cand, -inf)
         i_lo = jnp.argmax(c_lo, axis=1)
         new_lo = jnp.maximum(s["lo"], jnp.max(c_lo, axis=1))
-        took_lo = new_lo > s["lo"]
+        took_lo = jnp.max(c_lo, axis=1) >= s["lo"]  # the bound less one counts too
         hlo = jnp.where(took_lo, h[jnp.arange(k), i_lo], s["hlo"])
         below = jnp.where(took_lo[:, None], ratios[jnp.arange(k), i_lo], s["below"])
         at_top = jnp.where(took_hi[:, None], ratios[jnp.arange(k), i_hi], s["at"])

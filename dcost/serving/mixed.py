@@ -63,12 +63,7 @@ def prefill_tokens_per_step(design, workload, smoothness=0.0):
 
 
 def mixed_step(
-    design: Design,
-    hardware: Hardware,
-    model: Model,
-    workload: Workload,
-    smoothness=0.0,
-    chunk_tokens=None,
+    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
 ) -> Report:
     """One step of continuous batching with chunked prefill: ``B`` decode sequences and a chunk
     of ``c`` prompt tokens (``prefill_tokens_per_step``) share the weights and the step.
@@ -95,9 +90,6 @@ def mixed_step(
       workload: ``context`` ``T`` of the decoding sequences; ``prompt`` ``T_in`` and ``output``
         ``T_out`` (>= 1) set the prefill rate.
       smoothness: 0 exact, in ``(0, 1]`` smooth (``dcost.smooth.MAX_SMOOTHNESS``).
-      chunk_tokens: the prompt tokens ``c`` the step carries (per micro-batch, >= 0), given
-        instead of the steady state's ``prefill_tokens_per_step`` (None); a capacity planner
-        prices steps of any mix this way (``dcost.planning``).
 
     Returns:
       A ``Report`` per output token.
@@ -118,15 +110,17 @@ def mixed_step(
     return checked("mixed_step", report, status, design, workload, _NEEDS)
 
 
-def _mixed_step(design, hardware, model, workload, smoothness) -> Report:
-    """``mixed_step`` without its checks (the traced body)."""
+def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None) -> Report:
+    """``mixed_step`` without its checks (the traced body). ``chunk_tokens``: the prompt tokens
+    ``c`` the step carries (per micro-batch), given instead of the steady state's
+    ``prefill_tokens_per_step`` (None); the capacity planner prices steps of any mix this way,
+    inside its own jitted programs (``dcost.planning.designs``)."""
     model = with_experts(model, design)
     b, t, t_in = design.batch, workload.context, workload.prompt
     decode_tokens = b * (1.0 + design.get("draft_tokens"))
     if chunk_tokens is None:
         c = prefill_tokens_per_step(design, workload, smoothness)
     else:
-        check("mixed_step", "chunk_tokens", chunk_tokens)
         c = _float(chunk_tokens)
     n_c = smax([safe_div(t_in, c, default=1.0), jnp.ones_like(c)], smoothness)
     tokens = decode_tokens + c
