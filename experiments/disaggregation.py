@@ -6,13 +6,13 @@ prompts are long against outputs and a tight TPOT target makes prefill interfere
 short prompts with long outputs gain nothing from a second pool.
 
 Setting: llama-3-70b on calibrated H100s (``dcost.hardware("h100-sxm", calibrated=True)``),
-TTFT <= 2 s at p99 and a tight TPOT target, 25 ms at p90 (at 50 ms, the default, an aggregated
-fleet is cheaper everywhere: chunks ride on decode steps that have time to spare); lognormal
-lengths with cv 1; prompt/output ratios from 1/16 to 64 (output 256 tokens for ratios >= 1,
-prompt 256 for ratios < 1) at 2 to 512 requests/s. Both modes keep the same headroom on their
-prefill queues (utilisation <= 0.7, ``max_utilisation``; the planner's defaults differ, 0.85
-aggregated and 0.6 for a prefill pool, where each closed form matches the simulation). Every
-cell is one scenario of one batched ``dcost.plan(mode="best")`` call, which plans both modes.
+TTFT <= 2 s at p99 and a tight TPOT target, 25 ms at p90 (where prefill chunks cost decode
+steps most); lognormal lengths with cv 1; prompt/output ratios from 1/16 to 64 (output 256
+tokens for ratios >= 1, prompt 256 for ratios < 1) at 2 to 512 requests/s. Both modes keep the
+same headroom on their prefill queues (utilisation <= 0.7, ``max_utilisation``; the planner's
+defaults differ, 0.85 aggregated and 0.6 for a prefill pool, where each closed form matches the
+simulation). Every cell is one scenario of one batched ``dcost.plan(mode="best")`` call, which
+plans both modes.
 
 Run: ``python experiments/disaggregation.py``.
 """
