@@ -71,6 +71,10 @@ _LAZY = {
     "Solution": "dcost.search.solution",
     "Traffic": "dcost.planning.traffic",
     "traffic": "dcost.planning.traffic",
+    "plan": "dcost.planning.planner",
+    "Plan": "dcost.planning.planner",
+    "PlanBatch": "dcost.planning.planner",
+    "simulate": "dcost.planning.fleet",
 }
 _LAZY_MODULES = {"pricing": "dcost.pricing", "search": "dcost.search", "planning": "dcost.planning"}
 
@@ -155,5 +159,5 @@ __all__ += [
     "pareto",
     "sensitivity",
 ]
-__all__ += ["Traffic", "traffic", "planning"]
+__all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simulate"]
 __version__ = "0.1.0"

@@ -289,3 +289,27 @@ def test_sensitivity(executed):
     assert np.allclose(lam[ok], slope[ok], atol=0.05)
     cost = np.asarray(s["frontier_cost"])
     assert np.all(np.diff(cost) <= 1e-12 * cost[:-1])  # exact frontier: looser target, cheaper
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def test_planning(executed):
+    """The notebook's plan priced by hand from the preset card and the calibrated profile, its
+    targets met, its simulation within 10 % at the targets' percentiles, the grid's answer
+    equal to the search's, and a looser TPOT target never dearer."""
+    _, s = executed("planning")
+    card = _card("hardware", "h100-sxm")
+    assert s["price_per_hour"] == pytest.approx(card["price_per_hour"], rel=1e-6)
+    assert s["chips"] == sum(p["replicas"] * p["chips_per_replica"] for p in s["pools"])
+    assert s["cost_per_hour"] == pytest.approx(s["chips"] * card["price_per_hour"], rel=1e-6)
+    assert s["ttft"]["0.99"] <= 2.0 and s["tpot"]["0.9"] <= 0.05
+    q = s["simulated_quantiles"]
+    assert s["ttft"]["0.99"] == pytest.approx(s["simulated_ttft"][q.index(0.99)], rel=0.10)
+    assert s["tpot"]["0.9"] == pytest.approx(s["simulated_tpot"][q.index(0.9)], rel=0.10)
+    assert s["grid"][s["mode"]] == s["chips"]
+    assert s["grid"][s["alternative"]["mode"]] == s["alternative"]["chips"]
+    assert s["chips"] <= s["alternative"]["chips"] or s["mode"] == "aggregated"
+    bill = np.asarray(s["bill"], float)
+    finite = np.isfinite(bill)
+    assert finite.any() and np.all(np.diff(bill[finite]) <= 1e-9)  # looser target, no dearer

@@ -24,6 +24,7 @@ _SUBCOMMANDS = {
     "lifetime": "training",
     "optimize": "search",
     "grid": "search",
+    "plan": "plan",
     "calibrate": "calibrate",
     "warmup": "warmup",
     "validate": "validate",

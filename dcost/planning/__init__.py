@@ -4,9 +4,18 @@
 - ``pools``: ``Pool`` (a group of replicas: step-time function, batch cap, prefill chunk).
 - ``latency``: smooth closed forms of TTFT and TPOT percentiles, aggregated and disaggregated.
 - ``simulate``: a discrete-event simulation of continuous batching that measures the same.
+- ``designs``: a pool's step time from a serving layout (the serving model, tabulated).
+- ``search``: branch and bound over layouts and replica counts; the exhaustive grid.
+- ``planner``: ``plan`` (the cheapest fleet), ``Plan``, ``plan_grid`` (its ground truth).
+- ``envelope``: ``plan_sensitivity`` (elasticities of the bill, by the envelope theorem).
+- ``fleet``: ``simulate`` (a plan's fleet through the simulation, step times exact).
 """
 
+from dcost.planning.designs import Layout, StepTable, step_table
+from dcost.planning.envelope import PlanSensitivity, plan_sensitivity, relaxed_replicas
+from dcost.planning.fleet import simulate
 from dcost.planning.latency import Latency, aggregated_latency, disaggregated_latency
+from dcost.planning.planner import Options, Plan, PlanBatch, PoolPlan, layouts, plan, plan_grid
 from dcost.planning.pools import Pool, roofline_step
 from dcost.planning.simulate import Simulation, simulate_aggregated, simulate_disaggregated
 from dcost.planning.traffic import Traffic, traffic, traffic_card, traffic_names
@@ -24,4 +33,18 @@ __all__ = [
     "Simulation",
     "simulate_aggregated",
     "simulate_disaggregated",
+    "Layout",
+    "StepTable",
+    "step_table",
+    "plan",
+    "plan_grid",
+    "Plan",
+    "PlanBatch",
+    "PoolPlan",
+    "Options",
+    "layouts",
+    "simulate",
+    "plan_sensitivity",
+    "PlanSensitivity",
+    "relaxed_replicas",
 ]

@@ -37,7 +37,15 @@ that the gradient is the implicit-function one).
 .. math:: \\bar t = (1 - f)\\,t_0 + f\\,t_c = \\frac{t_0}{1 - \\lambda_r E[n] (t_c - t_0)},
 
 and by Little's law the decode batch is ``B = lambda_r E[K] t_bar`` (a fixed point in ``B``;
-steps are evaluated at ``B + 1``, the batch a request sees with itself in it).
+steps are evaluated at ``B + 1``, the batch a request sees with itself in it). That mix has each
+prompt ride a step of its own; when prompts arrive faster than steps end they share steps (an
+engine fills its token budget ``C``), and a full chunk can turn a memory-bound step compute
+bound (a prompt that rode a memory-bound step nearly free then costs its full compute). The
+packed picture: a step carries the ``k ~ Poisson(lambda_r t_bar)`` prompts that arrived during
+the one before, ``t_bar = E_k[t(B, min(k E[P_u], C))]`` (a fixed point); ``t_bar`` is the
+larger of the two pictures. Likewise a prompt within one chunk shares its step with the
+``lambda_r t_bar`` others that arrived beside it, ``S_own = t(B, min(P_u + lambda_r t_bar
+E[P_u], C))`` (at least the step it would take alone).
 
 **TPOT** of a request is the mean over its ``K`` decode steps,
 ``t_0 + (t_c - t_0) N_c / K`` with ``N_c`` the steps that held a chunk. By the central limit
@@ -71,14 +79,25 @@ from dcost.planning.pools import Pool
 from dcost.planning.traffic import Traffic
 from dcost.serving.queueing import erlang_c, mgc_wait
 
-__all__ = ["Latency", "aggregated_latency", "disaggregated_latency", "QUANTILES"]
+__all__ = [
+    "Latency",
+    "aggregated_latency",
+    "disaggregated_latency",
+    "prefill_pool_latency",
+    "decode_pool_latency",
+    "QUANTILES",
+]
 
 QUANTILES = (0.5, 0.9, 0.99)
-_Z = np.linspace(-7.0, 7.0, 561)  # quadrature nodes of a standard normal (trapezoid weights)
+_Z = np.linspace(-7.0, 7.0, 201)  # quadrature nodes of a standard normal (trapezoid weights)
 _W = np.exp(-0.5 * _Z**2)
 _W = _W / _W.sum()
-_FIXED_POINT_ITERATIONS = 60
-_BISECTIONS = 60
+_SECANT_ITERATIONS = 12
+_QUEUE_ITERATIONS = 12
+_PACKED = 32  # prompts per packed step considered: 0..31
+_PACKED_ITERATIONS = 6
+_LOG_FACTORIAL = np.cumsum(np.log(np.maximum(np.arange(_PACKED), 1.0)))  # log k!
+_BISECTIONS = 28
 
 
 class Latency(eqx.Module):
@@ -96,6 +115,10 @@ class Latency(eqx.Module):
       step_time: mean step time ``t_bar`` (s) (the decode pool's when disaggregated).
       slot_wait: probability that an arrival finds every batch slot taken (Erlang-C over
         ``n * batch_cap`` slots; the largest over pools).
+      tpot_quantiles: the percentiles of ``tpot`` when they differ from ``quantiles`` (static;
+        None: the same).
+      slot_load: the offered load of the batch slots behind ``slot_wait`` (Erlangs: arrivals
+        times the time a request holds a slot; the largest over pools).
     """
 
     quantiles: tuple[float, ...] = eqx.field(static=True)
@@ -107,6 +130,8 @@ class Latency(eqx.Module):
     decode_batch: jax.Array
     step_time: jax.Array
     slot_wait: jax.Array
+    tpot_quantiles: tuple[float, ...] | None = eqx.field(static=True, default=None)
+    slot_load: jax.Array | None = None
 
 
 def _lengths(traffic: Traffic, which: str):
@@ -114,23 +139,34 @@ def _lengths(traffic: Traffic, which: str):
     return jnp.exp(mu + sigma * jnp.asarray(_Z, dtype=jnp.result_type(float)))
 
 
+def _prefill_tokens(prompt_u, chunk):
+    """The prompt tokens ``_prefill`` times a step at: ``0`` (a decode step), ``C``, eight
+    midpoints of ``(0, C)`` and ``min(P_u, C)`` at every quadrature node."""
+    u = chunk * (jnp.arange(8.0) + 0.5) / 8.0  # midpoints of (0, C)
+    one = jnp.ones(1, prompt_u.dtype)
+    return jnp.concatenate([0.0 * one, chunk * one, u, jnp.minimum(prompt_u, chunk)])
+
+
+def _prefill_times(t, prompt_u, chunk):
+    """``(n, S, S_own, fluid, t(B, 0))`` from the step times ``t`` at ``_prefill_tokens``."""
+    n = jnp.maximum(1.0, prompt_u / chunk)
+    full, partial, each = t[1], jnp.mean(t[2:10]), t[10:]
+    fluid = full * prompt_u / chunk
+    own = jnp.where(prompt_u <= chunk, each, full * (n - 0.5) + partial)
+    return n, each * n, own, fluid, t[0]
+
+
 def _prefill(step, batch, prompt_u, chunk):
-    """A prompt's prefill: ``(n, S, S_own)``.
+    """A prompt's prefill: ``(n, S, S_own, fluid)``.
 
     ``n = max(1, P_u / C)`` chunk steps and ``S = t(B, min(P_u, C)) n`` seconds of them (the
     steps a prompt adds when prompts rarely share a step); ``S_own`` the time from its first to
     its last chunk when it is alone: ``t(B, P_u)`` up to one chunk, else ``t(B, C)`` for each
-    full chunk and a last, partial one of uniform size, ``t(B, C)(P_u/C - 1/2) + E_u t(B, u)``.
+    full chunk and a last, partial one of uniform size, ``t(B, C)(P_u/C - 1/2) + E_u t(B, u)``;
+    ``fluid = t(B, C) P_u / C``. One call of ``step`` (one copy of it in a compiled program).
     """
-    n = jnp.maximum(1.0, prompt_u / chunk)
-    full = step(batch, chunk)
-    fluid = full * prompt_u / chunk
-    u = chunk * (jnp.arange(8.0) + 0.5) / 8.0  # midpoints of (0, C)
-    partial = jnp.mean(step(batch, u))
-    own = jnp.where(
-        prompt_u <= chunk, step(batch, jnp.minimum(prompt_u, chunk)), full * (n - 0.5) + partial
-    )
-    return n, step(batch, jnp.minimum(prompt_u, chunk)) * n, own, fluid
+    t = step(batch, _prefill_tokens(prompt_u, chunk))
+    return _prefill_times(t, prompt_u, chunk)[:4]
 
 
 def _queue_service(rate, servers, w, fluid, packed_alone):
@@ -143,7 +179,7 @@ def _queue_service(rate, servers, w, fluid, packed_alone):
         s = p_wait * fluid + (1.0 - p_wait) * packed_alone
         return erlang_c(servers, rate * jnp.sum(w * s))
 
-    p_wait = jax.lax.fori_loop(0, 30, body, jnp.zeros_like(jnp.sum(fluid)))
+    p_wait = jax.lax.fori_loop(0, _QUEUE_ITERATIONS, body, jnp.zeros_like(jnp.sum(fluid)))
     return _mean_cv(w, p_wait * fluid + (1.0 - p_wait) * packed_alone)
 
 
@@ -154,8 +190,9 @@ def _mean_cv(w, x):
 
 
 def _solve(fn, target, lo, hi):
-    """``x`` in [lo, hi] with ``fn(x) = target`` for a decreasing ``fn``: bisection (no
-    gradient), then one Newton step, whose derivative is the implicit-function one."""
+    """``x`` in [lo, hi] with ``fn(x) = target`` for a decreasing ``fn``, element by element
+    (``fn`` maps each element of ``x`` on its own): bisection (no gradient), then one Newton
+    step, whose derivative is the implicit-function one."""
 
     def body(_, bounds):
         a, b = bounds
@@ -163,6 +200,7 @@ def _solve(fn, target, lo, hi):
         above = fn(mid) > target
         return jnp.where(above, mid, a), jnp.where(above, b, mid)
 
+    lo, hi = jnp.broadcast_arrays(lo, hi)
     a, b = jax.lax.fori_loop(0, _BISECTIONS, body, (lo, hi))
     x0 = jax.lax.stop_gradient(0.5 * (a + b))
     value, slope = jax.jvp(fn, (x0,), (jnp.ones_like(x0),))
@@ -173,33 +211,32 @@ def _solve(fn, target, lo, hi):
 
 def _ttft(traffic, quantiles, service, extra, tail, residual, busy):
     """Percentiles of ``W' + S + extra`` (see the module docstring); ``service`` and ``extra``
-    are per quadrature node, ``residual`` the decode step an arrival may wait for."""
+    are per quadrature node, ``residual`` the decode step an arrival may wait for. All
+    percentiles are solved together (one vectorized bisection)."""
     w = jnp.asarray(_W, dtype=service.dtype)
     own = service + extra
     r = jnp.maximum(residual, 1e-30)
 
-    def survival(x):
-        y = x - own
+    def survival(x):  # x: (Q,)
+        y = x[:, None] - own
         ys = jnp.maximum(y, 0.0)
         g = (1.0 - tail.p_wait) * busy * jnp.clip(1.0 - ys / r, 0.0, 1.0)
         g = g + tail.p_wait * jnp.exp(-tail.rate * ys)
-        return jnp.sum(w * jnp.where(y < 0, 1.0, g))
+        return jnp.sum(w * jnp.where(y < 0, 1.0, g), axis=-1)
 
     stable = tail.rate > 0
     rate = jnp.where(stable, tail.rate, 1.0)
     mean = jnp.sum(w * own) + (1.0 - tail.p_wait) * busy * residual / 2 + tail.p_wait / rate
-    out = []
-    for q in quantiles:
-        target = 1.0 - q
-        wait_bound = jnp.log(jnp.maximum(tail.p_wait, target) / target) / rate + residual
-        hi = jnp.max(own) + wait_bound + 1e-9
-        x = _solve(survival, target, jnp.zeros_like(hi), hi)
-        out.append(jnp.where(stable, x, jnp.inf))
-    return jnp.stack(out), jnp.where(stable, mean, jnp.inf)
+    target = 1.0 - jnp.asarray(quantiles, dtype=service.dtype)
+    wait_bound = jnp.log(jnp.maximum(tail.p_wait, target) / target) / rate + residual
+    hi = jnp.max(own) + wait_bound + 1e-9
+    x = _solve(survival, target, jnp.zeros_like(hi), hi)
+    return jnp.where(stable, x, jnp.inf), jnp.where(stable, mean, jnp.inf)
 
 
 def _tpot(traffic, quantiles, mean_fn, var_fn):
-    """Percentiles over requests (``T_out >= 2``) of a normal mixture over ``K = T_out - 1``."""
+    """Percentiles over requests (``T_out >= 2``) of a normal mixture over ``K = T_out - 1``
+    (solved together)."""
     x_out = _lengths(traffic, "output")
     k = jnp.maximum(x_out - 1.0, 0.5)
     w = jnp.asarray(_W, dtype=k.dtype) * (x_out >= 1.5)
@@ -207,27 +244,60 @@ def _tpot(traffic, quantiles, mean_fn, var_fn):
     m = mean_fn(k)
     s = jnp.sqrt(jnp.maximum(var_fn(k), jnp.square(1e-6 * m)))
 
-    def survival(x):
-        return jnp.sum(w * jst.norm.sf((x - m) / s))
+    def survival(x):  # x: (Q,)
+        return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
 
-    lo = jnp.min(m - 9.0 * s)
-    hi = jnp.max(m + 9.0 * s)
-    out = [_solve(survival, 1.0 - q, lo, hi) for q in quantiles]
-    return jnp.stack(out), jnp.sum(w * m)
+    target = 1.0 - jnp.asarray(quantiles, dtype=k.dtype)
+    lo = jnp.min(m - 9.0 * s) * jnp.ones_like(target)
+    hi = jnp.max(m + 9.0 * s) * jnp.ones_like(target)
+    return _solve(survival, target, lo, hi), jnp.sum(w * m)
 
 
 def _decode_fixed_point(tbar_fn, lam_r, mean_k):
-    """Decode batch ``B = lambda_r E[K] t_bar(B)`` by iteration from ``B = 0``."""
+    """Decode batch ``B = G(B) = lambda_r E[K] t_bar(B)``, by safeguarded secant steps from
+    ``B = 0``: ``B <- B + (G(B) - B) / max(1 - s, 0.1)`` with ``s`` the slope of ``G`` between
+    the last two iterates, i.e. the secant method on ``B - G(B)`` while ``s <= 0.9``, else ten
+    plain steps' worth (the first step is a plain one). From below ``G`` is increasing and its
+    iterates rise to the least fixed point; the secant gets there in a dozen steps where plain
+    iteration needs ``log(eps)/log(G')`` (dozens near saturation). One evaluation of ``G`` per
+    step, so one copy of the step function in a compiled program."""
 
-    def body(_, b):
+    def g(b):
         return jnp.minimum(lam_r * mean_k * tbar_fn(b), 1e9)
 
-    return jax.lax.fori_loop(0, _FIXED_POINT_ITERATIONS, body, jnp.zeros_like(lam_r))
+    def body(_, carry):
+        b, b_prev, g_prev = carry
+        gb = g(b)
+        db = b - b_prev
+        moved = jnp.abs(db) > 1e-6 * jnp.maximum(b, 1.0)
+        slope = jnp.where(moved, (gb - g_prev) / jnp.where(moved, db, 1.0), 0.0)
+        slope = jnp.where(jnp.isfinite(slope), slope, 0.0)
+        nxt = jnp.clip(b + (gb - b) / jnp.maximum(1.0 - slope, 0.1), 0.0, 1e9)
+        return nxt, b, gb
+
+    zero = jnp.zeros_like(lam_r)
+    b, _, _ = jax.lax.fori_loop(0, _SECANT_ITERATIONS, body, (zero, zero, zero))
+    return b
 
 
-def _slot_wait(rate, pool, residence):
-    slots = pool.replicas * pool.batch_cap
-    return erlang_c(slots, rate * residence)
+def _packed_step(t_k, lam_r, start):
+    """The mean step when prompts share steps: ``t = sum_k Pois(k; lambda_r t) t_k`` with
+    ``t_k = t(B, min(k E[P_u], C))`` the step carrying the ``k`` prompts that arrived during
+    the previous one (a fixed point in ``t``, iterated up from ``start``)."""
+    k = jnp.arange(t_k.shape[-1], dtype=t_k.dtype)
+    log_factorial = jnp.asarray(_LOG_FACTORIAL[: t_k.shape[-1]], dtype=t_k.dtype)
+
+    def body(_, t):
+        m = jnp.maximum(lam_r * t, 1e-30)
+        p = jnp.exp(k * jnp.log(m) - m - log_factorial)
+        return jnp.sum(p * t_k) / jnp.maximum(jnp.sum(p), 1e-30)
+
+    return jax.lax.fori_loop(0, _PACKED_ITERATIONS, body, start)
+
+
+def _slot_wait(pool, load):
+    """Erlang-C over the pool's ``n * batch_cap`` slots at ``load`` Erlangs."""
+    return erlang_c(pool.replicas * pool.batch_cap, load)
 
 
 def _mean_k(traffic):
@@ -236,7 +306,14 @@ def _mean_k(traffic):
     return jnp.sum(w * jnp.maximum(x_out - 1.0, 0.0))
 
 
-def aggregated_latency(traffic: Traffic, pool: Pool, quantiles=QUANTILES) -> Latency:
+def _quantiles(quantiles, tpot_quantiles):
+    q = tuple(float(x) for x in quantiles)
+    return q, q if tpot_quantiles is None else tuple(float(x) for x in tpot_quantiles)
+
+
+def aggregated_latency(
+    traffic: Traffic, pool: Pool, quantiles=QUANTILES, tpot_quantiles=None
+) -> Latency:
     """TTFT and TPOT percentiles of one pool serving prefill and decode together (continuous
     batching with chunked prefill). The formulas are in the module docstring.
 
@@ -244,6 +321,8 @@ def aggregated_latency(traffic: Traffic, pool: Pool, quantiles=QUANTILES) -> Lat
       traffic: the requests.
       pool: the replicas, their step time ``t(B, c)``, batch cap and chunk budget.
       quantiles: percentiles to report (static), in (0, 1).
+      tpot_quantiles: percentiles of TPOT when they differ from ``quantiles`` (static; None:
+        the same).
 
     Returns:
       ``Latency``.
@@ -255,28 +334,38 @@ def aggregated_latency(traffic: Traffic, pool: Pool, quantiles=QUANTILES) -> Lat
     >>> [round(float(x), 3) for x in lat.ttft]
     [0.036, 0.064, 0.122]
     """
-    quantiles = tuple(float(q) for q in quantiles)
+    quantiles, tpot_q = _quantiles(quantiles, tpot_quantiles)
     step, chunk = pool.step, pool.chunk
     lam_r = traffic.rate / pool.replicas
     prompt_u = jnp.maximum(1.0, (1.0 - traffic.prefix_hit) * _lengths(traffic, "prompt"))
     w = jnp.asarray(_W, dtype=prompt_u.dtype)
     mean_k = _mean_k(traffic)
 
+    mean_prompt = jnp.sum(w * prompt_u)
+    packs = jnp.minimum(jnp.arange(_PACKED, dtype=prompt_u.dtype) * mean_prompt, chunk)
+    tokens = jnp.concatenate([_prefill_tokens(prompt_u, chunk), packs])
+
     def steps(b):
-        """(t_0, t_c, E[n], E[S], cv_S, t_bar, f) at decode batch ``b`` (seen: ``b + 1``)."""
-        seen = b + 1.0
-        t0 = step(seen, 0.0)
-        n, s, _, fluid = _prefill(step, seen, prompt_u, chunk)
+        """(t_0, t_c, E[n], E[S], t_bar, f, S, S_own, fluid) at decode batch ``b`` (seen:
+        ``b + 1``): one call of the step function (the decode step rides with the chunks)."""
+        t = step(b + 1.0, tokens)
+        n, s, own, fluid, t0 = _prefill_times(t[:-_PACKED], prompt_u, chunk)
         en, es = jnp.sum(w * n), jnp.sum(w * s)
         tc = es / en
         load = lam_r * en * jnp.maximum(tc - t0, 0.0)
         tbar = t0 / jnp.maximum(1.0 - load, 1e-6)
+        tbar = jnp.maximum(tbar, _packed_step(t[-_PACKED:], lam_r, tbar))
         f = jnp.clip(lam_r * en * tbar, 0.0, 1.0)
-        return t0, tc, en, es, tbar, f
+        return t0, tc, en, es, tbar, f, s, own, fluid
 
     batch = _decode_fixed_point(lambda b: steps(b)[4], lam_r, mean_k)
-    t0, tc, en, es, tbar, f = steps(batch)
-    _, alone, own, fluid = _prefill(step, batch + 1.0, prompt_u, chunk)
+    at = jax.vmap(steps)(batch + jnp.asarray([0.0, 0.5, -0.5], dtype=batch.dtype))
+    t0, tc, en, es, tbar, f = (x[0] for x in at[:6])
+    alone, own, fluid = at[6][0], at[7][0], at[8][0]
+    # a prompt within one chunk shares its step with those that arrived beside it
+    others = jnp.minimum(lam_r * tbar * mean_prompt, chunk)
+    shared = step(batch + 1.0, jnp.minimum(prompt_u + others, chunk))
+    own = jnp.where(prompt_u <= chunk, jnp.maximum(own, shared), own)
     eq, cv = _queue_service(traffic.rate, pool.replicas, w, fluid, alone)
     rho_p = lam_r * eq
     tail = mgc_wait(traffic.rate, pool.replicas, eq, cv)
@@ -289,7 +378,7 @@ def aggregated_latency(traffic: Traffic, pool: Pool, quantiles=QUANTILES) -> Lat
     q = jnp.clip(p * f_in / (1.0 - f_in), 1e-6, 1.0)
     kappa = (2.0 - p - q) / (p + q)
     delta = jnp.maximum(tc - t0, 0.0)
-    slope = steps(batch + 0.5)[4] - steps(batch - 0.5)[4]
+    slope = at[4][1] - at[4][2]
 
     def mean_fn(k):
         return tbar + 0.0 * k
@@ -300,9 +389,83 @@ def aggregated_latency(traffic: Traffic, pool: Pool, quantiles=QUANTILES) -> Lat
             + jnp.square(slope) * (2.0 / 3.0) * batch
         )
 
+    tpot, tpot_mean = _tpot(traffic, tpot_q, mean_fn, var_fn)
+    load = traffic.rate * (es + mean_k * tbar)
+    slot = _slot_wait(pool, load)
+    return Latency(
+        quantiles,
+        ttft,
+        tpot,
+        ttft_mean,
+        tpot_mean,
+        rho_p,
+        batch,
+        tbar,
+        slot,
+        _other(tpot_q, quantiles),
+        load,
+    )
+
+
+def _other(tpot_q, quantiles):
+    return None if tpot_q == quantiles else tpot_q
+
+
+def prefill_pool_latency(traffic: Traffic, prefill: Pool, transfer, quantiles=QUANTILES):
+    """The prefill side of a disaggregated fleet:
+    ``(ttft, ttft_mean, rho_p, slot_wait, slot_load)``.
+
+    TTFT percentiles (s, one per quantile) of the prefill pool's M/G/c queue, its prompts'
+    chunks and the KV transfer ``transfer(T_in)``; its utilisation; Erlang-C's probability that
+    an arrival finds every one of its ``n * batch_cap`` slots taken, and the load behind it
+    (Erlangs; see ``disaggregated_latency``).
+    """
+    quantiles = tuple(float(x) for x in quantiles)
+    prompt = _lengths(traffic, "prompt")
+    prompt_u = jnp.maximum(1.0, (1.0 - traffic.prefix_hit) * prompt)
+    w = jnp.asarray(_W, dtype=prompt.dtype)
+    _, alone, own, fluid = _prefill(prefill.step, 0.0, prompt_u, prefill.chunk)
+    es, cv = _queue_service(traffic.rate, prefill.replicas, w, fluid, alone)
+    rho_p = traffic.rate * es / prefill.replicas
+    tail = mgc_wait(traffic.rate, prefill.replicas, es, cv)
+    extra = jnp.asarray(transfer(prompt), dtype=prompt.dtype)
+    ttft, ttft_mean = _ttft(traffic, quantiles, own, extra, tail, 0.0, 0.0)
+    load = traffic.rate * es
+    return ttft, ttft_mean, rho_p, _slot_wait(prefill, load), load
+
+
+def decode_pool_latency(traffic: Traffic, decode: Pool, quantiles=QUANTILES):
+    """The decode side of a disaggregated fleet:
+    ``(tpot, tpot_mean, batch, step, slot_wait, slot_load)``.
+
+    TPOT percentiles (s, one per quantile) of a decode pool whose steps carry no chunk; its mean
+    decode batch per replica, mean step time, Erlang-C's probability that an arrival finds
+    every slot taken, and the load behind it (Erlangs; see ``disaggregated_latency``).
+    """
+    quantiles = tuple(float(x) for x in quantiles)
+    mean_k = _mean_k(traffic)
+    lam_r = traffic.rate / decode.replicas
+
+    def tbar_fn(b):
+        return decode.step(b + 1.0, 0.0)
+
+    batch = _decode_fixed_point(tbar_fn, lam_r, mean_k)
+    at = decode.step(batch + 1.0 + jnp.asarray([0.0, 0.5, -0.5], dtype=batch.dtype), 0.0)
+    t = at[0]
+    slope = at[1] - at[2]
+    busy = 1.0 - jnp.exp(-batch)
+    r_mean = busy * t / 2.0
+    r_var = busy * jnp.square(t) / 3.0 - jnp.square(r_mean)
+
+    def mean_fn(k):
+        return t + r_mean / k
+
+    def var_fn(k):
+        return jnp.square(slope) * (2.0 / 3.0) * batch + r_var / jnp.square(k)
+
     tpot, tpot_mean = _tpot(traffic, quantiles, mean_fn, var_fn)
-    slot = _slot_wait(traffic.rate, pool, es + mean_k * tbar)
-    return Latency(quantiles, ttft, tpot, ttft_mean, tpot_mean, rho_p, batch, tbar, slot)
+    load = traffic.rate * mean_k * t
+    return tpot, tpot_mean, batch, t, _slot_wait(decode, load), load
 
 
 def disaggregated_latency(
@@ -311,6 +474,7 @@ def disaggregated_latency(
     decode: Pool,
     transfer: Callable[..., object],
     quantiles=QUANTILES,
+    tpot_quantiles=None,
 ) -> Latency:
     """TTFT and TPOT percentiles of a prefill pool, a KV transfer and a decode pool.
 
@@ -318,6 +482,8 @@ def disaggregated_latency(
     M/G/c queue. TTFT adds the transfer ``d(T_in)`` of the whole prompt's KV cache. The decode
     pool's steps carry no chunk (``t_d(B, 0)``), so TPOT varies only with the decode batch and
     the wait ``R ~ U(0, t_d)`` for a request's first decode step (see the module docstring).
+    The two sides are computed apart (``prefill_pool_latency``, ``decode_pool_latency``): TTFT
+    depends on the prefill pool alone, TPOT on the decode pool alone.
 
     Args:
       traffic: the requests.
@@ -326,6 +492,7 @@ def disaggregated_latency(
       transfer: ``d(tokens) -> seconds``, the KV transfer of a prompt of ``tokens`` tokens
         (e.g. the serving model's ``kv_transfer_time``); array in, array out.
       quantiles: percentiles to report (static).
+      tpot_quantiles: percentiles of TPOT when they differ from ``quantiles`` (static).
 
     Returns:
       ``Latency`` (``step_time`` and ``decode_batch`` are the decode pool's).
@@ -338,42 +505,22 @@ def disaggregated_latency(
     >>> round(float(lat.tpot[0]), 4), float(lat.decode_batch) > 10
     (0.0219, True)
     """
-    quantiles = tuple(float(q) for q in quantiles)
-    prompt = _lengths(traffic, "prompt")
-    prompt_u = jnp.maximum(1.0, (1.0 - traffic.prefix_hit) * prompt)
-    w = jnp.asarray(_W, dtype=prompt.dtype)
-    mean_k = _mean_k(traffic)
-
-    # prefill pool: batch 0, prompts packed in chunks
-    _, alone, own, fluid = _prefill(prefill.step, 0.0, prompt_u, prefill.chunk)
-    es, cv = _queue_service(traffic.rate, prefill.replicas, w, fluid, alone)
-    rho_p = traffic.rate * es / prefill.replicas
-    tail = mgc_wait(traffic.rate, prefill.replicas, es, cv)
-    extra = jnp.asarray(transfer(prompt), dtype=prompt.dtype)
-    ttft, ttft_mean = _ttft(traffic, quantiles, own, extra, tail, 0.0, 0.0)
-
-    # decode pool
-    lam_r = traffic.rate / decode.replicas
-
-    def tbar_fn(b):
-        return decode.step(b + 1.0, 0.0)
-
-    batch = _decode_fixed_point(tbar_fn, lam_r, mean_k)
-    t = tbar_fn(batch)
-    slope = tbar_fn(batch + 0.5) - tbar_fn(batch - 0.5)
-    busy = 1.0 - jnp.exp(-batch)
-    r_mean = busy * t / 2.0
-    r_var = busy * jnp.square(t) / 3.0 - jnp.square(r_mean)
-
-    def mean_fn(k):
-        return t + r_mean / k
-
-    def var_fn(k):
-        return jnp.square(slope) * (2.0 / 3.0) * batch + r_var / jnp.square(k)
-
-    tpot, tpot_mean = _tpot(traffic, quantiles, mean_fn, var_fn)
-    slot = jnp.maximum(
-        _slot_wait(traffic.rate, decode, mean_k * t),
-        _slot_wait(traffic.rate, prefill, es),
+    quantiles, tpot_q = _quantiles(quantiles, tpot_quantiles)
+    ttft, ttft_mean, rho_p, slot_p, load_p = prefill_pool_latency(
+        traffic, prefill, transfer, quantiles
     )
-    return Latency(quantiles, ttft, tpot, ttft_mean, tpot_mean, rho_p, batch, t, slot)
+    tpot, tpot_mean, batch, t, slot_d, load_d = decode_pool_latency(traffic, decode, tpot_q)
+    slot = jnp.maximum(slot_d, slot_p)
+    return Latency(
+        quantiles,
+        ttft,
+        tpot,
+        ttft_mean,
+        tpot_mean,
+        rho_p,
+        batch,
+        t,
+        slot,
+        _other(tpot_q, quantiles),
+        jnp.maximum(load_p, load_d),
+    )

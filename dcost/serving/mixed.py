@@ -110,12 +110,18 @@ def mixed_step(
     return checked("mixed_step", report, status, design, workload, _NEEDS)
 
 
-def _mixed_step(design, hardware, model, workload, smoothness) -> Report:
-    """``mixed_step`` without its checks (the traced body)."""
+def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None) -> Report:
+    """``mixed_step`` without its checks (the traced body). ``chunk_tokens``: the prompt tokens
+    ``c`` the step carries (per micro-batch), given instead of the steady state's
+    ``prefill_tokens_per_step`` (None); the capacity planner prices steps of any mix this way,
+    inside its own jitted programs (``dcost.planning.designs``)."""
     model = with_experts(model, design)
     b, t, t_in = design.batch, workload.context, workload.prompt
     decode_tokens = b * (1.0 + design.get("draft_tokens"))
-    c = prefill_tokens_per_step(design, workload, smoothness)
+    if chunk_tokens is None:
+        c = prefill_tokens_per_step(design, workload, smoothness)
+    else:
+        c = _float(chunk_tokens)
     n_c = smax([safe_div(t_in, c, default=1.0), jnp.ones_like(c)], smoothness)
     tokens = decode_tokens + c
     phi = _expert_fraction(tokens, model.n_experts, model.experts_active)

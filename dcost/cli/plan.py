@@ -1,0 +1,400 @@
+"""``dcost plan``: the cheapest fleet for a traffic mix at latency percentiles.
+
+    dcost plan --hardware h100-sxm --model llama-3-70b --traffic chat --rate 100
+    dcost plan --hardware h100-sxm --model llama-3-70b --rate 50 --prompt 4k --output 1k \\
+        --ttft 2s@p99 --tpot 50ms@p90 --mode best --calibrated --json
+
+Prints a table of the chosen fleet (and the other mode's, with ``--mode best``): pools, chips,
+$/hour, $ per million input and output tokens, predicted TTFT and TPOT percentiles, and the
+binding limit; then the launch settings the plan implies for vLLM, SGLang and TensorRT-LLM
+(parallel degrees, running sequences, chunk size). ``--simulate N`` runs the planned fleet
+through the discrete-event simulation and prints its percentiles beside the prediction.
+``--json`` prints SI units under the API's names. Exit codes: 0 a plan, 1 infeasible (the
+binding limit is printed), 2 a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from dcost.cli.common import (
+    add_precision_argument,
+    fmt_time,
+    format_table,
+    hardware_and_model,
+    non_negative,
+    parse_duration,
+    positive,
+)
+
+__all__ = ["add_parsers", "cmd_plan", "parse_slo", "launch_settings", "ENGINES"]
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def parse_slo(text: str) -> tuple[float, float]:
+    """``2s@p99`` -> ``(2.0, 0.99)``; ``50ms@p90``, ``0.05@0.9`` likewise.
+
+    >>> parse_slo("2s@p99"), parse_slo("50ms@p90"), parse_slo("1.5s@p99.9")
+    ((2.0, 0.99), (0.05, 0.9), (1.5, 0.999))
+    """
+    if "@" not in text:
+        raise argparse.ArgumentTypeError(
+            f"not a latency target: {text!r} (use e.g. 2s@p99 or 50ms@p90)"
+        )
+    limit, pct = text.rsplit("@", 1)
+    seconds = parse_duration(limit)
+    pct = pct.strip().lower()
+    try:
+        q = float(pct[1:]) / 100.0 if pct.startswith("p") else float(pct)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a percentile: {pct!r} in {text!r} (use e.g. p99 or 0.99)"
+        ) from None
+    q = round(q, 6)
+    if not 0.5 <= q <= 0.999:
+        raise argparse.ArgumentTypeError(
+            f"percentile {pct!r} in {text!r} must be between p50 and p99.9"
+        )
+    return seconds, q
+
+
+def _fraction(text: str) -> float:
+    v = non_negative(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"must be < 1, got {text!r}")
+    return v
+
+
+def add_parsers(subparsers) -> None:
+    """Register ``plan`` on the ``dcost`` command's subparsers."""
+    p = subparsers.add_parser(
+        "plan",
+        help="the cheapest fleet (aggregated or disaggregated) that serves a traffic mix "
+        "within TTFT and TPOT percentiles",
+    )
+    p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
+    p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
+    add_precision_argument(p)
+    p.add_argument(
+        "--traffic",
+        default=None,
+        help="traffic preset for the lengths (chat, code-completion, summarization, "
+        "long-context, reasoning); --prompt/--output override its means",
+    )
+    p.add_argument("--rate", type=positive, required=True, help="arrivals, requests/s")
+    p.add_argument("--prompt", type=positive, default=None, help="mean prompt length, tokens")
+    p.add_argument("--output", type=positive, default=None, help="mean output length, tokens")
+    p.add_argument("--prompt-cv", type=non_negative, default=None, help="prompt length sd/mean")
+    p.add_argument("--output-cv", type=non_negative, default=None, help="output length sd/mean")
+    p.add_argument(
+        "--prefix-hit", type=_fraction, default=None, help="share of prompt tokens cached"
+    )
+    p.add_argument(
+        "--ttft",
+        type=parse_slo,
+        default=(2.0, 0.99),
+        help="time-to-first-token target at a percentile (default 2s@p99)",
+    )
+    p.add_argument(
+        "--tpot",
+        type=parse_slo,
+        default=(0.05, 0.9),
+        help="time-per-output-token target at a percentile (default 50ms@p90)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("aggregated", "disaggregated", "best"),
+        default="best",
+        help="one pool, a prefill and a decode pool, or the cheaper (default best)",
+    )
+    p.add_argument(
+        "--acceptance",
+        type=_fraction,
+        default=None,
+        help="draft acceptance rate: lets the plan use speculative decoding where the model "
+        "has a draft (e.g. deepseek-v3's MTP module)",
+    )
+    p.add_argument(
+        "--max-chips", type=int, default=72, help="most chips per pipeline stage (default 72)"
+    )
+    p.add_argument(
+        "--max-utilisation",
+        type=_fraction,
+        default=None,
+        help="most busy share of a prefill queue (default 0.85 aggregated, 0.6 for a "
+        "disaggregated prefill pool)",
+    )
+    p.add_argument(
+        "--simulate",
+        type=int,
+        default=0,
+        metavar="REQUESTS",
+        help="also run the planned fleet through the discrete-event simulation",
+    )
+    p.add_argument(
+        "--engine",
+        choices=(*ENGINES, "all", "none"),
+        default="all",
+        help="launch settings to print (default all)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.set_defaults(func=cmd_plan)
+
+
+def _traffic(args):
+    from dcost.planning.traffic import Traffic, traffic
+
+    fields = {
+        k: getattr(args, a)
+        for k, a in (
+            ("prompt_tokens", "prompt"),
+            ("output_tokens", "output"),
+            ("prompt_cv", "prompt_cv"),
+            ("output_cv", "output_cv"),
+            ("prefix_hit", "prefix_hit"),
+        )
+        if getattr(args, a) is not None
+    }
+    if args.traffic is not None:
+        return traffic(args.traffic, rate=args.rate, **fields)
+    missing = [f"--{a}" for a in ("prompt", "output") if getattr(args, a) is None]
+    if missing:
+        raise ValueError(f"give --traffic <preset>, or {' and '.join(missing)} (mean tokens)")
+    return Traffic(args.rate, **fields)
+
+
+def cmd_plan(args) -> int:
+    from dcost.planning.fleet import simulate
+    from dcost.planning.planner import Options, plan
+
+    hardware, model = hardware_and_model(args)
+    traffic = _traffic(args)
+    if args.max_chips < 1:
+        raise ValueError(f"--max-chips must be >= 1, got {args.max_chips}")
+    if args.simulate < 0:
+        raise ValueError(f"--simulate must be >= 0 requests, got {args.simulate}")
+    p = plan(
+        hardware,
+        model,
+        traffic,
+        ttft_slo=args.ttft,
+        tpot_slo=args.tpot,
+        mode=args.mode,
+        acceptance=args.acceptance,
+        max_utilisation=args.max_utilisation,
+        options=Options(max_chips=args.max_chips),
+    )
+    sim = simulate(p, requests=args.simulate) if p.feasible and args.simulate else None
+    engines = () if args.engine == "none" else ENGINES if args.engine == "all" else (args.engine,)
+    if args.json:
+        out = _plan_json(p)
+        if p.alternative is not None:
+            out["alternative"] = _plan_json(p.alternative)
+        out["launch"] = (
+            {e: launch_settings(p, args.model, e) for e in engines} if p.feasible else {}
+        )
+        if sim is not None:
+            out["simulation"] = {
+                "requests": args.simulate,
+                "quantiles": list(sim.quantiles),
+                "ttft": [float(x) for x in sim.ttft_percentiles],
+                "tpot": [float(x) for x in sim.tpot_percentiles],
+            }
+        print(json.dumps(out, indent=2))
+        return 0 if p.feasible else 1
+    _print(args, p, sim, engines)
+    return 0 if p.feasible else 1
+
+
+def _plan_json(p) -> dict:
+    return {
+        "mode": p.mode,
+        "feasible": p.feasible,
+        "message": p.message,
+        "pools": [vars(x) for x in p.pools],
+        "chips": p.chips,
+        "cost_per_hour": _num(p.cost_per_hour),
+        "cost_per_million_input": _num(p.cost_per_million_input),
+        "cost_per_million_output": _num(p.cost_per_million_output),
+        "ttft": {str(q): v for q, v in p.ttft.items()},
+        "tpot": {str(q): v for q, v in p.tpot.items()},
+        "binding": p.binding,
+        "shadow_price": _num(p.shadow_price),
+        "ttft_slo": list(p.ttft_slo),
+        "tpot_slo": list(p.tpot_slo),
+    }
+
+
+def _num(x: float):
+    return None if not math.isfinite(x) else x
+
+
+def _pcts(d: dict) -> str:
+    keys = [q for q in (0.5, 0.9, 0.99) if q in d]
+    return " / ".join(fmt_time(d[q]) for q in keys)
+
+
+def _row(p, chosen: bool) -> list[str]:
+    if not p.feasible:
+        return [p.mode, "infeasible (below)", "", "", "", "", "", "", p.binding or ""]
+    pools = "; ".join(
+        (f"{x.role}: " if p.mode == "disaggregated" else "") + x.describe() for x in p.pools
+    )
+    return [
+        p.mode + (" *" if chosen else ""),
+        pools,
+        f"{p.chips}",
+        f"{p.cost_per_hour:,.2f}",
+        f"{p.cost_per_million_input:.3g}",
+        f"{p.cost_per_million_output:.3g}",
+        _pcts(p.ttft),
+        _pcts(p.tpot),
+        p.binding or "",
+    ]
+
+
+def _print(args, p, sim, engines) -> None:
+    t = p.traffic
+    print(
+        f"{args.model} on {args.hardware}{' (calibrated)' if args.calibrated else ''}: "
+        f"{float(t.rate):g} requests/s, prompts {float(t.prompt_tokens):,.0f} tokens, outputs "
+        f"{float(t.output_tokens):,.0f} tokens; TTFT <= {fmt_time(p.ttft_slo[0])} at "
+        f"p{p.ttft_slo[1] * 100:g}, TPOT <= {fmt_time(p.tpot_slo[0])} at p{p.tpot_slo[1] * 100:g}"
+    )
+    header = [
+        "mode",
+        "pools",
+        "chips",
+        "$/hour",
+        "$/M in",
+        "$/M out",
+        "TTFT p50/p90/p99",
+        "TPOT p50/p90/p99",
+        "binding",
+    ]
+    rows = [_row(p, p.feasible)]
+    if p.alternative is not None:
+        rows.append(_row(p.alternative, False))
+    print(format_table(rows, header))
+    for q in (p, p.alternative):
+        if q is not None and not q.feasible:
+            print(f"{q.mode} infeasible: {q.message}")
+    if not p.feasible:
+        return
+    if sim is not None:
+        qs = list(sim.quantiles)
+        pick = [qs.index(q) for q in (0.5, 0.9, 0.99) if q in qs]
+        sim_ttft = " / ".join(fmt_time(float(sim.ttft_percentiles[i])) for i in pick)
+        sim_tpot = " / ".join(fmt_time(float(sim.tpot_percentiles[i])) for i in pick)
+        print(
+            f"simulated ({args.simulate:,} requests): TTFT p50/p90/p99 {sim_ttft}; "
+            f"TPOT p50/p90/p99 {sim_tpot}"
+        )
+    for pool in p.pools:
+        if pool.shadow_price:
+            print(
+                f"shadow price ({pool.role}): ${-pool.shadow_price * 1e-3:,.3g}/hour saved per ms "
+                f"looser {pool.binding}"
+            )
+    for engine in engines:
+        print(f"\n{engine} launch settings (MODEL = the checkpoint of {args.model}):")
+        for line in launch_settings(p, args.model, engine):
+            print("  " + line)
+
+
+def _per_rank(cap: int, ranks: int) -> int:
+    return max(1, math.ceil(cap / max(ranks, 1)))
+
+
+def launch_settings(p, model_name: str, engine: str) -> list[str]:
+    """The command line (and config) per pool of a plan for ``engine`` in ``ENGINES``.
+
+    Parallelism: a dense model is tensor parallel over a stage's ``G`` chips; an MoE model is
+    expert parallel over them, its attention tensor parallel (``A = 1``) or data parallel
+    (``A = G``, one rank per chip); stages are pipeline parallel. The batch cap is the
+    replica's running sequences (vLLM schedules each data-parallel rank apart: cap/A each);
+    the chunk is the most prompt tokens per step.
+
+    Flags as the engines document them: vLLM ``vllm serve`` engine arguments
+    (docs.vllm.ai, "Engine Arguments", "Expert Parallel Deployment", "MTP"); SGLang
+    ``sglang.launch_server`` server arguments (docs.sglang.io, "Server Arguments", "Speculative
+    Decoding", PD disaggregation); TensorRT-LLM ``trtllm-serve`` options and its LLM API YAML
+    (nvidia.github.io/TensorRT-LLM, "trtllm-serve", DeepSeek-R1 recipes).
+    """
+    out: list[str] = []
+    moe = float(p.model.n_experts) > 0
+    for pool in p.pools:
+        g, s, a, c, k, cap = (
+            pool.chips_per_stage,
+            pool.stages,
+            pool.attention_dp,
+            pool.chunk,
+            pool.draft_tokens,
+            pool.batch_cap,
+        )
+        tp = g // a
+        out.append(f"# {pool.role}: {pool.replicas} replica(s) of {pool.chips_per_replica} chips")
+        if engine == "vllm":
+            cmd = ["vllm serve $MODEL"]
+            cmd.append(f"--data-parallel-size {a} --tensor-parallel-size {tp}" if a > 1 else "")
+            cmd.append(f"--tensor-parallel-size {g}" if a == 1 else "")
+            cmd.append(f"--pipeline-parallel-size {s}" if s > 1 else "")
+            cmd.append("--enable-expert-parallel" if moe else "")
+            cmd.append(f"--max-num-seqs {_per_rank(cap, a)}")
+            if c:
+                cmd.append(f"--enable-chunked-prefill --max-num-batched-tokens {c}")
+            if k:
+                cmd.append(
+                    f'--speculative-config \'{{"method": "mtp", "num_speculative_tokens": {k}}}\''
+                )
+            if pool.role != "aggregated":
+                cmd.append(
+                    '--kv-transfer-config \'{"kv_connector": "NixlConnector", '
+                    '"kv_role": "kv_both"}\''
+                )
+            out.append(" ".join(x for x in cmd if x))
+        elif engine == "sglang":
+            cmd = ["python -m sglang.launch_server --model-path $MODEL", f"--tp {g}"]
+            cmd.append(f"--dp {a} --enable-dp-attention" if a > 1 else "")
+            cmd.append(f"--ep-size {g}" if moe else "")
+            cmd.append(f"--pp-size {s}" if s > 1 else "")
+            cmd.append(f"--max-running-requests {cap}")
+            if c:
+                cmd.append(f"--chunked-prefill-size {c}")
+            if k:
+                cmd.append(
+                    f"--speculative-algorithm EAGLE --speculative-num-steps {k} "
+                    f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}"
+                )
+            if pool.role != "aggregated":
+                cmd.append(f"--disaggregation-mode {pool.role}")
+            out.append(" ".join(x for x in cmd if x))
+        elif engine == "trtllm":
+            cmd = ["trtllm-serve $MODEL", f"--tp_size {g} --pp_size {s}"]
+            cmd.append(f"--ep_size {g}" if moe else "")
+            cmd.append(f"--max_batch_size {cap}")
+            if c:
+                cmd.append(f"--max_num_tokens {c}")
+            yaml = []
+            if a > 1:
+                yaml.append("enable_attention_dp: true")
+            if c:
+                yaml.append("enable_chunked_prefill: true")
+            if k:
+                yaml.append(
+                    f"speculative_config: {{decoding_type: MTP, num_nextn_predict_layers: {k}}}"
+                )
+            if pool.role != "aggregated":
+                yaml.append("cache_transceiver_config: {backend: DEFAULT}")
+            if yaml:
+                cmd.append("--extra_llm_api_options config.yml")
+            out.append(" ".join(x for x in cmd if x))
+            out.extend(f"#   config.yml: {line}" for line in yaml)
+        else:
+            raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if engine == "vllm" and any(x.role != "aggregated" for x in p.pools):
+        out.append("# prefill and decode instances joined by vLLM's disaggregated-serving proxy")
+    return out

@@ -1,0 +1,38 @@
+"""``jit`` for the planner's programs: XLA's classic CPU emitters (``dcost._xla``), compiled per
+process (and by JAX's persistent cache), never through ``dcost._programs``.
+
+``dcost.search._jit.jit`` also keeps a module-level program's executable on disk
+(``dcost._programs``); the planner's programs (a ``lax.map`` of vmapped ``while_loop`` s over
+gathered step tables) failed to run once deserialized on XLA:CPU (JAX 0.10.2: "Function
+multiply_divide_fusion not found" when dispatching), so they take the plain route.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+
+from dcost import _xla
+
+__all__ = ["jit"]
+
+
+def jit(fun=None, *, fast_compile: bool = False, **kwargs):
+    """``jax.jit(fun, compiler_options=dcost._xla.options(fast_compile), **kwargs)``, compiled on
+    first use; usable as a decorator."""
+    if fun is None:
+        return functools.partial(jit, fast_compile=fast_compile, **kwargs)
+
+    @functools.cache
+    def compiled():
+        return jax.jit(fun, compiler_options=_xla.options(fast_compile), **kwargs)
+
+    @functools.wraps(fun)
+    def call(*args, **kw):
+        return compiled()(*args, **kw)
+
+    jitted: Any = call
+    jitted.lower = lambda *args, **kw: compiled().lower(*args, **kw)
+    return jitted

@@ -1,0 +1,862 @@
+"""``dcost.plan``: the cheapest fleet that serves a traffic within latency percentiles.
+
+    p = dcost.plan(hardware, model, traffic, ttft_slo=(2.0, 0.99), tpot_slo=(0.05, 0.90))
+
+minimizes dollars per hour, ``sum over pools of n P G p``, over the serving mode (one
+aggregated pool, or a prefill and a decode pool), each pool's layout (chips per stage, stages,
+attention layout, prefill chunk, speculative length where the model has a draft) and its whole
+number of replicas, subject to the traffic being served (every queue stable) with TTFT and TPOT
+at their percentiles within the targets and enough KV memory for the batch slots
+(``dcost.planning.search``). The answer is exact over the layouts enumerated (``Options``):
+``plan_grid`` evaluates every layout at every replica count and gives the same fleet.
+
+Prices per million tokens split the bill between input and output: a disaggregated fleet's
+prefill pool is the input's, its decode pool the output's; an aggregated pool's share of input is
+the share of its step time that prefill chunks add, ``1 - t(B, 0)/t_bar``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost.planning import search as S
+from dcost.planning._jit import jit
+from dcost.planning.designs import Layout, step_table, workload_from_stats, workload_stats
+from dcost.planning.traffic import Traffic
+from dcost.presets import model as model_preset
+from dcost.presets import serving_hardware
+from dcost.specs import Hardware, Model, SpecError, _concrete, check
+
+__all__ = [
+    "plan",
+    "plan_grid",
+    "Plan",
+    "PlanBatch",
+    "PoolPlan",
+    "Options",
+    "layouts",
+    "REPORT_QUANTILES",
+    "MODES",
+    "traffic_at",
+]
+
+MODES = ("aggregated", "disaggregated", "best")
+CHUNK = 32
+"""Scenarios vmapped together in a batched plan (``_search``)."""
+REPORT_QUANTILES = (0.5, 0.9, 0.99)
+"""Percentiles a plan reports besides its targets'."""
+_ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
+
+
+class Options(NamedTuple):
+    """The layouts a plan chooses from (static; every combination is tried).
+
+    Attributes:
+      chips: chips per stage ``G`` to try; None: powers of two up to ``max_chips`` and the
+        scale-up domain's size.
+      max_chips: most chips per stage (with ``chips=None``).
+      stages: pipeline depths ``P``; a depth beyond 1 only for a stage that fills its scale-up
+        domain (a pipeline pays where tensor or expert parallelism would cross domains).
+      chunks: prefill chunks ``C`` of an aggregated pool (tokens per step).
+      prefill_chunks: prefill chunks of a disaggregated prefill pool.
+      draft_tokens: speculative lengths, where the model has a draft and ``acceptance`` is given.
+      attention: for an MoE model, ``"tp"`` (tensor-parallel attention, ``A = 1``) and/or
+        ``"dp"`` (data-parallel attention, ``A = G``); a dense model is tensor parallel.
+    """
+
+    chips: tuple[int, ...] | None = None
+    max_chips: int = 72
+    stages: tuple[int, ...] = (1, 2, 4)
+    chunks: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    prefill_chunks: tuple[int, ...] = (4096, 8192, 16384)
+    draft_tokens: tuple[int, ...] = (0, 1, 2, 3)
+    attention: tuple[str, ...] = ("tp", "dp")
+
+
+DEFAULT_OPTIONS = Options()
+
+
+def _value(x) -> float:
+    v = _concrete(x)
+    if v is None or v.ndim:
+        raise SpecError(f"plan: {x!r} must be one concrete number here")
+    return float(v)
+
+
+def layouts(
+    kind: str,
+    hardware: Hardware,
+    model: Model,
+    options: Options = DEFAULT_OPTIONS,
+    acceptance=None,
+    memory_reserve: float = 0.1,
+) -> list[tuple[float, float, float, float, float]]:
+    """The ``(G, P, A, C, k)`` layouts a pool of ``kind`` may take, in search order.
+
+    Layouts whose weights alone overflow HBM (``b_w N_total/(P G) > M (1 - r)``) are left out.
+
+    >>> import dcost
+    >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
+    >>> [x[:2] for x in layouts("decode", h, m)][:5]
+    [(2.0, 1.0), (4.0, 1.0), (8.0, 1.0), (8.0, 2.0), (8.0, 4.0)]
+    """
+    domain = _value(hardware.scaleup_size)
+    chips = options.chips
+    if chips is None:
+        top = options.max_chips
+        chips = tuple(2**i for i in range(int(math.log2(top)) + 1))
+        if domain <= top and domain not in chips:
+            chips = tuple(sorted((*chips, int(domain))))
+    filling = max((g for g in chips if g <= domain), default=min(chips))
+    moe = _value(model.n_experts) > 0
+    attention = options.attention if moe else ("tp",)
+    drafts: tuple[int, ...] = (0,)
+    if kind != "prefill" and acceptance is not None and _value(model.draft_params) > 0:
+        drafts = tuple(options.draft_tokens)
+    chunk_options = {
+        "aggregated": options.chunks,
+        "prefill": options.prefill_chunks,
+        "decode": (0,),
+    }[kind]
+    weights = _value(model.bytes_per_param) * _value(model.params_total)
+    room = _value(hardware.hbm_capacity) * (1.0 - memory_reserve)
+    out = []
+    for g in chips:
+        for p in options.stages:
+            if p > 1 and g != filling:
+                continue
+            if weights / (p * g) > room:
+                continue
+            for a in dict.fromkeys("tp" if (x == "dp" and g == 1) else x for x in attention):
+                for c in chunk_options:
+                    for k in drafts:
+                        out.append((float(g), float(p), 1.0 if a == "tp" else float(g), c, k))
+    return [tuple(float(v) for v in x) for x in out]  # type: ignore[misc]
+
+
+def _stack(rows) -> Layout:
+    a = np.asarray(rows, dtype=float).reshape(-1, 5)
+    return Layout(*(a[:, i] for i in range(5)))
+
+
+# ------------------------------------------------------------------------------ the programs
+
+
+def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
+    work = workload_from_stats(stats, kind, acceptance)
+    return jax.vmap(lambda lay: step_table(lay, hardware, model, work, kind))(layouts_k)
+
+
+@functools.partial(jit, static_argnames=("kinds",))
+def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
+    """Step tables of every kind's layouts for each of ``U`` workloads, flattened to rows
+    ``u * L + l`` (``search.Tables``)."""
+    out = {}
+    for kind in kinds:
+        t = jax.vmap(
+            lambda st, kind=kind: _tables_one(
+                kind, hardware, model, layouts_by_kind[kind], st, acceptance
+            )
+        )(stats)
+        flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), t)
+        out[kind] = S.Tables(layouts_by_kind[kind], flat)
+    return out
+
+
+@functools.partial(jit, static_argnames=("kinds", "settings", "chunk"))
+def _search(kinds, tables, index, traffic, targets, hardware, model, settings, chunk):
+    """Every scenario's search: vmapped in chunks of ``chunk`` scenarios (a vmapped search runs
+    as many rounds as its slowest scenario needs, so scenarios sorted by rate and taken a
+    chunk at a time waste fewer)."""
+
+    def one(u, tr, tg):
+        return {
+            k: S.search(k, tables[k], u, tr, tg, hardware, model, settings, REPORT_QUANTILES)
+            for k in kinds
+        }
+
+    return jax.lax.map(lambda a: one(*a), (index, traffic, targets), batch_size=chunk)
+
+
+# ------------------------------------------------------------------------------ the answer
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolPlan:
+    """One pool of a plan (SI units; $ per hour).
+
+    Attributes:
+      role: ``"aggregated"``, ``"prefill"`` or ``"decode"``.
+      chips_per_stage: ``G`` (tensor parallel for a dense model, expert parallel for MoE).
+      stages: ``P`` (pipeline parallel).
+      attention_dp: data-parallel attention groups per stage ``A`` (1: tensor parallel).
+      chunk: prefill chunk ``C`` (tokens per step; 0 for a decode pool).
+      draft_tokens: speculative length ``k``.
+      replicas: ``n``.
+      batch_cap: most running sequences per replica: as many as HBM holds the KV cache of (at
+        the traffic's mean context), which keeps the chance of waiting for a slot within
+        ``slot_wait``.
+      chips: ``n P G``.
+      cost_per_hour: ``n P G p``.
+      binding: the constraint that one replica fewer would break (``"ttft_p99"``,
+        ``"tpot_p90"``, ``"memory"`` for the batch slots, ``"utilisation"`` for the prefill
+        queue's headroom), or ``"one replica"`` when one replica meets every target.
+      elasticity: ``d log(n*) / d log(limit)`` of the relaxed replica count at the binding
+        latency limit (secant between ``n - 1`` and ``n``; 0 otherwise).
+      shadow_price: ``d($/hour) / d(limit)``, $/hour per second of the binding latency target
+        (negative: a looser target saves), from ``elasticity``.
+      decode_batch: mean running sequences per replica; step_time: mean step (s).
+      memory_per_chip: HBM bytes per chip with ``batch_cap`` sequences.
+    """
+
+    role: str
+    chips_per_stage: int
+    stages: int
+    attention_dp: int
+    chunk: int
+    draft_tokens: int
+    replicas: int
+    batch_cap: int
+    chips: int
+    cost_per_hour: float
+    binding: str
+    elasticity: float
+    shadow_price: float
+    decode_batch: float
+    step_time: float
+    memory_per_chip: float
+
+    @property
+    def chips_per_replica(self) -> int:
+        """``P G``."""
+        return self.chips_per_stage * self.stages
+
+    def describe(self) -> str:
+        """``8 x (8 GPUs: TP8), cap 256, chunk 2048`` and the like."""
+        par = f"EP{self.chips_per_stage}" if self.attention_dp > 1 else f"TP{self.chips_per_stage}"
+        if self.attention_dp > 1:
+            par += f" DP-attn{self.attention_dp}"
+        if self.stages > 1:
+            par += f" PP{self.stages}"
+        bits = [
+            f"{self.replicas} x {self.chips_per_replica} chips ({par})",
+            f"cap {self.batch_cap}",
+        ]
+        if self.chunk:
+            bits.append(f"chunk {self.chunk}")
+        if self.draft_tokens:
+            bits.append(f"draft {self.draft_tokens}")
+        return ", ".join(bits)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The cheapest fleet for one traffic (``dcost.plan``).
+
+    Attributes:
+      mode: ``"aggregated"`` or ``"disaggregated"``.
+      pools: its ``PoolPlan`` s (one, or prefill then decode).
+      chips: chips in all.
+      cost_per_hour: $ per hour of the fleet.
+      cost_per_million_input, cost_per_million_output: $ per million prompt and output tokens
+        (the bill split as the module docstring says).
+      ttft, tpot: predicted percentiles ``{quantile: seconds}`` (the targets' and p50/p90/p99).
+      binding: the binding constraint (per pool when disaggregated), or the limit that makes
+        the traffic infeasible.
+      shadow_price: $/hour per second of the binding latency target (summed over pools).
+      feasible: whether any fleet meets the targets; message: why not.
+      alternative: the other mode's plan when ``mode="best"`` compared both (else None).
+      evaluations: closed-form evaluations the search made.
+      hardware, model, traffic, ttft_slo, tpot_slo: the question (for ``dcost.simulate``).
+    """
+
+    mode: str
+    pools: tuple[PoolPlan, ...]
+    chips: int
+    cost_per_hour: float
+    cost_per_million_input: float
+    cost_per_million_output: float
+    ttft: dict
+    tpot: dict
+    binding: str | None
+    shadow_price: float
+    feasible: bool
+    message: str
+    alternative: Plan | None
+    evaluations: int
+    hardware: Hardware = dataclasses.field(repr=False)
+    model: Model = dataclasses.field(repr=False)
+    traffic: Traffic = dataclasses.field(repr=False)
+    ttft_slo: tuple[float, float] = dataclasses.field(repr=False)
+    tpot_slo: tuple[float, float] = dataclasses.field(repr=False)
+    acceptance: float | None = dataclasses.field(repr=False, default=None)
+    memory_reserve: float = dataclasses.field(repr=False, default=0.1)
+    slot_wait: float = dataclasses.field(repr=False, default=1e-3)
+    max_utilisation: float | None = dataclasses.field(repr=False, default=None)
+
+    def __str__(self) -> str:
+        if not self.feasible:
+            return f"Plan(infeasible: {self.message})"
+        pools = "; ".join(f"{p.role}: {p.describe()}" for p in self.pools)
+        return (
+            f"Plan({self.mode}: {pools}; {self.chips} chips, ${self.cost_per_hour:,.2f}/h; "
+            f"binding {self.binding})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanBatch:
+    """Plans for many traffic scenarios (``dcost.plan`` with a batched ``Traffic``).
+
+    ``batch[i]`` is scenario ``i``'s ``Plan``; the arrays below line up with the scenarios.
+
+    Attributes:
+      plans: the ``Plan`` s.
+      mode: modes (strings); chips, cost_per_hour, cost_per_million_input,
+        cost_per_million_output: arrays; feasible: booleans.
+    """
+
+    plans: tuple[Plan, ...]
+
+    def __len__(self) -> int:
+        return len(self.plans)
+
+    def __getitem__(self, i) -> Plan:
+        return self.plans[i]
+
+    def __iter__(self):
+        return iter(self.plans)
+
+    def _array(self, name, dtype=float):
+        return np.asarray([getattr(p, name) for p in self.plans], dtype=dtype)
+
+    @property
+    def mode(self) -> np.ndarray:
+        return self._array("mode", dtype=object)
+
+    @property
+    def chips(self) -> np.ndarray:
+        return self._array("chips")
+
+    @property
+    def cost_per_hour(self) -> np.ndarray:
+        return self._array("cost_per_hour")
+
+    @property
+    def cost_per_million_input(self) -> np.ndarray:
+        return self._array("cost_per_million_input")
+
+    @property
+    def cost_per_million_output(self) -> np.ndarray:
+        return self._array("cost_per_million_output")
+
+    @property
+    def feasible(self) -> np.ndarray:
+        return self._array("feasible", dtype=bool)
+
+
+# ------------------------------------------------------------------------------ the API
+
+
+def _rho(max_utilisation) -> dict:
+    if max_utilisation is None:
+        return dict(S.MAX_UTILISATION)
+    return {k: float(max_utilisation) for k in S.MAX_UTILISATION}
+
+
+def _slo(name: str, slo) -> tuple[float, float]:
+    try:
+        limit, q = slo
+    except (TypeError, ValueError):
+        raise SpecError(
+            f"plan.{name} = {slo!r} is not allowed: it must be a pair (seconds, percentile), "
+            "e.g. (2.0, 0.99)"
+        ) from None
+    check("plan", f"{name}[0]", limit, low_open=True)
+    check("plan", f"{name}[1]", q, low=0.5, high=0.999)
+    return limit, float(q)
+
+
+def _specs(hardware, model):
+    if isinstance(hardware, str) and isinstance(model, str):
+        return serving_hardware(hardware, model), model_preset(model)
+    if isinstance(model, str):
+        model = model_preset(model)
+    if isinstance(hardware, str):
+        raise SpecError(
+            "plan.hardware: give a dcost.Hardware, or preset names for both hardware and model "
+            "(the chip's FLOP/s then match the model's serving precision)"
+        )
+    if not isinstance(hardware, Hardware):
+        raise SpecError(f"plan.hardware must be a dcost.Hardware, got {type(hardware).__name__}")
+    if not isinstance(model, Model):
+        raise SpecError(f"plan.model must be a dcost.Model, got {type(model).__name__}")
+    return hardware, model
+
+
+def _scenarios(traffic: Traffic) -> int | None:
+    shapes = {np.shape(x) for x in jax.tree.leaves(traffic) if x is not None}
+    shapes.discard(())
+    if traffic.prompt_sample is not None:
+        raise SpecError(
+            "plan.traffic: an empirical sample (Traffic.from_sample) is planned by its means "
+            "and cvs; build Traffic(rate, prompt_tokens, output_tokens, prompt_cv=..., "
+            "output_cv=...) from them"
+        )
+    if not shapes:
+        return None
+    if len(shapes) > 1 or len(next(iter(shapes))) != 1:
+        raise SpecError(
+            f"plan.traffic: fields must be numbers or arrays of one shape (n,), got {shapes}"
+        )
+    return next(iter(shapes))[0]
+
+
+def plan(
+    hardware,
+    model,
+    traffic: Traffic,
+    ttft_slo=(2.0, 0.99),
+    tpot_slo=(0.05, 0.90),
+    mode: str = "best",
+    *,
+    acceptance=None,
+    memory_reserve: float = 0.1,
+    slot_wait: float = 1e-3,
+    max_utilisation: float | None = None,
+    options: Options = DEFAULT_OPTIONS,
+    settings: S.Settings = S.DEFAULT,
+):
+    """The cheapest fleet that serves ``traffic`` within the latency targets.
+
+    Minimizes $/hour over the mode, each pool's layout and its whole number of replicas, subject
+    to stable queues, ``TTFT_q <= ttft_slo`` and ``TPOT_q <= tpot_slo`` at their percentiles
+    (the closed forms of ``dcost.planning.latency``, step times from the serving model) and the
+    batch slots' KV fitting in HBM (see ``dcost.planning.search``).
+
+    Args:
+      hardware: a ``dcost.Hardware`` (e.g. ``dcost.hardware("h100-sxm", calibrated=True)``), or
+        a preset name when ``model`` is one too.
+      model: a ``dcost.Model`` or a preset name.
+      traffic: a ``dcost.Traffic``; fields with a leading axis ``(n,)`` are ``n`` scenarios,
+        planned in one vmapped call (a ``PlanBatch`` is returned).
+      ttft_slo: ``(seconds, percentile)`` of time to first token, percentile in [0.5, 0.999].
+      tpot_slo: ``(seconds, percentile)`` of a request's mean time per output token.
+      mode: ``"aggregated"``, ``"disaggregated"`` or ``"best"`` (the cheaper; aggregated on a
+        tie).
+      acceptance: draft-token acceptance rate for speculative layouts (models with a draft,
+        e.g. DeepSeek-V3's MTP module); None: no speculation.
+      memory_reserve: share of HBM kept free.
+      slot_wait: most probability that an arrival waits for a batch slot.
+      max_utilisation: most busy share of a prefill queue (headroom); None: 0.85 for an
+        aggregated pool, 0.6 for a disaggregated prefill pool
+        (``dcost.planning.search.MAX_UTILISATION``: where the closed forms match the
+        simulation).
+      options: the layouts to choose from (``Options``).
+      settings: search knobs (``dcost.planning.search.Settings``).
+
+    Returns:
+      A ``Plan`` (or ``PlanBatch``): ``.mode .pools .chips .cost_per_hour
+      .cost_per_million_input .cost_per_million_output .ttft .tpot .binding .shadow_price``;
+      ``.feasible`` False with ``.message`` naming the binding limit when nothing meets the
+      targets.
+
+    >>> import dcost
+    >>> h100 = dcost.hardware("h100-sxm", calibrated=True)
+    >>> p = dcost.plan(h100, "llama-3-70b", dcost.traffic("chat", rate=100.0))
+    >>> p.feasible, p.ttft[0.99] <= 2.0, p.tpot[0.9] <= 0.05, p.alternative.mode != p.mode
+    (True, True, True, True)
+    >>> p.cost_per_hour == p.chips * float(h100.price_per_hour)
+    True
+    """
+    hardware, model = _specs(hardware, model)
+    if not isinstance(traffic, Traffic):
+        raise SpecError(f"plan.traffic must be a dcost.Traffic, got {type(traffic).__name__}")
+    if mode not in MODES:
+        raise SpecError(f"plan.mode = {mode!r} is not allowed: choose from {', '.join(MODES)}")
+    ttft_slo, tpot_slo = _slo("ttft_slo", ttft_slo), _slo("tpot_slo", tpot_slo)
+    check("plan", "memory_reserve", memory_reserve, high=0.999)
+    check("plan", "slot_wait", slot_wait, low_open=True, high=0.5)
+    if max_utilisation is not None:
+        check("plan", "max_utilisation", max_utilisation, low_open=True, high=0.99)
+    rho = _rho(max_utilisation)
+    if acceptance is not None:
+        check("plan", "acceptance", acceptance, high=0.999)
+    if not isinstance(options, Options):
+        raise SpecError(f"plan.options must be a dcost.planning.Options, got {options!r}")
+    n = _scenarios(traffic)
+    modes = ("aggregated", "disaggregated") if mode == "best" else (mode,)
+    kinds = tuple(k for k in S.KINDS if any(k in _ROLES[m] for m in modes))
+    rows = {
+        k: layouts(k, hardware, model, options, acceptance, float(memory_reserve)) for k in kinds
+    }
+    empty = [k for k in kinds if not rows[k]]
+    batch = 1 if n is None else n
+    traffic_b = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,)), traffic)
+    targets = S.Targets(
+        jnp.broadcast_to(jnp.asarray(ttft_slo[0], jnp.result_type(float)), (batch,)),
+        jnp.broadcast_to(jnp.asarray(tpot_slo[0], jnp.result_type(float)), (batch,)),
+        jnp.full((batch,), float(memory_reserve)),
+        jnp.full((batch,), float(slot_wait)),
+        jnp.full((batch,), rho["aggregated"]),
+        jnp.full((batch,), rho["prefill"]),
+        ttft_slo[1],
+        tpot_slo[1],
+    )
+    question = dict(
+        hardware=hardware,
+        model=model,
+        ttft_slo=ttft_slo,
+        tpot_slo=tpot_slo,
+        acceptance=acceptance,
+        memory_reserve=float(memory_reserve),
+        slot_wait=float(slot_wait),
+        max_utilisation=None if max_utilisation is None else float(max_utilisation),
+    )
+    if empty:
+        plans = [
+            _no_fit(modes, hardware, model, traffic_at(traffic_b, i), question)
+            for i in range(batch)
+        ]
+        return plans[0] if n is None else PlanBatch(tuple(plans))
+    stats = np.asarray(jax.vmap(workload_stats)(traffic_b))
+    unique, index = np.unique(stats, axis=0, return_inverse=True)
+    layouts_by_kind = {k: _stack(rows[k]) for k in kinds}
+    acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
+    tables = _tables(kinds, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
+    index = index.reshape(-1)
+    order = np.argsort(np.asarray(traffic_b.rate), kind="stable")  # alike scenarios together
+    back = np.argsort(order)
+    pick = lambda tree, o: jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[o]), tree)  # noqa: E731
+    settings = settings if settings.group else settings._replace(group=1 if n is None else 4)
+    found = _search(
+        kinds,
+        tables,
+        jnp.asarray(index[order], jnp.int32),
+        pick(traffic_b, order),
+        pick(targets, order),
+        hardware,
+        model,
+        settings,
+        min(batch, CHUNK),
+    )
+    found = jax.tree.map(lambda x: np.asarray(x)[back], jax.device_get(found))
+    plans = [
+        _assemble(modes, rows, found, i, traffic_at(traffic_b, i), question) for i in range(batch)
+    ]
+    return plans[0] if n is None else PlanBatch(tuple(plans))
+
+
+def traffic_at(traffic: Traffic, i: int) -> Traffic:
+    """Scenario ``i`` of a batched traffic (NumPy scalars)."""
+    return jax.tree.map(lambda x: np.asarray(x)[i], traffic)
+
+
+def _label(constraint: str, question) -> str:
+    if constraint == "ttft":
+        return f"ttft_p{_pct(question['ttft_slo'][1])}"
+    if constraint == "tpot":
+        return f"tpot_p{_pct(question['tpot_slo'][1])}"
+    return constraint
+
+
+def _pct(q: float) -> str:
+    return f"{q * 100:g}"
+
+
+def _binding(at, below, reason, n):
+    """The constraint one replica fewer breaks (``below``, the log-ratios at ``n - 1``): the one
+    broken most, except that a queue that overflows (an unbounded latency) is the
+    utilisation's doing; where the search never tried ``n - 1`` (its lower bound was tight),
+    the necessary condition that set the bound (``reason``); ``"one replica"`` when a single
+    replica meets every target (nothing binds its count)."""
+    if n <= 1:
+        return "one replica"
+    if not np.all(np.isfinite(below)):
+        return S.CONSTRAINTS[reason] if reason >= 0 else "one replica"
+    u = S.CONSTRAINTS.index("utilisation")
+    if below.max() >= S._BIG - 1.0 and below[u] > 0:
+        return "utilisation"
+    return S.CONSTRAINTS[int(np.argmax(below))]
+
+
+def _pool(kind, rows, found, i, price, question) -> PoolPlan:
+    f = jax.tree.map(lambda x: np.asarray(x)[i], found[kind])
+    row = int(f.row)
+    g, p, a, c, k = rows[kind][row]
+    n = int(round(float(f.replicas)))
+    chips = int(n * p * g)
+    cost = chips * price
+    at, below = np.asarray(f.ratios), np.asarray(f.ratios_below)
+    binding = _binding(at, below, int(f.bounds.reason[row]), n)
+    elasticity = shadow = 0.0
+    if binding in ("ttft", "tpot") and n > 1 and np.all(np.isfinite(below)):
+        j = S.CONSTRAINTS.index(binding)
+        slope = (at[j] - below[j]) / math.log(n / (n - 1))
+        if slope < 0:
+            elasticity = float(1.0 / slope)
+            limit = question["ttft_slo" if binding == "ttft" else "tpot_slo"][0]
+            shadow = float(elasticity * cost / float(limit))
+    info = f.info
+    return PoolPlan(
+        role=kind,
+        chips_per_stage=int(g),
+        stages=int(p),
+        attention_dp=int(a),
+        chunk=int(c),
+        draft_tokens=int(k),
+        replicas=n,
+        batch_cap=int(info["capacity"]),
+        chips=chips,
+        cost_per_hour=float(cost),
+        binding=_label(binding, question),
+        elasticity=elasticity,
+        shadow_price=shadow,
+        decode_batch=float(info["batch"]),
+        step_time=float(info["step_time"]),
+        memory_per_chip=float(info["memory"]),
+    )
+
+
+def _percentiles(values, target_q) -> dict:
+    qs = (target_q, *REPORT_QUANTILES)
+    return {q: float(v) for q, v in sorted(zip(qs, np.asarray(values).tolist(), strict=True))}
+
+
+def _assemble(modes, rows, found, i, traffic, question) -> Plan:
+    price = float(question["hardware"].price_per_hour)
+    rate = float(traffic.rate)
+    candidates = []
+    for m in modes:
+        roles = _ROLES[m]
+        ok = all(int(found[k].row[i]) >= 0 for k in roles)
+        evaluations = int(sum(float(found[k].evaluations[i]) for k in roles))
+        if not ok:
+            candidates.append(_infeasible(m, rows, found, i, traffic, question, evaluations))
+            continue
+        pools = tuple(_pool(k, rows, found, i, price, question) for k in roles)
+        cost = sum(p.cost_per_hour for p in pools)
+        q_ttft, q_tpot = question["ttft_slo"][1], question["tpot_slo"][1]
+        ttft_src = "aggregated" if m == "aggregated" else "prefill"
+        tpot_src = "aggregated" if m == "aggregated" else "decode"
+        ttft = _percentiles(found[ttft_src].info["ttft"][i], q_ttft)
+        tpot = _percentiles(found[tpot_src].info["tpot"][i], q_tpot)
+        if m == "aggregated":
+            t_bar = float(found["aggregated"].info["step_time"][i])
+            t0 = float(found["aggregated"].info["decode_step"][i])
+            share_in = min(max(1.0 - t0 / t_bar, 0.0), 1.0)
+            cost_in, cost_out = cost * share_in, cost * (1.0 - share_in)
+        else:
+            cost_in, cost_out = pools[0].cost_per_hour, pools[1].cost_per_hour
+        per_hour_in = rate * float(traffic.prompt_tokens) * 3600.0 / 1e6
+        per_hour_out = rate * float(traffic.output_tokens) * 3600.0 / 1e6
+        if m == "aggregated":
+            binding = pools[0].binding
+        else:
+            binding = ", ".join(f"{p.binding} ({p.role})" for p in pools)
+        exhausted = any(bool(found[k].exhausted[i]) for k in roles)
+        message = (
+            "the search stopped at its round limit (Settings.max_rounds) before it could prove "
+            "this the cheapest; raise it"
+            if exhausted
+            else ""
+        )
+        candidates.append(
+            Plan(
+                mode=m,
+                pools=pools,
+                chips=sum(p.chips for p in pools),
+                cost_per_hour=float(cost),
+                cost_per_million_input=cost_in / per_hour_in,
+                cost_per_million_output=cost_out / per_hour_out,
+                ttft=ttft,
+                tpot=tpot,
+                binding=binding,
+                shadow_price=float(sum(p.shadow_price for p in pools)),
+                feasible=True,
+                message=message,
+                alternative=None,
+                evaluations=evaluations,
+                traffic=traffic,
+                **question,
+            )
+        )
+    best = min(
+        range(len(candidates)),
+        key=lambda j: (not candidates[j].feasible, candidates[j].cost_per_hour, j),
+    )
+    chosen = candidates[best]
+    if len(candidates) > 1:
+        other = candidates[1 - best]
+        if not chosen.feasible:  # both infeasible: name the aggregated pool's limit first
+            chosen = dataclasses.replace(candidates[0], alternative=candidates[1])
+        else:
+            chosen = dataclasses.replace(chosen, alternative=other)
+    return chosen
+
+
+def _infeasible(m, rows, found, i, traffic, question, evaluations) -> Plan:
+    reasons = []
+    for kind in _ROLES[m]:
+        if int(found[kind].row[i]) >= 0:
+            continue  # this pool has a fleet; the other one cannot
+        b = jax.tree.map(lambda x: np.asarray(x)[i], found[kind].bounds)
+        reasons.append(_why(kind, b, question))
+    label, text = next((x for x in reasons if x[0]), reasons[0])
+    return _empty(m, traffic, question, label, text, evaluations)
+
+
+def _why(kind, b, question) -> tuple[str, str]:
+    """The limit that rules out every layout of a pool kind (``b``: their ``Bounds``), and a
+    sentence saying so."""
+    fits = np.asarray(b.fits)
+    who = "" if kind == "aggregated" else f" ({kind} pool)"
+    if not fits.any():
+        return "memory", f"memory{who}: no layout leaves HBM room for a sequence's KV cache"
+    q_ttft = question["ttft_slo"][1]
+    ttft_floor = np.where(fits, np.asarray(b.ttft_floor), np.inf)
+    if kind != "decode" and np.all(ttft_floor > 1.0 - q_ttft):
+        share = float(np.min(ttft_floor))
+        return _label("ttft", question), (
+            f"{_label('ttft', question)}{who}: even an idle fleet misses "
+            f"{question['ttft_slo'][0]:g} s for {share:.1%} of requests (the prompt's own "
+            f"prefill{' and KV transfer' if kind == 'prefill' else ''}), more than the "
+            f"{1.0 - q_ttft:.1%} allowed"
+        )
+    tpot_floor = np.where(fits, np.asarray(b.tpot_floor), np.inf)
+    if kind != "prefill" and np.all(tpot_floor > question["tpot_slo"][0]):
+        return _label("tpot", question), (
+            f"{_label('tpot', question)}{who}: the fastest layout's step at batch 1 takes "
+            f"{float(np.min(tpot_floor)) * 1e3:.3g} ms, over the "
+            f"{question['tpot_slo'][0] * 1e3:g} ms target"
+        )
+    label = _label("tpot" if kind != "prefill" else "ttft", question)
+    return label, (
+        f"{label}{who}: no layout meets the latency targets at any replica count up to "
+        f"{int(S.N_MAX):,} (the percentiles stay above them as the load per replica vanishes)"
+    )
+
+
+def _empty(m, traffic, question, label, text, evaluations) -> Plan:
+    nan = float("nan")
+    return Plan(
+        mode=m,
+        pools=(),
+        chips=0,
+        cost_per_hour=nan,
+        cost_per_million_input=nan,
+        cost_per_million_output=nan,
+        ttft={},
+        tpot={},
+        binding=label,
+        shadow_price=nan,
+        feasible=False,
+        message=text,
+        alternative=None,
+        evaluations=evaluations,
+        traffic=traffic,
+        **question,
+    )
+
+
+def _no_fit(modes, hardware, model, traffic, question) -> Plan:
+    need = float(model.bytes_per_param) * float(model.params_total) / 1e9
+    text = (
+        f"memory: the weights ({need:,.0f} GB) do not fit in HBM in any layout tried "
+        "(raise Options.max_chips or stages)"
+    )
+    return _empty(modes[0], traffic, question, "memory", text, 0)
+
+
+# ------------------------------------------------------------------------------ ground truth
+
+
+@functools.partial(jit, static_argnames=("kind", "n_max"))
+def _grid_one(kind, tables, traffic, targets, hardware, model, n_max):
+    return S.grid(kind, tables, 0, traffic, targets, hardware, model, n_max)
+
+
+def plan_grid(
+    hardware,
+    model,
+    traffic: Traffic,
+    ttft_slo=(2.0, 0.99),
+    tpot_slo=(0.05, 0.90),
+    mode: str = "best",
+    *,
+    n_max: int = 64,
+    acceptance=None,
+    memory_reserve: float = 0.1,
+    slot_wait: float = 1e-3,
+    max_utilisation: float | None = None,
+    options: Options = DEFAULT_OPTIONS,
+) -> dict:
+    """Exhaustive ground truth: every layout at every replica count ``1..n_max``, exact.
+
+    Returns ``{mode: (chips, pools)}`` for the modes asked (``"best"``: both), where ``pools``
+    lists ``(role, layout (G, P, A, C, k), replicas)`` of the cheapest feasible fleet (ties to
+    the first layout), or ``(inf, None)`` when none is feasible within ``n_max``.
+
+    >>> import dcost
+    >>> from dcost.planning import plan_grid
+    >>> h100 = dcost.hardware("h100-sxm", calibrated=True)
+    >>> traffic = dcost.traffic("chat", rate=100.0)
+    >>> g = plan_grid(h100, "llama-3-70b", traffic, mode="aggregated", n_max=64)
+    >>> p = dcost.plan(h100, "llama-3-70b", traffic)
+    >>> g["aggregated"][0] == (p if p.mode == "aggregated" else p.alternative).chips
+    True
+    """
+    hardware, model = _specs(hardware, model)
+    if mode not in MODES:
+        raise SpecError(f"plan_grid.mode = {mode!r} is not allowed: choose from {MODES}")
+    if _scenarios(traffic) is not None:
+        raise SpecError("plan_grid takes one traffic scenario")
+    ttft_slo, tpot_slo = _slo("ttft_slo", ttft_slo), _slo("tpot_slo", tpot_slo)
+    modes = ("aggregated", "disaggregated") if mode == "best" else (mode,)
+    targets = S.Targets(
+        jnp.asarray(ttft_slo[0], jnp.result_type(float)),
+        jnp.asarray(tpot_slo[0], jnp.result_type(float)),
+        jnp.asarray(float(memory_reserve)),
+        jnp.asarray(float(slot_wait)),
+        jnp.asarray(_rho(max_utilisation)["aggregated"]),
+        jnp.asarray(_rho(max_utilisation)["prefill"]),
+        ttft_slo[1],
+        tpot_slo[1],
+    )
+    acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
+    kinds = tuple(k for k in S.KINDS if any(k in _ROLES[m] for m in modes))
+    rows = {
+        k: layouts(k, hardware, model, options, acceptance, float(memory_reserve)) for k in kinds
+    }
+    best: dict = {}
+    per_kind: dict[str, tuple] = {k: (math.inf, None) for k in kinds if not rows[k]}
+    built = [k for k in kinds if rows[k]]
+    if built:  # the tables of every kind at once: the program ``plan`` compiled for this mode
+        stats = jnp.asarray(np.asarray(workload_stats(traffic))[None])
+        tabs = _tables(
+            tuple(built), hardware, model, {k: _stack(rows[k]) for k in built}, stats, acc
+        )
+    for kind in built:
+        feasible, chips = _grid_one(kind, tabs[kind], traffic, targets, hardware, model, n_max)
+        feasible, chips = np.asarray(feasible), np.asarray(chips)
+        cost = np.where(feasible, chips, np.inf)
+        # the least chips; ties to the first layout (row-major: layouts, then replicas)
+        flat = int(np.argmin(cost.reshape(-1)))
+        l, n = divmod(flat, n_max)
+        per_kind[kind] = (
+            (float(cost[l, n]), (kind, rows[kind][l], n + 1))
+            if np.isfinite(cost[l, n])
+            else (math.inf, None)
+        )
+    for m in modes:
+        parts = [per_kind[k] for k in _ROLES[m]]
+        total = sum(p[0] for p in parts)
+        best[m] = (total, [p[1] for p in parts] if np.isfinite(total) else None)
+    return best

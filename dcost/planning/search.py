@@ -1,0 +1,604 @@
+"""The planner's search: the fewest chips that serve a traffic within its latency targets.
+
+A fleet is one pool (**aggregated**) or a prefill pool and a decode pool (**disaggregated**).
+Each pool is ``n`` replicas of one ``Layout`` and costs ``n P G`` chips. For a layout, every
+constraint eases as replicas are added (less load per replica: a smaller decode batch, a shorter
+prefill queue, more batch slots), so the layout's cheapest fleet is its **least feasible replica
+count** ``n_min``; the search finds it for the layouts that can win, by **branch and bound**:
+
+1. *Bounds.* For every layout a lower bound ``n_lo <= n_min`` from necessary conditions of the
+   closed forms (``dcost.planning.latency``): the prefill queue's utilisation must stay within
+   its limit, ``n >= lambda E[S](B = 1) / rho_max``; TPOT at a percentile ``q >= 1/2`` is at
+   least the step time (every component of its normal mixture has its mean there), so the
+   decode batch ``B`` must keep ``t(B + 1, 0) <= tpot_slo``, and Little's law
+   ``B = (lambda/n) E[K] t`` then bounds ``n``; the ``n * cap`` batch slots must outnumber the
+   requests in flight. A layout whose weights do not fit, whose step at batch 1 already
+   exceeds the TPOT target, or whose own prefill (and KV transfer) exceeds the TTFT target at
+   its percentile even without queueing, is infeasible.
+2. *Order.* Layouts are visited in order of their bound ``n_lo P G``, ``group`` at a time.
+3. *Integer search.* For each layout, ``candidates`` replica counts are evaluated per round with
+   the closed forms: first a ladder up from ``n_lo`` (1, 1.1, 1.25, 1.5 times, then wider), then,
+   once a feasible count brackets ``n_min``, the secant root of the worst constraint
+   ``h(n) = max_j log(value_j/limit_j)`` in ``log n`` with its neighbours and the midpoint,
+   until ``n_min - 1`` is infeasible and ``n_min`` feasible: exact whole numbers, no rounding.
+4. *Stop.* When the cheapest fleet found costs no more chips than the next layout's bound, no
+   unvisited layout can beat it (ties are visited too, and go to the first layout in the
+   enumeration, as in the exhaustive grid).
+
+``grid`` evaluates every layout at every count ``1..n_max``: the ground truth the search is
+tested against. Everything is one jitted program, vmapped over traffic scenarios. A
+disaggregated fleet separates: TTFT depends on the prefill pool alone, TPOT on the decode pool
+alone, so each pool is searched apart and the fleet is their sum.
+
+References: Land and Doig, "An automatic method of solving discrete programming problems",
+Econometrica 28(3), 1960 (branch and bound); the closed forms' own references are in
+``dcost.planning.latency``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost.planning import latency as lat
+from dcost.planning.designs import Layout, StepTable, transfer_time
+from dcost.planning.pools import Pool
+from dcost.planning.traffic import Traffic
+from dcost.specs import Hardware, Model
+
+__all__ = [
+    "KINDS",
+    "CONSTRAINTS",
+    "Targets",
+    "Settings",
+    "Tables",
+    "evaluate",
+    "bounds",
+    "search",
+    "grid",
+    "N_MAX",
+    "MAX_UTILISATION",
+]
+
+KINDS = ("aggregated", "prefill", "decode")
+"""Pool kinds: one aggregated pool, or the two pools of a disaggregated fleet."""
+CONSTRAINTS = ("ttft", "tpot", "memory", "utilisation")
+"""Constraints of a pool: TTFT and TPOT at their percentiles; the batch slots its HBM holds
+(``memory``: Erlang-C's chance that an arrival finds every slot of the ``n * cap`` taken, with
+``cap`` the sequences whose KV cache fits, at most ``Targets.slot_wait``); and the busy share of
+its prefill queue (``utilisation``, at most ``Targets.max_utilisation``: the closed forms are
+held to the simulation up to there, and a queue run closer to 1 has no headroom)."""
+MAX_UTILISATION = {"aggregated": 0.85, "prefill": 0.6}
+"""Default most busy share of a prefill queue, per pool kind: where ``tests/test_plan.py`` finds
+the closed forms within 10 % of the simulation. A prefill pool's replicas take a prompt while
+their backlog is under one chunk, so its queue builds earlier than an M/G/c queue's (at 0.85,
+TTFT p90 came out 20-45 % short of the simulation; at 0.6, within 10 %)."""
+APPLIES = {
+    "aggregated": (True, True, True, True),
+    "prefill": (True, False, True, True),
+    "decode": (False, True, True, False),
+}
+N_MAX = 2.0**23
+"""Most replicas of a pool the search tries (whole numbers stay exact in float32 below 2**24)."""
+_BIG = 30.0  # log-ratio standing for "unbounded" (an unstable queue) or "not applicable" (-)
+_LADDER = np.array(
+    [
+        [1.0, 1.0, 1.1, 1.25],
+        [1.5, 2.0, 3.0, 5.0],
+        [8.0, 32.0, 128.0, 512.0],
+        [2.0**11, 2.0**14, 2.0**17, 2.0**21],
+    ]
+)
+"""Replica counts tried per round before any is feasible, as multiples of the last infeasible
+count. The first round tries the bound ``n_lo`` less one (never feasible if the bound holds:
+its log-ratios name what one replica fewer breaks), ``n_lo`` itself, and 1.1 and 1.25 times."""
+
+
+class Targets(eqx.Module):
+    """The latency targets and limits of a plan (a pytree; leaves may carry a scenario axis).
+
+    Attributes:
+      ttft_slo: time to first token limit (s) at percentile ``ttft_quantile``.
+      tpot_slo: time per output token limit (s) at percentile ``tpot_quantile``.
+      memory_reserve: share of HBM kept free (activations, fragmentation).
+      slot_wait: most probability that an arrival finds every batch slot taken.
+      max_utilisation: most busy share of an aggregated pool's prefill queue.
+      max_prefill_utilisation: most busy share of a disaggregated prefill pool's queue.
+      ttft_quantile, tpot_quantile: the percentiles (static).
+    """
+
+    ttft_slo: jax.Array
+    tpot_slo: jax.Array
+    memory_reserve: jax.Array
+    slot_wait: jax.Array
+    max_utilisation: jax.Array
+    max_prefill_utilisation: jax.Array
+    ttft_quantile: float = eqx.field(static=True)
+    tpot_quantile: float = eqx.field(static=True)
+
+
+class Settings(NamedTuple):
+    """Knobs of the search (static).
+
+    Attributes:
+      group: layouts searched at once (branch and bound visits them ``group`` at a time); 0:
+        ``dcost.plan`` picks, 1 for one scenario (fewest evaluations), 4 for a batch (fewest
+        rounds, which a vmapped batch pays at its slowest scenario's count).
+      max_rounds: most rounds of the search per scenario (each evaluates
+        ``group * 4`` candidates); a scenario cut short reports ``exhausted``.
+    """
+
+    group: int = 0
+    max_rounds: int = 128
+
+
+DEFAULT = Settings()
+
+
+class Tables(eqx.Module):
+    """The step tables of one pool kind's ``L`` layouts for ``U`` workloads.
+
+    Attributes:
+      layouts: a ``Layout`` with array fields ``(L,)``.
+      table: a stack of ``StepTable`` s, leading axis ``(U * L,)``: workload ``u``'s table of
+        layout ``l`` is row ``u * L + l``.
+    """
+
+    layouts: Layout
+    table: StepTable
+
+    @property
+    def size(self) -> int:
+        """``L``, the number of layouts."""
+        return int(self.layouts.chips.shape[0])
+
+    def row(self, workload, layout):
+        """Layout ``layout`` and its table for workload ``workload`` (indices may be traced;
+        the table is a lazy view of the stack)."""
+        lay = jax.tree.map(lambda x: x[layout], self.layouts)
+        return lay, self.table.select(workload * self.size + layout)
+
+
+def _closure(table: StepTable):
+    """The token-step function of a table, as a plain function for ``Pool.step`` (a closure
+    holds no arrays as leaves, so a pool built inside jit stays a valid static field)."""
+
+    def step(batch, tokens):
+        return table(batch, tokens)
+
+    return step
+
+
+def capacity(table: StepTable, hardware: Hardware, targets: Targets, relaxed: bool = False):
+    """Running sequences a replica's HBM holds: ``floor((M(1 - r) - m_0) / m_seq)`` (may be
+    < 1: the weights do not fit); without the floor when ``relaxed`` (for derivatives)."""
+    room = hardware.hbm_capacity * (1.0 - targets.memory_reserve) - table.memory(0.0)
+    per = table.memory(1.0) - table.memory(0.0)
+    cap = room / jnp.maximum(per, 1e-30)
+    return cap if relaxed else jnp.floor(cap)
+
+
+def _log_ratio(value, limit):
+    r = jnp.log(jnp.maximum(value, 1e-30)) - jnp.log(limit)
+    return jnp.where(jnp.isnan(r) | (r > _BIG), _BIG, jnp.maximum(r, -_BIG))
+
+
+def evaluate(
+    kind: str,
+    layout: Layout,
+    table: StepTable,
+    n,
+    traffic: Traffic,
+    targets: Targets,
+    hardware: Hardware,
+    model: Model,
+    quantiles=None,
+    relaxed: bool = False,
+):
+    """A pool of ``n`` replicas of one layout: its constraints as log-ratios (``<= 0`` holds).
+
+    ``relaxed`` counts batch slots without rounding down (``capacity``), for derivatives.
+
+    Returns ``(log_ratios, info)``: ``log_ratios`` over ``CONSTRAINTS`` (``-_BIG`` where one
+    does not apply to ``kind``, ``_BIG`` where a queue is unstable); ``info`` a dict: ``ttft``
+    and ``tpot`` at the target's percentile followed by ``quantiles`` (NaN where not
+    applicable), ``load`` on the batch slots (Erlangs), mean decode ``batch`` per replica and
+    ``step_time`` (s; NaN for a prefill pool), and ``capacity`` (sequences HBM holds).
+    """
+    cap = capacity(table, hardware, targets, relaxed)
+    fits = cap >= 1.0
+    cap = jnp.maximum(cap, 1.0)
+    extra = () if quantiles is None else tuple(quantiles)
+    q_ttft = (targets.ttft_quantile, *extra)
+    q_tpot = (targets.tpot_quantile, *extra)
+    step = _closure(table)
+    nan = jnp.full((len(q_ttft),), jnp.nan)
+    none = jnp.full((), jnp.nan)
+    if kind == "aggregated":
+        pool = Pool(step, replicas=n, batch_cap=cap, chunk=layout.chunk / table.tokens_per_step)
+        out = lat.aggregated_latency(traffic, pool, q_ttft, q_tpot)
+        ttft, tpot, slot, load = out.ttft, out.tpot, out.slot_wait, out.slot_load
+        batch, t_bar, rho = out.decode_batch, out.step_time, out.prefill_utilisation
+    elif kind == "prefill":
+        pool = Pool(step, replicas=n, batch_cap=cap, chunk=layout.chunk)
+        d = transfer_time(hardware, model, layout)
+        ttft, _, rho, slot, load = lat.prefill_pool_latency(traffic, pool, d, q_ttft)
+        tpot, batch, t_bar = nan, none, none
+    else:
+        pool = Pool(step, replicas=n, batch_cap=cap, chunk=1.0)
+        tpot, _, batch, t_bar, slot, load = lat.decode_pool_latency(traffic, pool, q_tpot)
+        ttft, rho = nan, none
+    applies = APPLIES[kind]
+    ratios = [
+        _log_ratio(ttft[0], targets.ttft_slo) if applies[0] else -_BIG,
+        _log_ratio(tpot[0], targets.tpot_slo) if applies[1] else -_BIG,
+        jnp.where(fits, _log_ratio(slot, targets.slot_wait), _BIG),
+        _log_ratio(rho, _rho_max(kind, targets)) if applies[3] else -_BIG,
+    ]
+    dtype = jnp.result_type(float)
+    decode_step = table(jnp.where(jnp.isnan(batch), 0.0, batch) + 1.0, 0.0)
+    info = dict(
+        ttft=ttft,
+        tpot=tpot,
+        load=load,
+        batch=batch,
+        step_time=t_bar,
+        decode_step=decode_step,
+        capacity=cap,
+        memory=table.memory(cap),
+    )
+    return jnp.stack([jnp.asarray(r, dtype) for r in ratios]), info
+
+
+def _rho_max(kind, targets):
+    return targets.max_prefill_utilisation if kind == "prefill" else targets.max_utilisation
+
+
+def _feasible(ratios):
+    return jnp.all(ratios <= 0.0, axis=-1)
+
+
+class Bounds(NamedTuple):
+    """What a layout needs before any queueing (per layout).
+
+    Attributes:
+      replicas: the lower bound ``n_lo`` on its least feasible replica count (a whole number).
+      fits: its weights leave room for at least one sequence.
+      ttft_floor: its TTFT survival at the target without waiting, ``P(S + d > ttft_slo)``.
+      tpot_floor: its step at batch 1 (s).
+      ok: none of the above rules it out.
+      reason: which condition set ``replicas``, an index into ``CONSTRAINTS`` (``utilisation``:
+        the prefill queue, ``tpot``: the decode batch, ``memory``: the batch slots), or -1
+        when the bound is one replica.
+    """
+
+    replicas: jax.Array
+    fits: jax.Array
+    ttft_floor: jax.Array
+    tpot_floor: jax.Array
+    ok: jax.Array
+    reason: jax.Array
+
+
+def bounds(
+    kind: str,
+    layout: Layout,
+    table: StepTable,
+    traffic: Traffic,
+    targets: Targets,
+    hardware: Hardware,
+    model: Model,
+) -> Bounds:
+    """The necessary conditions of the module docstring for one layout (vmap for many)."""
+    step = _closure(table)
+    w = jnp.asarray(lat._W, dtype=jnp.result_type(float))
+    prompt = lat._lengths(traffic, "prompt")
+    prompt_u = jnp.maximum(1.0, (1.0 - traffic.prefix_hit) * prompt)
+    mean_k = lat._mean_k(traffic)
+    rate = traffic.rate
+    cap = jnp.maximum(capacity(table, hardware, targets), 1.0)
+    fits = capacity(table, hardware, targets) >= 1.0
+    prefills = kind != "decode"
+    decodes = kind != "prefill"
+    batch = 0.0 if kind == "prefill" else 1.0  # the batch a prefill sees at least
+    chunk = layout.chunk / table.tokens_per_step if kind == "aggregated" else layout.chunk
+    t1 = step(1.0, 0.0)
+    n_bound = jnp.ones_like(rate)
+    reason = jnp.asarray(-1)
+    ttft_floor = jnp.zeros_like(rate)
+    work = jnp.zeros_like(rate)
+
+    def raise_to(bound, why, n, r):
+        return jnp.where(bound > n, bound, n), jnp.where(bound > n, why, r)
+
+    if prefills:
+        _, alone, own, fluid = lat._prefill(step, batch, prompt_u, chunk)
+        extra = transfer_time(hardware, model, layout)(prompt) if kind == "prefill" else 0.0
+        served = jnp.sum(w * jnp.minimum(fluid, alone))  # the least mean prefill service
+        n_bound, reason = raise_to(
+            rate * served / _rho_max(kind, targets),
+            CONSTRAINTS.index("utilisation"),
+            n_bound,
+            reason,
+        )
+        ttft_floor = jnp.sum(w * (own + extra > targets.ttft_slo))
+        work = work + served
+    if decodes:
+        # the largest batch whose step meets the TPOT target, by bisection on t(B + 1, 0)
+        def body(_, ab):
+            a, b = ab
+            mid = 0.5 * (a + b)
+            ok = step(mid + 1.0, 0.0) <= targets.tpot_slo
+            return jnp.where(ok, mid, a), jnp.where(ok, b, mid)
+
+        top = jnp.asarray(4.0 * 65536.0, dtype=t1.dtype)
+        b_max, _ = jax.lax.fori_loop(0, 40, body, (jnp.zeros_like(t1), top))
+        per_replica = b_max / (mean_k * step(b_max + 1.0, 0.0))  # requests/s at that batch
+        n_bound, reason = raise_to(
+            rate / jnp.maximum(per_replica, 1e-30), CONSTRAINTS.index("tpot"), n_bound, reason
+        )
+        work = work + mean_k * t1
+    n_bound, reason = raise_to(rate * work / cap, CONSTRAINTS.index("memory"), n_bound, reason)
+    replicas = jnp.maximum(1.0, jnp.ceil(n_bound * (1.0 - 1e-3)))
+    ok = fits & (ttft_floor <= 1.0 - targets.ttft_quantile)
+    if decodes:
+        ok = ok & (t1 <= targets.tpot_slo)
+    return Bounds(replicas, fits, ttft_floor, t1, ok, reason)
+
+
+class Found(NamedTuple):
+    """The search's answer for one pool kind (per scenario).
+
+    Attributes:
+      row: the winning layout's index (into the kind's layouts); -1 when none is feasible.
+      replicas: its least feasible replica count (NaN when none).
+      chips: ``replicas * P * G`` (inf when none).
+      evaluations: candidate evaluations made.
+      exhausted: True when ``max_rounds`` stopped the search before it could prove the answer.
+      ratios: the constraints' log-ratios at ``replicas`` (``(len(CONSTRAINTS),)``).
+      ratios_below: at ``replicas - 1`` (NaN when the search never evaluated it: the bound was
+        tight, and ``bounds.reason`` names the condition).
+      info: ``evaluate`` 's info at ``replicas`` (latency at the target's and the report
+        percentiles, mean batch, step time, capacity, memory).
+      bounds: every layout's ``Bounds`` (what rules layouts out, for an infeasible answer).
+    """
+
+    row: jax.Array
+    replicas: jax.Array
+    chips: jax.Array
+    evaluations: jax.Array
+    exhausted: jax.Array
+    ratios: jax.Array
+    ratios_below: jax.Array
+    info: dict
+    bounds: Bounds
+
+
+def search(
+    kind: str,
+    tables: Tables,
+    workload,
+    traffic: Traffic,
+    targets: Targets,
+    hardware: Hardware,
+    model: Model,
+    settings: Settings = DEFAULT,
+    quantiles=(0.5, 0.9, 0.99),
+) -> Found:
+    """Branch and bound over one kind's layouts for one scenario (see the module docstring).
+
+    Every evaluation also gives TTFT and TPOT at ``quantiles`` (static), so the answer's
+    report comes out of the search itself (one copy of the closed forms in the program).
+    """
+    layouts = tables.layouts
+    n_layouts = tables.size
+    k, r = settings.group or 1, _LADDER.shape[1]
+    dtype = jnp.result_type(float)
+    chips = layouts.chips_per_replica
+    n_c = len(CONSTRAINTS)
+
+    def bound(i):
+        lay, tab = tables.row(workload, i)
+        return bounds(kind, lay, tab, traffic, targets, hardware, model)
+
+    b = jax.vmap(bound)(jnp.arange(n_layouts))
+    lb_chips = jnp.where(b.ok, b.replicas * chips, jnp.inf)
+    order = jnp.argsort(lb_chips, stable=True)
+    ladder = jnp.asarray(_LADDER, dtype)
+    inf = jnp.asarray(jnp.inf, dtype)
+
+    def one(row, n):
+        lay, tab = tables.row(workload, row)
+        return evaluate(kind, lay, tab, n, traffic, targets, hardware, model, quantiles)
+
+    # the shape of one evaluation's report, for the loop's state
+    blank = jax.tree.map(
+        lambda x: jnp.full(x.shape, jnp.nan, x.dtype),
+        jax.eval_shape(one, 0, jnp.ones((), dtype))[1],
+    )
+
+    def load(start):
+        pos = start + jnp.arange(k)
+        row = order[jnp.minimum(pos, n_layouts - 1)]
+        valid = (pos < n_layouts) & jnp.isfinite(lb_chips[row])
+        lo = b.replicas[row] - 1.0
+        return dict(
+            row=row,
+            valid=valid,
+            lo=lo,
+            hi=jnp.full((k,), inf),
+            hlo=jnp.full((k,), _BIG, dtype),
+            hhi=jnp.full((k,), -_BIG, dtype),
+            rung=jnp.zeros((k,), jnp.int32),
+            done=~valid,
+            at_hi=jax.tree.map(lambda x: jnp.broadcast_to(x, (k, *x.shape)), blank),
+            below=jnp.full((k, n_c), jnp.nan, dtype),
+            at=jnp.full((k, n_c), jnp.nan, dtype),
+        )
+
+    def candidates(s):
+        lo, hi = s["lo"], s["hi"]
+        rung = jnp.minimum(s["rung"], ladder.shape[0] - 1)
+        first = s["rung"] == 0
+        base = jnp.where(first, lo + 1.0, jnp.maximum(lo, 1.0))
+        climb = jnp.maximum(
+            lo[:, None] + 1.0 + jnp.arange(r), jnp.ceil(base[:, None] * ladder[rung])
+        )
+        below = jnp.maximum(lo, 1.0)  # the first round's first candidate: the bound less one
+        climb = climb.at[:, 0].set(jnp.where(first, below, climb[:, 0]))
+        climb = jnp.minimum(climb, N_MAX)
+        # inside a bracket: the secant root of h in log n, its neighbours, and the midpoint
+        la, lb = jnp.log(jnp.maximum(lo, 0.5)), jnp.log(jnp.where(jnp.isfinite(hi), hi, 1.0))
+        frac = s["hlo"] / jnp.maximum(s["hlo"] - s["hhi"], 1e-12)
+        root = jnp.ceil(jnp.exp(la + (lb - la) * jnp.clip(frac, 0.0, 1.0)))
+        mid = jnp.floor(0.5 * (lo + hi))
+        inside = jnp.stack([root - 1.0, root, root + 1.0, mid], axis=-1)
+        top = jnp.where(jnp.isfinite(hi), hi, 2.0)[:, None] - 1.0
+        inside = jnp.clip(inside, lo[:, None] + 1.0, top)
+        return jnp.where(jnp.isfinite(hi)[:, None], inside, climb)
+
+    def pick(tree, idx):
+        """``tree[i, idx[i]]`` for every slot ``i``."""
+        return jax.tree.map(lambda x: x[jnp.arange(k), idx], tree)
+
+    def body(state):
+        s = state["slots"]
+        cand = candidates(s)
+        ratios, info = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(s["row"], cand)
+        h = jnp.max(ratios, axis=-1)
+        active = ~s["done"]
+        feas = (h <= 0.0) & active[:, None]
+        infeas = (h > 0.0) & active[:, None]
+        c_hi = jnp.where(feas, cand, inf)
+        i_hi = jnp.argmin(c_hi, axis=1)
+        new_hi = jnp.minimum(s["hi"], jnp.min(c_hi, axis=1))
+        took_hi = new_hi < s["hi"]
+        hhi = jnp.where(took_hi, h[jnp.arange(k), i_hi], s["hhi"])
+        at_hi = jax.tree.map(
+            lambda new, old: jnp.where(took_hi.reshape((k,) + (1,) * (old.ndim - 1)), new, old),
+            pick(info, i_hi),
+            s["at_hi"],
+        )
+        c_lo = jnp.where(infeas & (cand < new_hi[:, None]), cand, -inf)
+        i_lo = jnp.argmax(c_lo, axis=1)
+        new_lo = jnp.maximum(s["lo"], jnp.max(c_lo, axis=1))
+        took_lo = jnp.max(c_lo, axis=1) >= s["lo"]  # the bound less one counts too
+        hlo = jnp.where(took_lo, h[jnp.arange(k), i_lo], s["hlo"])
+        below = jnp.where(took_lo[:, None], ratios[jnp.arange(k), i_lo], s["below"])
+        at_top = jnp.where(took_hi[:, None], ratios[jnp.arange(k), i_hi], s["at"])
+        climbing = ~jnp.isfinite(new_hi)
+        rung = jnp.where(active & climbing, s["rung"] + 1, s["rung"])
+        gave_up = climbing & ((rung >= ladder.shape[0]) | (new_lo >= N_MAX))
+        done = s["done"] | (new_hi - new_lo <= 1.0) | gave_up
+        s = dict(
+            s,
+            lo=new_lo,
+            hi=new_hi,
+            hlo=hlo,
+            hhi=hhi,
+            rung=rung,
+            done=done,
+            at_hi=at_hi,
+            below=below,
+            at=at_top,
+        )
+
+        # a finished group: keep its best, then the next group unless it cannot do better
+        all_done = jnp.all(done)
+        cost = jnp.where(s["valid"] & jnp.isfinite(new_hi), new_hi * chips[s["row"]], inf)
+        i = jnp.lexsort((s["row"], cost))[0]
+        held = state["best"]
+        better = (cost[i] < held["chips"]) | (
+            (cost[i] == held["chips"]) & (s["row"][i] < held["row"])
+        )
+        take = all_done & better & jnp.isfinite(cost[i])
+        best = dict(
+            chips=cost[i],
+            row=s["row"][i],
+            n=new_hi[i],
+            ratios=s["at"][i],
+            below=s["below"][i],
+            info=jax.tree.map(lambda x: x[i], s["at_hi"]),
+        )
+        best = jax.tree.map(lambda new, old: jnp.where(take, new, old), best, state["best"])
+        start = state["start"] + k
+        nxt = order[jnp.minimum(start, n_layouts - 1)]
+        stop = (start >= n_layouts) | (lb_chips[nxt] > best["chips"]) | ~jnp.isfinite(lb_chips[nxt])
+        finished = all_done & stop
+        fresh = load(start)
+        s = jax.tree.map(lambda a, f: jnp.where(all_done & ~stop, f, a), s, fresh)
+        return dict(
+            slots=s,
+            start=jnp.where(all_done, start, state["start"]),
+            best=best,
+            finished=finished,
+            rounds=state["rounds"] + 1,
+            evaluations=state["evaluations"] + jnp.sum(active) * r,
+        )
+
+    def cond(state):
+        return ~state["finished"] & (state["rounds"] < settings.max_rounds)
+
+    init = dict(
+        slots=load(jnp.asarray(0)),
+        start=jnp.asarray(0),
+        best=dict(
+            chips=inf,
+            row=jnp.asarray(n_layouts, order.dtype),
+            n=jnp.asarray(jnp.nan, dtype),
+            ratios=jnp.full((n_c,), jnp.nan, dtype),
+            below=jnp.full((n_c,), jnp.nan, dtype),
+            info=blank,
+        ),
+        finished=~jnp.isfinite(lb_chips[order[0]]),
+        rounds=jnp.asarray(0),
+        evaluations=jnp.asarray(0),
+    )
+    out = jax.lax.while_loop(cond, body, init)
+    best = out["best"]
+    found = jnp.isfinite(best["chips"])
+    return Found(
+        row=jnp.where(found, best["row"], -1),
+        replicas=best["n"],
+        chips=best["chips"],
+        evaluations=out["evaluations"].astype(dtype),
+        exhausted=~out["finished"],
+        ratios=best["ratios"],
+        ratios_below=best["below"],
+        info=best["info"],
+        bounds=b,
+    )
+
+
+def grid(
+    kind: str,
+    tables: Tables,
+    workload,
+    traffic: Traffic,
+    targets: Targets,
+    hardware: Hardware,
+    model: Model,
+    n_max: int,
+):
+    """Every layout at every replica count ``1..n_max``: ``(feasible (L, n_max), chips)``.
+
+    The exhaustive ground truth: the cheapest feasible cell (ties to the first layout) is the
+    answer ``search`` must give when it lies within ``n_max``.
+    """
+    ns = jnp.arange(1.0, n_max + 1.0, dtype=jnp.result_type(float))
+
+    def one(i):
+        lay, tab = tables.row(workload, i)
+
+        def at(n):
+            return _feasible(evaluate(kind, lay, tab, n, traffic, targets, hardware, model)[0])
+
+        return jax.vmap(at)(ns)
+
+    feasible = jax.vmap(one)(jnp.arange(tables.size))
+    chips = ns[None, :] * tables.layouts.chips_per_replica[:, None]
+    return feasible, chips

@@ -1,0 +1,385 @@
+"""dcost.plan: the search against its exhaustive grid, the plan against the simulation, the
+envelope sensitivities against re-solving, bad input, and ``dcost plan`` on the command line.
+
+Every test plans llama-3-70b on calibrated H100s with the default layouts, so the planner's
+program compiles once for the module (about 15 s of CPU on 2 cores; the grid's about 9 s)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+import dcost
+from dcost.cli.app import main
+from dcost.cli.plan import launch_settings, parse_slo
+from dcost.planning import (
+    Layout,
+    plan,
+    plan_grid,
+    plan_sensitivity,
+    relaxed_replicas,
+    simulate,
+    step_table,
+)
+from dcost.planning.designs import trip, workload_of
+from dcost.planning.search import CONSTRAINTS
+from dcost.specs import SpecError
+
+MODEL = "llama-3-70b"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return dcost.hardware("h100-sxm", calibrated=True)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return dcost.model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def chat100(h100, llama):
+    return plan(h100, llama, dcost.traffic("chat", rate=100.0))
+
+
+# --------------------------------------------------------------------------- the step table
+
+
+@pytest.mark.parametrize(
+    "model,layout,calibrated,tol",
+    [
+        ("llama-3-70b", (8, 1, 1, 2048, 0), False, 2e-3),
+        ("llama-3-70b", (8, 1, 1, 2048, 0), True, 0.02),
+        ("llama-3-405b", (8, 2, 1, 4096, 0), True, 0.02),
+        ("deepseek-v3", (16, 1, 16, 4096, 0), False, 0.03),  # expert parallel, DP attention
+        ("deepseek-v3", (32, 1, 1, 1024, 2), True, 0.03),  # TP attention, two draft tokens
+    ],
+)
+def test_step_table_against_the_serving_model(model, layout, calibrated, tol):
+    """The interpolated step against ``dcost.mixed_step`` at random batches and chunks: within
+    0.2 % for a dense model on the roofline (its parts are affine between the nodes but for the
+    earlier chunks' KV reads, which stop at ``c = T_in``); 2 % with the calibrated profile
+    (kernels in series: a sum of per-kernel maxima bends between nodes); 3 % for MoE (the
+    expert fraction bends; the worst point is a step of 1.4 ms at a batch of 2)."""
+    h = dcost.presets.serving_hardware("h100-sxm", model, calibrated=calibrated)
+    m = dcost.model(model)
+    w = dcost.Workload(1300.0, prompt=1155.0, output=211.0, acceptance=0.8)
+    lay = Layout(*layout)
+    table = jax.jit(step_table)(lay, h, m, w)
+    rng = np.random.default_rng(0)
+    b = np.exp(rng.uniform(0.0, np.log(5000.0), 200))
+    c = np.where(rng.uniform(size=200) < 0.3, 0.0, np.exp(rng.uniform(0.0, np.log(16000.0), 200)))
+    got = np.asarray(jax.vmap(table.trip)(b, c))
+    exact = np.asarray(jax.jit(jax.vmap(lambda x, y: trip(lay, h, m, w, x, y)))(b, c))
+    np.testing.assert_allclose(got, exact, rtol=tol)
+    # against the public function: 64 sequences and a chunk of 512 per replica (its steady
+    # state's chunk is capped at the design's prefill_chunk when prompts outpace outputs)
+    g, p, a, _, k = layout
+    d = dcost.Design(64.0 / p, g, p, attention_dp=a, draft_tokens=k, prefill_chunk=512.0 / p)
+    r = dcost.mixed_step(d, h, m, dcost.Workload(1300.0, prompt=1155.0, output=1.0, acceptance=0.8))
+    assert float(table.trip(64.0, 512.0)) == pytest.approx(
+        float(r.tpot * r.tokens_per_step), rel=tol
+    )
+
+
+# --------------------------------------------------------------------------- the plan itself
+
+
+def test_default_plan_is_a_fleet_a_person_recognises(chat100, h100):
+    """Chat at 100 requests/s on calibrated H100s: decode replicas of 4 or 8 GPUs of one box, a
+    batch cap in the hundreds, within the targets, priced by hand."""
+    p = chat100
+    assert p.feasible and p.mode in ("aggregated", "disaggregated")
+    price = float(h100.price_per_hour)
+    assert p.cost_per_hour == pytest.approx(p.chips * price, rel=1e-6)
+    assert p.chips == sum(x.replicas * x.chips_per_replica for x in p.pools)
+    decode = p.pools[-1]
+    assert decode.chips_per_replica in (4, 8) and 100 <= decode.batch_cap <= 5000
+    assert decode.memory_per_chip <= 0.9 * float(h100.hbm_capacity) * (1 + 1e-6)
+    assert p.ttft[0.99] <= 2.0 and p.tpot[0.9] <= 0.05
+    assert sorted(p.ttft) == [0.5, 0.9, 0.99] and p.ttft[0.5] <= p.ttft[0.9] <= p.ttft[0.99]
+    # the bill splits between input and output tokens and adds up to the hour's bill
+    rate = 100.0
+    t = dcost.traffic("chat")
+    per_hour = (
+        p.cost_per_million_input * rate * float(t.prompt_tokens) * 3600 / 1e6
+        + p.cost_per_million_output * rate * float(t.output_tokens) * 3600 / 1e6
+    )
+    assert per_hour == pytest.approx(p.cost_per_hour, rel=1e-5)
+    assert p.binding and p.alternative is not None and p.alternative.mode != p.mode
+    assert p.alternative.cost_per_hour >= p.cost_per_hour
+
+
+def test_binding_is_named_with_its_shadow_price(chat100):
+    """Whole replicas; every pool names the constraint one replica fewer breaks, and a latency
+    target that binds carries a negative shadow price (a looser target saves dollars)."""
+    priced = 0
+    for q in (chat100, chat100.alternative):
+        for pool in q.pools:
+            assert isinstance(pool.replicas, int) and pool.replicas >= 1
+            assert pool.binding.split("_")[0] in (*CONSTRAINTS, "one replica")
+            if pool.binding.startswith(("ttft", "tpot")) and pool.replicas > 1:
+                assert pool.shadow_price < 0 and pool.elasticity < 0
+                priced += 1
+            else:
+                assert pool.shadow_price == 0.0
+    assert priced >= 1
+
+
+SCENARIOS = [
+    ("chat", 20.0),
+    ("summarization", 10.0),
+    ("code-completion", 40.0),
+    ("reasoning", 5.0),
+]
+
+
+@pytest.mark.parametrize("preset,rate", SCENARIOS)
+def test_search_matches_the_exhaustive_grid(preset, rate, h100, llama):
+    """Branch and bound against every layout at every replica count 1..64, both modes."""
+    t = dcost.traffic(preset, rate=rate)
+    p = plan(h100, llama, t)
+    g = plan_grid(h100, llama, t, n_max=64)
+    for q in (p, p.alternative):
+        chips, pools = g[q.mode]
+        assert q.feasible == np.isfinite(chips)
+        if not q.feasible:
+            continue
+        assert q.chips == chips
+        got = [(x.role, (x.chips_per_stage, x.stages, x.attention_dp), x.replicas) for x in q.pools]
+        want = [(role, tuple(int(v) for v in lay[:3]), n) for role, lay, n in pools]
+        assert got == want
+
+
+# --------------------------------------------------------------------------- the simulation
+
+# (mode, requests/s, TTFT tolerance): where 10 % does not hold it is measured (seed 3 and 4,
+# 20,000 requests): a disaggregated fleet of 3 prefill replicas (chat at 20/s) comes out
+# 22-28 % short at TTFT p90/p99. Its replicas take a prompt while their backlog is under one
+# chunk, so a prompt queues behind up to a chunk of others where an M/G/c queue would have it
+# wait for a free replica; with 8 or more prefill replicas the difference is within 10 %.
+LOADS = [
+    pytest.param("aggregated", 20.0, 0.10),
+    pytest.param("aggregated", 60.0, 0.10),
+    pytest.param("aggregated", 150.0, 0.10, marks=pytest.mark.slow),
+    pytest.param("disaggregated", 20.0, 0.30),
+    pytest.param("disaggregated", 60.0, 0.10),
+    pytest.param("disaggregated", 150.0, 0.10, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("mode,rate,ttft_rtol", LOADS)
+def test_plan_within_ten_percent_of_its_simulation(mode, rate, ttft_rtol, h100, llama):
+    """The planned fleet, run request by request with exact step times: TPOT at every
+    percentile and TTFT p99 (the target's) within 10 % (but the case above); TTFT p50 and p90
+    within 25 % (the loosest: p50 -16 % at chat 100/s aggregated, a prompt's own step)."""
+    best = plan(h100, llama, dcost.traffic("chat", rate=rate))  # both modes, one program
+    p = best if best.mode == mode else best.alternative
+    assert p.mode == mode and p.feasible
+    sim = simulate(p, requests=20_000, seed=3)
+    assert not sim.truncated
+    q = list(sim.quantiles)
+    ttft = np.array([p.ttft[x] for x in q])
+    tpot = np.array([p.tpot[x] for x in q])
+    i99 = q.index(0.99)
+    assert ttft[i99] == pytest.approx(sim.ttft_percentiles[i99], rel=ttft_rtol)
+    np.testing.assert_allclose(ttft, sim.ttft_percentiles, rtol=max(ttft_rtol, 0.25))
+    np.testing.assert_allclose(tpot, sim.tpot_percentiles, rtol=0.10)
+
+
+# --------------------------------------------------------------------------- sensitivities
+
+
+@pytest.mark.slow  # the gradient through the closed forms compiles for about 15 s
+@pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])
+def test_envelope_sensitivities_match_re_solving(mode, h100, llama):
+    """d log($) / d log(x) by the envelope theorem against re-solving the relaxed replica
+    counts with x moved by 1 % (and 10 % for traffic, where the relaxation is smooth)."""
+    t = dcost.traffic("chat", rate=60.0)
+    p = plan(h100, llama, t, mode=mode)
+    s = plan_sensitivity(p)
+    assert s.elasticity("price_per_hour") == 1.0
+    chips = np.array([x.chips_per_replica for x in p.pools], dtype=float)
+    base = float(relaxed_replicas(p) @ chips)
+
+    def resolved(**kw):
+        return float(relaxed_replicas(p, **kw) @ chips) / base - 1.0
+
+    fields = {"rate": 1.0, "prompt_tokens": 1.0, "output_tokens": 1.0}
+    for name in fields:
+        for f, tol in ((1.01, 5e-4), (1.1, 0.01)):
+            moved = eqx.tree_at(lambda x, name=name: getattr(x, name), t, getattr(t, name) * f)
+            assert s.what_if(name, f) == pytest.approx(resolved(traffic=moved), abs=tol)
+    # the calibrated step runs its kernels in series: a sum of per-kernel maxima, whose kinks
+    # can sit within 1 % (disaggregated: -0.88 % predicted, -0.91 % re-solved for HBM bandwidth)
+    for name in ("hbm_bandwidth", "flops"):
+        moved = eqx.tree_at(lambda x, name=name: getattr(x, name), h100, getattr(h100, name) * 1.01)
+        assert s.what_if(name, 1.01) == pytest.approx(resolved(hardware=moved), rel=0.05, abs=2e-4)
+    looser = resolved(tpot_slo=0.05 * 1.01)
+    assert s.what_if("tpot_slo", 1.01) == pytest.approx(looser, abs=2e-4)
+    # 10 % more traffic: the whole-replica bill moves in steps, the relaxed one smoothly
+    q = plan(h100, llama, dcost.traffic("chat", rate=66.0), mode=mode)
+    assert q.cost_per_hour >= p.cost_per_hour
+
+
+# --------------------------------------------------------------------------- many scenarios
+
+
+@pytest.mark.slow  # a second compilation, for a batch of scenarios
+def test_many_scenarios_in_one_call_match_one_by_one(h100, llama):
+    rates = np.array([5.0, 40.0, 120.0])
+    batch = plan(h100, llama, dcost.Traffic(rates, 1154.7, 211.1, prompt_cv=0.96, output_cv=0.771))
+    assert len(batch) == 3 and batch.chips.shape == (3,)
+    assert np.all(np.diff(batch.cost_per_hour) >= 0)  # more traffic never costs less
+    for r, p in zip(rates, batch, strict=True):
+        one = plan(h100, llama, dcost.traffic("chat", rate=float(r)))
+        assert (p.mode, p.chips, [x.describe() for x in p.pools]) == (
+            one.mode,
+            one.chips,
+            [x.describe() for x in one.pools],
+        )
+
+
+# --------------------------------------------------------------------------- infeasible, bad
+
+
+def test_infeasible_names_the_binding_limit(h100, llama):
+    fast = plan(h100, llama, dcost.traffic("chat", rate=10.0), tpot_slo=(0.001, 0.9))
+    assert not fast.feasible and fast.binding == "tpot_p90" and "tpot_p90" in fast.message
+    other = fast.alternative  # the prefill pool has a fleet: the decode pool is named
+    assert not other.feasible and other.message.startswith("tpot_p90 (decode pool)")
+    assert "ms" in fast.message
+    short = plan(h100, llama, dcost.traffic("long-context", rate=1.0), ttft_slo=(0.05, 0.99))
+    assert not short.feasible and short.binding == "ttft_p99" and "idle" in short.message
+    with pytest.raises(SpecError, match="infeasible"):
+        simulate(fast)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"ttft_slo": 2.0}, r"plan\.ttft_slo"),
+        ({"ttft_slo": (0.0, 0.99)}, r"ttft_slo\[0\]"),
+        ({"tpot_slo": (0.05, 0.2)}, r"tpot_slo\[1\]"),
+        ({"tpot_slo": (0.05, 1.0)}, r"tpot_slo\[1\]"),
+        ({"mode": "both"}, r"plan\.mode"),
+        ({"memory_reserve": 1.5}, "memory_reserve"),
+        ({"acceptance": -0.1}, "acceptance"),
+        ({"max_utilisation": 1.2}, "max_utilisation"),
+    ],
+)
+def test_bad_input_names_the_argument(kwargs, match, h100, llama):
+    with pytest.raises(SpecError, match=match):
+        plan(h100, llama, dcost.traffic("chat", rate=10.0), **kwargs)
+
+
+def test_bad_specs_are_refused(h100, llama):
+    t = dcost.traffic("chat", rate=10.0)
+    with pytest.raises(SpecError, match="plan.traffic"):
+        plan(h100, llama, {"rate": 10.0})
+    with pytest.raises(SpecError, match="plan.hardware"):
+        plan("h100-sxm", llama, t)
+    with pytest.raises(SpecError, match="plan.model"):
+        plan(h100, 3, t)
+    with pytest.raises(SpecError, match="from_sample"):
+        plan(h100, llama, dcost.Traffic.from_sample(1.0, [100, 200], [10, 20]))
+    with pytest.raises(dcost.PresetError, match="llama-3-70b"):
+        plan("h100-sxm", "llama-3-7b", t)
+
+
+# --------------------------------------------------------------------------- the command line
+
+CLI = ["plan", "--hardware", "h100-sxm", "--model", MODEL, "--calibrated"]
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exit_:  # argparse's own errors
+            code = exit_.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_table_and_launch_settings(chat100):
+    code, out, _ = run(*CLI, "--traffic", "chat", "--rate", "100")
+    assert code == 0
+    assert "$/hour" in out and "TTFT p50/p90/p99" in out and "binding" in out
+    assert f"{chat100.cost_per_hour:,.2f}" in out  # the table prints the API's plan
+    for flag in ("--tensor-parallel-size", "--max-num-seqs", "--max-running-requests"):
+        assert flag in out
+    assert "--tp_size" in out and "--max_batch_size" in out
+
+
+def test_cli_json_is_the_api_in_si(chat100):
+    code, out, _ = run(*CLI, "--traffic", "chat", "--rate", "100", "--json", "--simulate", "2000")
+    assert code == 0
+    d = json.loads(out)
+    assert d["mode"] == chat100.mode and d["chips"] == chat100.chips
+    assert d["cost_per_hour"] == pytest.approx(chat100.cost_per_hour)
+    assert d["ttft"]["0.99"] == pytest.approx(chat100.ttft[0.99])
+    assert d["ttft_slo"] == [2.0, 0.99] and d["tpot_slo"] == [0.05, 0.9]
+    assert set(d["launch"]) == {"vllm", "sglang", "trtllm"}
+    assert d["simulation"]["requests"] == 2000 and len(d["simulation"]["ttft"]) == 3
+
+
+def test_cli_infeasible_exits_1_naming_the_limit():
+    code, out, _ = run(*CLI, "--traffic", "chat", "--rate", "10", "--tpot", "1ms@p90")
+    assert code == 1 and "aggregated infeasible: tpot_p90" in out
+    assert "disaggregated infeasible: tpot_p90 (decode pool)" in out
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--traffic", "chat", "--rate", "10", "--ttft", "2s"], "latency target"),
+        (["--traffic", "chat", "--rate", "10", "--tpot", "50ms@p20"], "between p50"),
+        (["--traffic", "chat", "--rate", "-3"], "must be > 0"),
+        (["--rate", "10", "--prompt", "1000"], "--output"),
+        (["--traffic", "chatt", "--rate", "10"], "unknown traffic preset"),
+        (["--traffic", "chat", "--rate", "10", "--mode", "both"], "invalid choice"),
+        (["--traffic", "chat", "--rate", "10", "--prefix-hit", "1.5"], "must be < 1"),
+    ],
+)
+def test_cli_bad_arguments_one_line_exit_2(argv, match):
+    code, out, err = run(*CLI, *argv)
+    assert code == 2 and out == "" and match in err and err.count("\n") == 1
+
+
+def test_slo_parsing_and_launch_settings_for_moe():
+    assert parse_slo("250ms@p99.9") == (0.25, 0.999)
+    h, m = dcost.presets.pair("h100-sxm", "deepseek-v3")
+    from dcost.planning.planner import PoolPlan
+
+    pool = PoolPlan("decode", 16, 1, 16, 0, 1, 2, 256, 32, 100.0, "tpot_p90", 0, 0, 10, 0.02, 7e10)
+    fake = type("P", (), {"pools": (pool,), "model": m})()
+    vllm = " ".join(launch_settings(fake, "deepseek-v3", "vllm"))
+    assert "--data-parallel-size 16" in vllm and "--enable-expert-parallel" in vllm
+    assert "--max-num-seqs 16" in vllm  # 256 over 16 data-parallel ranks
+    assert "num_speculative_tokens" in vllm and "NixlConnector" in vllm
+    sglang = " ".join(launch_settings(fake, "deepseek-v3", "sglang"))
+    assert "--enable-dp-attention" in sglang and "--ep-size 16" in sglang
+    assert "--disaggregation-mode decode" in sglang and "--speculative-num-steps 1" in sglang
+    trt = "\n".join(launch_settings(fake, "deepseek-v3", "trtllm"))
+    assert "--ep_size 16" in trt and "enable_attention_dp: true" in trt and "MTP" in trt
+
+
+def test_public_names():
+    assert dcost.plan is plan and dcost.simulate is simulate
+    assert dcost.Plan.__name__ == "Plan" and dcost.PlanBatch.__name__ == "PlanBatch"
+    assert {"plan", "simulate", "Plan", "PlanBatch"} <= set(dcost.__all__)
+
+
+def test_workload_context_is_the_time_average_of_the_kv():
+    """E[T_in] + E[K^2]/(2 E[K]): fixed lengths give T_in + K/2."""
+    w = workload_of(dcost.Traffic(1.0, 1000.0, 201.0), "aggregated")
+    assert float(w.context) == pytest.approx(1000.0 + 100.0, rel=1e-3)
+    assert float(workload_of(dcost.Traffic(1.0, 1000.0, 201.0), "prefill").context) == 1000.0
