@@ -18,10 +18,6 @@ set before ``dcost`` is imported): JAX writes cache entries non-atomically, so t
 ``~/.cache/dcost`` could read a half-written entry and warn, which fails a test here.
 ``tests/test_cache.py`` exercises the cache in fresh processes with their own directories.
 
-Fast compiles. ``DCOST_FAST_COMPILE=1`` (set here, inherited by the notebooks' kernels) compiles
-the search programs for speed of compiling, as the command line does; results are the same
-programs' results, only slower to run.
-
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
 that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.
 The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
@@ -30,9 +26,6 @@ The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in 
 import os
 
 os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
-# every search program compiles at XLA's optimization level 0 (2-3x faster to compile, about 2x
-# slower to run): the suite asks many different questions once each (dcost.search._jit)
-os.environ.setdefault("DCOST_FAST_COMPILE", "1")
 
 import jax
 import pytest

@@ -14,15 +14,12 @@ Inside ``with prefer_fast_compile():`` every search program compiles with ``fast
 backend optimization level 0): it compiles about 2.5x faster and runs about 2x slower
 (``optimize``: 1.7 s against 4.2 s of CPU to compile, 15-23 ms against 9-13 ms a solve on 2
 cores), the right trade for a process that asks one question, such as the command line.
-``DCOST_FAST_COMPILE=1`` in the environment makes it the default for the whole process (the test
-suite runs so: it asks many different questions once each).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from typing import Any
 
 import jax
@@ -31,7 +28,7 @@ from dcost import _programs, _xla
 
 __all__ = ["jit", "prefer_fast_compile"]
 
-_PREFER_FAST_COMPILE = os.environ.get("DCOST_FAST_COMPILE", "0") not in ("", "0")
+_PREFER_FAST_COMPILE = False
 
 
 @contextlib.contextmanager
