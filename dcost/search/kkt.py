@@ -267,12 +267,12 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
     jac_value = _jac_and_value(lambda w: kkt_residual(problem, w, aset, s))
     d = y0.shape[0]
 
-    def newton(carry, _):
+    def newton(carry, i):
         w, step, scale, norm, jac, aux = carry
         trial = w + scale * step
         jac_t, (r_t, aux_t) = jac_value(trial)
         norm_t = jnp.linalg.norm(r_t)
-        better = jnp.isfinite(norm_t) & (norm_t < norm)
+        better = (jnp.isfinite(norm_t) & (norm_t < norm)) | (i == 0)  # pass 0: the start itself
         new_step = lstsq(jac_t, -r_t)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(better, x, y), a, b)  # noqa: E731
         return (
@@ -284,16 +284,21 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
             pick(aux_t, aux),
         ), None
 
-    jac0, (r0, aux0) = jac_value(w0)
+    # Pass 0 of the loop evaluates the start itself (a zero step, taken whatever its residual):
+    # one copy of the KKT Jacobian in the compiled program instead of two.
+    shapes = jax.eval_shape(jac_value, w0)
+    jac0, (_, aux0) = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     start = (
         w0,
-        lstsq(jac0, -r0),
+        jnp.zeros_like(w0),
         jnp.ones((), w0.dtype),
-        jnp.linalg.norm(r0),
+        jnp.full((), jnp.inf, w0.dtype),
         jac0,
         aux0,
     )
-    (w, _, _, residual, jac, (g, f, c)), _ = jax.lax.scan(newton, start, None, length=NEWTON_STEPS)
+    (w, _, _, residual, jac, (g, f, c)), _ = jax.lax.scan(
+        newton, start, jnp.arange(NEWTON_STEPS + 1)
+    )
     y, lam = jnp.where(aset.interior, w[:d], aset.y_pin), w[d:]  # held: exactly in place
     lo, hi = _log_bounds(problem)
     free = ~aset.interior & (hi > lo)  # not moving, though its bounds would let it
