@@ -1,0 +1,319 @@
+"""Time the decode step of a preset's own architecture on this machine and write the timings as
+validation records (a measured source beside the published ones).
+
+``dcost.calibrate.local`` times a toy; this module times the architecture of a dense model preset
+(``llama-3.1-8b``: grouped-query attention, SwiGLU MLP, untied unembedding) at its real size, with
+random weights, written in plain ``jax.numpy`` and compiled by XLA for the default device (no fused
+attention kernel, no paged cache, one device). One step of ``B`` sequences whose caches hold ``T``
+tokens each does, per layer::
+
+    q, k, v = x Wq, x Wk, x Wv                 # [B, H dh], [B, Hkv dh], [B, Hkv dh]
+    s = q . K_cache^T / sqrt(dh)               # the T cached keys of the sequence's KV head
+    o = softmax([s, q.k]) [V_cache; v]         # T + 1 positions
+    x += o Wo;   x += (silu(x W1) * x W3) W2   # RMS norms before each block
+
+and the unembedding ``x Wu`` at the end; the cache is read, not written (a serving engine writes
+one row per layer, ``2 Hkv dh`` elements per sequence). Its FLOPs are
+
+    2 B (N - d V) + 4 B L H dh (T + 1)        # the matmul weights (N less the embedding table)
+
+which ``step_flops`` returns and a test holds against XLA's own count of the compiled step.
+
+A timing becomes a record in the schema of ``dcost.validation`` (``serving = "decode"``,
+``metric = "step_time"``, ``concurrency = B``, ``prompt_tokens = T``, ``output_tokens = 2``, so the
+record's mean context ``T + 2/2`` is the ``T + 1`` positions the step attends to), its ``source``
+the commit and script that produced it. What the records say about dcost: a serving engine's
+kernels are faster than these, so a pure-physics prediction is still a bound, and the gap is the
+efficiency of XLA's plain kernels on the chip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost import presets
+
+__all__ = [
+    "Architecture",
+    "architecture",
+    "init_weights",
+    "init_cache",
+    "decode_step",
+    "matmul_params",
+    "step_flops",
+    "time_decode",
+    "to_records",
+    "records_toml",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """The shape of a dense decoder, as in a model preset's ``arch`` table (all ints >= 1;
+    ``n_kv_heads`` divides ``n_heads``)."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_ff: int
+    vocab: int
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(
+                    f"Architecture.{f.name} = {v!r} is not allowed: it must be an int >= 1"
+                )
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"Architecture.n_kv_heads = {self.n_kv_heads} is not allowed: it must divide "
+                f"n_heads = {self.n_heads}"
+            )
+
+
+def architecture(model: str) -> Architecture:
+    """The ``Architecture`` of dense model preset ``model`` (SwiGLU MLP, untied unembedding).
+
+    >>> architecture("llama-3.1-8b").n_kv_heads
+    8
+    """
+    arch = presets.model_card(model)["arch"]
+    if arch.get("mlp") != "swiglu" or arch.get("tied_embeddings", False) or "n_experts" in arch:
+        raise ValueError(
+            f"model = {model!r} is not allowed: decode_timing times dense SwiGLU models with "
+            "untied embeddings (e.g. llama-3.1-8b)"
+        )
+    if arch.get("attention", "gqa") not in ("gqa", "mha"):
+        raise ValueError(f"model = {model!r} is not allowed: attention {arch['attention']!r}")
+    return Architecture(**{f.name: int(arch[f.name]) for f in dataclasses.fields(Architecture)})
+
+
+def init_weights(arch: Architecture, seed: int = 0, dtype=jnp.bfloat16) -> dict:
+    """Random weights made on the device (``jax.random``), per-layer arrays stacked on a leading
+    ``L`` axis: ``wq [L, d, H dh]``, ``wk wv [L, d, Hkv dh]``, ``wo [L, H dh, d]``, ``w1 w3 [L, d,
+    d_ff]``, ``w2 [L, d_ff, d]``, norms; ``embed [V, d]``, ``unembed [d, V]``."""
+    L, d, f, V = arch.n_layers, arch.d_model, arch.d_ff, arch.vocab
+    hq, hkv = arch.n_heads * arch.d_head, arch.n_kv_heads * arch.d_head
+    shapes = {
+        "wq": (L, d, hq),
+        "wk": (L, d, hkv),
+        "wv": (L, d, hkv),
+        "wo": (L, hq, d),
+        "w1": (L, d, f),
+        "w3": (L, d, f),
+        "w2": (L, f, d),
+        "embed": (V, d),
+        "unembed": (d, V),
+    }
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes))
+    out = {
+        name: jax.random.normal(k, shape, dtype) * jnp.asarray(1.0 / math.sqrt(shape[-2]), dtype)
+        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
+    }
+    out["norm1"] = jnp.ones((L, d), dtype)
+    out["norm2"] = jnp.ones((L, d), dtype)
+    out["final_norm"] = jnp.ones((d,), dtype)
+    return out
+
+
+def init_cache(arch: Architecture, batch: int, context: int, seed: int = 1, dtype=jnp.bfloat16):
+    """Random K and V caches, each ``[L, B, Hkv, T, dh]`` (a sequence's head reads one block)."""
+    shape = (arch.n_layers, batch, arch.n_kv_heads, context, arch.d_head)
+    kk, kv = jax.random.split(jax.random.PRNGKey(seed))
+    return jax.random.normal(kk, shape, dtype), jax.random.normal(kv, shape, dtype)
+
+
+def _rms_norm(x, g):
+    xf = x.astype(jnp.float32)
+    return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * g
+
+
+def decode_step(weights: dict, k_cache, v_cache, tokens, arch: Architecture):
+    """One decode step of ``B`` sequences (module docstring); returns logits ``[B, V]``.
+
+    Layers run in a ``lax.scan`` over the stacked weights and caches (one compiled layer body).
+    """
+    hkv, dh = arch.n_kv_heads, arch.d_head
+    g = arch.n_heads // hkv
+    x = weights["embed"][tokens]
+    b = x.shape[0]
+    scale = 1.0 / math.sqrt(dh)
+
+    def layer(x, p):
+        w, kc, vc = p
+        y = _rms_norm(x, w["norm1"])
+        q = (y @ w["wq"]).reshape(b, hkv, g, dh)
+        k_new = (y @ w["wk"]).reshape(b, hkv, 1, dh)
+        v_new = (y @ w["wv"]).reshape(b, hkv, 1, dh)
+        s_c = jnp.einsum("bhgd,bhtd->bhgt", q, kc)
+        s_n = jnp.einsum("bhgd,bhtd->bhgt", q, k_new)
+        s = jnp.concatenate([s_c, s_n], -1).astype(jnp.float32) * scale
+        p_att = jax.nn.softmax(s, -1).astype(x.dtype)
+        o = jnp.einsum("bhgt,bhtd->bhgd", p_att[..., :-1], vc)
+        o = o + jnp.einsum("bhgt,bhtd->bhgd", p_att[..., -1:], v_new)
+        x = x + o.reshape(b, -1) @ w["wo"]
+        y = _rms_norm(x, w["norm2"])
+        x = x + (jax.nn.silu(y @ w["w1"]) * (y @ w["w3"])) @ w["w2"]
+        return x, None
+
+    stacked = {k: weights[k] for k in ("wq", "wk", "wv", "wo", "w1", "w3", "w2", "norm1", "norm2")}
+    x, _ = jax.lax.scan(layer, x, (stacked, k_cache, v_cache))
+    return _rms_norm(x, weights["final_norm"]) @ weights["unembed"]
+
+
+def matmul_params(arch: Architecture) -> int:
+    """Weights a step multiplies by: ``L (d (H + 2 Hkv) dh + H dh d + 3 d d_ff) + d V``.
+
+    >>> matmul_params(architecture("llama-3.1-8b"))  # 32 x 218,103,808 + 4096 x 128,256
+    7504658432
+    """
+    L, d, f, V = arch.n_layers, arch.d_model, arch.d_ff, arch.vocab
+    hq, hkv = arch.n_heads * arch.d_head, arch.n_kv_heads * arch.d_head
+    return L * (d * (hq + 2 * hkv) + hq * d + 3 * d * f) + d * V
+
+
+def step_flops(arch: Architecture, batch: int, context: int) -> float:
+    """Matmul and attention FLOPs of one step: ``2 B N_mm + 4 B L H dh (T + 1)`` (module
+    docstring; norms, softmax and the activation are left out).
+
+    >>> step_flops(architecture("llama-3.1-8b"), 1, 0) == 2 * 7504658432 + 4 * 32 * 4096
+    True
+    """
+    heads = arch.n_heads * arch.d_head
+    return 2.0 * batch * matmul_params(arch) + 4.0 * batch * arch.n_layers * heads * (context + 1)
+
+
+def _median_seconds(fn, args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))  # compile and warm
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(max(1, int(repeats))):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def time_decode(
+    arch: Architecture, shapes: Iterable[tuple[int, int]], repeats: int = 20, seed: int = 0
+) -> list[dict]:
+    """Median seconds of one jitted ``decode_step`` at each ``(batch, context)`` of ``shapes``
+    (default device), with its FLOPs and the bytes it must read (weights and KV cache, bf16).
+
+    Returns:
+      one dict per shape: ``batch, context, seconds, flops, bytes``.
+    """
+    weights = init_weights(arch, seed)
+    step = jax.jit(decode_step, static_argnums=4)
+    kv_per_token = 2 * arch.n_layers * arch.n_kv_heads * arch.d_head * 2
+    out = []
+    for batch, context in shapes:
+        if batch < 1 or context < 1:
+            raise ValueError(f"shape (batch={batch}, context={context}): both must be >= 1")
+        k_cache, v_cache = init_cache(arch, batch, context, seed=batch + context)
+        tokens = jnp.arange(batch, dtype=jnp.int32) % arch.vocab
+        seconds = _median_seconds(step, (weights, k_cache, v_cache, tokens, arch), repeats)
+        out.append(
+            {
+                "batch": int(batch),
+                "context": int(context),
+                "seconds": seconds,
+                "flops": step_flops(arch, batch, context),
+                "bytes": 2.0 * matmul_params(arch) + float(batch * context * kv_per_token),
+            }
+        )
+        del k_cache, v_cache
+    return out
+
+
+def to_records(
+    timings: Iterable[Mapping],
+    *,
+    hardware: str,
+    model: str,
+    source: str,
+    source_id: str,
+    device: str,
+    software: str,
+) -> list[dict]:
+    """Validation records (``dcost.validation`` schema) of ``time_decode``'s timings.
+
+    Args:
+      hardware: the hardware preset the device is (e.g. "h200"). model: the model preset timed.
+      source: ``repo@commit:path`` of the code that measured. source_id: the group for
+      leave-one-source-out checks. device, software: what ran, quoted in each record.
+    """
+    family = presets.card_family(hardware)
+    records = []
+    for t in timings:
+        b, T, s = int(t["batch"]), int(t["context"]), float(t["seconds"])
+        records.append(
+            {
+                "id": f"dcost-jax-{hardware}-{model}-decode-b{b}-t{T}",
+                "source_id": source_id,
+                "family": family,
+                "source": source,
+                "quote": (
+                    f"median of timed jitted decode steps on {device} ({software}): batch {b}, "
+                    f"{T} cached tokens per sequence, {s * 1e3:.4g} ms per step"
+                ),
+                "hardware": hardware,
+                "model": model,
+                "weights": "bf16",
+                "kv_cache": "bf16",
+                "compute": "bf16",
+                "gpus": 1,
+                "serving": "decode",
+                "concurrency": b,
+                "prompt_tokens": T,
+                "output_tokens": 2,
+                "metric": "step_time",
+                "value": s,
+                "note": (
+                    "Measured by dcost.calibrate.decode_timing: random bf16 weights of the "
+                    "preset's architecture, plain jax.numpy compiled by XLA (no fused attention "
+                    "kernel), one device, KV cache read and not written. prompt_tokens = T and "
+                    "output_tokens = 2 make the record's mean context T + 1, the positions the "
+                    "step attends to."
+                ),
+            }
+        )
+    return records
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def records_toml(records: Iterable[Mapping]) -> str:
+    """``[[record]]`` tables for ``records.toml`` (flat records: numbers, strings, lists).
+
+    >>> import tomllib
+    >>> tomllib.loads(records_toml([{"id": "a", "value": 1.5}]))["record"]
+    [{'id': 'a', 'value': 1.5}]
+    """
+    blocks = []
+    for r in records:
+        lines = ["[[record]]"] + [f"{k} = {_toml_value(v)}" for k, v in r.items()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"

@@ -1,0 +1,123 @@
+"""dcost.calibrate.decode_timing: the timed decode step computes what it claims (against a NumPy
+reference), costs the FLOPs ``step_flops`` says (against XLA's own count), and its records pass
+the validation schema and can be predicted."""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dcost.calibrate import decode_timing as dt
+from dcost.validation import check_record, predict
+
+ARCH = dt.Architecture(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_head=8, d_ff=48, vocab=50)
+
+
+def _reference(w, kc, vc, tokens, a):
+    """Sequence by sequence, head by head, in float64 NumPy."""
+    w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+    kc, vc = np.asarray(kc, np.float64), np.asarray(vc, np.float64)
+    g, dh = a.n_heads // a.n_kv_heads, a.d_head
+
+    def norm(x, s):
+        return x / np.sqrt(np.mean(x * x) + 1e-6) * s
+
+    out = []
+    for b, tok in enumerate(np.asarray(tokens)):
+        x = w["embed"][tok]
+        for i in range(a.n_layers):
+            y = norm(x, w["norm1"][i])
+            q = (y @ w["wq"][i]).reshape(a.n_heads, dh)
+            k = (y @ w["wk"][i]).reshape(a.n_kv_heads, dh)
+            v = (y @ w["wv"][i]).reshape(a.n_kv_heads, dh)
+            o = np.zeros_like(q)
+            for h in range(a.n_heads):
+                kv = h // g
+                keys = np.vstack([kc[i, b, kv], k[kv]])
+                vals = np.vstack([vc[i, b, kv], v[kv]])
+                s = keys @ q[h] / math.sqrt(dh)
+                p = np.exp(s - s.max())
+                o[h] = (p / p.sum()) @ vals
+            x = x + o.reshape(-1) @ w["wo"][i]
+            y = norm(x, w["norm2"][i])
+            h1, h3 = y @ w["w1"][i], y @ w["w3"][i]
+            x = x + (h1 / (1 + np.exp(-h1)) * h3) @ w["w2"][i]
+        out.append(norm(x, w["final_norm"]) @ w["unembed"])
+    return np.array(out)
+
+
+def test_decode_step_matches_a_reference():
+    w = dt.init_weights(ARCH, dtype=jnp.float32)
+    kc, vc = dt.init_cache(ARCH, 3, 5, dtype=jnp.float32)
+    tokens = jnp.array([0, 7, 49])
+    got = jax.jit(dt.decode_step, static_argnums=4)(w, kc, vc, tokens, ARCH)
+    np.testing.assert_allclose(
+        np.asarray(got), _reference(w, kc, vc, tokens, ARCH), rtol=2e-4, atol=2e-4
+    )
+
+
+@pytest.mark.parametrize("batch,context", [(1, 16), (6, 40)])
+def test_step_flops_agree_with_xla(batch, context):
+    # XLA counts a scan's body once: one layer, so its count is the whole step's
+    a = dataclasses.replace(ARCH, n_layers=1)
+    w = dt.init_weights(a, dtype=jnp.float32)
+    kc, vc = dt.init_cache(a, batch, context, dtype=jnp.float32)
+    tokens = jnp.zeros((batch,), jnp.int32)
+    compiled = jax.jit(dt.decode_step, static_argnums=4).lower(w, kc, vc, tokens, a).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    xla = float(cost["flops"])
+    ours = dt.step_flops(a, batch, context)
+    # XLA adds the norms, softmax and SiLU (a few percent at these tiny widths)
+    assert ours <= xla <= 1.10 * ours
+
+
+def test_matmul_params_are_the_preset_less_its_embedding_table():
+    from dcost.presets import model_card
+
+    a = dt.architecture("llama-3.1-8b")
+    published = model_card("llama-3.1-8b")["published"]["params_total"]
+    embed = a.vocab * a.d_model
+    # the norms (65 x 4096) are the rest
+    assert dt.matmul_params(a) + embed == pytest.approx(published, rel=2e-3)
+
+
+def test_records_are_valid_and_predictable(tmp_path):
+    timings = [{"batch": 4, "context": 1024, "seconds": 0.01}]
+    recs = dt.to_records(
+        timings,
+        hardware="h200",
+        model="llama-3.1-8b",
+        source="dcost@abc:x",
+        source_id="dcost-jax-h200",
+        device="NVIDIA H200",
+        software="jax",
+    )
+    (r,) = recs
+    check_record(r)
+    assert r["family"] == "hopper" and r["concurrency"] == 4
+    # the record's context is T + 1: the pure-physics step reads the weights and 4 x 1025 tokens
+    from dcost import presets
+
+    h, m = presets.pair("h200", "llama-3.1-8b")
+    bytes_ = float(m.params_dense) * 2 + 4 * 1025 * float(m.kv_bytes_per_token)
+    assert predict(r) >= bytes_ / float(h.hbm_bandwidth) * (1 - 1e-6)
+    import tomllib
+
+    assert tomllib.loads(dt.records_toml(recs))["record"] == recs
+
+
+@pytest.mark.parametrize(
+    "field,value", [("n_layers", 0), ("d_model", 1.5), ("n_kv_heads", 3), ("n_heads", None)]
+)
+def test_bad_architecture_is_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        dataclasses.replace(ARCH, **{field: value})
+
+
+def test_moe_preset_is_refused():
+    with pytest.raises(ValueError, match="model"):
+        dt.architecture("qwen3-30b-a3b")
