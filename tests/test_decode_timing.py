@@ -16,10 +16,13 @@ from dcost.validation import check_record, predict
 ARCH = dt.Architecture(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_head=8, d_ff=48, vocab=50)
 
 
-def _reference(w, kc, vc, tokens, a):
+def _reference(weights, cache, tokens, a):
     """Sequence by sequence, head by head, in float64 NumPy."""
-    w = {k: np.asarray(v, np.float64) for k, v in w.items()}
-    kc, vc = np.asarray(kc, np.float64), np.asarray(vc, np.float64)
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items() if k != "layers"}
+    for name in weights["layers"][0]:
+        w[name] = np.array([np.asarray(lw[name], np.float64) for lw in weights["layers"]])
+    kc = np.array([np.asarray(k, np.float64) for k, _ in cache])
+    vc = np.array([np.asarray(v, np.float64) for _, v in cache])
     g, dh = a.n_heads // a.n_kv_heads, a.d_head
 
     def norm(x, s):
@@ -51,22 +54,21 @@ def _reference(w, kc, vc, tokens, a):
 
 def test_decode_step_matches_a_reference():
     w = dt.init_weights(ARCH, dtype=jnp.float32)
-    kc, vc = dt.init_cache(ARCH, 3, 5, dtype=jnp.float32)
+    cache = dt.init_cache(ARCH, 3, 5, dtype=jnp.float32)
     tokens = jnp.array([0, 7, 49])
-    got = jax.jit(dt.decode_step, static_argnums=4)(w, kc, vc, tokens, ARCH)
+    got = jax.jit(dt.decode_step, static_argnums=3)(w, cache, tokens, ARCH)
     np.testing.assert_allclose(
-        np.asarray(got), _reference(w, kc, vc, tokens, ARCH), rtol=2e-4, atol=2e-4
+        np.asarray(got), _reference(w, cache, tokens, ARCH), rtol=2e-4, atol=2e-4
     )
 
 
 @pytest.mark.parametrize("batch,context", [(1, 16), (6, 40)])
 def test_step_flops_agree_with_xla(batch, context):
-    # XLA counts a scan's body once: one layer, so its count is the whole step's
-    a = dataclasses.replace(ARCH, n_layers=1)
+    a = ARCH
     w = dt.init_weights(a, dtype=jnp.float32)
-    kc, vc = dt.init_cache(a, batch, context, dtype=jnp.float32)
+    cache = dt.init_cache(a, batch, context, dtype=jnp.float32)
     tokens = jnp.zeros((batch,), jnp.int32)
-    compiled = jax.jit(dt.decode_step, static_argnums=4).lower(w, kc, vc, tokens, a).compile()
+    compiled = jax.jit(dt.decode_step, static_argnums=3).lower(w, cache, tokens, a).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     xla = float(cost["flops"])

@@ -99,38 +99,55 @@ def architecture(model: str) -> Architecture:
 
 
 def init_weights(arch: Architecture, seed: int = 0, dtype=jnp.bfloat16) -> dict:
-    """Random weights made on the device (``jax.random``), per-layer arrays stacked on a leading
-    ``L`` axis: ``wq [L, d, H dh]``, ``wk wv [L, d, Hkv dh]``, ``wo [L, H dh, d]``, ``w1 w3 [L, d,
-    d_ff]``, ``w2 [L, d_ff, d]``, norms; ``embed [V, d]``, ``unembed [d, V]``."""
-    L, d, f, V = arch.n_layers, arch.d_model, arch.d_ff, arch.vocab
+    """Random weights made on the device (``jax.random``): ``embed [V, d]``, ``unembed [d, V]``,
+    ``final_norm [d]`` and ``layers``, a list of ``L`` dicts with ``wq [d, H dh]``, ``wk wv
+    [d, Hkv dh]``, ``wo [H dh, d]``, ``w1 w3 [d, d_ff]``, ``w2 [d_ff, d]`` and two norms. Each
+    layer's weights are their own buffers (a stacked array sliced per layer makes XLA copy the
+    slice, which triples the bytes a memory-bound step moves)."""
+    d, f, V = arch.d_model, arch.d_ff, arch.vocab
     hq, hkv = arch.n_heads * arch.d_head, arch.n_kv_heads * arch.d_head
     shapes = {
-        "wq": (L, d, hq),
-        "wk": (L, d, hkv),
-        "wv": (L, d, hkv),
-        "wo": (L, hq, d),
-        "w1": (L, d, f),
-        "w3": (L, d, f),
-        "w2": (L, f, d),
-        "embed": (V, d),
-        "unembed": (d, V),
+        "wq": (d, hq),
+        "wk": (d, hkv),
+        "wv": (d, hkv),
+        "wo": (hq, d),
+        "w1": (d, f),
+        "w3": (d, f),
+        "w2": (f, d),
     }
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes))
-    out = {
-        name: jax.random.normal(k, shape, dtype) * jnp.asarray(1.0 / math.sqrt(shape[-2]), dtype)
-        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
+    key = jax.random.PRNGKey(seed)
+
+    def normal(shape):
+        nonlocal key
+        key, sub = jax.random.split(key)
+        return jax.random.normal(sub, shape, dtype) * jnp.asarray(1.0 / math.sqrt(shape[0]), dtype)
+
+    layers = []
+    for _ in range(arch.n_layers):
+        layer = {name: normal(shape) for name, shape in shapes.items()}
+        layer["norm1"] = jnp.ones((d,), dtype)
+        layer["norm2"] = jnp.ones((d,), dtype)
+        layers.append(layer)
+    return {
+        "embed": normal((V, d)),
+        "unembed": normal((d, V)),
+        "final_norm": jnp.ones((d,), dtype),
+        "layers": layers,
     }
-    out["norm1"] = jnp.ones((L, d), dtype)
-    out["norm2"] = jnp.ones((L, d), dtype)
-    out["final_norm"] = jnp.ones((d,), dtype)
-    return out
 
 
 def init_cache(arch: Architecture, batch: int, context: int, seed: int = 1, dtype=jnp.bfloat16):
-    """Random K and V caches, each ``[L, B, Hkv, T, dh]`` (a sequence's head reads one block)."""
-    shape = (arch.n_layers, batch, arch.n_kv_heads, context, arch.d_head)
-    kk, kv = jax.random.split(jax.random.PRNGKey(seed))
-    return jax.random.normal(kk, shape, dtype), jax.random.normal(kv, shape, dtype)
+    """Random K and V caches: a list of ``L`` pairs, each ``[B, Hkv, T, dh]`` (a sequence's
+    head reads one contiguous block)."""
+    shape = (batch, arch.n_kv_heads, context, arch.d_head)
+    keys = jax.random.split(jax.random.PRNGKey(seed), 2 * arch.n_layers)
+    return [
+        (
+            jax.random.normal(keys[2 * i], shape, dtype),
+            jax.random.normal(keys[2 * i + 1], shape, dtype),
+        )
+        for i in range(arch.n_layers)
+    ]
 
 
 def _rms_norm(x, g):
@@ -138,19 +155,19 @@ def _rms_norm(x, g):
     return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * g
 
 
-def decode_step(weights: dict, k_cache, v_cache, tokens, arch: Architecture):
+def decode_step(weights: dict, cache: list, tokens, arch: Architecture):
     """One decode step of ``B`` sequences (module docstring); returns logits ``[B, V]``.
 
-    Layers run in a ``lax.scan`` over the stacked weights and caches (one compiled layer body).
+    Args:
+      weights: ``init_weights`` output. cache: ``init_cache`` output. tokens: int ``[B]``.
+      arch: the architecture (static under ``jit``).
     """
     hkv, dh = arch.n_kv_heads, arch.d_head
     g = arch.n_heads // hkv
     x = weights["embed"][tokens]
     b = x.shape[0]
     scale = 1.0 / math.sqrt(dh)
-
-    def layer(x, p):
-        w, kc, vc = p
+    for w, (kc, vc) in zip(weights["layers"], cache, strict=True):
         y = _rms_norm(x, w["norm1"])
         q = (y @ w["wq"]).reshape(b, hkv, g, dh)
         k_new = (y @ w["wk"]).reshape(b, hkv, 1, dh)
@@ -164,10 +181,6 @@ def decode_step(weights: dict, k_cache, v_cache, tokens, arch: Architecture):
         x = x + o.reshape(b, -1) @ w["wo"]
         y = _rms_norm(x, w["norm2"])
         x = x + (jax.nn.silu(y @ w["w1"]) * (y @ w["w3"])) @ w["w2"]
-        return x, None
-
-    stacked = {k: weights[k] for k in ("wq", "wk", "wv", "wo", "w1", "w3", "w2", "norm1", "norm2")}
-    x, _ = jax.lax.scan(layer, x, (stacked, k_cache, v_cache))
     return _rms_norm(x, weights["final_norm"]) @ weights["unembed"]
 
 
@@ -214,15 +227,15 @@ def time_decode(
       one dict per shape: ``batch, context, seconds, flops, bytes``.
     """
     weights = init_weights(arch, seed)
-    step = jax.jit(decode_step, static_argnums=4)
+    step = jax.jit(decode_step, static_argnums=3)
     kv_per_token = 2 * arch.n_layers * arch.n_kv_heads * arch.d_head * 2
     out = []
     for batch, context in shapes:
         if batch < 1 or context < 1:
             raise ValueError(f"shape (batch={batch}, context={context}): both must be >= 1")
-        k_cache, v_cache = init_cache(arch, batch, context, seed=batch + context)
+        cache = init_cache(arch, batch, context, seed=batch + context)
         tokens = jnp.arange(batch, dtype=jnp.int32) % arch.vocab
-        seconds = _median_seconds(step, (weights, k_cache, v_cache, tokens, arch), repeats)
+        seconds = _median_seconds(step, (weights, cache, tokens, arch), repeats)
         out.append(
             {
                 "batch": int(batch),
@@ -232,7 +245,7 @@ def time_decode(
                 "bytes": 2.0 * matmul_params(arch) + float(batch * context * kv_per_token),
             }
         )
-        del k_cache, v_cache
+        del cache
     return out
 
 
