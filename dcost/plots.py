@@ -436,14 +436,14 @@ def plot_pareto_designs(frontier, ax=None):
     return ax
 
 
-def validation_figure(cv, queueing, summary):
+def validation_figure(cv, unfitted, summary):
     """Held-out predictions against measurements, log axes, one panel for times and one for
     throughputs, the +/-25 % band, coloured by hardware family; records the fit does not see
-    (time to first token under load: queueing) are hollow.
+    (time to first token under load: queueing; decode steps on bare kernels) are hollow.
 
     Args:
       cv: a ``dcost.calibrate.families.CrossValidation``.
-      queueing: one bool per record.
+      unfitted: one bool per record: True where the fit does not see it.
       summary: ``dcost.calibrate.families.summary(cv)``.
     """
     import matplotlib
@@ -455,7 +455,7 @@ def validation_figure(cv, queueing, summary):
     held = np.asarray(cv.held_out)
     fams = [r["family"] for r in cv.records]
     time = np.array([r["metric"] in ("tpot", "ttft", "step_time") for r in cv.records])
-    queue = np.asarray(queueing, dtype=bool)
+    queue = np.asarray(unfitted, dtype=bool)
     colours = dict(
         zip(sorted(set(fams)), ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"], strict=False)
     )
@@ -502,12 +502,12 @@ def validation_figure(cv, queueing, summary):
             [],
             facecolors="none",
             edgecolors="0.3",
-            label="ttft under load (queueing, not fitted)",
+            label="not fitted: ttft under load (queueing), bare XLA kernels",
         )
         axes[0].legend(loc="upper left", fontsize=8)
     o = summary["overall"]
     fig.suptitle(
-        f"{len(measured)} published measurements against dcost, calibrated per family and "
+        f"{len(measured)} measurements against dcost, calibrated per family and "
         f"held out by source (leave-one-source-out)\nmedian error {100 * o['median']:.0f} %, "
         f"90th percentile {100 * o['p90']:.0f} % ({o['records']} fitted records)"
     )

@@ -92,7 +92,7 @@ def compute() -> dict:
     measured = np.array([float(r["value"]) for r in records])
     metric = np.array([r["metric"] for r in records])
     v1 = np.array([v1_predict(r) for r in records])
-    fitted = np.array([not families.queueing(r) for r in records])
+    fitted = np.array([families.fitted(r) for r in records])
     ratios = {
         "v1": _time_ratio(v1, measured, metric),
         "v2_pure": _time_ratio(cv.pure, measured, metric),
@@ -122,7 +122,8 @@ def compute() -> dict:
             "v1": v1[i],
             "v2_pure": float(cv.pure[i]),
             "v2_held_out": float(cv.held_out[i]),
-            "queueing": not bool(fitted[i]),
+            "queueing": families.queueing(r),
+            "fitted": bool(fitted[i]),
             **{f"ratio_{k}": float(v[i]) for k, v in ratios.items()},
         }
         for i, r in enumerate(records)
@@ -131,7 +132,7 @@ def compute() -> dict:
 
 
 def plot(results: dict):
-    rows = [r for r in results["records"] if not r["queueing"]]
+    rows = [r for r in results["records"] if r["fitted"]]
     fams = sorted({r["family"] for r in rows})
     fig, ax = C.plt.subplots(figsize=(9.5, 5.2))
     width = 0.27

@@ -123,3 +123,32 @@ def test_bad_architecture_is_refused(field, value):
 def test_moe_preset_is_refused():
     with pytest.raises(ValueError, match="model"):
         dt.architecture("qwen3-30b-a3b")
+
+
+def test_engine_field_is_checked():
+    import dcost.validation as v
+
+    bare = next(r for r in v.load() if r.get("engine") == "bare-xla")
+    with pytest.raises(ValueError, match="'engine' = 'vllm'"):
+        check_record(dict(bare, engine="vllm"))
+
+
+def test_bare_kernel_records_are_reported_apart_and_not_fitted():
+    """The shipped bare-kernel records: measured on both lent chips, never faster than the
+    pure-physics bound, and outside the fit: adding them leaves a fit unchanged."""
+    import dcost.validation as v
+    from dcost.calibrate import families
+
+    records = v.load()
+    bare = [r for r in records if families.bare_kernels(r)]
+    assert {r["hardware"] for r in bare} == {"h200", "h100-sxm"} and len(bare) >= 20
+    assert all(not families.fitted(r) for r in bare)
+    for r in bare[:3]:
+        assert predict(r) <= r["value"]
+    published = [r for r in records if families.fitted(r)][:10]
+    a = families.fit(published, steps=30)
+    b = families.fit(published + bare[:4], steps=30)
+    np.testing.assert_allclose(np.asarray(a.z_global), np.asarray(b.z_global), rtol=1e-5)
+    cv = families.cross_validate(published + bare[:4], steps=20)
+    s = families.summary(cv)
+    assert s["bare_kernels"]["records"] == 4 and s["overall"]["records"] == 10

@@ -47,6 +47,7 @@ def _cmd_validate(args) -> int:
                 "pure": float(p),
                 "held_out": float(h),
                 "queueing": families.queueing(r),
+                "fitted": families.fitted(r),
             }
             for r, p, h in zip(records, cv.pure, cv.held_out, strict=True)
         ]
@@ -55,6 +56,7 @@ def _cmd_validate(args) -> int:
         table = []
         for r, p, h, q in zip(records, cv.pure, cv.held_out, cv.ratio, strict=True):
             mark = " (queueing: not fitted)" if families.queueing(r) else ""
+            mark = " (bare kernels: not fitted)" if families.bare_kernels(r) else mark
             table.append(
                 [
                     r["id"][:58],
@@ -84,7 +86,7 @@ def _cmd_validate(args) -> int:
         )
         rows: list[list[str]] = []
         for name, s in summary.items():
-            if isinstance(s, dict) and "p90" in s:
+            if isinstance(s, dict) and "p90" in s and name != "bare_kernels":
                 rows.append(
                     [
                         name,
@@ -102,11 +104,19 @@ def _cmd_validate(args) -> int:
             f"need the queueing model (held-out median error {100 * q['median']:.0f} %), and "
             "are not fitted"
         )
+        b = summary["bare_kernels"]
+        if b["records"]:
+            print(
+                f"{b['records']} decode steps timed by dcost on bare XLA kernels (no serving "
+                f"engine) are not fitted either: held-out median error {100 * b['median']:.0f} %, "
+                f"90th percentile {100 * b['p90']:.0f} %, median predicted/measured "
+                f"{b['median_ratio']:.2f}"
+            )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
         from dcost.plots import validation_figure
 
-        fig = validation_figure(cv, [families.queueing(r) for r in records], summary)
+        fig = validation_figure(cv, [not families.fitted(r) for r in records], summary)
         path = pathlib.Path(args.figure)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -29,6 +29,7 @@ __all__ = [
     "PRECISIONS",
     "REQUIRED",
     "SERVING",
+    "ENGINES",
     "check_record",
     "check_records",
     "load",
@@ -64,6 +65,11 @@ METRICS = (
 )
 SERVING = ("aggregated", "prefill", "decode")
 PRECISIONS = ("bf16", "fp8", "fp4", "int8")
+# What served a record, where it is not a serving engine (the optional field ``engine``; a record
+# without it was measured on a serving engine: vLLM, SGLang, TensorRT-LLM, ...). "bare-xla": one
+# compiled decode step timed by dcost itself (``dcost.calibrate.decode_timing``), with no
+# scheduler, sampler or paged cache around it.
+ENGINES = ("bare-xla",)
 _DEGREES = ("tensor_parallel", "expert_parallel", "pipeline_parallel", "attention_data_parallel")
 _COUNTS = ("gpus", "concurrency")
 _LENGTHS = ("prompt_tokens", "output_tokens")  # means: need not be whole
@@ -106,8 +112,8 @@ def check_record(record: Mapping) -> None:
     integers; mean lengths are positive numbers; ``speculative`` has ``draft_tokens >= 1``
     and ``0 <= acceptance < 1``;
     ``comm_overlap`` (the share of collectives the engine hides behind computation, optional) is
-    in [0, 1]; ``assumed`` is a list of strings; ``hardware_overrides`` maps names to positive
-    numbers.
+    in [0, 1]; ``engine`` (optional) is one of ``ENGINES``; ``assumed`` is a list of strings;
+    ``hardware_overrides`` maps names to positive numbers.
     Preset names are not checked here (see :func:`unknown_presets`), nor are duplicate ids (see
     :func:`check_records`).
     """
@@ -146,6 +152,10 @@ def check_record(record: Mapping) -> None:
     overlap = record.get("comm_overlap", 0.0)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
         _fail(record, "comm_overlap", overlap, "must be a number in [0, 1]")
+    if "engine" in record and record["engine"] not in ENGINES:
+        _fail(
+            record, "engine", record["engine"], f"allowed: {', '.join(ENGINES)} (or leave it out)"
+        )
     assumed = record.get("assumed", [])
     if not isinstance(assumed, list) or not all(isinstance(x, str) for x in assumed):
         _fail(record, "assumed", assumed, "must be a list of field names")
