@@ -13,19 +13,39 @@ derandomized so a failure reproduces, and has no deadline because a first call c
 
 Warnings are errors (``filterwarnings = error`` in pyproject.toml).
 
-Compilation cache. The suite runs with dcost's persistent compilation cache off (``DCOST_CACHE=0``,
-set before ``dcost`` is imported): JAX writes cache entries non-atomically, so two test runs sharing
-``~/.cache/dcost`` could read a half-written entry and warn, which fails a test here.
-``tests/test_cache.py`` exercises the cache in fresh processes with their own directories.
+Compilation cache. The suite never touches the user's ``~/.cache/dcost`` (``DCOST_CACHE=0``, set
+before ``dcost`` is imported). Instead, one run of the suite shares one JAX persistent compilation
+cache in a fresh temporary directory (removed at exit) between its processes: the two pytest-xdist
+workers and the notebooks' kernels inherit ``JAX_COMPILATION_CACHE_DIR`` from the process that
+loads this file first, so a program compiled by one is loaded by the others. dcost treats that as
+a user's own JAX cache and leaves it alone (no serialized search programs, ``dcost._programs``).
+``JAX_COMPILATION_CACHE_MAX_SIZE`` makes JAX take its file lock (``filelock``) around every read
+and write of the cache, so no process reads an entry another is still writing.
+``DCOST_TEST_SHARED_CACHE=0`` turns the shared cache off. ``tests/test_cache.py`` exercises
+dcost's own cache in fresh processes with their own directories and environments.
 
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
 that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.
 The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
 """
 
+import atexit
+import importlib.util
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
+if (
+    "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    and os.environ.get("DCOST_TEST_SHARED_CACHE", "1") != "0"
+    and importlib.util.find_spec("filelock") is not None
+):
+    _shared = tempfile.mkdtemp(prefix="dcost-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _shared
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(16 * 2**30)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+    atexit.register(shutil.rmtree, _shared, True)
 
 import jax
 import pytest

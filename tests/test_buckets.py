@@ -186,60 +186,57 @@ def test_optimize_padded_equals_unpadded_and_one_by_one(monkeypatch):
 
 
 @pytest.mark.slow
-def test_sensitivity_and_pareto_padded_equal_unpadded(monkeypatch):
-    """Sensitivity's elasticities come from a linear solve at a polished point, and the compiled
-    batches of 5 and of 16 round differently in the last bits: padded and unpadded agree to
-    float32 rounding (as unpadded batches and one-by-one solves already did), the active sets
-    and feasibility exactly. The frontier (optimize) agrees exactly.
-
-    Where the relaxed optimum is not a point (more interior variables than active constraints:
-    here batch sits at its bound 300 and the cost is flat in chips, since every term of a
-    llama-3-8b step on one H100 box divides by G), rounding decides where on the flat valley the
-    polish stops: there only what the envelope theorem determines (the optimal cost, the
-    multipliers, the elasticities of the cost) must agree, not the point, its constraint ratios
-    or how the point moves."""
+def test_sensitivity_rows_ignore_their_padding_and_pareto_padded_equals_unpadded(monkeypatch):
+    """Padding changes no sensitivity: a batch of 5 is compiled at 16 with rows 5-15 repeating
+    scenario 4; a batch of 16 whose first 5 rows are the same scenarios and whose other 11 are
+    different runs the same compiled program, and each of the 5 scenarios must come out the
+    same (its elasticities, multipliers, active sets and polished point do not depend on the
+    rows beside it). One sensitivity program compiles, not two: padded against unpadded compiled
+    at different sizes differs only by rounding, which the optimize test above checks exactly for
+    the search. The frontier (pareto) is checked padded against unpadded."""
     p = problem(5)
-    settings = SETTINGS  # the program of the optimize tests above, for pareto
-    padded = dcost.sensitivity(p, settings)
-    with monkeypatch.context() as m:
-        m.setattr(buckets, "bucket", lambda n, floor=MIN_BUCKET: n)  # a batch of 5, unpadded
-        unpadded = dcost.sensitivity(p, settings)
-    assert padded.log_ratios.shape == unpadded.log_ratios.shape == (5, 2)
-    np.testing.assert_array_equal(padded.feasible, unpadded.feasible)
+    padded = dcost.sensitivity(p, SETTINGS)
+    others = 11
+    wide = dcost.Problem(
+        dcost.hardware(
+            "h100-sxm",
+            price_per_hour=jnp.concatenate(
+                [jnp.linspace(2.0, 4.0, 5), jnp.linspace(5.0, 6.0, others)]
+            ),
+        ),
+        dcost.model("llama-3-8b"),
+        dcost.Workload(2048),
+        free=OPT_FREE,
+        tpot_slo=jnp.concatenate(
+            [jnp.geomspace(0.0003, 0.05, 5), jnp.geomspace(0.001, 0.2, others)]
+        ),
+    )
+    full = dcost.sensitivity(wide, SETTINGS)
+    assert padded.log_ratios.shape == (5, 2) and full.log_ratios.shape == (16, 2)
     assert list(padded.feasible) == [False, True, True, True, True]
-    assert padded.message == unpadded.message
+    np.testing.assert_array_equal(padded.feasible, full.feasible[:5])
+    assert padded.message == full.message[:5]
     for field in ("active", "interior", "kkt"):
         np.testing.assert_array_equal(
-            getattr(padded.relaxed, field), getattr(unpadded.relaxed, field)
+            getattr(padded.relaxed, field), getattr(full.relaxed, field)[:5]
         )
-    ok = np.asarray(padded.feasible)
-    r = padded.relaxed
-    pinned = ok & (np.sum(r.interior, axis=-1) <= np.sum(r.active, axis=-1))
-    assert list(pinned) == [False, True, True, False, False]  # the flat valley is scenarios 3, 4
-
-    def close(tree_a, tree_b, rows):
-        leaves = zip(jax.tree.leaves(tree_a), jax.tree.leaves(tree_b), strict=True)
-        checked = 0
-        for a, b in leaves:
-            a, b = np.asarray(a), np.asarray(b)
-            if a.ndim and a.shape[0] == 5 and np.issubdtype(a.dtype, np.floating):
-                np.testing.assert_allclose(a[rows], b[rows], rtol=1e-5, atol=1e-6)
-                checked += 1
-        assert checked > 0
-
-    close(padded, unpadded, pinned)  # everything, where the optimum is a point
-    for part in ("hardware", "model", "workload", "limits"):  # the envelope's values everywhere
-        close(getattr(padded, part), getattr(unpadded, part), ok)
-    close((r.log_cost, r.lambdas), (unpadded.relaxed.log_cost, unpadded.relaxed.lambdas), ok)
+    checked = 0
+    leaves = zip(jax.tree.leaves(padded), jax.tree.leaves(full), strict=True)
+    for a, b in leaves:
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim and a.shape[0] == 5 and np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a, b[:5], rtol=1e-6, atol=1e-9)
+            checked += 1
+    assert checked > 5
 
     single = dcost.Problem(
         dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"), dcost.Workload(2048), free=OPT_FREE
     )
     slos = [0.0003, 0.004, 0.01, 0.05]
-    f = dcost.pareto(single, slos, settings)
+    f = dcost.pareto(single, slos, SETTINGS)
     with monkeypatch.context() as m:
         m.setattr(buckets, "bucket", lambda n, floor=MIN_BUCKET: n)
-        g = dcost.pareto(single, slos, settings)
+        g = dcost.pareto(single, slos, SETTINGS)
     assert f.cost.shape == (4,) and not bool(f.feasible[0]) and bool(f.feasible[-1])
     np.testing.assert_array_equal(f.cost, g.cost)
     assert_same(f.solution, g.solution)

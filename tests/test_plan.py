@@ -212,9 +212,12 @@ def test_envelope_sensitivities_match_re_solving(mode, h100, llama):
     def resolved(**kw):
         return float(relaxed_replicas(p, **kw) @ chips) / base - 1.0
 
+    # a 0.1 % move is local; a calibrated step runs its kernels in series, a sum of per-kernel
+    # maxima whose kinks can sit within 1 % (disaggregated chat at 60/s, prompt tokens: +0.714 %
+    # predicted for 1 %, +0.644 % re-solved, where +0.07146 % / +0.07145 % agree for 0.1 %)
     fields = {"rate": 1.0, "prompt_tokens": 1.0, "output_tokens": 1.0}
     for name in fields:
-        for f, tol in ((1.01, 5e-4), (1.1, 0.01)):
+        for f, tol in ((1.001, 5e-6), (1.1, 0.01)):
             moved = eqx.tree_at(lambda x, name=name: getattr(x, name), t, getattr(t, name) * f)
             assert s.what_if(name, f) == pytest.approx(resolved(traffic=moved), abs=tol)
     # the calibrated step runs its kernels in series: a sum of per-kernel maxima, whose kinks
