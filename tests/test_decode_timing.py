@@ -156,3 +156,16 @@ def test_bare_kernel_records_are_reported_apart_and_not_fitted():
     s = families.summary(cv)
     assert s["bare_kernels"]["records"] == 4 and s["overall"]["records"] == 10
     assert s["bare_kernels"]["median_ratio"] == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize("repeats", [0, 2.5, True])
+def test_bad_repeats_are_refused(repeats):
+    with pytest.raises(ValueError, match="repeats"):
+        dt.time_decode(ARCH, [(1, 4)], repeats=repeats)
+
+
+def test_timings_come_back_per_shape():
+    out = dt.time_decode(ARCH, [(1, 4), (3, 8)], repeats=2)
+    assert [(t["batch"], t["context"]) for t in out] == [(1, 4), (3, 8)]
+    assert all(t["seconds"] > 0 for t in out)
+    assert out[1]["flops"] == dt.step_flops(ARCH, 3, 8)

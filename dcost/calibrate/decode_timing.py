@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from dcost import presets
+from dcost.calibrate.local import _median_time
 
 __all__ = [
     "Architecture",
@@ -206,17 +205,6 @@ def step_flops(arch: Architecture, batch: int, context: int) -> float:
     return 2.0 * batch * matmul_params(arch) + 4.0 * batch * arch.n_layers * heads * (context + 1)
 
 
-def _median_seconds(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile and warm
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(max(1, int(repeats))):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def time_decode(
     arch: Architecture, shapes: Iterable[tuple[int, int]], repeats: int = 20, seed: int = 0
 ) -> list[dict]:
@@ -226,6 +214,10 @@ def time_decode(
     Returns:
       one dict per shape: ``batch, context, seconds, flops, bytes``.
     """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(
+            f"time_decode.repeats = {repeats!r} is not allowed: it must be an int >= 1"
+        )
     weights = init_weights(arch, seed)
     step = jax.jit(decode_step, static_argnums=3)
     kv_per_token = 2 * arch.n_layers * arch.n_kv_heads * arch.d_head * 2
@@ -235,7 +227,7 @@ def time_decode(
             raise ValueError(f"shape (batch={batch}, context={context}): both must be >= 1")
         cache = init_cache(arch, batch, context, seed=batch + context)
         tokens = jnp.arange(batch, dtype=jnp.int32) % arch.vocab
-        seconds = _median_seconds(step, (weights, cache, tokens, arch), repeats)
+        seconds = _median_time(step, weights, cache, tokens, arch, repeats=repeats)
         out.append(
             {
                 "batch": int(batch),
