@@ -62,10 +62,13 @@ __all__ = [
 
 
 def _median_time(fn, *args, repeats: int) -> float:
-    """Median wall time of ``fn(*args)`` (s) after one warm-up call that compiles it."""
+    """Median wall time of ``fn(*args)`` (s) after one warm-up call that compiles it; ``repeats``
+    (timed calls) must be an int >= 1."""
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
+        raise ValueError(f"repeats = {repeats!r} is not allowed: it must be an int >= 1")
     jax.block_until_ready(fn(*args))
     times = []
-    for _ in range(max(1, int(repeats))):
+    for _ in range(int(repeats)):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t0)
