@@ -44,6 +44,7 @@ notebooks: $(VENV)/.installed-dev
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/eval_throughput.py
 	$(BIN)/python benchmarks/optimizer.py
+	$(BIN)/python benchmarks/plan.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check $(SOURCES)
