@@ -526,7 +526,10 @@ def _pure(groups, n):
 
 def summary(cv: CrossValidation) -> dict:
     """Median and 90th percentile of the held-out ``|pred/measured - 1|``, overall and per family
-    (families with their record counts), and the share of pure-physics bounds that hold."""
+    (families with their record counts) over the fitted records, and the share of pure-physics
+    bounds that hold over all records; the records the fit does not see apart: ``queueing``
+    (count, median) and ``bare_kernels`` (count, median, 90th percentile, median of
+    predicted/measured)."""
     fit = np.array([fitted(r) for r in cv.records])
     queue = np.array([queueing(r) for r in cv.records])
     bare = np.array([bare_kernels(r) for r in cv.records])
