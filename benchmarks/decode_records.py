@@ -4,7 +4,8 @@ Run where a GPU is (nothing depends on it): the preset's architecture at its rea
 weights, plain JAX (``dcost.calibrate.decode_timing``); prints one line per shape (ms per step,
 achieved TFLOP/s and TB/s, dcost's pure-physics and calibrated predictions) and writes the records
 as TOML (``--out``) for ``dcost/validation/records.toml``. ``--quick`` times a tiny architecture on
-any device (a smoke run; its records are not for the validation set).
+any device (a smoke run; its records are not for the validation set). The whole run is bounded by
+``--time-limit`` (900 s): past it, every thread's traceback and exit status 1.
 
     python benchmarks/decode_records.py --hardware h200 --commit <sha> --out records.toml
 """
@@ -12,6 +13,7 @@ any device (a smoke run; its records are not for the validation set).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import sys
 import time
@@ -69,7 +71,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the records here (TOML)")
     ap.add_argument("--json", help="write the raw timings here (JSON)")
     ap.add_argument("--quick", action="store_true", help="tiny architecture, any device")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=900.0,
+        help="seconds; past it, every thread's traceback and exit status 1 (a stuck device "
+        "must not hang the run)",
+    )
     args = ap.parse_args(argv)
+    if not args.time_limit > 0:
+        ap.error(f"--time-limit must be > 0, got {args.time_limit}")
+    if not args.repeats >= 1:
+        ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    faulthandler.dump_traceback_later(args.time_limit, exit=True, file=sys.stderr)
 
     device = jax.devices()[0]
     software = f"jax {jax.__version__}, {device.platform}"
@@ -115,6 +129,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as fh:
             json.dump({"device": device.device_kind, "software": software, "timings": timings}, fh)
     print(f"total {time.perf_counter() - t0:.1f} s")
+    faulthandler.cancel_dump_traceback_later()
     return 0
 
 
