@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from dcost import presets
-from dcost.calibrate.local import _median_time
+from dcost.calibrate.local import _median_time, _rms_norm
 
 __all__ = [
     "Architecture",
@@ -147,11 +147,6 @@ def init_cache(arch: Architecture, batch: int, context: int, seed: int = 1, dtyp
         )
         for i in range(arch.n_layers)
     ]
-
-
-def _rms_norm(x, g):
-    xf = x.astype(jnp.float32)
-    return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * g
 
 
 def decode_step(weights: dict, cache: list, tokens, arch: Architecture):
