@@ -8,19 +8,47 @@ code (about 2x for a search, more than 10x for a large vectorized sweep). ``opti
 the options for a program that should compile fast (``fast=True``) or run fast; they are probed
 once, and where XLA no longer knows them (or the backend is not a CPU) it gives None: JAX's
 defaults.
+
+``DCOST_FAST_COMPILE=1`` in the environment makes every program compile fast, as if each asked for
+it (``prefer_fast(False)`` is then True): the trade for a process that runs many different programs
+once each, such as a notebook or the test suite (``tests/conftest.py`` sets it). Unset or ``0``
+(``off``, ``false``, ``no``): each program asks for its own options.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["requested", "options"]
+__all__ = ["requested", "options", "prefer_fast"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _FAST_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+_ON = frozenset({"1", "on", "true", "yes"})
+_OFF = frozenset({"", "0", "off", "false", "no"})
+
+
+def prefer_fast(fast_compile: bool, environ=None) -> bool:
+    """Whether a program that asks for ``fast_compile`` compiles fast: it asked, or
+    ``DCOST_FAST_COMPILE`` is on. A value that is neither on nor off raises ``ValueError``.
+
+    >>> prefer_fast(False, {}), prefer_fast(False, {"DCOST_FAST_COMPILE": "1"})
+    (False, True)
+    """
+    env = os.environ if environ is None else environ
+    value = env.get("DCOST_FAST_COMPILE", "").strip().lower()
+    if value not in _ON | _OFF:
+        raise ValueError(
+            f"DCOST_FAST_COMPILE = {env['DCOST_FAST_COMPILE']!r} is not allowed: it must be one of"
+            f" {sorted(_ON)} (every program compiles fast) or {sorted(_OFF - {''})} (unset: each"
+            " program asks for its own options)"
+        )
+    return fast_compile or value in _ON
 
 
 def requested(fast_compile: bool) -> dict:

@@ -24,6 +24,14 @@ and write of the cache, so no process reads an entry another is still writing.
 ``DCOST_TEST_SHARED_CACHE=0`` turns the shared cache off. ``tests/test_cache.py`` exercises
 dcost's own cache in fresh processes with their own directories and environments.
 
+Optimization level. The suite compiles every program at XLA's backend optimization level 0
+(``DCOST_FAST_COMPILE=1``), as the command line does: most of its time is compiling programs it
+then runs a few times, and level 0 compiles them about twice as fast. Level 0 changes how fast
+the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at both
+levels). The notebooks' kernels run without it, as a user's would (their large sweeps run
+several times slower at level 0). ``DCOST_FAST_COMPILE=0 make test`` runs the suite at each
+program's own level.
+
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
 that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.
 The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
@@ -36,6 +44,7 @@ import shutil
 import tempfile
 
 os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
+os.environ.setdefault("DCOST_FAST_COMPILE", "1")
 if (
     "JAX_COMPILATION_CACHE_DIR" not in os.environ
     and os.environ.get("DCOST_TEST_SHARED_CACHE", "1") != "0"

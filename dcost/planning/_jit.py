@@ -21,13 +21,17 @@ __all__ = ["jit"]
 
 def jit(fun=None, *, fast_compile: bool = False, **kwargs):
     """``jax.jit(fun, compiler_options=dcost._xla.options(fast_compile), **kwargs)``, compiled on
-    first use; usable as a decorator."""
+    first use (fast also when ``DCOST_FAST_COMPILE`` is on: ``dcost._xla.prefer_fast``); usable as
+    a decorator."""
     if fun is None:
         return functools.partial(jit, fast_compile=fast_compile, **kwargs)
 
     @functools.cache
+    def compiled_with(fast: bool):
+        return jax.jit(fun, compiler_options=_xla.options(fast), **kwargs)
+
     def compiled():
-        return jax.jit(fun, compiler_options=_xla.options(fast_compile), **kwargs)
+        return compiled_with(_xla.prefer_fast(fast_compile))
 
     @functools.wraps(fun)
     def call(*args, **kw):

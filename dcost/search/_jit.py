@@ -14,6 +14,7 @@ Inside ``with prefer_fast_compile():`` every search program compiles with ``fast
 backend optimization level 0): it compiles about 2.5x faster and runs about 2x slower
 (``optimize``: 1.7 s against 4.2 s of CPU to compile, 15-23 ms against 9-13 ms a solve on 2
 cores), the right trade for a process that asks one question, such as the command line.
+``DCOST_FAST_COMPILE=1`` does the same for a whole process (``dcost._xla.prefer_fast``).
 """
 
 from __future__ import annotations
@@ -61,12 +62,12 @@ def jit(fun=None, *, fast_compile: bool = False, **kwargs):
         return jax.jit(fun, compiler_options=_options(fast), **kwargs)
 
     def compiled():
-        return compiled_with(fast_compile or _PREFER_FAST_COMPILE)
+        return compiled_with(_xla.prefer_fast(fast_compile or _PREFER_FAST_COMPILE))
 
     @functools.wraps(fun)
     def call(*args, **kw):
         if exportable:
-            fast = fast_compile or _PREFER_FAST_COMPILE
+            fast = _xla.prefer_fast(fast_compile or _PREFER_FAST_COMPILE)
             # the options asked for key the program; they are probed only to compile one
             out = _programs.run(
                 fun, args, kw, static_argnames, _requested(fast), lambda: _options(fast)

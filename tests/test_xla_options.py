@@ -1,0 +1,52 @@
+"""``DCOST_FAST_COMPILE``: what it switches, what it refuses, and that it changes speed only."""
+
+import numpy as np
+import pytest
+
+import dcost
+from dcost import _xla
+from dcost.search import _jit
+from dcost.search.optimize import Settings
+
+
+@pytest.mark.parametrize("value", ["1", "on", "TRUE", " yes "])
+def test_on_values_make_every_program_fast(value):
+    assert _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
+    assert _xla.prefer_fast(True, {"DCOST_FAST_COMPILE": value})
+
+
+@pytest.mark.parametrize("value", ["", "0", "off", "False", "no"])
+def test_off_values_leave_each_program_its_own_choice(value):
+    assert not _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
+    assert _xla.prefer_fast(True, {"DCOST_FAST_COMPILE": value})
+    assert not _xla.prefer_fast(False, {})
+
+
+@pytest.mark.parametrize("value", ["2", "fast", "yes please"])
+def test_other_values_are_refused_by_name(value):
+    with pytest.raises(ValueError, match="DCOST_FAST_COMPILE") as err:
+        _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
+    assert repr(value) in str(err.value)
+
+
+@pytest.mark.slow
+def test_level_0_gives_the_answer_of_the_default_level(monkeypatch):
+    """The suite runs at level 0 (tests/conftest.py): the answer must not depend on it."""
+    p = dcost.Problem(
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-8b"),
+        dcost.Workload(2048),
+        free={"batch": (1, 113), "chips": (1, 5)},  # a structure of this test's own
+        tpot_slo=0.01,
+    )
+    settings = Settings(starts=2, rounds=3, steps=4, local_rounds=1)
+    solved = {}
+    for value in ("0", "1"):
+        monkeypatch.setenv("DCOST_FAST_COMPILE", value)
+        options = _jit._options(_xla.prefer_fast(False))
+        assert options is None or ("xla_backend_optimization_level" in options) == (value == "1")
+        solved[value] = dcost.optimize(p, settings)
+    slow, fast = solved["0"], solved["1"]
+    np.testing.assert_array_equal(np.asarray(slow.x), np.asarray(fast.x))
+    np.testing.assert_allclose(float(slow.cost), float(fast.cost), rtol=1e-6)
+    assert slow.binding == fast.binding
