@@ -286,9 +286,10 @@ class Hardware(eqx.Module):
       attention_flops: peak FLOP/s of attention over the context (``QK^T`` and ``PV``), which runs
         at the KV cache's number format rather than the weights' (a 4-bit matmul rate does not
         apply to it); None: ``flops`` (v1). ``flops_efficiency`` applies to it too (FLOP/s).
-      tree_collectives: message count of all-reduces, ``tau`` in [0, 1]: 0 the ring's
-        ``2(n-1)`` (v2), 1 the log-depth algorithms' ``2 log2 n``
-        (``dcost.serving.collectives.all_reduce``) (1, 0).
+      tree_collectives: latency rounds of collectives, ``tau`` in [0, 1]: 0 one message after
+        another, an all-reduce's ring ``2(n-1)`` and an all-to-all's ``p`` peers (v2); 1 the
+        log-depth algorithms' ``2 log2 n`` and ``log2(p + 1)``
+        (``dcost.serving.collectives.all_reduce``, ``all_to_all_rounds``) (1, 0).
       kv_bandwidth_efficiency: achieved fraction of ``hbm_bandwidth`` of attention's reads of the
         KV cache (gathered from pages, split over heads and sequences) where it differs from the
         weights' ``eta_BW``; None: ``bandwidth_efficiency`` (v1).

@@ -1,7 +1,7 @@
 """The terms the validation work added to the serving model, each off by default: kernels in
 series (``Hardware.kernel_serialization``), collectives hidden behind them
 (``Design.comm_overlap``), attention at its own rate (``Hardware.attention_flops``), log-depth
-all-reduces (``Hardware.tree_collectives``) and the KV cache's own read efficiency
+all-reduces and all-to-alls (``Hardware.tree_collectives``) and the KV cache's own read efficiency
 (``Hardware.kv_bandwidth_efficiency``).
 
 Hand calculations use the round-number chip of ``tests/test_serving_v2.py`` (1 PFLOP/s, 1 TB/s,
@@ -16,7 +16,8 @@ import pytest
 import dcost
 from dcost import Design, Workload
 from dcost.serving.attention import attention_comm_time
-from dcost.serving.collectives import all_reduce
+from dcost.serving.collectives import all_reduce, all_to_all_rounds
+from dcost.serving.moe import all_to_all_time
 from dcost.serving.roofline import stage_time
 
 
@@ -146,6 +147,41 @@ def test_tree_collectives_in_a_tensor_parallel_stage_by_hand():
     assert float(t) == pytest.approx(0.7e-3 + 0.12e-3, rel=1e-12)
     ring = attention_comm_time(1e3, 10.0, 8.0, 1.0, chip(scaleup_latency=1e-6), dense())
     assert float(ring) == pytest.approx(0.7e-3 + 0.28e-3, rel=1e-12)
+
+
+def moe(**kw):
+    base = dict(
+        n_layers=10,
+        d_model=1000,
+        params_dense=1e8,
+        params_per_expert=1e7,
+        n_experts=64,
+        experts_active=4,
+        kv_bytes_per_token=1e5,
+        bytes_per_param=2.0,
+        attn_flops_per_context_token=1e5,
+    )
+    return dcost.Model(**{**base, **kw})
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("tree", [0.0, 1.0, 0.25])
+def test_tree_collectives_in_an_expert_parallel_all_to_all_by_hand(tree):
+    # G = 16 chips over two scale-up domains of S = 8, v1 dispatch (dedup = 0), 10 MoE layers,
+    # 1000 tokens, k = 4, d = 1000, 2-byte activations, imbalance 1:
+    #   bytes per chip 1000 * 10 * (4 * 2 * 1000 * 2) * 15/256 = 9.375e6 B, of which 7/15 on
+    #   scale-up (4.375e6 B over 1e11 B/s = 43.75 us) and 8/15 on scale-out (5e6 B over 1e10
+    #   B/s = 500 us); 2 * 10 = 20 all-to-alls, each to 7 scale-up and 8 scale-out peers:
+    #   latency rounds 7 and 8 one after another (tree 0), log2(8) = 3 and log2(9) (tree 1)
+    up_alpha, out_alpha = 1e-6, 1e-5
+    h = chip(scaleup_latency=up_alpha, scaleout_latency=out_alpha, tree_collectives=tree)
+    t = all_to_all_time(1000.0, 10.0, 16.0, h, moe())
+    rounds_up = (1 - tree) * 7 + tree * 3.0
+    rounds_out = (1 - tree) * 8 + tree * float(jnp.log2(9.0))
+    up = 20 * rounds_up * up_alpha + 43.75e-6
+    out = 20 * rounds_out * out_alpha + 500e-6
+    assert float(t) == pytest.approx(max(up, out), rel=1e-12)
+    assert all_to_all_rounds(7.0, tree) == pytest.approx(rounds_up, rel=1e-12)
 
 
 @pytest.mark.x64

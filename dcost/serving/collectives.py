@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_rounds"]
 
 
 def all_reduce(volume, n, bandwidth, latency=0.0, tree=0.0):
@@ -53,6 +53,26 @@ def _log2(n):
     import jax.numpy as jnp
 
     return jnp.log2(jnp.maximum(n, 1.0))
+
+
+def all_to_all_rounds(peers, tree=0.0):
+    """Latency rounds of an all-to-all in which a chip exchanges a message with each of
+    ``peers`` others.
+
+    .. math:: m = (1-\\tau)\\,p + \\tau \\log_2(p + 1)
+
+    ``tree = 0``: one message after another, ``p`` rounds (v2). ``tree = 1``: the log-depth
+    algorithm's ``ceil(log2 n)`` rounds for ``n = p + 1`` chips (Bruck et al., "Efficient
+    algorithms for all-to-all communications in multiport message-passing systems", IEEE TPDS
+    8(11), 1997), relaxed to ``log2 n``: a chip has all its messages in flight at once and waits
+    for a round trip per doubling, as switch-based all-to-alls do (NCCL's all-to-all and
+    DeepEP post every peer's send before waiting). ``Hardware.tree_collectives`` sets ``tau`` for
+    all-reduces (``all_reduce``) and all-to-alls alike.
+
+    >>> all_to_all_rounds(7.0), all_to_all_rounds(7.0, tree=1.0), all_to_all_rounds(0.0, 1.0)
+    (7.0, 3.0, 0.0)
+    """
+    return (1.0 - tree) * peers + tree * _log2(peers + 1.0)
 
 
 def all_gather(volume, n, bandwidth, latency=0.0):

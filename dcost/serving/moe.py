@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.serving.collectives import all_to_all
+from dcost.serving.collectives import all_to_all, all_to_all_rounds
 from dcost.smooth import safe_div, safe_sqrt, smax, smin
 from dcost.specs import SpecError, _concrete, _float, check
 
@@ -221,8 +221,11 @@ def all_to_all_time(
                       2\\tfrac{L_{moe}}{P} n_p m_{out}\\alpha_{out} + \\text{out}/O'\\big)
 
     (both link kinds at once; smooth max when ``smoothness > 0``), ``U', O'`` the achieved
-    bandwidths, ``n_p`` the passes (prefill chunks). 0 when ``G = 1``. With the defaults
-    (``dedup = 0``, ``imbalance = 1``, latencies 0, efficiencies 1) this is v1's all-to-all.
+    bandwidths, ``n_p`` the passes (prefill chunks). 0 when ``G = 1``. The latency rounds ``m``
+    of an all-to-all to ``p`` peers are ``p`` (one message after another, v2) or, with
+    ``Hardware.tree_collectives = tau``, ``(1-tau) p + tau log2(p + 1)`` (``all_to_all_rounds``).
+    With the defaults (``dedup = 0``, ``imbalance = 1``, latencies 0, efficiencies 1) this is
+    v1's all-to-all.
 
     Args:
       tokens: tokens of the stage step, all passes together.
@@ -258,12 +261,15 @@ def all_to_all_time(
         [
             all_to_all(
                 up,
-                calls * (s_eff - 1.0),
+                calls * all_to_all_rounds(s_eff - 1.0, hardware.get("tree_collectives")),
                 hardware.scaleup_achieved,
                 hardware.get("scaleup_latency"),
             ),
             all_to_all(
-                out, calls * peers_out, hardware.scaleout_achieved, hardware.get("scaleout_latency")
+                out,
+                calls * all_to_all_rounds(peers_out, hardware.get("tree_collectives")),
+                hardware.scaleout_achieved,
+                hardware.get("scaleout_latency"),
             ),
         ],
         smoothness,
