@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.serving.roofline import balance_batch, decode
+from dcost.serving.roofline import balance_batch, decode, matmul_efficiency
 from dcost.specs import Design, Hardware, Model, Workload
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "measure_decode",
     "fit_knee",
     "fit_efficiency",
+    "fit_matmul_curve",
     "calibrate",
     "Calibration",
     "QUICK",
@@ -492,3 +493,80 @@ def _grid_error(g, b, log_t, hardware, model, context):
     )
     t = decode(Design(batch=b), hw, model, Workload(context)).tpot  # [n, n, len(b)]
     return jnp.sum((jnp.log(t) - log_t) ** 2, axis=-1)
+
+
+def fit_matmul_curve(
+    tokens, seconds, flops_per_token, weight_bytes, flops, bandwidth, n_grid: int = 61
+) -> dict:
+    """The roofline of one weight matmul fitted to its times against the tokens through it.
+
+    .. math::
+        t(M) = \\max\\Big(\\frac{W}{BW\\,\\eta_{BW}},\\;
+               \\frac{f M}{F\\,\\eta(M)}\\Big), \\qquad
+        \\eta(M) = \\eta_F \\frac{M}{M + n_{1/2}}
+
+    (``dcost.serving.roofline.matmul_efficiency``), fitted on log time over a grid of
+    ``eta_BW`` in [0.05, 1.5], ``eta_F`` in [0.05, 1] and ``n_half`` in {0} and [0.1, 3000]
+    (log-spaced, ``n_grid`` points each; every point in one array expression), then once more
+    on as fine a grid between the best point's neighbours. ``eta_BW`` may
+    pass 1 because ``bandwidth`` is usually a copy's (reads and writes) and a matmul only reads
+    its weights. Used by ``benchmarks/matmul_sweep.py``.
+
+    Args:
+      tokens: ``M`` per point. seconds: measured times (s). flops_per_token: ``f`` (FLOP).
+      weight_bytes: ``W`` (bytes). flops: ``F`` (FLOP/s). bandwidth: ``BW`` (bytes/s).
+
+    Returns:
+      ``{"bandwidth_efficiency", "flops_efficiency", "matmul_half_tokens", "rms_log_error"}``.
+
+    >>> m = np.array([1, 4, 16, 64, 256, 1024, 4096.0])
+    >>> hw = _hardware(1e15, 1e12, 0.7)
+    >>> hw = eqx.tree_at(lambda h: h.matmul_half_tokens, hw, 40.0, is_leaf=lambda x: x is None)
+    >>> t = np.maximum(1e9 / (1e12 * 0.8), 2e9 * m / (1e15 * np.asarray(matmul_efficiency(m, hw))))
+    >>> fit = fit_matmul_curve(m, t, 2e9, 1e9, 1e15, 1e12)
+    >>> [round(fit[k], 2) for k in ("bandwidth_efficiency", "flops_efficiency")]
+    [0.8, 0.7]
+    >>> round(fit["matmul_half_tokens"])
+    40
+    """
+    m = np.asarray(tokens, dtype=float)
+    log_t = np.log(np.asarray(seconds, dtype=float))
+    if m.shape != log_t.shape or m.ndim != 1 or m.size < 3 or not np.all(m > 0):
+        raise ValueError(
+            "fit_matmul_curve: tokens and seconds must be 1-D of the same length (at least 3), "
+            f"tokens > 0; got shapes {m.shape} and {log_t.shape}"
+        )
+    n = int(n_grid)
+    axes = [
+        np.geomspace(0.05, 1.5, n),
+        np.geomspace(0.05, 1.0, n),
+        np.concatenate([[0.0], np.geomspace(0.1, 3000.0, n - 1)]),
+    ]
+    for _ in range(2):  # the grid, then a grid as fine again between the best point's neighbours
+        err = _matmul_curve_error(axes, m, log_t, flops_per_token, weight_bytes, flops, bandwidth)
+        best = np.unravel_index(int(np.argmin(err)), err.shape)
+        picked = [float(ax[i]) for ax, i in zip(axes, best, strict=True)]
+        axes = [
+            np.linspace(ax[max(i - 1, 0)], ax[min(i + 1, len(ax) - 1)], n)
+            for ax, i in zip(axes, best, strict=True)
+        ]
+    eta_bw, eta_f, half = picked
+    return {
+        "bandwidth_efficiency": eta_bw,
+        "flops_efficiency": eta_f,
+        "matmul_half_tokens": half,
+        "rms_log_error": float(np.sqrt(np.min(err))),
+    }
+
+
+def _matmul_curve_error(axes, m, log_t, flops_per_token, weight_bytes, flops, bandwidth):
+    """Mean squared log error of ``fit_matmul_curve``'s roofline on the grid ``axes``."""
+    eta_bw, eta_f, half = axes
+    hw = _hardware(float(flops), float(bandwidth), eta_f[:, None, None])
+    hw = eqx.tree_at(
+        lambda h: h.matmul_half_tokens, hw, half[None, :, None], is_leaf=lambda x: x is None
+    )
+    t_flops = flops_per_token * m / (float(flops) * np.asarray(matmul_efficiency(m, hw)))
+    t_bytes = float(weight_bytes) / (float(bandwidth) * eta_bw)
+    t = np.maximum(t_bytes[:, None, None, None], t_flops[None])  # (bw, f, half, points)
+    return np.mean((np.log(t) - log_t) ** 2, axis=-1)
