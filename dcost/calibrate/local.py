@@ -544,7 +544,7 @@ def fit_matmul_curve(
     ]
     for _ in range(2):  # the grid, then a grid as fine again between the best point's neighbours
         err = _matmul_curve_error(axes, m, log_t, flops_per_token, weight_bytes, flops, bandwidth)
-        best = np.unravel_index(int(np.argmin(err)), err.shape)
+        best = [int(i) for i in np.unravel_index(int(np.argmin(err)), err.shape)]
         picked = [float(ax[i]) for ax, i in zip(axes, best, strict=True)]
         axes = [
             np.linspace(ax[max(i - 1, 0)], ax[min(i + 1, len(ax) - 1)], n)
