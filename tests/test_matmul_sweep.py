@@ -36,11 +36,22 @@ def test_fit_recovers_a_planted_roofline(eta_bw, eta_f, half):
 
 @pytest.mark.parametrize(
     ("tokens", "seconds"),
-    [([1.0, 2.0], [1.0, 2.0]), ([1.0, 2.0, 4.0], [1.0, 2.0]), ([0.0, 1.0, 2.0], [1.0, 1.0, 1.0])],
+    [
+        ([1.0, 2.0], [1.0, 2.0]),
+        ([1.0, 2.0, 4.0], [1.0, 2.0]),
+        ([0.0, 1.0, 2.0], [1.0, 1.0, 1.0]),
+        ([1.0, 2.0, 4.0], [1.0, -1.0, 1.0]),
+        ([1.0, 2.0, 4.0], [1.0, float("nan"), 1.0]),
+    ],
 )
 def test_fit_refuses_what_it_cannot_fit(tokens, seconds):
     with pytest.raises(ValueError, match="fit_matmul_curve"):
         fit_matmul_curve(tokens, seconds, 1.0, 1.0, 1.0, 1.0)
+
+
+def test_fit_refuses_a_non_positive_scale():
+    with pytest.raises(ValueError, match="bandwidth = 0.0"):
+        fit_matmul_curve([1.0, 2.0, 4.0], [1.0, 1.0, 1.0], 1.0, 1.0, 1.0, 0.0)
 
 
 def test_the_quick_sweep_runs_and_writes_its_figures(tmp_path, capfd):

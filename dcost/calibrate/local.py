@@ -530,12 +530,20 @@ def fit_matmul_curve(
     40
     """
     m = np.asarray(tokens, dtype=float)
-    log_t = np.log(np.asarray(seconds, dtype=float))
-    if m.shape != log_t.shape or m.ndim != 1 or m.size < 3 or not np.all(m > 0):
+    t = np.asarray(seconds, dtype=float)
+    if m.shape != t.shape or m.ndim != 1 or m.size < 3:
         raise ValueError(
-            "fit_matmul_curve: tokens and seconds must be 1-D of the same length (at least 3), "
-            f"tokens > 0; got shapes {m.shape} and {log_t.shape}"
+            "fit_matmul_curve: tokens and seconds must be 1-D of the same length (at least 3); "
+            f"got shapes {m.shape} and {t.shape}"
         )
+    for name, x in (("tokens", m), ("seconds", t)):
+        if not np.all(np.isfinite(x) & (x > 0)):
+            raise ValueError(f"fit_matmul_curve: {name} = {x.tolist()} must be finite and > 0")
+    scales = {"flops_per_token": flops_per_token, "weight_bytes": weight_bytes, "flops": flops}
+    for name, v in {**scales, "bandwidth": bandwidth}.items():
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"fit_matmul_curve: {name} = {v!r} must be finite and > 0")
+    log_t = np.log(t)
     n = int(n_grid)
     axes = [
         np.geomspace(0.05, 1.5, n),
