@@ -52,6 +52,8 @@ def test_fit_refuses_what_it_cannot_fit(tokens, seconds):
 def test_fit_refuses_a_non_positive_scale():
     with pytest.raises(ValueError, match="bandwidth = 0.0"):
         fit_matmul_curve([1.0, 2.0, 4.0], [1.0, 1.0, 1.0], 1.0, 1.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="n_grid = 2"):
+        fit_matmul_curve([1.0, 2.0, 4.0], [1.0, 1.0, 1.0], 1.0, 1.0, 1.0, 1.0, n_grid=2)
 
 
 def test_the_quick_sweep_runs_and_writes_its_figures(tmp_path, capfd):

@@ -508,9 +508,9 @@ def fit_matmul_curve(
     (``dcost.serving.roofline.matmul_efficiency``), fitted on log time over a grid of
     ``eta_BW`` in [0.05, 1.5], ``eta_F`` in [0.05, 1] and ``n_half`` in {0} and [0.1, 3000]
     (log-spaced, ``n_grid`` points each; every point in one array expression), then once more
-    on as fine a grid between the best point's neighbours. ``eta_BW`` may
-    pass 1 because ``bandwidth`` is usually a copy's (reads and writes) and a matmul only reads
-    its weights. Used by ``benchmarks/matmul_sweep.py``.
+    on as fine a grid between the best point's neighbours. ``eta_BW`` may pass 1 because
+    ``bandwidth`` is usually a copy's (reads and writes) and a matmul only reads its weights.
+    Used by ``benchmarks/matmul_sweep.py``.
 
     Args:
       tokens: ``M`` per point. seconds: measured times (s). flops_per_token: ``f`` (FLOP).
@@ -539,10 +539,14 @@ def fit_matmul_curve(
     for name, x in (("tokens", m), ("seconds", t)):
         if not np.all(np.isfinite(x) & (x > 0)):
             raise ValueError(f"fit_matmul_curve: {name} = {x.tolist()} must be finite and > 0")
-    scales = {"flops_per_token": flops_per_token, "weight_bytes": weight_bytes, "flops": flops}
-    for name, v in {**scales, "bandwidth": bandwidth}.items():
+    scales = dict(
+        flops_per_token=flops_per_token, weight_bytes=weight_bytes, flops=flops, bandwidth=bandwidth
+    )
+    for name, v in scales.items():
         if not (np.isfinite(v) and v > 0):
             raise ValueError(f"fit_matmul_curve: {name} = {v!r} must be finite and > 0")
+    if isinstance(n_grid, bool) or not isinstance(n_grid, (int, np.integer)) or n_grid < 3:
+        raise ValueError(f"fit_matmul_curve: n_grid = {n_grid!r} must be an int >= 3")
     log_t = np.log(t)
     n = int(n_grid)
     axes = [
