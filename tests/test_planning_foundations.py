@@ -196,6 +196,38 @@ def test_latency_jits_vmaps_and_differentiates():
     assert float(g) > 0 and float(g) == pytest.approx(float(fd), rel=0.15)
 
 
+def test_share_over_a_time_brackets_its_percentile():
+    """``P(X > x) <= 1 - q`` just above the solved percentile ``x_q`` and ``>= 1 - q`` just
+    below it (the share is a sum of steps over the quadrature, so at ``x_q`` itself it may sit
+    on a step): the search's tail verdict and the report's percentile are one distribution,
+    and agree for every target not within 1e-4 of ``x_q``. The share falls as the time grows."""
+    t = Traffic(12.0, 1500.0, 200.0, prompt_cv=1.0, output_cv=1.0)
+    q = (0.5, 0.9, 0.99)
+    agg = Pool(step(), replicas=2, batch_cap=512, chunk=2048)
+    pre = Pool(roofline_step(A, 0.0, E_TOK), replicas=2, batch_cap=64, chunk=4096)
+    dec = Pool(step(), replicas=1, batch_cap=512, chunk=1)
+
+    def latency(slo=None):
+        return (
+            aggregated_latency(t, agg, q, slo=slo),
+            disaggregated_latency(t, pre, dec, lambda n: 1e-5 * n, q, slo=slo),
+        )
+
+    tol = 1e-6
+    for base, i in zip(latency(), range(2), strict=True):
+        assert base.ttft_over is None and base.tpot_over is None
+        for j, qj in enumerate(q):
+            above = latency((base.ttft[j] * (1 + 1e-4), base.tpot[j] * (1 + 1e-4)))[i]
+            below = latency((base.ttft[j] * (1 - 1e-4), base.tpot[j] * (1 - 1e-4)))[i]
+            for name in ("ttft_over", "tpot_over"):
+                assert float(getattr(above, name)) <= 1.0 - qj + tol
+                assert float(getattr(below, name)) >= 1.0 - qj - tol
+        shares = [latency((base.ttft[-1] * f, base.tpot[-1] * f))[i] for f in (0.5, 1.0, 2.0)]
+        ttft = [float(x.ttft_over) for x in shares]
+        assert ttft == sorted(ttft, reverse=True) and ttft[0] > ttft[-1]
+        assert float(shares[-1].tpot_over) < 0.01 < float(shares[0].tpot_over)
+
+
 # ------------------------------------------------------ latency against the simulation (10 %)
 
 # rates (requests/s) at which the closed form's prefill utilisation is the label

@@ -119,6 +119,10 @@ class Latency(eqx.Module):
         None: the same).
       slot_load: the offered load of the batch slots behind ``slot_wait`` (Erlangs: arrivals
         times the time a request holds a slot; the largest over pools).
+      ttft_over, tpot_over: when asked for (``slo``), the share of requests whose TTFT
+        (TPOT) exceeds the given time: ``TTFT_q <= slo`` exactly when ``ttft_over <= 1 - q``,
+        a verdict that costs one evaluation of the survival function where a percentile
+        costs a bisection (1 for an unstable queue); None otherwise.
     """
 
     quantiles: tuple[float, ...] = eqx.field(static=True)
@@ -132,6 +136,8 @@ class Latency(eqx.Module):
     slot_wait: jax.Array
     tpot_quantiles: tuple[float, ...] | None = eqx.field(static=True, default=None)
     slot_load: jax.Array | None = None
+    ttft_over: jax.Array | None = None
+    tpot_over: jax.Array | None = None
 
 
 def _lengths(traffic: Traffic, which: str):
@@ -209,10 +215,13 @@ def _solve(fn, target, lo, hi):
     return x0 - (step - jax.lax.stop_gradient(step))  # value x0, gradient of the Newton step
 
 
-def _ttft(traffic, quantiles, service, extra, tail, residual, busy):
+def _ttft(traffic, quantiles, service, extra, tail, residual, busy, at=None):
     """Percentiles of ``W' + S + extra`` (see the module docstring); ``service`` and ``extra``
     are per quadrature node, ``residual`` the decode step an arrival may wait for. All
-    percentiles are solved together (one vectorized bisection)."""
+    percentiles are solved together (one vectorized bisection); none when ``quantiles`` is
+    empty. Returns ``(percentiles, mean, over)``: ``over = P(TTFT > at)`` (1 for an unstable
+    queue; None without ``at``), the verdict ``TTFT_q <= at`` being ``over <= 1 - q`` at the
+    cost of one evaluation of the survival function instead of a bisection."""
     w = jnp.asarray(_W, dtype=service.dtype)
     own = service + extra
     r = jnp.maximum(residual, 1e-30)
@@ -227,16 +236,20 @@ def _ttft(traffic, quantiles, service, extra, tail, residual, busy):
     stable = tail.rate > 0
     rate = jnp.where(stable, tail.rate, 1.0)
     mean = jnp.sum(w * own) + (1.0 - tail.p_wait) * busy * residual / 2 + tail.p_wait / rate
+    over = None if at is None else jnp.where(stable, survival(jnp.reshape(at, (1,)))[0], 1.0)
+    if not quantiles:
+        return jnp.zeros((0,), service.dtype), jnp.where(stable, mean, jnp.inf), over
     target = 1.0 - jnp.asarray(quantiles, dtype=service.dtype)
     wait_bound = jnp.log(jnp.maximum(tail.p_wait, target) / target) / rate + residual
     hi = jnp.max(own) + wait_bound + 1e-9
     x = _solve(survival, target, jnp.zeros_like(hi), hi)
-    return jnp.where(stable, x, jnp.inf), jnp.where(stable, mean, jnp.inf)
+    return jnp.where(stable, x, jnp.inf), jnp.where(stable, mean, jnp.inf), over
 
 
-def _tpot(traffic, quantiles, mean_fn, var_fn):
+def _tpot(traffic, quantiles, mean_fn, var_fn, at=None):
     """Percentiles over requests (``T_out >= 2``) of a normal mixture over ``K = T_out - 1``
-    (solved together)."""
+    (solved together; none when ``quantiles`` is empty). Returns ``(percentiles, mean,
+    over)``, ``over = P(TPOT > at)`` (None without ``at``; see ``_ttft``)."""
     x_out = _lengths(traffic, "output")
     k = jnp.maximum(x_out - 1.0, 0.5)
     w = jnp.asarray(_W, dtype=k.dtype) * (x_out >= 1.5)
@@ -247,10 +260,13 @@ def _tpot(traffic, quantiles, mean_fn, var_fn):
     def survival(x):  # x: (Q,)
         return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
 
+    over = None if at is None else survival(jnp.reshape(at, (1,)))[0]
+    if not quantiles:
+        return jnp.zeros((0,), k.dtype), jnp.sum(w * m), over
     target = 1.0 - jnp.asarray(quantiles, dtype=k.dtype)
     lo = jnp.min(m - 9.0 * s) * jnp.ones_like(target)
     hi = jnp.max(m + 9.0 * s) * jnp.ones_like(target)
-    return _solve(survival, target, lo, hi), jnp.sum(w * m)
+    return _solve(survival, target, lo, hi), jnp.sum(w * m), over
 
 
 def _decode_fixed_point(tbar_fn, lam_r, mean_k):
@@ -312,7 +328,7 @@ def _quantiles(quantiles, tpot_quantiles):
 
 
 def aggregated_latency(
-    traffic: Traffic, pool: Pool, quantiles=QUANTILES, tpot_quantiles=None
+    traffic: Traffic, pool: Pool, quantiles=QUANTILES, tpot_quantiles=None, slo=None
 ) -> Latency:
     """TTFT and TPOT percentiles of one pool serving prefill and decode together (continuous
     batching with chunked prefill). The formulas are in the module docstring.
@@ -323,6 +339,8 @@ def aggregated_latency(
       quantiles: percentiles to report (static), in (0, 1).
       tpot_quantiles: percentiles of TPOT when they differ from ``quantiles`` (static; None:
         the same).
+      slo: ``(ttft, tpot)`` seconds: also the share of requests over each
+        (``Latency.ttft_over``, ``tpot_over``); None: not computed.
 
     Returns:
       ``Latency``.
@@ -370,7 +388,8 @@ def aggregated_latency(
     rho_p = lam_r * eq
     tail = mgc_wait(traffic.rate, pool.replicas, eq, cv)
     busy = 1.0 - jnp.exp(-batch)
-    ttft, ttft_mean = _ttft(traffic, quantiles, own, 0.0, tail, t0, busy)
+    at_ttft, at_tpot = (None, None) if slo is None else slo
+    ttft, ttft_mean, ttft_over = _ttft(traffic, quantiles, own, 0.0, tail, t0, busy, at_ttft)
 
     # TPOT: chunk/decode steps as a two-state Markov chain; the batch's own variation
     f_in = jnp.clip(f, 1e-6, 1.0 - 1e-6)
@@ -389,7 +408,7 @@ def aggregated_latency(
             + jnp.square(slope) * (2.0 / 3.0) * batch
         )
 
-    tpot, tpot_mean = _tpot(traffic, tpot_q, mean_fn, var_fn)
+    tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot)
     load = traffic.rate * (es + mean_k * tbar)
     slot = _slot_wait(pool, load)
     return Latency(
@@ -404,6 +423,8 @@ def aggregated_latency(
         slot,
         _other(tpot_q, quantiles),
         load,
+        ttft_over,
+        tpot_over,
     )
 
 
@@ -411,14 +432,16 @@ def _other(tpot_q, quantiles):
     return None if tpot_q == quantiles else tpot_q
 
 
-def prefill_pool_latency(traffic: Traffic, prefill: Pool, transfer, quantiles=QUANTILES):
+def prefill_pool_latency(
+    traffic: Traffic, prefill: Pool, transfer, quantiles=QUANTILES, ttft_slo=None
+):
     """The prefill side of a disaggregated fleet:
-    ``(ttft, ttft_mean, rho_p, slot_wait, slot_load)``.
+    ``(ttft, ttft_mean, rho_p, slot_wait, slot_load, ttft_over)``.
 
     TTFT percentiles (s, one per quantile) of the prefill pool's M/G/c queue, its prompts'
     chunks and the KV transfer ``transfer(T_in)``; its utilisation; Erlang-C's probability that
     an arrival finds every one of its ``n * batch_cap`` slots taken, and the load behind it
-    (Erlangs; see ``disaggregated_latency``).
+    (Erlangs; see ``disaggregated_latency``); ``P(TTFT > ttft_slo)`` (None without it).
     """
     quantiles = tuple(float(x) for x in quantiles)
     prompt = _lengths(traffic, "prompt")
@@ -429,18 +452,19 @@ def prefill_pool_latency(traffic: Traffic, prefill: Pool, transfer, quantiles=QU
     rho_p = traffic.rate * es / prefill.replicas
     tail = mgc_wait(traffic.rate, prefill.replicas, es, cv)
     extra = jnp.asarray(transfer(prompt), dtype=prompt.dtype)
-    ttft, ttft_mean = _ttft(traffic, quantiles, own, extra, tail, 0.0, 0.0)
+    ttft, ttft_mean, over = _ttft(traffic, quantiles, own, extra, tail, 0.0, 0.0, ttft_slo)
     load = traffic.rate * es
-    return ttft, ttft_mean, rho_p, _slot_wait(prefill, load), load
+    return ttft, ttft_mean, rho_p, _slot_wait(prefill, load), load, over
 
 
-def decode_pool_latency(traffic: Traffic, decode: Pool, quantiles=QUANTILES):
+def decode_pool_latency(traffic: Traffic, decode: Pool, quantiles=QUANTILES, tpot_slo=None):
     """The decode side of a disaggregated fleet:
-    ``(tpot, tpot_mean, batch, step, slot_wait, slot_load)``.
+    ``(tpot, tpot_mean, batch, step, slot_wait, slot_load, tpot_over)``.
 
     TPOT percentiles (s, one per quantile) of a decode pool whose steps carry no chunk; its mean
     decode batch per replica, mean step time, Erlang-C's probability that an arrival finds
-    every slot taken, and the load behind it (Erlangs; see ``disaggregated_latency``).
+    every slot taken, and the load behind it (Erlangs; see ``disaggregated_latency``);
+    ``P(TPOT > tpot_slo)`` (None without it).
     """
     quantiles = tuple(float(x) for x in quantiles)
     mean_k = _mean_k(traffic)
@@ -463,9 +487,9 @@ def decode_pool_latency(traffic: Traffic, decode: Pool, quantiles=QUANTILES):
     def var_fn(k):
         return jnp.square(slope) * (2.0 / 3.0) * batch + r_var / jnp.square(k)
 
-    tpot, tpot_mean = _tpot(traffic, quantiles, mean_fn, var_fn)
+    tpot, tpot_mean, over = _tpot(traffic, quantiles, mean_fn, var_fn, tpot_slo)
     load = traffic.rate * mean_k * t
-    return tpot, tpot_mean, batch, t, _slot_wait(decode, load), load
+    return tpot, tpot_mean, batch, t, _slot_wait(decode, load), load, over
 
 
 def disaggregated_latency(
@@ -475,6 +499,7 @@ def disaggregated_latency(
     transfer: Callable[..., object],
     quantiles=QUANTILES,
     tpot_quantiles=None,
+    slo=None,
 ) -> Latency:
     """TTFT and TPOT percentiles of a prefill pool, a KV transfer and a decode pool.
 
@@ -493,6 +518,8 @@ def disaggregated_latency(
         (e.g. the serving model's ``kv_transfer_time``); array in, array out.
       quantiles: percentiles to report (static).
       tpot_quantiles: percentiles of TPOT when they differ from ``quantiles`` (static).
+      slo: ``(ttft, tpot)`` seconds: also the share of requests over each (see
+        ``aggregated_latency``); None: not computed.
 
     Returns:
       ``Latency`` (``step_time`` and ``decode_batch`` are the decode pool's).
@@ -506,10 +533,13 @@ def disaggregated_latency(
     (0.0219, True)
     """
     quantiles, tpot_q = _quantiles(quantiles, tpot_quantiles)
-    ttft, ttft_mean, rho_p, slot_p, load_p = prefill_pool_latency(
-        traffic, prefill, transfer, quantiles
+    at_ttft, at_tpot = (None, None) if slo is None else slo
+    ttft, ttft_mean, rho_p, slot_p, load_p, ttft_over = prefill_pool_latency(
+        traffic, prefill, transfer, quantiles, at_ttft
     )
-    tpot, tpot_mean, batch, t, slot_d, load_d = decode_pool_latency(traffic, decode, tpot_q)
+    tpot, tpot_mean, batch, t, slot_d, load_d, tpot_over = decode_pool_latency(
+        traffic, decode, tpot_q, at_tpot
+    )
     slot = jnp.maximum(slot_d, slot_p)
     return Latency(
         quantiles,
@@ -523,4 +553,6 @@ def disaggregated_latency(
         slot,
         _other(tpot_q, quantiles),
         jnp.maximum(load_p, load_d),
+        ttft_over,
+        tpot_over,
     )

@@ -48,8 +48,9 @@ __all__ = [
 ]
 
 MODES = ("aggregated", "disaggregated", "best")
-CHUNK = 32
-"""Scenarios vmapped together in a batched plan (``_search``)."""
+WIDTH = 64
+"""Scenarios a batched plan's search advances together per round (``search.search``'s
+``width``): the scenarios still searching are gathered from the whole batch each round."""
 REPORT_QUANTILES = (0.5, 0.9, 0.99)
 """Percentiles a plan reports besides its targets'."""
 _ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
@@ -170,19 +171,25 @@ def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
     return out
 
 
-@functools.partial(jit, static_argnames=("kinds", "settings", "chunk"))
-def _search(kinds, tables, index, traffic, targets, hardware, model, settings, chunk):
-    """Every scenario's search: vmapped in chunks of ``chunk`` scenarios (a vmapped search runs
-    as many rounds as its slowest scenario needs, so scenarios sorted by rate and taken a
-    chunk at a time waste fewer)."""
-
-    def one(u, tr, tg):
-        return {
-            k: S.search(k, tables[k], u, tr, tg, hardware, model, settings, REPORT_QUANTILES)
-            for k in kinds
-        }
-
-    return jax.lax.map(lambda a: one(*a), (index, traffic, targets), batch_size=chunk)
+@functools.partial(jit, static_argnames=("kinds", "settings", "width"))
+def _search(kinds, tables, index, traffic, targets, hardware, model, settings, width):
+    """Every scenario's search (``search.search`` over the batch, advancing ``width``
+    scenarios that still search per round)."""
+    return {
+        k: S.search(
+            k,
+            tables[k],
+            index,
+            traffic,
+            targets,
+            hardware,
+            model,
+            settings,
+            REPORT_QUANTILES,
+            width,
+        )
+        for k in kinds
+    }
 
 
 # ------------------------------------------------------------------------------ the answer
@@ -532,22 +539,19 @@ def plan(
     acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
     tables = _tables(kinds, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
     index = index.reshape(-1)
-    order = np.argsort(np.asarray(traffic_b.rate), kind="stable")  # alike scenarios together
-    back = np.argsort(order)
-    pick = lambda tree, o: jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[o]), tree)  # noqa: E731
-    settings = settings if settings.group else settings._replace(group=1 if n is None else 4)
+    settings = settings if settings.group else settings._replace(group=1)
     found = _search(
         kinds,
         tables,
-        jnp.asarray(index[order], jnp.int32),
-        pick(traffic_b, order),
-        pick(targets, order),
+        jnp.asarray(index, jnp.int32),
+        traffic_b,
+        targets,
         hardware,
         model,
         settings,
-        min(batch, CHUNK),
+        min(batch, WIDTH),
     )
-    found = jax.tree.map(lambda x: np.asarray(x)[back], jax.device_get(found))
+    found = jax.device_get(found)
     plans = [
         _assemble(modes, rows, found, i, traffic_at(traffic_b, i), question) for i in range(batch)
     ]

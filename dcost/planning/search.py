@@ -15,20 +15,30 @@ count** ``n_min``; the search finds it for the layouts that can win, by **branch
    requests in flight. A layout whose weights do not fit, whose step at batch 1 already
    exceeds the TPOT target, or whose own prefill (and KV transfer) exceeds the TTFT target at
    its percentile even without queueing, is infeasible.
-2. *Order.* Layouts are visited in order of their bound ``n_lo P G``, ``group`` at a time.
-3. *Integer search.* For each layout, ``candidates`` replica counts are evaluated per round with
-   the closed forms: first a ladder up from ``n_lo`` (1, 1.1, 1.25, 1.5 times, then wider), then,
-   once a feasible count brackets ``n_min``, the secant root of the worst constraint
-   ``h(n) = max_j log(value_j/limit_j)`` in ``log n`` with its neighbours and the midpoint,
-   until ``n_min - 1`` is infeasible and ``n_min`` feasible: exact whole numbers, no rounding.
-4. *Stop.* When the cheapest fleet found costs no more chips than the next layout's bound, no
+2. *Order.* Layouts are visited in order of their bound ``n_lo P G`` by ``group`` slots; a
+   slot that finishes takes the next layout at once.
+3. *Integer search.* For each layout, 4 replica counts are evaluated per round with the closed
+   forms: first a ladder up from ``n_lo`` (1, 1.1, 1.25, 1.5 times, then wider), then, once a
+   feasible count brackets ``n_min``, the secant root of the worst constraint
+   ``h(n) = max_j h_j(n)`` in ``log n`` with its neighbours and the midpoint, until
+   ``n_min - 1`` is infeasible and ``n_min`` feasible: exact whole numbers, no rounding. A
+   verdict is by the tail: ``h_j = log(P(X > slo)/(1 - q))`` for TTFT and TPOT (``evaluate``'s
+   ``by_tail``: ``X_q <= slo`` exactly when the share over ``slo`` is at most ``1 - q``, with
+   no percentile solved), ``log(value/limit)`` for the others.
+4. *Caps.* With a fleet of ``c*`` chips held, a layout can only win (or tie) at
+   ``n <= cap = floor(c* / (P G))``: its ladder ends at the cap, infeasible there it is out,
+   and a *screen* round tries the next unopened layouts at their caps together (``4 group``
+   of them), so that a layout that cannot win costs one evaluation.
+5. *Stop.* When the cheapest fleet found costs no more chips than the next layout's bound, no
    unvisited layout can beat it (ties are visited too, and go to the first layout in the
    enumeration, as in the exhaustive grid).
 
 ``grid`` evaluates every layout at every count ``1..n_max``: the ground truth the search is
-tested against. Everything is one jitted program, vmapped over traffic scenarios. A
-disaggregated fleet separates: TTFT depends on the prefill pool alone, TPOT on the decode pool
-alone, so each pool is searched apart and the fleet is their sum.
+tested against. Everything is one jitted program. Many traffic scenarios share it: each round
+advances the ``width`` scenarios still searching, gathered from the whole batch and scattered
+back, so no scenario waits for a slower one. A disaggregated fleet separates: TTFT depends on
+the prefill pool alone, TPOT on the decode pool alone, so each pool is searched apart and the
+fleet is their sum.
 
 References: Land and Doig, "An automatic method of solving discrete programming problems",
 Econometrica 28(3), 1960 (branch and bound); the closed forms' own references are in
@@ -37,7 +47,7 @@ Econometrica 28(3), 1960 (branch and bound); the closed forms' own references ar
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -125,11 +135,11 @@ class Settings(NamedTuple):
     """Knobs of the search (static).
 
     Attributes:
-      group: layouts searched at once (branch and bound visits them ``group`` at a time); 0:
-        ``dcost.plan`` picks, 1 for one scenario (fewest evaluations), 4 for a batch (fewest
-        rounds, which a vmapped batch pays at its slowest scenario's count).
-      max_rounds: most rounds of the search per scenario (each evaluates
-        ``group * 4`` candidates); a scenario cut short reports ``exhausted``.
+      group: layouts searched at once per scenario, each by ``4`` candidates a round; 0:
+        ``dcost.plan`` picks 1 (the fewest evaluations; a batch of scenarios is advanced
+        ``width`` scenarios at a time, so it needs no wider rounds).
+      max_rounds: most rounds of the search per scenario; a scenario cut short reports
+        ``exhausted``.
     """
 
     group: int = 0
@@ -198,10 +208,16 @@ def evaluate(
     model: Model,
     quantiles=None,
     relaxed: bool = False,
+    by_tail: bool = False,
 ):
     """A pool of ``n`` replicas of one layout: its constraints as log-ratios (``<= 0`` holds).
 
     ``relaxed`` counts batch slots without rounding down (``capacity``), for derivatives.
+    ``by_tail`` judges TTFT and TPOT by the share of requests over the target,
+    ``log(P(X > slo) / (1 - q))``, in place of ``log(X_q / slo)``: the same verdict (``X_q <=
+    slo`` exactly when ``P(X > slo) <= 1 - q``) without solving a percentile, about half the
+    time of an evaluation (what the search does; ``info`` then has no latencies, and
+    ``quantiles`` must be None).
 
     Returns ``(log_ratios, info)``: ``log_ratios`` over ``CONSTRAINTS`` (``-_BIG`` where one
     does not apply to ``kind``, ``_BIG`` where a queue is unstable); ``info`` a dict: ``ttft``
@@ -209,33 +225,53 @@ def evaluate(
     applicable), ``load`` on the batch slots (Erlangs), mean decode ``batch`` per replica and
     ``step_time`` (s; NaN for a prefill pool), and ``capacity`` (sequences HBM holds).
     """
+    if by_tail and quantiles is not None:
+        raise ValueError("evaluate: by_tail computes no percentiles; pass quantiles=None")
     cap = capacity(table, hardware, targets, relaxed)
     fits = cap >= 1.0
     cap = jnp.maximum(cap, 1.0)
     extra = () if quantiles is None else tuple(quantiles)
-    q_ttft = (targets.ttft_quantile, *extra)
-    q_tpot = (targets.tpot_quantile, *extra)
+    q_ttft = () if by_tail else (targets.ttft_quantile, *extra)
+    q_tpot = () if by_tail else (targets.tpot_quantile, *extra)
+    slo = (targets.ttft_slo, targets.tpot_slo) if by_tail else (None, None)
     step = _closure(table)
     nan = jnp.full((len(q_ttft),), jnp.nan)
     none = jnp.full((), jnp.nan)
+    ttft_over: Any = none
+    tpot_over: Any = none
     if kind == "aggregated":
         pool = Pool(step, replicas=n, batch_cap=cap, chunk=layout.chunk / table.tokens_per_step)
-        out = lat.aggregated_latency(traffic, pool, q_ttft, q_tpot)
+        out = lat.aggregated_latency(traffic, pool, q_ttft, q_tpot, slo if by_tail else None)
         ttft, tpot, slot, load = out.ttft, out.tpot, out.slot_wait, out.slot_load
         batch, t_bar, rho = out.decode_batch, out.step_time, out.prefill_utilisation
+        ttft_mean, ttft_over, tpot_over = out.ttft_mean, out.ttft_over, out.tpot_over
     elif kind == "prefill":
         pool = Pool(step, replicas=n, batch_cap=cap, chunk=layout.chunk)
         d = transfer_time(hardware, model, layout)
-        ttft, _, rho, slot, load = lat.prefill_pool_latency(traffic, pool, d, q_ttft)
+        ttft, ttft_mean, rho, slot, load, ttft_over = lat.prefill_pool_latency(
+            traffic, pool, d, q_ttft, slo[0]
+        )
         tpot, batch, t_bar = nan, none, none
     else:
         pool = Pool(step, replicas=n, batch_cap=cap, chunk=1.0)
-        tpot, _, batch, t_bar, slot, load = lat.decode_pool_latency(traffic, pool, q_tpot)
-        ttft, rho = nan, none
+        tpot, _, batch, t_bar, slot, load, tpot_over = lat.decode_pool_latency(
+            traffic, pool, q_tpot, slo[1]
+        )
+        ttft, ttft_mean, rho = nan, none, none
     applies = APPLIES[kind]
+    if by_tail:
+        over_ttft = jnp.where(
+            jnp.isfinite(ttft_mean),
+            _log_ratio(ttft_over, 1.0 - targets.ttft_quantile),
+            _BIG,
+        )
+        over_tpot = _log_ratio(tpot_over, 1.0 - targets.tpot_quantile)
+    else:
+        over_ttft = _log_ratio(ttft[0], targets.ttft_slo)
+        over_tpot = _log_ratio(tpot[0], targets.tpot_slo)
     ratios = [
-        _log_ratio(ttft[0], targets.ttft_slo) if applies[0] else -_BIG,
-        _log_ratio(tpot[0], targets.tpot_slo) if applies[1] else -_BIG,
+        over_ttft if applies[0] else -_BIG,
+        over_tpot if applies[1] else -_BIG,
         jnp.where(fits, _log_ratio(slot, targets.slot_wait), _BIG),
         _log_ratio(rho, _rho_max(kind, targets)) if applies[3] else -_BIG,
     ]
@@ -378,6 +414,241 @@ class Found(NamedTuple):
     bounds: Bounds
 
 
+def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings: Settings):
+    """The search of one scenario in three steps: ``start(workload, traffic, targets) ->
+    (const, state)`` (every layout's bounds, their order and the first slots), ``advance(const,
+    state, ...)`` (one round) and ``finish(const, state, ..., quantiles) -> Found``."""
+    layouts = tables.layouts
+    n_layouts = tables.size
+    k, r = settings.group or 1, _LADDER.shape[1]
+    dtype = jnp.result_type(float)
+    chips = layouts.chips_per_replica
+    n_c = len(CONSTRAINTS)
+    slot = jnp.arange(k)
+    ladder = jnp.asarray(_LADDER, dtype)
+    inf = jnp.asarray(jnp.inf, dtype)
+
+    def open_at(const, state, pos, best_chips):
+        """Slots for the layouts at positions ``pos`` of the order; closed (done) past the
+        end, or where the bound exceeds the best fleet held (so do all later ones). A layout
+        the screen found feasible at its cap starts with that bracket."""
+        at = jnp.minimum(pos, n_layouts - 1)
+        row = const["order"][at]
+        lb = const["lb_chips"][row]
+        valid = (pos < n_layouts) & jnp.isfinite(lb) & (lb <= best_chips)
+        return dict(
+            row=row,
+            lo=const["bounds"].replicas[row] - 1.0,
+            hi=state["hint"][at],
+            hlo=jnp.full(pos.shape, _BIG, dtype),
+            hhi=state["hint_h"][at],
+            rung=jnp.zeros(pos.shape, jnp.int32),
+            done=~valid,
+            seen=jnp.zeros(pos.shape, bool),
+        )
+
+    def start(workload, traffic, targets):
+        def bound(i):
+            lay, tab = tables.row(workload, i)
+            return bounds(kind, lay, tab, traffic, targets, hardware, model)
+
+        b = jax.vmap(bound)(jnp.arange(n_layouts))
+        lb_chips = jnp.where(b.ok, b.replicas * chips, jnp.inf)
+        const = dict(bounds=b, lb_chips=lb_chips, order=jnp.argsort(lb_chips, stable=True))
+        state: dict[str, Any] = dict(
+            hint=jnp.full((n_layouts,), inf),
+            hint_h=jnp.full((n_layouts,), -_BIG, dtype),
+            out=jnp.zeros((n_layouts,), bool),
+            screened=jnp.asarray(k),
+        )
+        slots = open_at(const, state, slot, inf)
+        state = dict(
+            state,
+            slots=slots,
+            next=jnp.asarray(k),
+            best=dict(
+                chips=inf,
+                row=jnp.asarray(n_layouts, const["order"].dtype),
+                n=jnp.asarray(jnp.nan, dtype),
+                seen=jnp.asarray(False),
+            ),
+            finished=jnp.all(slots["done"]),
+            rounds=jnp.asarray(0),
+            evaluations=jnp.asarray(0),
+        )
+        return const, state
+
+    def caps(rows, best_chips):
+        """The most replicas of each layout that tie the best fleet held (inf: none)."""
+        return jnp.floor(best_chips / chips[rows])
+
+    def candidates(s, cap):
+        lo, hi = s["lo"], s["hi"]
+        rung = jnp.minimum(s["rung"], ladder.shape[0] - 1)
+        first = s["rung"] == 0
+        base = jnp.where(first, lo + 1.0, jnp.maximum(lo, 1.0))
+        climb = jnp.maximum(
+            lo[:, None] + 1.0 + jnp.arange(r), jnp.ceil(base[:, None] * ladder[rung])
+        )
+        below = jnp.maximum(lo, 1.0)  # the first round's first candidate: the bound less one
+        climb = climb.at[:, 0].set(jnp.where(first, below, climb[:, 0]))
+        # with a fleet held, the last candidate is the cap: infeasible there, the layout is out
+        held = jnp.where(jnp.isfinite(cap), cap, 0.0)
+        climb = climb.at[:, -1].set(jnp.maximum(climb[:, -1], held))
+        climb = jnp.minimum(jnp.minimum(climb, cap[:, None]), N_MAX)
+        # inside a bracket: the secant root of h in log n, its neighbours, and the midpoint
+        la, lb = jnp.log(jnp.maximum(lo, 0.5)), jnp.log(jnp.where(jnp.isfinite(hi), hi, 1.0))
+        frac = s["hlo"] / jnp.maximum(s["hlo"] - s["hhi"], 1e-12)
+        root = jnp.ceil(jnp.exp(la + (lb - la) * jnp.clip(frac, 0.0, 1.0)))
+        mid = jnp.floor(0.5 * (lo + hi))
+        inside = jnp.stack([root - 1.0, root, root + 1.0, mid], axis=-1)
+        top = jnp.minimum(jnp.where(jnp.isfinite(hi), hi, 2.0) - 1.0, cap)[:, None]
+        inside = jnp.clip(inside, lo[:, None] + 1.0, top)
+        return jnp.where(jnp.isfinite(hi)[:, None], inside, climb)
+
+    def advance(const, state, workload, traffic, targets):
+        def verdict(row, n):
+            lay, tab = tables.row(workload, row)
+            out = evaluate(kind, lay, tab, n, traffic, targets, hardware, model, by_tail=True)
+            return out[0]
+
+        s, best = state["slots"], state["best"]
+        order, lb_chips = const["order"], const["lb_chips"]
+
+        # a screen round: with a fleet held, the next k r unopened layouts at their caps
+        first = jnp.maximum(state["screened"], state["next"])
+        q = first + jnp.arange(k * r)
+        q_at = jnp.minimum(q, n_layouts - 1)
+        q_row = order[q_at]
+        q_ok = (q < n_layouts) & jnp.isfinite(lb_chips[q_row]) & (lb_chips[q_row] <= best["chips"])
+        screening = jnp.isfinite(best["chips"]) & q_ok[0]
+        q_cap = jnp.clip(caps(q_row, best["chips"]), 1.0, N_MAX)
+
+        # a search round: each open slot's candidates
+        cap = caps(s["row"], best["chips"])
+        cand = candidates(s, cap)
+        rows = jnp.where(screening, q_row, jnp.repeat(s["row"], r))
+        ns = jnp.where(screening, q_cap, cand.reshape(-1))
+        h = jnp.max(jax.vmap(verdict)(rows, ns), axis=-1)
+
+        q_feasible = (h <= 0.0) & q_ok
+        screened = dict(
+            hint=state["hint"].at[q_at].set(jnp.where(q_feasible, q_cap, state["hint"][q_at])),
+            hint_h=state["hint_h"].at[q_at].set(jnp.where(q_feasible, h, state["hint_h"][q_at])),
+            out=state["out"].at[q_at].set(state["out"][q_at] | (q_ok & (h > 0.0))),
+            screened=first + k * r,
+        )
+
+        h = h.reshape(k, r)
+        active = ~s["done"] & ~screening
+        feas = (h <= 0.0) & active[:, None]
+        infeas = (h > 0.0) & active[:, None]
+        c_hi = jnp.where(feas, cand, inf)
+        i_hi = jnp.argmin(c_hi, axis=1)
+        new_hi = jnp.minimum(s["hi"], jnp.min(c_hi, axis=1))
+        took_hi = new_hi < s["hi"]
+        hhi = jnp.where(took_hi, h[slot, i_hi], s["hhi"])
+        c_lo = jnp.where(infeas & (cand < new_hi[:, None]), cand, -inf)
+        i_lo = jnp.argmax(c_lo, axis=1)
+        new_lo = jnp.maximum(s["lo"], jnp.max(c_lo, axis=1))
+        took_lo = (jnp.max(c_lo, axis=1) >= s["lo"]) & active  # the bound less one counts too
+        hlo = jnp.where(took_lo, h[slot, i_lo], s["hlo"])
+        climbing = ~jnp.isfinite(new_hi)
+        rung = jnp.where(active & climbing, s["rung"] + 1, s["rung"])
+        gave_up = active & climbing & ((rung >= ladder.shape[0]) | (new_lo >= N_MAX))
+        done = s["done"] | (active & ((new_hi - new_lo <= 1.0) | (new_lo >= cap))) | gave_up
+        s = dict(
+            s,
+            lo=new_lo,
+            hi=new_hi,
+            hlo=hlo,
+            hhi=hhi,
+            rung=rung,
+            done=done,
+            seen=s["seen"] | took_lo,
+        )
+
+        # slots that just finished: the cheapest (ties to the first layout) may be the best
+        ended = done & active & jnp.isfinite(new_hi)
+        cost = jnp.where(ended, new_hi * chips[s["row"]], inf)
+        i = jnp.lexsort((s["row"], cost))[0]
+        better = (cost[i] < best["chips"]) | (
+            (cost[i] == best["chips"]) & (s["row"][i] < best["row"])
+        )
+        take = better & jnp.isfinite(cost[i])
+        best = jax.tree.map(
+            lambda new, old: jnp.where(take, new, old),
+            dict(chips=cost[i], row=s["row"][i], n=new_hi[i], seen=s["seen"][i]),
+            best,
+        )
+        # a slot whose layout can no longer tie the best is closed; free slots take the next
+        # layouts the screen has not ruled out
+        done = s["done"] | (s["lo"] >= caps(s["row"], best["chips"]))
+        place = jnp.arange(n_layouts)
+        avail = (place >= state["next"]) & ~state["out"]
+        rank = jnp.cumsum(avail)
+        want = jnp.cumsum(done)  # the j-th free slot takes the j-th available position
+        pos = jnp.searchsorted(rank, want, side="left")
+        pos = jnp.where(want <= rank[-1], pos, n_layouts)
+        fresh = open_at(const, state, pos, best["chips"])
+        s = jax.tree.map(
+            lambda a, f: jnp.where(done.reshape((k,) + (1,) * (a.ndim - 1)), f, a),
+            dict(s, done=done),
+            fresh,
+        )
+        taken = jnp.max(jnp.where(done & (pos < n_layouts), pos + 1, state["next"]))
+        searched = dict(
+            slots=s,
+            next=jnp.maximum(taken, state["next"]),
+            best=best,
+            finished=jnp.all(s["done"]),
+        )
+        kept = dict(
+            slots=state["slots"],
+            next=state["next"],
+            best=state["best"],
+            finished=state["finished"],
+        )
+        moved = jax.tree.map(lambda a, b: jnp.where(screening, a, b), kept, searched)
+        marks = jax.tree.map(
+            lambda a, b: jnp.where(screening, a, b),
+            screened,
+            {name: state[name] for name in screened},
+        )
+        return dict(
+            moved,
+            **marks,
+            rounds=state["rounds"] + 1,
+            evaluations=state["evaluations"]
+            + jnp.where(screening, jnp.sum(q_ok), jnp.sum(active) * r),
+        )
+
+    def finish(const, state, workload, traffic, targets, quantiles):
+        best = state["best"]
+        found = jnp.isfinite(best["chips"])
+        # the answer's report: the full evaluation at n, and at n - 1 where the search tried it
+        row = jnp.where(found, best["row"], 0)
+        n = jnp.where(found, best["n"], 1.0)
+        lay, tab = tables.row(workload, row)
+        args = (traffic, targets, hardware, model)
+        at, info = evaluate(kind, lay, tab, n, *args, quantiles)
+        below, _ = evaluate(kind, lay, tab, jnp.maximum(n - 1.0, 1.0), *args)
+        nan = jnp.full((n_c,), jnp.nan, dtype)
+        return Found(
+            row=jnp.where(found, best["row"], -1),
+            replicas=best["n"],
+            chips=best["chips"],
+            evaluations=state["evaluations"].astype(dtype),
+            exhausted=~state["finished"],
+            ratios=jnp.where(found, at, nan),
+            ratios_below=jnp.where(found & best["seen"], below, nan),
+            info=jax.tree.map(lambda x: jnp.where(found, x, jnp.nan), info),
+            bounds=const["bounds"],
+        )
+
+    return start, advance, finish
+
+
 def search(
     kind: str,
     tables: Tables,
@@ -388,190 +659,58 @@ def search(
     model: Model,
     settings: Settings = DEFAULT,
     quantiles=(0.5, 0.9, 0.99),
+    width: int = 1,
 ) -> Found:
-    """Branch and bound over one kind's layouts for one scenario (see the module docstring).
+    """Branch and bound over one kind's layouts (see the module docstring), for one scenario,
+    or for many when ``workload``, ``traffic`` and ``targets`` carry a leading axis.
 
-    Every evaluation also gives TTFT and TPOT at ``quantiles`` (static), so the answer's
-    report comes out of the search itself (one copy of the closed forms in the program).
+    ``group`` slots each search one layout; a slot that finishes takes the next layout in the
+    order of bounds at once, while that layout's bound does not exceed the best fleet held.
+    With a fleet held, a slot tries no more replicas than would tie it,
+    ``cap = floor(chips_best / (P G))``: a layout infeasible at its cap cannot win and is
+    dropped after that one evaluation. Candidates are judged by their tails
+    (``evaluate(..., by_tail=True)``: no percentile is solved during the search); the answer's
+    report (latency at the target's and ``quantiles``' percentiles, the log-ratios at ``n``
+    and ``n - 1``) comes from two full evaluations once it ends.
+
+    Many scenarios: each round advances ``width`` scenarios still searching (gathered from the
+    whole batch, scattered back), so a batch costs the rounds its scenarios need in all, not
+    ``width`` times the rounds of its slowest one.
     """
-    layouts = tables.layouts
-    n_layouts = tables.size
-    k, r = settings.group or 1, _LADDER.shape[1]
-    dtype = jnp.result_type(float)
-    chips = layouts.chips_per_replica
-    n_c = len(CONSTRAINTS)
+    start, advance, finish = _steps(kind, tables, hardware, model, settings)
+    scenario = (workload, traffic, targets)
+    if jnp.ndim(workload) == 0:
+        const, state = start(*scenario)
 
-    def bound(i):
-        lay, tab = tables.row(workload, i)
-        return bounds(kind, lay, tab, traffic, targets, hardware, model)
+        def cond(st):
+            return ~st["finished"] & (st["rounds"] < settings.max_rounds)
 
-    b = jax.vmap(bound)(jnp.arange(n_layouts))
-    lb_chips = jnp.where(b.ok, b.replicas * chips, jnp.inf)
-    order = jnp.argsort(lb_chips, stable=True)
-    ladder = jnp.asarray(_LADDER, dtype)
-    inf = jnp.asarray(jnp.inf, dtype)
+        state = jax.lax.while_loop(cond, lambda st: advance(const, st, *scenario), state)
+        return finish(const, state, *scenario, quantiles)
 
-    def one(row, n):
-        lay, tab = tables.row(workload, row)
-        return evaluate(kind, lay, tab, n, traffic, targets, hardware, model, quantiles)
+    const, state = jax.vmap(start)(*scenario)
+    size = int(jnp.shape(workload)[0])
+    width = max(1, min(int(width), size))
 
-    # the shape of one evaluation's report, for the loop's state
-    blank = jax.tree.map(
-        lambda x: jnp.full(x.shape, jnp.nan, x.dtype),
-        jax.eval_shape(one, 0, jnp.ones((), dtype))[1],
-    )
+    def live(st):
+        return ~st["finished"] & (st["rounds"] < settings.max_rounds)
 
-    def load(start):
-        pos = start + jnp.arange(k)
-        row = order[jnp.minimum(pos, n_layouts - 1)]
-        valid = (pos < n_layouts) & jnp.isfinite(lb_chips[row])
-        lo = b.replicas[row] - 1.0
-        return dict(
-            row=row,
-            valid=valid,
-            lo=lo,
-            hi=jnp.full((k,), inf),
-            hlo=jnp.full((k,), _BIG, dtype),
-            hhi=jnp.full((k,), -_BIG, dtype),
-            rung=jnp.zeros((k,), jnp.int32),
-            done=~valid,
-            at_hi=jax.tree.map(lambda x: jnp.broadcast_to(x, (k, *x.shape)), blank),
-            below=jnp.full((k, n_c), jnp.nan, dtype),
-            at=jnp.full((k, n_c), jnp.nan, dtype),
+    def body(st):
+        idx = jnp.argsort(~live(st), stable=True)[:width]  # scenarios still searching first
+
+        def take(tree):
+            return jax.tree.map(lambda x: x[idx], tree)
+
+        sub = take(st)
+        new = jax.vmap(advance)(take(const), sub, *take(scenario))
+        keep = live(sub)
+        new = jax.tree.map(
+            lambda a, b: jnp.where(keep.reshape((width,) + (1,) * (a.ndim - 1)), a, b), new, sub
         )
+        return jax.tree.map(lambda x, y: x.at[idx].set(y), st, new)
 
-    def candidates(s):
-        lo, hi = s["lo"], s["hi"]
-        rung = jnp.minimum(s["rung"], ladder.shape[0] - 1)
-        first = s["rung"] == 0
-        base = jnp.where(first, lo + 1.0, jnp.maximum(lo, 1.0))
-        climb = jnp.maximum(
-            lo[:, None] + 1.0 + jnp.arange(r), jnp.ceil(base[:, None] * ladder[rung])
-        )
-        below = jnp.maximum(lo, 1.0)  # the first round's first candidate: the bound less one
-        climb = climb.at[:, 0].set(jnp.where(first, below, climb[:, 0]))
-        climb = jnp.minimum(climb, N_MAX)
-        # inside a bracket: the secant root of h in log n, its neighbours, and the midpoint
-        la, lb = jnp.log(jnp.maximum(lo, 0.5)), jnp.log(jnp.where(jnp.isfinite(hi), hi, 1.0))
-        frac = s["hlo"] / jnp.maximum(s["hlo"] - s["hhi"], 1e-12)
-        root = jnp.ceil(jnp.exp(la + (lb - la) * jnp.clip(frac, 0.0, 1.0)))
-        mid = jnp.floor(0.5 * (lo + hi))
-        inside = jnp.stack([root - 1.0, root, root + 1.0, mid], axis=-1)
-        top = jnp.where(jnp.isfinite(hi), hi, 2.0)[:, None] - 1.0
-        inside = jnp.clip(inside, lo[:, None] + 1.0, top)
-        return jnp.where(jnp.isfinite(hi)[:, None], inside, climb)
-
-    def pick(tree, idx):
-        """``tree[i, idx[i]]`` for every slot ``i``."""
-        return jax.tree.map(lambda x: x[jnp.arange(k), idx], tree)
-
-    def body(state):
-        s = state["slots"]
-        cand = candidates(s)
-        ratios, info = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(s["row"], cand)
-        h = jnp.max(ratios, axis=-1)
-        active = ~s["done"]
-        feas = (h <= 0.0) & active[:, None]
-        infeas = (h > 0.0) & active[:, None]
-        c_hi = jnp.where(feas, cand, inf)
-        i_hi = jnp.argmin(c_hi, axis=1)
-        new_hi = jnp.minimum(s["hi"], jnp.min(c_hi, axis=1))
-        took_hi = new_hi < s["hi"]
-        hhi = jnp.where(took_hi, h[jnp.arange(k), i_hi], s["hhi"])
-        at_hi = jax.tree.map(
-            lambda new, old: jnp.where(took_hi.reshape((k,) + (1,) * (old.ndim - 1)), new, old),
-            pick(info, i_hi),
-            s["at_hi"],
-        )
-        c_lo = jnp.where(infeas & (cand < new_hi[:, None]), cand, -inf)
-        i_lo = jnp.argmax(c_lo, axis=1)
-        new_lo = jnp.maximum(s["lo"], jnp.max(c_lo, axis=1))
-        took_lo = jnp.max(c_lo, axis=1) >= s["lo"]  # the bound less one counts too
-        hlo = jnp.where(took_lo, h[jnp.arange(k), i_lo], s["hlo"])
-        below = jnp.where(took_lo[:, None], ratios[jnp.arange(k), i_lo], s["below"])
-        at_top = jnp.where(took_hi[:, None], ratios[jnp.arange(k), i_hi], s["at"])
-        climbing = ~jnp.isfinite(new_hi)
-        rung = jnp.where(active & climbing, s["rung"] + 1, s["rung"])
-        gave_up = climbing & ((rung >= ladder.shape[0]) | (new_lo >= N_MAX))
-        done = s["done"] | (new_hi - new_lo <= 1.0) | gave_up
-        s = dict(
-            s,
-            lo=new_lo,
-            hi=new_hi,
-            hlo=hlo,
-            hhi=hhi,
-            rung=rung,
-            done=done,
-            at_hi=at_hi,
-            below=below,
-            at=at_top,
-        )
-
-        # a finished group: keep its best, then the next group unless it cannot do better
-        all_done = jnp.all(done)
-        cost = jnp.where(s["valid"] & jnp.isfinite(new_hi), new_hi * chips[s["row"]], inf)
-        i = jnp.lexsort((s["row"], cost))[0]
-        held = state["best"]
-        better = (cost[i] < held["chips"]) | (
-            (cost[i] == held["chips"]) & (s["row"][i] < held["row"])
-        )
-        take = all_done & better & jnp.isfinite(cost[i])
-        best = dict(
-            chips=cost[i],
-            row=s["row"][i],
-            n=new_hi[i],
-            ratios=s["at"][i],
-            below=s["below"][i],
-            info=jax.tree.map(lambda x: x[i], s["at_hi"]),
-        )
-        best = jax.tree.map(lambda new, old: jnp.where(take, new, old), best, state["best"])
-        start = state["start"] + k
-        nxt = order[jnp.minimum(start, n_layouts - 1)]
-        stop = (start >= n_layouts) | (lb_chips[nxt] > best["chips"]) | ~jnp.isfinite(lb_chips[nxt])
-        finished = all_done & stop
-        fresh = load(start)
-        s = jax.tree.map(lambda a, f: jnp.where(all_done & ~stop, f, a), s, fresh)
-        return dict(
-            slots=s,
-            start=jnp.where(all_done, start, state["start"]),
-            best=best,
-            finished=finished,
-            rounds=state["rounds"] + 1,
-            evaluations=state["evaluations"] + jnp.sum(active) * r,
-        )
-
-    def cond(state):
-        return ~state["finished"] & (state["rounds"] < settings.max_rounds)
-
-    init = dict(
-        slots=load(jnp.asarray(0)),
-        start=jnp.asarray(0),
-        best=dict(
-            chips=inf,
-            row=jnp.asarray(n_layouts, order.dtype),
-            n=jnp.asarray(jnp.nan, dtype),
-            ratios=jnp.full((n_c,), jnp.nan, dtype),
-            below=jnp.full((n_c,), jnp.nan, dtype),
-            info=blank,
-        ),
-        finished=~jnp.isfinite(lb_chips[order[0]]),
-        rounds=jnp.asarray(0),
-        evaluations=jnp.asarray(0),
-    )
-    out = jax.lax.while_loop(cond, body, init)
-    best = out["best"]
-    found = jnp.isfinite(best["chips"])
-    return Found(
-        row=jnp.where(found, best["row"], -1),
-        replicas=best["n"],
-        chips=best["chips"],
-        evaluations=out["evaluations"].astype(dtype),
-        exhausted=~out["finished"],
-        ratios=best["ratios"],
-        ratios_below=best["below"],
-        info=best["info"],
-        bounds=b,
-    )
+    state = jax.lax.while_loop(lambda st: jnp.any(live(st)), body, state)
+    return jax.vmap(lambda c, st, *sc: finish(c, st, *sc, quantiles))(const, state, *scenario)
 
 
 def grid(
@@ -595,7 +734,8 @@ def grid(
         lay, tab = tables.row(workload, i)
 
         def at(n):
-            return _feasible(evaluate(kind, lay, tab, n, traffic, targets, hardware, model)[0])
+            ratios, _ = evaluate(kind, lay, tab, n, traffic, targets, hardware, model, by_tail=True)
+            return _feasible(ratios)
 
         return jax.vmap(at)(ns)
 
