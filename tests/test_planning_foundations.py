@@ -196,6 +196,7 @@ def test_latency_jits_vmaps_and_differentiates():
     assert float(g) > 0 and float(g) == pytest.approx(float(fd), rel=0.15)
 
 
+@pytest.mark.slow  # two compilations of both closed forms
 def test_share_over_a_time_brackets_its_percentile():
     """``P(X > x) <= 1 - q`` just above the solved percentile ``x_q`` and ``>= 1 - q`` just
     below it (the share is a sum of steps over the quadrature, so at ``x_q`` itself it may sit
@@ -207,6 +208,7 @@ def test_share_over_a_time_brackets_its_percentile():
     pre = Pool(roofline_step(A, 0.0, E_TOK), replicas=2, batch_cap=64, chunk=4096)
     dec = Pool(step(), replicas=1, batch_cap=512, chunk=1)
 
+    @jax.jit
     def latency(slo=None):
         return (
             aggregated_latency(t, agg, q, slo=slo),

@@ -32,6 +32,7 @@ from dcost.planning.designs import Layout, step_table, workload_from_stats, work
 from dcost.planning.traffic import Traffic
 from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
+from dcost.search.buckets import bucket
 from dcost.specs import Hardware, Model, SpecError, _concrete, check
 
 __all__ = [
@@ -502,18 +503,23 @@ def plan(
     modes = ("aggregated", "disaggregated") if mode == "best" else (mode,)
     kinds = tuple(k for k in S.KINDS if any(k in _ROLES[m] for m in modes))
     rows = {
-        k: layouts(k, hardware, model, options, acceptance, float(memory_reserve)) for k in kinds
+        k: layouts(k, hardware, model, options, acceptance, float(memory_reserve)) for k in S.KINDS
     }
     empty = [k for k in kinds if not rows[k]]
     batch = 1 if n is None else n
-    traffic_b = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,)), traffic)
+    traffic_b = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (batch,)), traffic)
+    # the program's scenarios: a batch padded to a bucket (repeating its last scenario), so
+    # that batches of 2 to 16 scenarios share one compilation, 17 to 32 the next
+    size = 1 if n is None else bucket(n)
+    padded = jax.tree.map(lambda x: np.concatenate([x, np.repeat(x[-1:], size - batch)]), traffic_b)
+    dtype = jnp.result_type(float)
     targets = S.Targets(
-        jnp.broadcast_to(jnp.asarray(ttft_slo[0], jnp.result_type(float)), (batch,)),
-        jnp.broadcast_to(jnp.asarray(tpot_slo[0], jnp.result_type(float)), (batch,)),
-        jnp.full((batch,), float(memory_reserve)),
-        jnp.full((batch,), float(slot_wait)),
-        jnp.full((batch,), rho["aggregated"]),
-        jnp.full((batch,), rho["prefill"]),
+        jnp.full((size,), ttft_slo[0], dtype),
+        jnp.full((size,), tpot_slo[0], dtype),
+        jnp.full((size,), float(memory_reserve), dtype),
+        jnp.full((size,), float(slot_wait), dtype),
+        jnp.full((size,), rho["aggregated"], dtype),
+        jnp.full((size,), rho["prefill"], dtype),
         ttft_slo[1],
         tpot_slo[1],
     )
@@ -533,25 +539,31 @@ def plan(
             for i in range(batch)
         ]
         return plans[0] if n is None else PlanBatch(tuple(plans))
-    stats = np.asarray(jax.vmap(workload_stats)(traffic_b))
+    traffic_p = jax.tree.map(lambda x: jnp.asarray(x, dtype), padded)
+    stats = np.asarray(jax.vmap(workload_stats)(traffic_p))
     unique, index = np.unique(stats, axis=0, return_inverse=True)
-    layouts_by_kind = {k: _stack(rows[k]) for k in kinds}
-    acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
-    tables = _tables(kinds, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
-    index = index.reshape(-1)
+    # distinct length mixes padded too (step tables are per mix, a few ms each): 1 to 8 mixes
+    # share the program of 8, then powers of two
+    mixes = len(unique) if n is None else bucket(len(unique), 8)
+    unique = np.concatenate([unique, np.repeat(unique[-1:], mixes - len(unique), 0)])
+    # every kind that has layouts is searched, whatever the mode: one program for all modes
+    searched = tuple(k for k in S.KINDS if rows[k])
+    layouts_by_kind = {k: _stack(rows[k]) for k in searched}
+    acc = None if acceptance is None else jnp.asarray(acceptance, dtype)
+    tables = _tables(searched, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
     settings = settings if settings.group else settings._replace(group=1)
     found = _search(
-        kinds,
+        searched,
         tables,
-        jnp.asarray(index, jnp.int32),
-        traffic_b,
+        jnp.asarray(index.reshape(-1), jnp.int32),
+        traffic_p,
         targets,
         hardware,
         model,
         settings,
-        min(batch, WIDTH),
+        min(size, WIDTH),
     )
-    found = jax.device_get(found)
+    found = jax.tree.map(lambda x: np.asarray(x)[:batch], jax.device_get(found))
     plans = [
         _assemble(modes, rows, found, i, traffic_at(traffic_b, i), question) for i in range(batch)
     ]
