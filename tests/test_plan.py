@@ -14,7 +14,6 @@ import math
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -30,8 +29,6 @@ from dcost.planning import (
     simulate,
     step_table,
 )
-from dcost.planning import planner as P
-from dcost.planning import search as S
 from dcost.planning.designs import trip, workload_of
 from dcost.planning.search import CONSTRAINTS
 from dcost.specs import SpecError
@@ -256,76 +253,6 @@ def test_envelope_sensitivities_match_re_solving(mode, h100, llama):
 
 
 # --------------------------------------------------------------------------- many scenarios
-
-
-def least_replicas_by_bisection(h100, llama, traffic):
-    """For a batch of scenarios (``traffic`` with a leading axis), per pool kind: every
-    layout's least feasible replica count up to ``N_MAX``, by a bisection on the percentile
-    verdict (``evaluate`` without ``by_tail``: an independent path from the search's), and the
-    cheapest layout (ties to the first): ``[{kind: (chips, replicas)}]`` per scenario."""
-    kinds = S.KINDS
-    options = P.DEFAULT_OPTIONS
-    layouts = {k: P._stack(P.layouts(k, h100, llama, options, None, 0.1)) for k in kinds}
-    stats = jax.vmap(P.workload_stats)(traffic)
-    tables = P._tables(kinds, h100, llama, layouts, stats, None)
-    targets = S.Targets(*(jnp.asarray(x) for x in (2.0, 0.05, 0.1, 1e-3, 0.85, 0.6)), 0.99, 0.9)
-    size = int(np.shape(traffic.rate)[0])
-    out: list[dict] = [{} for _ in range(size)]
-    for kind in kinds:
-
-        def least(u, row, tr, kind=kind):
-            lay, tab = tables[kind].row(u, row)
-
-            def ok(count):
-                ratios, _ = S.evaluate(kind, lay, tab, count, tr, targets, h100, llama)
-                return jnp.all(ratios <= 0.0)
-
-            def body(_, ab):
-                a, b = ab  # a infeasible (or 0), b feasible
-                mid = jnp.floor(0.5 * (a + b))
-                good = ok(mid)
-                return jnp.where(good, a, mid), jnp.where(good, mid, b)
-
-            top = jnp.asarray(S.N_MAX)
-            _, b = jax.lax.fori_loop(0, 25, body, (jnp.asarray(0.0), top))
-            return jnp.where(ok(top), b, jnp.inf)
-
-        rows = jnp.arange(tables[kind].size)
-        each = jax.vmap(lambda u, tr: jax.vmap(lambda r: least(u, r, tr))(rows))  # noqa: B023
-        n = np.asarray(jax.jit(each)(jnp.arange(size), traffic))
-        chips = n * np.asarray(tables[kind].layouts.chips_per_replica)[None, :]
-        for u in range(size):
-            i = int(np.argmin(chips[u]))
-            out[u][kind] = (float(chips[u, i]), float(n[u, i]))
-    return out
-
-
-@pytest.mark.slow  # a second compilation, for a batch of scenarios
-def test_many_scenarios_in_one_call_match_one_by_one_and_bisection(h100, llama):
-    """Every traffic preset at 1, 300 and 8,700 requests/s in one call (answers up to tens of
-    thousands of replicas, far past any grid, where the caps and the screen prune most
-    layouts): each scenario's plan equals its own one-scenario plan, and every pool equals the
-    cheapest layout at its least feasible count found by bisection for each layout."""
-    names = dcost.planning.traffic_names()
-    rates = (1.0, 300.0, 8700.0)
-    shapes = [dcost.traffic(n, rate=r) for n in names for r in rates]
-    fields = ("rate", "prompt_tokens", "output_tokens", "prompt_cv", "output_cv", "prefix_hit")
-    traffic = dcost.Traffic(**{f: np.array([float(getattr(s, f)) for s in shapes]) for f in fields})
-    batch = plan(h100, llama, traffic)
-    assert len(batch) == len(shapes) and batch.chips.shape == (len(shapes),)
-    assert np.all(np.diff(batch.cost_per_hour.reshape(len(names), -1), axis=1) >= 0)
-    truths = least_replicas_by_bisection(h100, llama, traffic)
-    for one_traffic, p, truth in zip(shapes, batch, truths, strict=True):
-        one = plan(h100, llama, one_traffic)
-        assert (p.mode, p.chips, [x.describe() for x in p.pools]) == (
-            one.mode,
-            one.chips,
-            [x.describe() for x in one.pools],
-        )
-        for q in (p, p.alternative):
-            assert q.feasible
-            for pool in q.pools:
-                assert (pool.chips, pool.replicas) == truth[pool.role], (one_traffic, pool)
 
 
 # --------------------------------------------------------------------------- infeasible, bad
