@@ -1,6 +1,7 @@
 """Capacity-planning foundations: traffic presets, queueing closed forms, latency percentiles
 against hand calculations and against the discrete-event simulation."""
 
+import functools
 import math
 
 import jax
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 import dcost
+from dcost import _xla
 from dcost.planning import (
     Pool,
     Traffic,
@@ -23,6 +25,8 @@ from dcost.planning import (
 from dcost.presets import PresetError
 from dcost.serving.queueing import erlang_c, mgc_wait, wait_tail_survival
 from dcost.specs import SpecError
+
+FAST = _xla.options(fast_compile=True)  # level 0, as the suite compiles dcost's programs
 
 # ------------------------------------------------------------------------------------ queueing
 
@@ -188,11 +192,11 @@ def test_latency_jits_vmaps_and_differentiates():
         return lat.ttft[-1], lat.tpot[-1]
 
     rates = jnp.array([10.0, 19.5, 20.0, 20.5, 30.0])
-    ttft, tpot = jax.jit(jax.vmap(p99))(rates)
+    ttft, tpot = jax.jit(jax.vmap(p99), compiler_options=FAST)(rates)
     assert np.all(np.diff(np.asarray(ttft)) > 0) and np.all(np.diff(np.asarray(tpot)) > 0)
-    one = jax.jit(p99)
+    one = jax.jit(p99, compiler_options=FAST)
     assert float(ttft[2]) == pytest.approx(float(one(20.0)[0]), rel=1e-4)
-    g = jax.jit(jax.grad(lambda r: p99(r)[0]))(20.0)
+    g = jax.jit(jax.grad(lambda r: p99(r)[0]), compiler_options=FAST)(20.0)
     fd = (ttft[3] - ttft[1]) / 1.0
     assert float(g) > 0 and float(g) == pytest.approx(float(fd), rel=0.15)
 
@@ -209,7 +213,7 @@ def test_share_over_a_time_brackets_its_percentile():
     pre = Pool(roofline_step(A, 0.0, E_TOK), replicas=2, batch_cap=64, chunk=4096)
     dec = Pool(step(), replicas=1, batch_cap=512, chunk=1)
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=FAST)
     def latency(slo=None):
         return (
             aggregated_latency(t, agg, q, slo=slo),
