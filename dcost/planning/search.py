@@ -631,8 +631,10 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         n = jnp.where(found, best["n"], 1.0)
         lay, tab = tables.row(workload, row)
         args = (traffic, targets, hardware, model)
-        at, info = evaluate(kind, lay, tab, n, *args, quantiles)
-        below, _ = evaluate(kind, lay, tab, jnp.maximum(n - 1.0, 1.0), *args)
+        counts = jnp.stack([n, jnp.maximum(n - 1.0, 1.0)])  # one copy of evaluate for both
+        ratios, infos = jax.vmap(lambda c: evaluate(kind, lay, tab, c, *args, quantiles))(counts)
+        at, below = ratios[0], ratios[1]
+        info = jax.tree.map(lambda x: x[0], infos)
         nan = jnp.full((n_c,), jnp.nan, dtype)
         return Found(
             row=jnp.where(found, best["row"], -1),
