@@ -268,6 +268,11 @@ def test_infeasible_names_the_binding_limit(h100, llama):
     assert not short.feasible and short.binding == "ttft_p99" and "idle" in short.message
     with pytest.raises(SpecError, match="infeasible"):
         simulate(fast)
+    # past the most replicas the search tries: said so, with the least count a layout needs
+    huge = plan(h100, llama, dcost.traffic("chat", rate=1e9))
+    assert not huge.feasible and "8,388,608" in huge.message
+    need = float(huge.message.split("at least ")[1].split(")")[0].replace(",", ""))
+    assert need > 8_388_608 and "share of the traffic" in huge.message
 
 
 @pytest.mark.parametrize(

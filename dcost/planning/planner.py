@@ -753,6 +753,17 @@ def _why(kind, b, question) -> tuple[str, str]:
             f"{float(np.min(tpot_floor)) * 1e3:.3g} ms, over the "
             f"{question['tpot_slo'][0] * 1e3:g} ms target"
         )
+    ok = np.asarray(b.ok)
+    need = np.where(ok, np.asarray(b.replicas), np.inf)
+    if ok.any() and np.min(need) > S.N_MAX:
+        i = int(np.argmin(need))
+        reason = int(np.asarray(b.reason)[i])
+        label = _label(S.CONSTRAINTS[reason], question) if reason >= 0 else "replicas"
+        return label, (
+            f"{label}{who}: every layout needs more replicas than the {int(S.N_MAX):,} the "
+            f"search tries (at least {float(need[i]):,.0f}); plan a share of the traffic "
+            "(its rate divided by k) and multiply the fleet by k"
+        )
     label = _label("tpot" if kind != "prefill" else "ttft", question)
     return label, (
         f"{label}{who}: no layout meets the latency targets at any replica count up to "
