@@ -160,21 +160,6 @@ def test_search_matches_the_exhaustive_grid(preset, rate, h100, llama):
         assert got == want
 
 
-@pytest.mark.slow  # a program of its own (four layouts searched at once)
-def test_several_slots_give_the_same_plans(h100, llama):
-    """``Settings(group=4)``: four layouts searched at once per scenario, screen rounds of 16
-    layouts; the same fleets as one layout at a time, for a small and a large traffic."""
-    four = dcost.planning.search.Settings(group=4)
-    for t in (dcost.traffic("chat", rate=20.0), dcost.traffic("code-completion", rate=8700.0)):
-        a, b = plan(h100, llama, t), plan(h100, llama, t, settings=four)
-        for p, q in ((a, b), (a.alternative, b.alternative)):
-            assert (p.mode, p.chips, [x.describe() for x in p.pools]) == (
-                q.mode,
-                q.chips,
-                [x.describe() for x in q.pools],
-            )
-
-
 # --------------------------------------------------------------------------- the simulation
 
 # (mode, requests/s, TTFT tolerance): where 10 % does not hold it is measured (seed 3 and 4,
