@@ -32,7 +32,7 @@ from dcost.planning.designs import Layout, step_table, workload_from_stats, work
 from dcost.planning.traffic import Traffic
 from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
-from dcost.search.buckets import bucket
+from dcost.search.buckets import bucket, pad
 from dcost.specs import Hardware, Model, SpecError, _concrete, check
 
 __all__ = [
@@ -511,7 +511,6 @@ def plan(
     # the program's scenarios: a batch padded to a bucket (repeating its last scenario), so
     # that batches of 2 to 16 scenarios share one compilation, 17 to 32 the next
     size = 1 if n is None else bucket(n)
-    padded = jax.tree.map(lambda x: np.concatenate([x, np.repeat(x[-1:], size - batch)]), traffic_b)
     dtype = jnp.result_type(float)
     targets = S.Targets(
         jnp.full((size,), ttft_slo[0], dtype),
@@ -539,13 +538,13 @@ def plan(
             for i in range(batch)
         ]
         return plans[0] if n is None else PlanBatch(tuple(plans))
-    traffic_p = jax.tree.map(lambda x: jnp.asarray(x, dtype), padded)
+    traffic_p = jax.tree.map(lambda x: jnp.asarray(x, dtype), pad(traffic_b, batch, size))
     stats = np.asarray(jax.vmap(workload_stats)(traffic_p))
     unique, index = np.unique(stats, axis=0, return_inverse=True)
     # distinct length mixes padded too (step tables are per mix, a few ms each): 1 to 8 mixes
     # share the program of 8, then powers of two
     mixes = len(unique) if n is None else bucket(len(unique), 8)
-    unique = np.concatenate([unique, np.repeat(unique[-1:], mixes - len(unique), 0)])
+    unique = pad(unique, len(unique), mixes)
     # every kind that has layouts is searched, whatever the mode: one program for all modes
     searched = tuple(k for k in S.KINDS if rows[k])
     layouts_by_kind = {k: _stack(rows[k]) for k in searched}

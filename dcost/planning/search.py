@@ -663,8 +663,9 @@ def search(
     quantiles=(0.5, 0.9, 0.99),
     width: int = 1,
 ) -> Found:
-    """Branch and bound over one kind's layouts (see the module docstring), for one scenario,
-    or for many when ``workload``, ``traffic`` and ``targets`` carry a leading axis.
+    """Branch and bound over one kind's layouts (see the module docstring) for a batch of
+    scenarios: ``workload``, ``traffic`` and ``targets`` carry a leading axis (one scenario is a
+    batch of one).
 
     ``group`` slots each search one layout; a slot that finishes takes the next layout in the
     order of bounds at once, while that layout's bound does not exceed the best fleet held.
@@ -681,15 +682,6 @@ def search(
     """
     start, advance, finish = _steps(kind, tables, hardware, model, settings)
     scenario = (workload, traffic, targets)
-    if jnp.ndim(workload) == 0:
-        const, state = start(*scenario)
-
-        def cond(st):
-            return ~st["finished"] & (st["rounds"] < settings.max_rounds)
-
-        state = jax.lax.while_loop(cond, lambda st: advance(const, st, *scenario), state)
-        return finish(const, state, *scenario, quantiles)
-
     const, state = jax.vmap(start)(*scenario)
     size = int(jnp.shape(workload)[0])
     width = max(1, min(int(width), size))
