@@ -158,7 +158,7 @@ def test_grid_search_large_grid_pads_at_most_twice(monkeypatch):
     assert_same(big, small)
 
 
-def test_optimize_compiles_once_for_7_10_12_scenarios(monkeypatch):
+def test_optimize_compiles_once_for_7_10_12_scenarios_whatever_they_sweep(monkeypatch):
     traces = Counter(optimize_mod._solve_one)
     monkeypatch.setattr(optimize_mod, "_solve_one", traces)
     before = optimize_mod._solve.compiled()._cache_size()
@@ -166,8 +166,21 @@ def test_optimize_compiles_once_for_7_10_12_scenarios(monkeypatch):
         s = dcost.optimize(problem(n), SETTINGS)
         assert s.cost.shape == (n,) and s.problem.limits.tpot_slo.shape == (n,)
         assert len(s.binding) == n
-    assert traces.calls == 1
-    assert optimize_mod._solve.compiled()._cache_size() == before + 1
+    # a batch that sweeps other fields (the context, one price and one target for all) has the
+    # same structure: every leaf gets its row per scenario (buckets.spread), one program
+    other = dcost.Problem(
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3-8b"),
+        dcost.Workload(jnp.linspace(512.0, 8192.0, 5)),
+        free=OPT_FREE,
+        tpot_slo=0.02,
+    )
+    s = dcost.optimize(other, SETTINGS)
+    assert s.cost.shape == (5,) and bool(np.all(s.feasible))
+    one = dcost.optimize(_take(other, 3), SETTINGS)  # unbatched: a program of its own
+    np.testing.assert_array_equal(np.asarray(s.x[3]), np.asarray(one.x))
+    assert traces.calls == 2
+    assert optimize_mod._solve.compiled()._cache_size() == before + 2
 
 
 @pytest.mark.slow

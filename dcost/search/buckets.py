@@ -37,7 +37,7 @@ import numpy as np
 
 from dcost.search.problem import batch_size
 
-__all__ = ["MIN_BUCKET", "bucket", "pad", "unpad", "bucketed"]
+__all__ = ["MIN_BUCKET", "bucket", "pad", "spread", "unpad", "bucketed"]
 
 MIN_BUCKET = 16
 """The smallest bucket (``optimize``, ``sensitivity``, ``pareto``, and small grids)."""
@@ -89,6 +89,32 @@ def pad(tree: T, n: int, size: int) -> T:
     return jax.tree.map(lambda a: _pad_leaf(a, n, size) if np.ndim(a) else a, tree)
 
 
+def spread(tree: T, size: int) -> T:
+    """``tree`` with every scalar leaf (a value shared by all scenarios) repeated along a leading
+    axis of ``size``, so that every leaf has one row per scenario.
+
+    A jitted program's signature holds each leaf's shape, so a batch whose price is swept and a
+    batch whose latency target is swept would otherwise compile two programs for one question;
+    spread, every batch of a bucket with the same structure runs the same program. The program
+    broadcast the shared values itself before, so only the arguments' shapes change, not what is
+    computed. A concrete leaf is repeated in NumPy (no JAX program per shape), a traced one by
+    ``jnp.broadcast_to``.
+
+    >>> import numpy as np
+    >>> [np.shape(a) for a in spread((np.float32(2.0), np.ones(4)), 4)]
+    [(4,), (4,)]
+    """
+
+    def one(a):
+        if np.ndim(a):
+            return a
+        if isinstance(a, jax.core.Tracer):
+            return jnp.broadcast_to(a, (size,))
+        return jax.device_put(np.full((size,), np.asarray(a)))
+
+    return jax.tree.map(one, tree)
+
+
 def unpad(tree: T, n: int, size: int) -> T:
     """The first ``n`` entries along the leading axis of every leaf of ``tree`` (the answers of
     a batch padded to ``size``); ``tree`` itself when ``size == n``."""
@@ -98,12 +124,12 @@ def unpad(tree: T, n: int, size: int) -> T:
 
 
 def bucketed(program: Callable[[Any, int | None], T], problem: Any, floor: int = MIN_BUCKET) -> T:
-    """``program(problem, batch)`` run on the problem's batch padded to its bucket, the answers
-    sliced back; ``program(problem, None)`` for a single scenario. ``program`` must treat its
-    scenarios independently (e.g. ``vmap`` over them) and give every leaf of its result the
-    leading scenario axis."""
+    """``program(problem, batch)`` run on the problem's batch padded to its bucket (every leaf
+    with its row per scenario, ``spread``), the answers sliced back; ``program(problem, None)``
+    for a single scenario. ``program`` must treat its scenarios independently (e.g. ``vmap``
+    over them) and give every leaf of its result the leading scenario axis."""
     n = batch_size(problem)
     if n is None:
         return program(problem, None)
     size = bucket(n, floor)
-    return unpad(program(pad(problem, n, size), size), n, size)
+    return unpad(program(spread(pad(problem, n, size), size), size), n, size)

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from dcost.search._jit import jit
-from dcost.search.buckets import bucket, pad, unpad
+from dcost.search.buckets import bucket, pad, spread, unpad
 from dcost.search.problem import (
     SEARCH_RTOL,
     Problem,
@@ -117,7 +117,7 @@ def grid_search(
     if n is not None:
         # from MIN_BUCKET while the padded batch fits in one chunk, else at most twice the work
         size = bucket(n) if bucket(n) * total <= chunk_size else bucket(n, floor=1)
-        problem = pad(problem, n, size)
+        problem = spread(pad(problem, n, size), size)
     scenarios = 1 if size is None else size
     devices = jax.devices()
     per_device = max(1, -(-chunk_size // (scenarios * len(devices))))
