@@ -95,10 +95,10 @@ def spread(tree: T, size: int) -> T:
 
     A jitted program's signature holds each leaf's shape, so a batch whose price is swept and a
     batch whose latency target is swept would otherwise compile two programs for one question;
-    spread, every batch of a bucket with the same structure runs the same program. The program
-    broadcast the shared values itself before, so only the arguments' shapes change, not what is
-    computed. A concrete leaf is repeated in NumPy (no JAX program per shape), a traced one by
-    ``jnp.broadcast_to``.
+    spread, every batch of a bucket with the same structure runs the same program. The programs
+    broadcast shared values to the batch inside anyway (``dcost.search.problem.broadcast``), so
+    only the arguments' shapes change, not what is computed. A concrete leaf is repeated in NumPy
+    (no JAX program per shape), a traced one by ``jnp.broadcast_to``.
 
     >>> import numpy as np
     >>> [np.shape(a) for a in spread((np.float32(2.0), np.ones(4)), 4)]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.search._jit import jit
-from dcost.search.buckets import bucket, pad, spread, unpad
+from dcost.search.buckets import bucket, pad, unpad
 from dcost.search.optimize import DEFAULT, Settings, optimize
 from dcost.search.problem import Problem, batch_size
 from dcost.search.solution import Solution, finish
@@ -115,7 +115,7 @@ def _monotone(sol: Solution) -> Solution:
     # the continuous relaxation (multipliers, statistics) of each SLO stays its own
     n, size = cost.size, bucket(cost.size)
     args = (sol.problem, jnp.asarray(np.asarray(sol.x)[source]), sol.lambdas, sol.stats)
-    return unpad(_refinish(*spread(pad(args, n, size), size)), n, size)
+    return unpad(_refinish(*pad(args, n, size)), n, size)
 
 
 @jit
