@@ -6,7 +6,8 @@ scale-out). The polish holds the chips there; the multiplier of the tpot limit i
 price at that layout, checked by re-solving the relaxation with the limit moved by a relative
 ``1e-4`` either way (central differences in float64): the re-solved optima hold the chips on the
 edge too, so the slope of their cost is that price. Every target and its two neighbours are one
-batch of one compiled program.
+batch of one compiled program, which the check that padding changes no sensitivity (batches of 5
+and 16 in the bucket of 16) runs again rather than compiling one of its own.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ TARGETS = (0.0127, 0.0159, 0.020, 0.025)
 FREE = {"batch": (1, 1024), "chips": (1, 16), "stages": (1, 8)}
 
 
-def problem(tpot, free=FREE, fixed=None):
+def problem(tpot, free=FREE, fixed=None, price=None):
+    prices = {} if price is None else {"price_per_hour": price}
     return dcost.Problem(
-        dcost.hardware("h100-sxm"),
+        dcost.hardware("h100-sxm", **prices),
         dcost.model("llama-3-70b"),
         dcost.Workload(4096),
         free=free,
@@ -76,3 +78,41 @@ def test_moving_the_limit_keeps_the_held_chips(solved):
     log_cost = np.asarray(s.relaxed.log_cost).reshape(-1, 3)
     assert np.all(log_cost[:, 1] < log_cost[:, 0]) and np.all(log_cost[:, 0] < log_cost[:, 2])
     np.testing.assert_allclose(log_cost[:, 1:].mean(axis=1), log_cost[:, 0], atol=1e-6)
+
+
+def test_rows_ignore_their_padding(solved):
+    """Padding changes no sensitivity: a batch of 5 runs the program compiled for 16 (the
+    fixture's) with rows 5-15 repeating scenario 4; a batch of 16 whose first 5 rows are the same
+    scenarios and whose other 11 differ (other prices and targets) runs it too, and each of the
+    5 scenarios comes out the same (its elasticities, multipliers, active sets and polished
+    point do not depend on the rows beside it)."""
+    tight, others = [0.002, *TARGETS], 11  # 2 ms: infeasible (the weights take 5 ms to read)
+    with jax.enable_x64(True):
+        padded = dcost.sensitivity(problem(jnp.asarray(tight), price=jnp.linspace(2.0, 4.0, 5)))
+        wide = problem(
+            jnp.concatenate([jnp.asarray(tight), jnp.geomspace(0.01, 0.2, others)]),
+            price=jnp.concatenate([jnp.linspace(2.0, 4.0, 5), jnp.linspace(5.0, 6.0, others)]),
+        )
+        full = dcost.sensitivity(wide)
+    assert padded.log_ratios.shape == (5, 2) and full.log_ratios.shape == (16, 2)
+    assert list(padded.feasible) == [False, True, True, True, True]
+    np.testing.assert_array_equal(padded.feasible, full.feasible[:5])
+    assert padded.message == full.message[:5]
+    for field in ("active", "interior", "kkt"):
+        np.testing.assert_array_equal(
+            getattr(padded.relaxed, field), getattr(full.relaxed, field)[:5]
+        )
+    checked = 0
+    for a, b in zip(jax.tree.leaves(padded), jax.tree.leaves(full), strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim and a.shape[0] == 5 and np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_allclose(a, b[:5], rtol=1e-9, atol=1e-12)
+            checked += 1
+    assert checked > 5
+    # the scenarios at a target of the fixture: the same answers as there (row 3 i)
+    np.testing.assert_allclose(
+        np.asarray(padded.relaxed.log_cost[1:]) - np.log(np.linspace(2.0, 4.0, 5)[1:]),
+        np.asarray(solved.relaxed.log_cost[0::3])
+        - np.log(float(dcost.hardware("h100-sxm").price_per_hour)),
+        atol=1e-9,
+    )
