@@ -70,6 +70,9 @@ COMMANDS = {
     + ["--chips", "4096", "--mfu", "0.45"],
     "lifetime": ["lifetime", "--loss", "1.95", "--inference-tokens", "2e12"],
     "warmup": ["warmup"],
+    # the README's planning question
+    "plan": ["plan", "--hardware", "h100-sxm", "--model", "llama-3-70b", "--traffic", "chat"]
+    + ["--rate", "100", "--calibrated", "--engine", "none"],
 }
 QUICK = ("presets", "eval", "optimize")
 # llama-3-70b on 8 x H100, time per output token <= 50 ms

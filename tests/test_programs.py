@@ -161,3 +161,33 @@ def test_optimize_runs_from_the_store_and_gives_the_same_answer(store, monkeypat
     np.testing.assert_array_equal(np.asarray(first.x), np.asarray(second.x))
     assert first.binding == second.binding and float(first.cost) == float(second.cost)
     assert [e.name.split("-")[0] for e in _programs.entries(store)] == ["solve"]
+
+
+@pytest.mark.slow
+def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch):
+    """The planner's step tables and search are kept and loaded like the searches' programs
+    (a deserialized form of an earlier planner program failed to run on XLA:CPU): the second
+    plan, in a "new process", traces neither and gives the same fleet."""
+    from dcost.planning import planner
+
+    traces = []
+    search = planner.S.search
+
+    def counting(*args, **kw):
+        traces.append(1)
+        return search(*args, **kw)
+
+    monkeypatch.setattr(planner.S, "search", counting)
+    h = dcost.hardware("h100-sxm")
+    first = dcost.plan(h, "llama-3-8b", dcost.traffic("chat", rate=5.0), mode="disaggregated")
+    traced = len(traces)
+    assert traced > 0
+    new_process()
+    second = dcost.plan(h, "llama-3-8b", dcost.traffic("chat", rate=5.0), mode="disaggregated")
+    new_process()
+    third = dcost.plan(h, "llama-3-8b", dcost.traffic("chat", rate=50.0), mode="disaggregated")
+    assert len(traces) == traced  # loaded, not traced: the same structure, other numbers too
+    assert str(first) == str(second) and first.chips == second.chips and first.feasible
+    assert third.chips > first.chips
+    names = sorted({e.name.split("-")[0] for e in _programs.entries(store)})
+    assert names == ["search", "tables"]

@@ -1,10 +1,14 @@
-"""``jit`` for the planner's programs: XLA's classic CPU emitters (``dcost._xla``), compiled per
-process (and by JAX's persistent cache), never through ``dcost._programs``.
+"""``jit`` for the planner's smaller programs (``envelope``, ``fleet``): XLA's classic CPU
+emitters (``dcost._xla``), compiled per process (and by JAX's persistent cache), never through
+``dcost._programs``.
 
-``dcost.search._jit.jit`` also keeps a module-level program's executable on disk
-(``dcost._programs``); the planner's programs (a ``lax.map`` of vmapped ``while_loop`` s over
-gathered step tables) failed to run once deserialized on XLA:CPU (JAX 0.10.2: "Function
-multiply_divide_fusion not found" when dispatching), so they take the plain route.
+The planner's own programs (its step tables, its search and its grid check, ``planner.py``) use
+``dcost.search._jit.jit`` instead, which keeps their executables on disk (``dcost._programs``),
+so that a second ``dcost plan`` loads them instead of tracing them again. An earlier form of the
+search (a ``lax.map`` of vmapped ``while_loop`` s over gathered step tables) failed to run once
+deserialized on XLA:CPU (JAX 0.10.2: "Function multiply_divide_fusion not found" when
+dispatching); the present one runs (``tests/test_programs.py`` plans from the store), and an
+executable that fails to run falls back to the plain ``jax.jit`` in any case.
 """
 
 from __future__ import annotations

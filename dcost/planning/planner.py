@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.planning import search as S
-from dcost.planning._jit import jit
 from dcost.planning.designs import Layout, step_table, workload_from_stats, workload_stats
 from dcost.planning.traffic import Traffic
 from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
+from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad
 from dcost.specs import Hardware, Model, SpecError, _concrete, check
 
