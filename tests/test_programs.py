@@ -167,7 +167,8 @@ def test_optimize_runs_from_the_store_and_gives_the_same_answer(store, monkeypat
 def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch):
     """The planner's step tables and search are kept and loaded like the searches' programs
     (a deserialized form of an earlier planner program failed to run on XLA:CPU): the second
-    plan, in a "new process", traces neither and gives the same fleet."""
+    plan, in a "new process", and a third at another rate load the search instead of tracing
+    it, the first two give the same fleet, and the store holds the search and the tables."""
     from dcost.planning import planner
 
     traces = []

@@ -27,14 +27,13 @@ TARGETS = (0.0127, 0.0159, 0.020, 0.025)
 FREE = {"batch": (1, 1024), "chips": (1, 16), "stages": (1, 8)}
 
 
-def problem(tpot, free=FREE, fixed=None, price=None):
+def problem(tpot, price=None):
     prices = {} if price is None else {"price_per_hour": price}
     return dcost.Problem(
         dcost.hardware("h100-sxm", **prices),
         dcost.model("llama-3-70b"),
         dcost.Workload(4096),
-        free=free,
-        fixed=fixed,
+        free=FREE,
         tpot_slo=tpot,
         objective="cost_per_token",
     )
