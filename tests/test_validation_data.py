@@ -72,6 +72,9 @@ def test_preset_names_are_reported_not_raised(records):
         ("assumed", "concurrency"),
         ("comm_overlap", 1.5),
         ("comm_overlap", True),
+        ("requests", 0),
+        ("requests", 2.5),
+        ("requests", 10**6),  # records[0] is a decode pool: no finite offline run
     ],
 )
 def test_bad_field_is_named(records, field, value):
@@ -93,3 +96,15 @@ def test_missing_field_is_named(records, field):
 def test_duplicate_id(records):
     with pytest.raises(ValueError, match="unique"):
         check_records([records[0], copy.deepcopy(records[0])])
+
+
+def test_a_run_of_fewer_requests_than_its_concurrency_is_refused(records):
+    run = next(r for r in records if "requests" in r)
+    bad = dict(run, requests=run["concurrency"] - 1)
+    with pytest.raises(ValueError, match=r"'requests'.*>= concurrency") as info:
+        check_record(bad)
+    assert run["id"] in str(info.value)
+    check_record(dict(run, requests=run["concurrency"]))  # one full wave is allowed
+    time = dict(run, metric="tpot", value=0.05)
+    with pytest.raises(ValueError, match=r"'requests'.*throughput of an aggregated run"):
+        check_record(time)

@@ -16,7 +16,7 @@ import dcost.validation as v
 from dcost._toml import read_toml
 from dcost.calibrate import families
 from dcost.specs import SpecError
-from dcost.validation.cases import TIME_METRICS, attention_rate, case, predict
+from dcost.validation.cases import TIME_METRICS, attention_rate, case, predict, waves
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,40 @@ def test_one_record_eagerly_equals_the_batched_path(records, index):
     r = records[index]
     batched = families.pure_predictions([r])[0]
     assert predict(r) == pytest.approx(batched, rel=1e-4)
+
+
+def test_a_finite_run_is_its_tokens_over_its_waves_time(records):
+    # N requests of fixed lengths through c slots: k = N // c full waves at batch c and one of
+    # r = N - k c at batch r; each wave runs OSL steps at its own batch, so the run's throughput
+    # is N / (k c / X(c) + r / X(r)), X(b) the steady-state throughput at concurrency b.
+    base = next(r for r in records if r["id"] == "trtllm-gpt-oss-120b-h200-tp1-1024-1024")
+    steady = {k: v for k, v in base.items() if k != "requests"}
+    c = steady["concurrency"]
+    x_c = predict(steady)
+    runs = (c, 2 * c, 3 * c + 211, c + 1)
+    batched = families.pure_predictions([dict(steady, requests=n) for n in runs])
+    for n, fit_path in zip(runs, batched, strict=True):
+        k, r = divmod(n, c)
+        x_r = predict(dict(steady, concurrency=r)) if r else x_c
+        expected = n / (k * c / x_c + r / x_r)
+        got = predict(dict(steady, requests=n))
+        assert got == pytest.approx(expected, rel=1e-6)
+        assert got <= x_c * (1 + 1e-9)  # a partial wave only costs: its batch is smaller
+        assert fit_path == pytest.approx(got, rel=1e-4)  # the fit's batched path agrees
+    # the calibrated mode combines its waves the same way
+    n = c + 100
+    want = n / (c / predict(steady, True) + 100 / predict(dict(steady, concurrency=100), True))
+    assert predict(dict(steady, requests=n), calibrated=True) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_last_wave_smaller_than_the_slots_takes_one_sequence_per_slot(records):
+    # llama-3.3-70b on 2 x H200 at tensor parallel 2 is one replica; on the same chips at
+    # tensor parallel 1 it is two replicas side by side: a last wave of 1 request leaves a slot
+    # idle and takes as long as a wave of 2.
+    base = next(r for r in records if r["id"] == "trtllm-llama-3.3-70b-h200-tp2-1000-1000")
+    two = dict(base, tensor_parallel=1, concurrency=64)
+    assert [w["concurrency"] for _, w in waves(dict(two, requests=65))] == [64, 2]
+    assert [w["concurrency"] for _, w in waves(dict(base, concurrency=64, requests=65))] == [64, 1]
 
 
 def test_case_of_deepseeks_decode_pool_by_hand(records):
@@ -103,21 +137,25 @@ def test_forward_mode_jacobians_equal_reverse_mode(records):
     import jax
     import jax.numpy as jnp
 
-    subset = [r for r in records if r["serving"] == "decode"][:3]
-    fams, fam, _, groups = families._prepared(subset)
-    n = len(subset)
+    # three decode records and a finite run whose last wave is partial (two runs, one record)
+    finite = next(r for r in records if len(waves(r)) == 2)
+    subset = [r for r in records if r["serving"] == "decode"][:3] + [finite]
+    fams, fam, _, plan = families._prepared(subset)
+    assert len(plan.owner) == 5 and list(plan.owner) == [0, 1, 2, 3, 3]
     zg = jnp.asarray(families._Z_PRIOR) + 0.1
     delta = 0.05 * jnp.ones((len(fams), len(families.FIELDS)))
 
     def via_custom(a, b):
-        return jnp.sum(jnp.sin(families._log_predictions(groups, n, a, b, fam, True)))
+        return jnp.sum(jnp.sin(families._log_predictions(plan, a, b, fam, True)))
 
     def via_reverse(a, b):
-        values = families._values(a, b, fam)
-        out = jnp.zeros(n)
-        for g in groups:
+        values = families._values(a, b, fam)[plan.owner]
+        out = jnp.zeros(len(plan.owner))
+        for g in plan.groups:
             out = out.at[g.index].set(jnp.log(families._predict_group(g, values[g.index], True)))
-        return jnp.sum(jnp.sin(out))
+        # the finite run: its tokens over the waves' time, 1 / sum(share / X)
+        pred = jnp.zeros(plan.n).at[plan.owner].add(jnp.asarray(plan.share) * jnp.exp(-out))
+        return jnp.sum(jnp.sin(-jnp.log(pred)))
 
     for x, y in zip(
         jax.grad(via_custom, argnums=(0, 1))(zg, delta),

@@ -35,6 +35,11 @@ profile::
 
     L(z) = mean_i w_i (log pred_i(z_{f(i)}) - log measured_i)**2 + priors
 
+A record of a finite offline run (``requests``) is predicted from its waves
+(``dcost.validation.cases.waves``): each wave's throughput is evaluated like any record, and the
+record's is their combination, ``1 / sum_j share_j / X_j``, differentiated through the waves'
+forward-mode Jacobians.
+
 **Leave-one-source-out**: for every independent source ``s`` (a record's ``source_id``) the fit is
 repeated with that source's records weighted 0, and those records are predicted with that fit
 only; all folds run in one ``vmap``. The held-out error of a record is ``|pred/measured - 1|``.
@@ -63,7 +68,7 @@ import numpy as np
 import optax
 
 from dcost.specs import Hardware, stack
-from dcost.validation.cases import TIME_METRICS, Case, case, evaluate_metrics
+from dcost.validation.cases import TIME_METRICS, Case, case, evaluate_metrics, waves
 
 __all__ = [
     "FIELDS",
@@ -219,6 +224,39 @@ class _Group:
     cases: Case  # a Case whose specs and numbers carry a leading axis
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What the fit evaluates: the records' runs (``dcost.validation.cases.waves``: one per
+    record, or a finite run's full and partial waves) in ``groups``, and how they combine into
+    the records' predictions, ``log pred_i = -log sum_{j: owner_j = i} share_j / X_j``."""
+
+    groups: list[_Group]  # over the runs
+    owner: np.ndarray  # (runs,) the record of each run
+    share: np.ndarray  # (runs,) its time weight
+    n: int  # records
+
+
+def _plan(records: Sequence[Mapping]) -> _Plan:
+    owner, share, runs = [], [], []
+    for i, r in enumerate(records):
+        for s, run in waves(r):
+            owner.append(i)
+            share.append(s)
+            runs.append(run)
+    return _Plan(_groups(runs), np.array(owner), np.array(share), len(records))
+
+
+def _combine(plan: _Plan, log_x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each record's log prediction from its runs' ``log_x``, and each run's weight in it
+    (``d log pred / d log X_j``, summing to 1 per record)."""
+    a = jnp.log(jnp.asarray(plan.share)) - log_x
+    owner = jnp.asarray(plan.owner)
+    top = jax.ops.segment_max(a, owner, plan.n)
+    e = jnp.exp(a - top[owner])
+    total = jax.ops.segment_sum(e, owner, plan.n)
+    return -(top + jnp.log(total)), e / total[owner]
+
+
 def _groups(records: Sequence[Mapping]) -> list[_Group]:
     cases = [case(r, calibrated=False) for r in records]
     keys: dict[str, list[int]] = {}
@@ -351,7 +389,7 @@ def _prepared(records):
     families = tuple(sorted({r["family"] for r in records}))
     fam = np.array([families.index(r["family"]) for r in records])
     log_y = np.log(np.array([float(r["value"]) for r in records]))
-    return families, fam, log_y, _groups(records)
+    return families, fam, log_y, _plan(records)
 
 
 def _values(z_global, delta, fam):
@@ -360,11 +398,11 @@ def _values(z_global, delta, fam):
     return jnp.stack([_from_z(nm, z[:, j]) for j, nm in enumerate(FIELDS)], axis=-1)
 
 
-def _log_predictions(groups, n, z_global, delta, fam, multinomial):
-    return _log_predict_values(groups, n, multinomial)(_values(z_global, delta, fam))
+def _log_predictions(plan, z_global, delta, fam, multinomial):
+    return _log_predict_values(plan, multinomial)(_values(z_global, delta, fam))
 
 
-def _log_predict_values(groups, n, multinomial):
+def _log_predict_values(plan, multinomial):
     """``values (n, k) -> log predictions (n,)``, differentiated in forward mode.
 
     Each prediction depends only on its own record's ``k`` profile values, so its gradient is
@@ -373,10 +411,13 @@ def _log_predict_values(groups, n, multinomial):
     several times faster than its reverse-mode code, and the compile dominates the fit.
     """
 
+    runs, owner = len(plan.owner), jnp.asarray(plan.owner)
+
     def evaluate(values, with_jacobian):
-        out = jnp.zeros(n)
-        jac = jnp.zeros((n, len(FIELDS)))
-        for g in groups:
+        values = values[owner]  # each run at its record's profile
+        out = jnp.zeros(runs)
+        jac = jnp.zeros((runs, len(FIELDS)))
+        for g in plan.groups:
             v = values[g.index]
             if not with_jacobian:
                 out = out.at[g.index].set(jnp.log(_predict_group(g, v, multinomial)))
@@ -389,7 +430,8 @@ def _log_predict_values(groups, n, multinomial):
             jg, lg = jax.vmap(jax.jacfwd(lambda v1, i: (one(v1, i),) * 2, has_aux=True))(v, idx)
             out = out.at[g.index].set(lg)
             jac = jac.at[g.index].set(jg)
-        return out, jac
+        log_pred, weight = _combine(plan, out)
+        return log_pred, jax.ops.segment_sum(weight[:, None] * jac, owner, plan.n)
 
     @jax.custom_vjp
     def log_predict(values):
@@ -406,12 +448,12 @@ def _log_predict_values(groups, n, multinomial):
     return log_predict
 
 
-def _fit_weights(groups, n, fam, log_y, weights, n_families, steps, multinomial):
+def _fit_weights(plan, fam, log_y, weights, n_families, steps, multinomial):
     """Adam on the penalized mean squared log error, for one weight vector (one fold)."""
 
     def loss(params):
         zg, delta = params
-        err = _log_predictions(groups, n, zg, delta, fam, multinomial) - log_y
+        err = _log_predictions(plan, zg, delta, fam, multinomial) - log_y
         seen = jnp.maximum(jnp.sum(weights), 1.0)  # the records this fit sees
         data = jnp.sum(weights * err**2) / seen
         prior = jnp.sum((zg - _Z_PRIOR) ** 2 / (2 * _prior_sd() ** 2))
@@ -440,13 +482,11 @@ def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = T
       steps: Adam steps.
       multinomial: charge MoE records the expected maximum expert load (the calibrated mode).
     """
-    families, fam, log_y, groups = _prepared(records)
-    n = len(records)
+    families, fam, log_y, plan = _prepared(records)
     run = jax.jit(
         functools.partial(
             _fit_weights,
-            groups,
-            n,
+            plan,
             fam,
             log_y,
             n_families=len(families),
@@ -496,7 +536,7 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
     >>> cv.held_out.shape == (12,) and bool(np.all(cv.held_out > 0))
     True
     """
-    families, fam, log_y, groups = _prepared(records)
+    families, fam, log_y, plan = _prepared(records)
     n = len(records)
     sources = tuple(sorted({r["source_id"] for r in records}))
     src = np.array([sources.index(r["source_id"]) for r in records])
@@ -504,33 +544,33 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
     weights *= np.array([1.0 if fitted(r) else 0.0 for r in records])[None, :]
 
     def one_fold(w):
-        return _fit_weights(groups, n, fam, log_y, w, len(families), steps, True)[0]
+        return _fit_weights(plan, fam, log_y, w, len(families), steps, True)[0]
 
     zg, delta = jax.jit(jax.vmap(one_fold))(jnp.asarray(weights))
 
     def predict_all(zg1, delta1):
-        return jnp.exp(_log_predictions(groups, n, zg1, delta1, fam, True))
+        return jnp.exp(_log_predictions(plan, zg1, delta1, fam, True))
 
     per_fold = np.asarray(jax.jit(jax.vmap(predict_all))(zg, delta))  # (n_sources, n)
     held = per_fold[src, np.arange(n)]
-    pure = np.exp(np.asarray(jax.jit(functools.partial(_pure, groups, n))()))  # the bounds
+    pure = np.exp(np.asarray(jax.jit(functools.partial(_pure, plan))()))  # the bounds
     return CrossValidation(tuple(records), held, pure, sources, Fit(zg, delta, families))
 
 
 def pure_predictions(records: Sequence[Mapping]) -> np.ndarray:
     """Every record's pure-physics prediction (peak rates, no overheads, balanced experts) in one
     jitted call per kind of step: the batched twin of ``predict(record, calibrated=False)``."""
-    groups = _groups(records)
-    return np.exp(np.asarray(jax.jit(functools.partial(_pure, groups, len(records)))()))
+    plan = _plan(records)
+    return np.exp(np.asarray(jax.jit(functools.partial(_pure, plan))()))
 
 
-def _pure(groups, n):
+def _pure(plan):
     ideal = jnp.array([_IDEAL[name] for name in FIELDS])
-    out = jnp.zeros(n)
-    for g in groups:
+    out = jnp.zeros(len(plan.owner))
+    for g in plan.groups:
         v = jnp.broadcast_to(ideal, (len(g.index), len(FIELDS)))
         out = out.at[g.index].set(jnp.log(_predict_group(g, v, False, fixed=False)))
-    return out
+    return _combine(plan, out)[0]
 
 
 def summary(cv: CrossValidation) -> dict:

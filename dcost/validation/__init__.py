@@ -3,7 +3,8 @@
 The shipped set ``records.toml`` holds one ``[[record]]`` table per measured figure (DESIGN.md,
 section 5): where it comes from (``source``, ``quote``, ``source_id``), what ran (``hardware``,
 ``model``, precisions, parallel degrees, ``serving`` pool, ``concurrency``, mean lengths, optional
-``speculative``) and what was measured (``metric`` and ``value``, in SI units: seconds or tokens/s).
+``speculative``, optional ``requests`` for a finite offline run) and what was measured
+(``metric`` and ``value``, in SI units: seconds or tokens/s).
 Inputs a source does not state are named in ``assumed`` and explained in ``note``.
 
 >>> records = load()
@@ -73,6 +74,7 @@ ENGINES = ("bare-xla",)
 _DEGREES = ("tensor_parallel", "expert_parallel", "pipeline_parallel", "attention_data_parallel")
 _COUNTS = ("gpus", "concurrency")
 _LENGTHS = ("prompt_tokens", "output_tokens")  # means: need not be whole
+_TIME = ("tpot", "ttft", "step_time")  # metrics in seconds (dcost.validation.cases.TIME_METRICS)
 _TEXT = ("id", "source", "source_id", "family", "quote", "hardware", "model")
 
 
@@ -111,6 +113,8 @@ def check_record(record: Mapping) -> None:
     ``value`` is a positive number; ``gpus``, ``concurrency`` and parallel degrees are positive
     integers; mean lengths are positive numbers; ``speculative`` has ``draft_tokens >= 1``
     and ``0 <= acceptance < 1``;
+    ``requests`` (optional: the run's request count, for the throughput of a finite offline
+    run) is a positive integer ``>= concurrency`` on an aggregated throughput record;
     ``comm_overlap`` (the share of collectives the engine hides behind computation, optional) is
     in [0, 1]; ``engine`` (optional) is one of ``ENGINES``; ``assumed`` is a list of strings;
     ``hardware_overrides`` maps names to positive numbers.
@@ -156,6 +160,24 @@ def check_record(record: Mapping) -> None:
         _fail(
             record, "engine", record["engine"], f"allowed: {', '.join(ENGINES)} (or leave it out)"
         )
+    if "requests" in record:
+        _positive_number(record, "requests", integer=True)
+        if record["requests"] < record["concurrency"]:
+            _fail(
+                record,
+                "requests",
+                record["requests"],
+                f"must be >= concurrency ({record['concurrency']}): a run cannot hold more"
+                " requests in flight than it sends",
+            )
+        if record["serving"] != "aggregated" or record["metric"] in _TIME:
+            _fail(
+                record,
+                "requests",
+                record["requests"],
+                "applies to the throughput of an aggregated run (a finite offline run of that"
+                " many requests); leave it out otherwise",
+            )
     assumed = record.get("assumed", [])
     if not isinstance(assumed, list) or not all(isinstance(x, str) for x in assumed):
         _fail(record, "assumed", assumed, "must be a list of field names")

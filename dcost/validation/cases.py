@@ -16,6 +16,13 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
   and a dispatch de-duplicated per scale-up domain when the experts span more than one domain
   (DeepEP-style, as every multi-node deployment in the set uses).
 - batch: ``B = concurrency / (replicas * P)`` sequences per micro-batch.
+- ``requests`` (optional): a finite offline run of ``N`` requests of fixed lengths through
+  ``c = concurrency`` slots runs in waves (``waves``): ``k = N // c`` full waves and one of the
+  ``r = N - k*c`` left over, which runs as long as a wave of ``max(r, R)`` sequences (``R``:
+  micro-batch slots, ``replicas * P``; fewer leave slots idle). Throughput is the run's tokens
+  over the waves' time, ``X = N / sum_j n_j / X(b_j)``, ``n_j`` the sequences the waves of
+  batch ``b_j`` carry, time counted at their own batch (the identical lengths make a wave end
+  together, so the last one runs at its own, smaller batch).
 - ``comm_overlap`` (optional, 0): the share of the collectives the engine hides behind its
   kernels (``Design.comm_overlap``; two-batch overlap).
 - workload: decode reads a mean context ``T = prompt + output/2``; speculative records set
@@ -64,6 +71,7 @@ from dcost.validation import check_record
 __all__ = [
     "Case",
     "case",
+    "waves",
     "predict",
     "evaluate_case",
     "evaluate_metrics",
@@ -255,18 +263,51 @@ def evaluate_metrics(c: Case, metrics, hardware: Hardware | None = None, smoothn
     return jnp.stack([values[m] for m in metrics])
 
 
+def waves(record: Mapping) -> tuple[tuple[float, dict], ...]:
+    """The waves of a finite offline run: ``((share, run), ...)``, where ``run`` is the record
+    with the concurrency of one kind of wave and ``share`` is the time weight of those waves,
+    ``m * b / N`` (``m`` waves of ``b`` sequences of the run's ``N = requests``), so that the
+    run's throughput is ``1 / sum(share / X(run))``.
+
+    Without ``requests``, or with every wave full, it is ``((1.0, record),)``: the steady state.
+    A partial last wave of ``r`` requests runs at ``b = max(r, R)`` (``R`` micro-batch slots of
+    the layout: fewer requests leave slots idle and take the time of one sequence per slot).
+
+    >>> import dcost.validation as v
+    >>> r = next(x for x in v.load() if x["id"] == "trtllm-gpt-oss-120b-h200-tp1-1024-1024")
+    >>> r = dict(r, concurrency=1000, requests=2500)
+    >>> [(s, w["concurrency"]) for s, w in waves(r)]
+    [(0.8, 1000), (0.2, 500)]
+    """
+    c = int(record["concurrency"])
+    n = int(record.get("requests", c))
+    full, rest = divmod(n, c)
+    if rest == 0:
+        return ((1.0, dict(record)),)
+    slots = round(c / float(case(record).design.batch))  # replicas * P, as case() maps them
+    last = max(rest, slots)
+    return (
+        (full * c / n, dict(record)),
+        (last / n, dict(record, concurrency=last)),
+    )
+
+
 def predict(record: Mapping, calibrated: bool = False) -> float:
     """The record's metric as dcost predicts it (SI units: seconds or tokens/s per GPU).
 
     ``calibrated=False``: pure physics, a bound (a measured time is never shorter, a measured
-    throughput never higher). ``calibrated=True``: the fitted profile of the record's family.
+    throughput never higher). ``calibrated=True``: the fitted profile of the record's family. A
+    record with ``requests`` is a finite run: its throughput combines its ``waves``.
 
     >>> import dcost.validation as v
     >>> r = v.load()[0]
     >>> predict(r) >= r["value"]   # throughput: pure physics is an upper bound
     True
     """
-    return float(evaluate_case(case(record, calibrated)))
+    parts = waves(record)
+    if len(parts) == 1:
+        return float(evaluate_case(case(record, calibrated)))
+    return 1.0 / sum(share / float(evaluate_case(case(run, calibrated))) for share, run in parts)
 
 
 def _replace_hardware(c: Case, **fields) -> Case:
