@@ -23,8 +23,11 @@ a fingerprint of dcost's own source (every ``.py`` file of the package): an edit
 upgrade of JAX never finds an old program, so a stale entry is simply not found. An entry that is
 found but cannot be read or loaded, or takes other arguments (a corrupt or foreign file), is
 ignored: the program is traced and compiled again and the entry rewritten, atomically (a
-temporary file renamed over it). Entries are executable code, trusted like JAX's own cache: the
-directory must stay private to its user (``dcost._cache``).
+temporary file renamed over it). An executable that loads but fails to run (its results are
+awaited inside ``run``) is removed, and the call runs as the plain jit with JAX's persistent
+cache off for the rest of the process, which then compiles it afresh. Entries are executable
+code, trusted like JAX's own cache: the directory must stay private to its user
+(``dcost._cache``).
 """
 
 from __future__ import annotations
@@ -158,14 +161,33 @@ def run(
         if entry is None:
             return SKIP
         _MEMO[memo_key] = entry
-    call, out_tree = entry
+    call, out_tree, path = entry
     try:
         out = call(*leaves)
+        # dispatch is asynchronous: an executable that cannot run fails when its results are
+        # awaited, so await them here, where the plain jit can still take over
+        jax.block_until_ready(out)
     except Exception:  # noqa: BLE001 - an executable that will not run here: the plain jit
         # (which raises the same error again if the error is the program's own)
         _MEMO[memo_key] = _BROKEN
+        _discard(path)
         return SKIP
     return jax.tree.unflatten(out_tree, out)
+
+
+def _discard(path: pathlib.Path) -> None:
+    """After a stored or cached executable failed to run (XLA:CPU has been seen to load one
+    whose kernels it then cannot find, ``NOT_FOUND: Function ... not found``): remove the entry,
+    so that no later process loads it, and stop reading JAX's persistent cache in this process,
+    which may hold the same code, so that the plain jit compiles afresh."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
 
 
 @functools.cache
@@ -239,8 +261,8 @@ def canonical(value) -> str:
 def _load_or_compile(
     where, fun, names, treedef, leaves, avals, static, x64, options, compile_options
 ):
-    """``(callable on the flat leaves, result structure)``, or None when the program cannot be
-    keyed (it then runs as a plain jit)."""
+    """``(callable on the flat leaves, result structure, entry path)``, or None when the program
+    cannot be keyed (it then runs as a plain jit)."""
     try:
         digest = key(fun, names, treedef, avals, static, x64, options)
     except Unsupported:
@@ -248,7 +270,7 @@ def _load_or_compile(
     path = where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"
     loaded = read(path, avals)
     if loaded is not None:
-        return loaded
+        return (*loaded, path)
     out_tree = None
 
     def flat(*flat_leaves):
@@ -260,7 +282,7 @@ def _load_or_compile(
 
     compiled = jax.jit(flat, compiler_options=compile_options()).lower(*leaves).compile()
     write(path, compiled, out_tree)
-    return compiled, out_tree
+    return compiled, out_tree, path
 
 
 def write(path: pathlib.Path, compiled, out_tree) -> None:

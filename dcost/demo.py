@@ -207,7 +207,12 @@ def batch_figure(problem=None, solution=None, path=FIGURE):
             ],
         )
     )
-    print(f"balance batch (closed form, all experts touched): {bstar:,.0f}")
+    print(
+        f"balance batch (closed form, all experts touched): {bstar:,.0f}"
+        if np.isfinite(bstar)
+        else "balance batch (closed form, all experts touched): none, the KV reads of a sequence"
+        " outweigh its compute, so no batch turns the step compute bound"
+    )
     print(
         f"knee of the exact model: {k:,.0f}" if k else "the exact model never turns compute bound"
     )

@@ -293,6 +293,10 @@ class Hardware(eqx.Module):
       kv_bandwidth_efficiency: achieved fraction of ``hbm_bandwidth`` of attention's reads of the
         KV cache (gathered from pages, split over heads and sequences) where it differs from the
         weights' ``eta_BW``; None: ``bandwidth_efficiency`` (v1).
+      sequence_overhead: time a serving engine spends per sequence it schedules in a step
+        (batching, input metadata, sampling, output processing, on the host); a stage step of
+        ``B`` sequences over ``A`` attention groups, each scheduling its own share, pays
+        ``sequence_overhead * B/A`` per pass (s, 0).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -320,6 +324,7 @@ class Hardware(eqx.Module):
     attention_flops: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     tree_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     kv_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    sequence_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -333,6 +338,7 @@ class Hardware(eqx.Module):
         "tree_collectives": 0.0,
         "attention_flops": "flops",
         "kv_bandwidth_efficiency": "bandwidth_efficiency",
+        "sequence_overhead": 0.0,
     }
     get = _get
 
@@ -356,6 +362,7 @@ class Hardware(eqx.Module):
             "scaleup_latency",
             "scaleout_latency",
             "matmul_half_tokens",
+            "sequence_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))

@@ -134,6 +134,7 @@ CASES = [
     ("hardware-tree-negative", lambda: hw(tree_collectives=-0.1), "tree_collectives = -0.1"),
     ("hardware-attn-flops-zero", lambda: hw(attention_flops=0.0), "attention_flops = 0.0"),
     ("hardware-kv-eff-above", lambda: hw(kv_bandwidth_efficiency=1.2), "kv_bandwidth_eff"),
+    ("hardware-per-sequence", lambda: hw(sequence_overhead=-1e-6), "sequence_overhead = -1e-06"),
     ("model-kv-heads-fraction", lambda: moe(kv_heads=2.5), "Model.kv_heads = 2.5"),
     ("model-domains-bool", lambda: moe(max_domains_per_token=True), "max_domains_per_token"),
     ("model-draft-layers", lambda: moe(draft_layers=None), "Model.draft_layers = None"),

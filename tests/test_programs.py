@@ -73,20 +73,42 @@ def test_a_corrupt_entry_is_traced_again_and_rewritten(store):
     assert len(TRACES) == 4  # and rewritten whole: found again
 
 
-def test_an_executable_that_fails_to_run_falls_back_to_the_plain_jit(store):
-    """A loaded program whose call raises (an executable that will not dispatch here) is not
-    retried: ``run`` says SKIP, and the caller's plain jit gives the answer."""
+class _Unfinished:
+    """A result whose computation fails only when awaited, as an asynchronously dispatched
+    executable's does (XLA:CPU: ``NOT_FOUND: Function ... not found`` at the first read)."""
+
+    def block_until_ready(self):
+        raise RuntimeError("NOT_FOUND: Function iota.57_kernel not found")
+
+
+@pytest.mark.parametrize("when", ["at the call", "when awaited"])
+def test_an_executable_that_fails_to_run_falls_back_to_the_plain_jit(store, when):
+    """A loaded program whose call raises, or whose results fail when awaited, is not retried:
+    ``run`` says SKIP (the caller's plain jit gives the answer), its entry is removed so that no
+    later process loads it, and JAX's persistent cache is off for the rest of the process (it
+    may hold the same code)."""
+    from jax.experimental.compilation_cache import compilation_cache
+
     x = jnp.arange(1.0, 4.0)
     run(x)
-    ((memo_key, (_, out_tree)),) = _programs._MEMO.items()
+    ((memo_key, (_, out_tree, path)),) = _programs._MEMO.items()
+    assert path.exists()
 
     def broken(*leaves):
-        raise RuntimeError("executable does not dispatch")
+        if when == "at the call":
+            raise RuntimeError("executable does not dispatch")
+        return [_Unfinished()]
 
-    _programs._MEMO[memo_key] = (broken, out_tree)
+    _programs._MEMO[memo_key] = (broken, out_tree, path)
     args = (polynomial, (x, jnp.asarray(2.0)), {"power": 3}, ("power",), None)
-    assert _programs.run(*args) is _programs.SKIP
-    assert _programs._MEMO[memo_key] is _programs._BROKEN
+    before = jax.config.jax_enable_compilation_cache
+    try:
+        assert _programs.run(*args) is _programs.SKIP
+        assert not jax.config.jax_enable_compilation_cache
+    finally:
+        jax.config.update("jax_enable_compilation_cache", before)
+        compilation_cache.reset_cache()
+    assert _programs._MEMO[memo_key] is _programs._BROKEN and not path.exists()
     assert _programs.run(*args) is _programs.SKIP  # and from then on, without trying again
 
 

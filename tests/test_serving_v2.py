@@ -179,6 +179,30 @@ def test_overheads_by_hand():
 
 
 @pytest.mark.x64
+def test_sequence_overhead_by_hand():
+    """Host time per scheduled sequence: ``sequence_overhead * B/A`` per pass, added to the
+    step. Dense, one chip, B = 8: 1 ms + 10 * 1e-5 s + 8 * 2e-6 s = 1.116 ms of overhead, and the
+    step grows by exactly the 16 us against the same chip without the term. MoE on 4 chips with
+    4 data-parallel attention groups: each schedules 2 of the 8, 4 us. A prefill of 2 prompts in
+    4 chunks pays it once per chunk: 4 * 2 * 2e-6 s."""
+    base = chip(step_overhead=1e-3, layer_overhead=1e-5)
+    h = chip(step_overhead=1e-3, layer_overhead=1e-5, sequence_overhead=2e-6)
+    d, w = Design(batch=8), Workload(100)
+    r, r0 = dcost.decode(d, h, dense(), w), dcost.decode(d, base, dense(), w)
+    assert float(r.t_overhead) == pytest.approx(1.116e-3, rel=1e-12)
+    assert float(r.tpot - r0.tpot) == pytest.approx(16e-6, rel=1e-9)
+    m, dp = moe_model(), Design(batch=8, chips=4, attention_dp=4)
+    gap = dcost.decode(dp, h, m, w).t_overhead - dcost.decode(dp, base, m, w).t_overhead
+    assert float(gap) == pytest.approx(4e-6, rel=1e-9)
+    wp, dpf = Workload(0, prompt=4000), Design(batch=2, prefill_chunk=1000)
+    gap = dcost.prefill(dpf, h, dense(), wp).ttft - dcost.prefill(dpf, base, dense(), wp).ttft
+    assert float(gap) == pytest.approx(4 * 2 * 2e-6, rel=1e-9)
+    mixed = dcost.mixed_step(d, h, dense(), Workload(100, prompt=50, output=50))
+    mixed0 = dcost.mixed_step(d, base, dense(), Workload(100, prompt=50, output=50))
+    assert float(mixed.t_overhead - mixed0.t_overhead) == pytest.approx(16e-6, rel=1e-9)
+
+
+@pytest.mark.x64
 def test_collectives_by_hand():
     # ring all-reduce of 8e6 B over 8 chips: 14 alpha + 2*(7/8)*8e6/1e11 = 14 us + 140 us
     assert float(collectives.all_reduce(8e6, 8.0, 1e11, 1e-6)) == pytest.approx(1.54e-4)
@@ -531,6 +555,7 @@ def _all_on():
         attention_flops=0.6e15,
         tree_collectives=0.6,
         kv_bandwidth_efficiency=0.65,
+        sequence_overhead=3e-6,
     )
     m = moe_model(
         params_attention=2e8,

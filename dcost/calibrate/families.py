@@ -1,7 +1,7 @@
 """Calibration by gradient: a few physically named efficiencies and overheads per hardware family,
 fitted to the published measurements, judged only on sources the fit did not see.
 
-Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of ten fields of
+Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of eleven fields of
 ``dcost.Hardware``, every one of which the pure roofline leaves at its ideal value:
 
 ============================  =======================================================  ==========
@@ -17,6 +17,7 @@ field                         meaning                                           
 ``scaleout_efficiency``       achieved fraction of scale-out link bandwidth            0.6
 ``scaleup_latency``           per-message latency of scale-up collectives, s           5 us
 ``scaleout_latency``          per-message latency of scale-out collectives, s          15 us
+``sequence_overhead``         host time per scheduled sequence per step, s             5 us
 ============================  =======================================================  ==========
 
 (*) with a narrow prior (``FIELD_SD``): streaming reads of large weight matrices reach 75-85 % of
@@ -95,6 +96,7 @@ FIELDS = (
     "scaleout_efficiency",
     "scaleup_latency",
     "scaleout_latency",
+    "sequence_overhead",
 )
 FRACTIONS = frozenset(
     {
@@ -116,22 +118,27 @@ PRIOR = {
     "scaleout_efficiency": 0.6,
     "scaleup_latency": 5e-6,
     "scaleout_latency": 15e-6,
+    "sequence_overhead": 5e-6,
 }
 """Prior medians (SI units). Sources of their order of magnitude: H100 dense GEMM reaches 60-75 %
 of peak in vendor benchmarks; STREAM-like HBM reads 80-90 %; a serving engine's step costs ~1 ms of
 CPU scheduling and sampling (vLLM's V1 engine notes); a transformer layer runs 10-20 kernels and
 each costs a few microseconds of launch and tail even inside a CUDA graph, ~50 us a layer; NCCL's
 achieved bus bandwidth 70-80 % of NVLink, 60-80 % of InfiniBand; NVLink and InfiniBand message
-latencies a few and ~10-20 us.
+latencies a few and ~10-20 us; an engine's host work per scheduled sequence (batch metadata,
+sampling, output processing) a few microseconds, the CPU time that SGLang's overlap scheduler and
+vLLM's V1 engine were built to hide at large batches.
 
 Measured bare (``benchmarks/matmul_sweep.py``, ``benchmarks/results/``: an MLP's bf16 weight pair
 on a lent H100 and H200, cuBLAS through XLA): the time stays at the weight-read time (2.0-3.0 TB/s
 on the H100, 2.3-4.1 on the H200) up to 128-256 tokens, then grows with the FLOPs at 650-750
 TFLOP/s (66-76 % of the 989 TFLOP/s peak); the roofline fits it with ``matmul_half_tokens``
-between 0 and 47 tokens. The fitted serving profiles' 140-390 tokens are not the GEMM's curve:
-they carry per-step time of the engines that grows with the weights' size, which no other field
-takes; holding ``matmul_half_tokens`` near 32 moves that time into ``layer_overhead`` (50 to
-150 us) and worsens the held-out 90th percentile (46 % to 53 %)."""
+between 0 and 47 tokens. The fitted serving profiles' 124-209 tokens are not the GEMM's curve:
+they carry per-step time of the engines that grows with the step's size, which no other field
+takes (before ``sequence_overhead`` took the part that grows with the batch they were 130-303,
+and the achieved FLOP/s fraction 0.46-0.64 instead of 0.53-0.67); holding
+``matmul_half_tokens`` near 32 moved that time into ``layer_overhead`` (50 to 150 us) and
+worsened the held-out 90th percentile (46 % to 53 %, measured before ``sequence_overhead``)."""
 FIXED = {"kernel_serialization": 1.0, "tree_collectives": 1.0}
 """Fields every calibrated profile sets to a value that is not fitted."""
 PRIOR_SD = 1.5

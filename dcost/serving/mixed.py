@@ -146,6 +146,7 @@ def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None
         t_draft=t_draft,
         draft_memory=draft_memory,
         phi_tokens=tokens,
+        scheduled=b,
     )
 
 

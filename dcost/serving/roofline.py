@@ -84,7 +84,8 @@ class Report(eqx.Module):
       cost_per_token: $ per output token.
       memory_per_chip: HBM bytes per chip (weights + KV + the draft's).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
-      t_overhead: fixed time of one stage step, ``n_p (step_overhead + layer_overhead L/P)``
+      t_overhead: host and launch time of one stage step,
+        ``n_p (step_overhead + layer_overhead L/P + sequence_overhead B/A)``
         over its ``n_p`` passes (s; 0 in v1).
       t_draft: the draft's passes of one step (speculative decoding; s; 0 in v1).
       tokens_per_step: tokens a sequence advances per decode step (accepted length; 1 in v1).
@@ -127,7 +128,7 @@ class PrefillReport(eqx.Module):
       memory_per_chip: HBM bytes per chip (weights + the prompts' KV).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
       t_overhead: fixed time of one stage step over its ``n_c`` chunks,
-        ``n_c (step_overhead + layer_overhead L/P)`` (s; 0 in v1).
+        ``n_c (step_overhead + layer_overhead L/P + sequence_overhead B/A)`` (s; 0 in v1).
     """
 
     t_compute: jax.Array
@@ -242,6 +243,7 @@ def _assemble(
     t_draft,
     draft_memory,
     phi_tokens,
+    scheduled,
 ):
     """Shared body of decode, prefill and mixed steps for one stage step (see each docstring).
 
@@ -251,7 +253,8 @@ def _assemble(
       pass; kv_bytes: KV bytes read and written (before replication); kv_resident_tokens: tokens
       of KV held; sequences: tokens per micro-batch counted by ``tokens_per_s`` per step;
       tokens_per_step: accepted length; t_draft: draft time; draft_memory: draft bytes per chip;
-      phi_tokens: tokens per pass (for matmul sizes and imbalance).
+      phi_tokens: tokens per pass (for matmul sizes and imbalance); scheduled: sequences the
+      step schedules per pass (``sequence_overhead``).
     """
     p, g = design.stages, design.chips
     chips = p * g
@@ -302,7 +305,9 @@ def _assemble(
     t_comm = jnp.where(model.n_experts > 0, a2a + layout, layout)
 
     t_overhead = passes * (
-        hardware.get("step_overhead") + hardware.get("layer_overhead") * model.n_layers / p
+        hardware.get("step_overhead")
+        + hardware.get("layer_overhead") * model.n_layers / p
+        + hardware.get("sequence_overhead") * scheduled / groups
     )
     overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
     serial = stage_time(
@@ -385,7 +390,8 @@ def decode(
     whole and ``R n_e phi`` for ``R`` redundant experts; KV is multiplied by ``rep``
     (``kv_replication``); ``t_comm`` adds the attention layout's collectives, and the all-to-all
     de-duplicates and pays latencies; ``t_stage`` adds
-    ``t_overhead = step_overhead + layer_overhead L/P``; and
+    ``t_overhead = step_overhead + layer_overhead L/P + sequence_overhead B/A`` (``A`` attention
+    groups, each scheduling its share of the ``B`` sequences); and
 
     .. math:: tpot = (P t_{stage} + (P-1) t_{hop} + t_{draft}) / \\tau(a, k_d)
 
@@ -445,6 +451,7 @@ def _decode(design, hardware, model, workload, smoothness) -> Report:
         t_draft=t_draft,
         draft_memory=draft_memory,
         phi_tokens=tokens,
+        scheduled=b,
     )
 
 
@@ -514,6 +521,7 @@ def _prefill(design, hardware, model, workload, smoothness) -> PrefillReport:
         t_draft=0.0 * one,
         draft_memory=0.0 * one,
         phi_tokens=tokens / n_c,
+        scheduled=b,
     )
     fields = {k: getattr(r, k) for k in PrefillReport.__dataclass_fields__ if k != "ttft"}
     return PrefillReport(ttft=r.tpot, **fields)
