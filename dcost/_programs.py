@@ -24,14 +24,17 @@ upgrade of JAX never finds an old program, so a stale entry is simply not found.
 found but cannot be read or loaded, or takes other arguments (a corrupt or foreign file), is
 ignored: the program is traced and compiled again and the entry rewritten, atomically (a
 temporary file renamed over it). An executable that loads but fails to run (its results are
-awaited inside ``run``) is removed, and the call runs as the plain jit with JAX's persistent
-cache off for the rest of the process, which then compiles it afresh. Entries are executable
+awaited inside ``run``) is removed, and the call runs as the plain jit. A program is compiled
+for the store with JAX's persistent cache off: an executable that JAX loaded from its own cache
+and that is serialized again fails to run when the next process loads it (XLA:CPU, jax 0.10),
+and JAX's copy would only duplicate the store's. Entries are executable
 code, trusted like JAX's own cache: the directory must stay private to its user
 (``dcost._cache``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -176,18 +179,12 @@ def run(
 
 
 def _discard(path: pathlib.Path) -> None:
-    """After a stored or cached executable failed to run (XLA:CPU has been seen to load one
-    whose kernels it then cannot find, ``NOT_FOUND: Function ... not found``): remove the entry,
-    so that no later process loads it, and stop reading JAX's persistent cache in this process,
-    which may hold the same code, so that the plain jit compiles afresh."""
-    from jax.experimental.compilation_cache import compilation_cache
-
+    """Remove the entry of an executable that failed to run, so that no later process loads it
+    (the next one compiles and writes it again)."""
     try:
         path.unlink(missing_ok=True)
     except OSError:
         pass
-    jax.config.update("jax_enable_compilation_cache", False)
-    compilation_cache.reset_cache()
 
 
 @functools.cache
@@ -280,9 +277,29 @@ def _load_or_compile(
         out_leaves, out_tree = jax.tree.flatten(out)
         return out_leaves
 
-    compiled = jax.jit(flat, compiler_options=compile_options()).lower(*leaves).compile()
+    lowered = jax.jit(flat, compiler_options=compile_options()).lower(*leaves)
+    with _jax_cache_off():
+        compiled = lowered.compile()
     write(path, compiled, out_tree)
     return compiled, out_tree, path
+
+
+@contextlib.contextmanager
+def _jax_cache_off():
+    """Compile without JAX's persistent cache. An executable JAX loaded from its cache, once
+    serialized again for ``programs/``, fails to run in the next process (XLA:CPU, jax 0.10:
+    ``NOT_FOUND: Function mul.565_kernel not found``); compiled afresh it does not. The store
+    keeps the program, so JAX's copy would only be written twice."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    before = bool(jax.config.values["jax_enable_compilation_cache"])
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once per process whether to use its cache
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", before)
+        compilation_cache.reset_cache()
 
 
 def write(path: pathlib.Path, compiled, out_tree) -> None:

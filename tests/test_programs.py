@@ -7,6 +7,8 @@ does. Traces are counted with a Python side effect in the traced function.
 
 from __future__ import annotations
 
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,11 +86,8 @@ class _Unfinished:
 @pytest.mark.parametrize("when", ["at the call", "when awaited"])
 def test_an_executable_that_fails_to_run_falls_back_to_the_plain_jit(store, when):
     """A loaded program whose call raises, or whose results fail when awaited, is not retried:
-    ``run`` says SKIP (the caller's plain jit gives the answer), its entry is removed so that no
-    later process loads it, and JAX's persistent cache is off for the rest of the process (it
-    may hold the same code)."""
-    from jax.experimental.compilation_cache import compilation_cache
-
+    ``run`` says SKIP (the caller's plain jit gives the answer), and its entry is removed so that
+    no later process loads it."""
     x = jnp.arange(1.0, 4.0)
     run(x)
     ((memo_key, (_, out_tree, path)),) = _programs._MEMO.items()
@@ -101,13 +100,7 @@ def test_an_executable_that_fails_to_run_falls_back_to_the_plain_jit(store, when
 
     _programs._MEMO[memo_key] = (broken, out_tree, path)
     args = (polynomial, (x, jnp.asarray(2.0)), {"power": 3}, ("power",), None)
-    before = jax.config.jax_enable_compilation_cache
-    try:
-        assert _programs.run(*args) is _programs.SKIP
-        assert not jax.config.jax_enable_compilation_cache
-    finally:
-        jax.config.update("jax_enable_compilation_cache", before)
-        compilation_cache.reset_cache()
+    assert _programs.run(*args) is _programs.SKIP
     assert _programs._MEMO[memo_key] is _programs._BROKEN and not path.exists()
     assert _programs.run(*args) is _programs.SKIP  # and from then on, without trying again
 
@@ -214,3 +207,45 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
     assert third.chips > first.chips
     names = sorted({e.name.split("-")[0] for e in _programs.entries(store)})
     assert names == ["search", "tables"]
+
+
+def test_a_program_jax_has_cached_is_compiled_afresh_for_the_store(store, tmp_path_factory):
+    """An executable that JAX loaded from its persistent cache fails to run once serialized
+    again and loaded (XLA:CPU: ``NOT_FOUND: Function ... not found``), so the store compiles
+    its programs with JAX's cache off. Here JAX's cache holds the very program (compiled as an
+    earlier dcost did, with the cache on); the entry written afterwards must load and run."""
+    import contextlib
+
+    from jax.experimental.compilation_cache import compilation_cache
+
+    settings = {
+        "jax_compilation_cache_dir": str(tmp_path_factory.mktemp("jax-cache")),
+        "jax_persistent_cache_min_compile_time_secs": 0.0,
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+        "jax_enable_compilation_cache": True,
+    }
+    before = {k: getattr(jax.config, k) for k in settings}
+    x = jnp.arange(1.0, 40.0)
+    try:
+        for k, v in settings.items():
+            jax.config.update(k, v)
+        compilation_cache.reset_cache()
+        cache_off = _programs._jax_cache_off
+        _programs._jax_cache_off = contextlib.nullcontext  # an earlier dcost: JAX keeps a copy
+        try:
+            run(x)
+        finally:
+            _programs._jax_cache_off = cache_off
+        assert any(pathlib.Path(settings["jax_compilation_cache_dir"]).iterdir())
+        for entry in _programs.entries(store):
+            entry.unlink()  # the store lost its entry; JAX's cache still has the program
+        new_process()
+        jax.clear_caches()
+        run(x)  # compiled afresh and written
+        new_process()
+        np.testing.assert_allclose(run(x)["y"], 2.0 * x**3)  # the entry loads and runs
+        assert len(_programs.entries(store)) == 1
+    finally:
+        for k, v in before.items():
+            jax.config.update(k, v)
+        compilation_cache.reset_cache()
