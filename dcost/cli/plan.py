@@ -299,6 +299,14 @@ def _print(args, p, sim, engines) -> None:
                 f"shadow price ({pool.role}): ${-pool.shadow_price * 1e-3:,.3g}/hour saved per ms "
                 f"looser {pool.binding}"
             )
+    for pool in p.pools:
+        if pool.binding.startswith("tpot") and pool.decode_batch < 1.0:
+            print(
+                f"note ({pool.role}): a replica runs {pool.decode_batch:.2g} sequences on average "
+                f"and idles most of the time: the TPOT target is near the fastest step this layout "
+                f"allows ({fmt_time(pool.step_time)}); the fleet buys latency with idle chips, and "
+                "a looser target or faster chips shrink it"
+            )
     for engine in engines:
         print(f"\n{engine} launch settings (MODEL = the checkpoint of {args.model}):")
         for line in launch_settings(p, args.model, engine):
