@@ -1,7 +1,7 @@
 """``dcost warmup``: compile the common programs once, into the persistent cache.
 
     dcost warmup            # eval (decode, prefill), optimize with its elasticities (both
-                            # kinds), grid, train, lifetime: about a minute on 2 cores
+                            # kinds), grid, train, lifetime, plan: about a minute on 2 cores
     dcost warmup --quick    # eval only: seconds
 
 Each step runs the very command-line handler a user runs (its output thrown away), so what it
@@ -9,7 +9,9 @@ compiles is what a later ``dcost optimize`` or ``dcost eval`` finds in the cache
 searches, in ``dcost._programs``: a later run does not even trace them). Every preset
 pair has the same pytree structure, so one pair warms the programs of all of them; flags that
 change a problem's structure (``--max-chips`` and the other bounds, ``--ttft-slo``,
-``--chip-budget``, ``--objective``) compile programs of their own on first use.
+``--chip-budget``, ``--objective``) compile programs of their own on first use. The planner's
+programs depend on the model's structure and the chip's layouts, so the plan step warms the
+README's question (llama-3-70b on calibrated H100s, chat traffic) and questions like it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ _PAIR = ["--hardware", "gb200-nvl72", "--model", "deepseek-v3"]
 _SEARCH = [*_PAIR, "--context", "8192", "--tpot-slo", "50ms"]
 
 _EVAL = ["eval", *_PAIR, "--chips", "8"]
+_PLAN = ["plan", "--hardware", "h100-sxm", "--model", "llama-3-70b"]
 _TRAIN = ["--params", "70e9", "--tokens", "15e12", "--hardware", "h100-sxm", "--chips", "8"]
 
 # (label, argv): the defaults of each subcommand, as a user types them
@@ -38,6 +41,7 @@ STEPS = (
     ("grid", ["grid", *_SEARCH]),
     ("train", ["train", *_TRAIN]),
     ("lifetime", ["lifetime", "--loss", "1.95", "--inference-tokens", "2e12"]),
+    ("plan", [*_PLAN, "--traffic", "chat", "--rate", "100", "--calibrated", "--engine", "none"]),
 )
 QUICK = STEPS[:1]
 
@@ -47,8 +51,8 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser(
         "warmup",
         help="compile the common programs into the persistent cache, so later runs start fast",
-        description="Runs eval, optimize (with its elasticities), grid, train and lifetime once on "
-        "a default question so their compiled programs land in the cache "
+        description="Runs eval, optimize (with its elasticities), grid, train, lifetime and plan "
+        "once on a default question so their compiled programs land in the cache "
         "(DCOST_CACHE_DIR, else $XDG_CACHE_HOME/dcost/jax or ~/.cache/dcost/jax; "
         "DCOST_CACHE=0 turns the cache off).",
     )
