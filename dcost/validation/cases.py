@@ -20,9 +20,9 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
   ``c = concurrency`` slots runs in waves (``waves``): ``k = N // c`` full waves and one of the
   ``r = N - k*c`` left over, which runs as long as a wave of ``max(r, R)`` sequences (``R``:
   micro-batch slots, ``replicas * P``; fewer leave slots idle). Throughput is the run's tokens
-  over the waves' time, ``X = N / sum_j n_j / X(b_j)``, ``n_j`` the sequences the waves of
-  batch ``b_j`` carry, time counted at their own batch (the identical lengths make a wave end
-  together, so the last one runs at its own, smaller batch).
+  over the waves' time, ``X = N / sum_j (m_j b_j / X(b_j))`` for ``m_j`` waves of batch ``b_j``
+  (here ``k`` of ``c`` and one of ``max(r, R)``), each timed at its own batch: the identical
+  lengths make a wave end together, so the last one runs at its own, smaller batch.
 - ``comm_overlap`` (optional, 0): the share of the collectives the engine hides behind its
   kernels (``Design.comm_overlap``; two-batch overlap).
 - workload: decode reads a mean context ``T = prompt + output/2``; speculative records set
