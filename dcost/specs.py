@@ -111,6 +111,11 @@ def _float(x):
             x = x.astype(float)
         if np.any(np.isfinite(x) & (np.abs(x) > float_max())):
             return _Invalid(x, None)  # would become inf: ``check`` names the range
+        if x.dtype == np.float64 and jnp.result_type(float) != np.float64:
+            x = x.astype(jnp.result_type(float))  # JAX's default float (float32 without x64)
+        # a plain transfer: jnp.asarray would run an XLA program of its own (compiled, or loaded
+        # from the cache: 30 ms in a fresh process)
+        return jax.device_put(x)
     arr = jnp.asarray(x)
     dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else jnp.result_type(float)
     return jnp.asarray(arr, dtype=dtype)

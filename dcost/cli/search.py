@@ -344,6 +344,8 @@ def _optimize(args) -> int:
 
         with jax.enable_x64(True):  # Newton on the KKT system wants float64
             sens = jax.tree.map(np.asarray, sensitivity(problem_from_args(args)))
+    # printed from NumPy copies: the arithmetic of the report runs no XLA program
+    problem, sol = jax.tree.map(np.asarray, (problem, sol))
     return _emit(args, problem, sol, sens, method="optimize")
 
 

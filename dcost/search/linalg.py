@@ -12,6 +12,7 @@ own.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 __all__ = ["lstsq", "REFINE", "RIDGE"]
@@ -27,30 +28,37 @@ REFINE = 2
 
 def _cholesky(g):
     """Lower ``L`` with ``L L^T = g`` for a symmetric positive definite ``(n, n)`` ``g``
-    (right-looking, unrolled over the ``n`` columns; pivots floored at the smallest normal
-    number so that rounding can never give a NaN)."""
+    (right-looking, one ``fori_loop`` step per column, so the compiled program holds one column's
+    code however large ``n``; pivots floored at the smallest normal number so that rounding can
+    never give a NaN)."""
     n = g.shape[-1]
     rows = jnp.arange(n)
     tiny = jnp.finfo(g.dtype).tiny
-    cols = []
-    for k in range(n):
-        col = jnp.where(rows >= k, g[:, k] / jnp.sqrt(jnp.maximum(g[k, k], tiny)), 0.0)
-        g = g - col[:, None] * col[None, :]
-        cols.append(col)
-    return jnp.stack(cols, axis=1)
+
+    def column(k, carry):
+        g, chol = carry
+        pivot = jnp.sqrt(jnp.maximum(g[k, k], tiny))
+        col = jnp.where(rows >= k, g[:, k] / pivot, 0.0)
+        return g - col[:, None] * col[None, :], chol.at[:, k].set(col)
+
+    _, chol = jax.lax.fori_loop(0, n, column, (g, jnp.zeros_like(g)))
+    return chol
 
 
 def _cho_solve(chol, r):
     """``x`` with ``L L^T x = r`` (``r`` of shape ``(n, k)``): forward, then back substitution,
-    unrolled."""
+    one ``fori_loop`` step per row."""
     n = chol.shape[-1]
-    z = jnp.zeros_like(r)
-    for i in range(n):
-        z = z.at[i].set((r[i] - chol[i] @ z) / chol[i, i])
-    x = jnp.zeros_like(r)
-    for i in reversed(range(n)):
-        x = x.at[i].set((z[i] - chol[:, i] @ x) / chol[i, i])
-    return x
+
+    def forward(i, z):
+        return z.at[i].set((r[i] - chol[i] @ z) / chol[i, i])
+
+    def backward(j, x):
+        i = n - 1 - j
+        return x.at[i].set((z[i] - chol[:, i] @ x) / chol[i, i])
+
+    z = jax.lax.fori_loop(0, n, forward, jnp.zeros_like(r))
+    return jax.lax.fori_loop(0, n, backward, jnp.zeros_like(r))
 
 
 def lstsq(a, b):

@@ -138,8 +138,9 @@ class Solution(eqx.Module):
         unit of relative slack, i.e. how much cheaper the optimum gets, per token, when the limit
         is raised by a fraction ``eps`` is about ``eps * multiplier``. From the continuous
         relaxation: ``lambda_j * continuous_cost``; NaN for grid search."""
-        scale = jnp.asarray(self.stats.continuous_cost)[..., None]
-        m = self.lambdas * scale
+        # operators, not jnp functions: a Solution of NumPy leaves (as the CLI prints one) stays
+        # in NumPy and runs no XLA program
+        m = self.lambdas * self.stats.continuous_cost[..., None]
         return {n: m[..., i] for i, n in enumerate(self.constraints)}
 
     @property
