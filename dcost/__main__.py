@@ -1,5 +1,3 @@
-import sys
+from dcost.cli.app import run
 
-from dcost.cli.app import main
-
-sys.exit(main())
+run()

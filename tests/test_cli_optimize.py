@@ -303,3 +303,28 @@ def test_presets_and_the_printed_report_run_no_xla_program():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "0", out.stdout
+
+
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["presets"], 0),
+        (["grid", "--hardware", "h100", "--model", "llama-3-8b", "--context", "10"], 2),
+    ],
+)
+def test_the_console_script_ends_with_mains_code_and_all_its_output(capsys, argv, code):
+    """``python -m dcost`` ends the process with ``os._exit`` after ``main``: the exit code and
+    every line printed are those of ``main`` in process (stdout and stderr flushed first)."""
+    import os
+    import subprocess
+    import sys
+
+    want_code, want_out, want_err = run(capsys, *argv)
+    env = dict(os.environ, DCOST_CACHE="0")
+    env.pop("PYTHONUNBUFFERED", None)  # stdout to a pipe is then block-buffered: it must be flushed
+    out = subprocess.run(
+        [sys.executable, "-m", "dcost", *argv], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert want_code == code
+    assert (out.returncode, out.stdout, out.stderr) == (want_code, want_out, want_err)
+    assert (want_out if code == 0 else want_err).strip()  # something was said

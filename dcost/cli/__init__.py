@@ -1,5 +1,5 @@
 """The ``dcost`` command line (``dcost.cli.app.main``); one module per subcommand."""
 
-from dcost.cli.app import main
+from dcost.cli.app import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
