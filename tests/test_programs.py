@@ -33,6 +33,8 @@ def polynomial(x, scale, power):
 def store(tmp_path, monkeypatch):
     monkeypatch.setattr(_programs, "directory", lambda: tmp_path)
     monkeypatch.setattr(_programs, "_MEMO", {})
+    monkeypatch.setattr(_programs, "_LAST", [])
+    monkeypatch.setattr(_programs, "_PREFETCHED", {})
     TRACES.clear()
     return tmp_path
 
@@ -45,6 +47,8 @@ def run(x, scale=2.0, power=3):
 
 def new_process():
     _programs._MEMO.clear()
+    _programs._LAST.clear()
+    _programs._PREFETCHED.clear()
 
 
 def test_a_second_process_loads_the_program_without_tracing(store):
@@ -59,6 +63,43 @@ def test_a_second_process_loads_the_program_without_tracing(store):
     run(x, power=2)  # another static argument: another program
     run(jnp.arange(5.0))  # another shape: another program
     assert TRACES == [3, 2, 3] and len(_programs.entries(store)) == 3
+
+
+def test_the_entry_used_next_is_read_on_a_second_thread(store, monkeypatch):
+    import threading
+
+    x = jnp.arange(1.0, 4.0)
+    run(x)
+    (first,) = _programs.entries(store)
+    run(x, power=2)
+    (second,) = set(_programs.entries(store)) - {first}
+    assert _programs.successor(first) == second and _programs.successor(second) is None
+    new_process()
+    loaded = []
+    load = _programs._load
+
+    def spy(path):
+        loaded.append((path, threading.current_thread().name))
+        return load(path)
+
+    monkeypatch.setattr(_programs, "_load", spy)
+    np.testing.assert_allclose(run(x)["y"], 2.0 * x**3)
+    np.testing.assert_allclose(run(x, power=2)["y"], 2.0 * x**2)
+    assert TRACES == [3, 2]  # both loaded, neither traced again
+    assert sorted(loaded) == sorted([(first, "MainThread"), (second, "dcost-prefetch")])
+    assert not _programs._PREFETCHED  # taken by the call that asked for it
+    # a successor record that names anything but an entry beside it is ignored
+    side = first.with_suffix(_programs.NEXT)
+    for text in ("../elsewhere.xla", "/tmp/x.xla", "notes.txt", "", ".hidden.xla"):
+        side.write_text(text)
+        assert _programs.successor(first) is None
+    # a successor that is never asked for is read and dropped; a corrupt one is compiled again
+    side.write_text(second.name)
+    second.write_bytes(b"not a program")
+    new_process()
+    run(x)
+    run(x, power=2)
+    assert TRACES == [3, 2, 2]
 
 
 def test_a_corrupt_entry_is_traced_again_and_rewritten(store):

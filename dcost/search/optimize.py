@@ -222,8 +222,18 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     """Augmented-Lagrangian Adam on the smooth relaxation of one scenario from one start ``z0``.
 
     One ``lax.scan`` of ``rounds*steps`` Adam steps on ``L(z, lam)``; the multipliers step every
-    ``steps`` steps. Pure and jit/vmap friendly; ``optimize`` vmaps it over starts and scenarios.
+    ``steps`` steps. Pure and jit/vmap friendly; ``optimize`` runs many starts at once
+    (``_solve_starts``, the same steps).
     """
+    return jax.tree.map(lambda a: a[0], _solve_starts(problem, jnp.asarray(z0)[None], settings))
+
+
+def _solve_starts(problem: Problem, z0, settings: Settings) -> Continuous:
+    """``solve_continuous`` from every row of ``z0`` (``(starts, d)``), in one scan whose step
+    evaluates the model at every start (``vmap`` inside the step): the scan itself is never
+    batched, so tracing it does not batch the model's gradient over and over (JAX batches a
+    scan's body until its carry's batched parts settle). Adam and the multipliers act
+    elementwise, so each start takes exactly the steps it would alone."""
     dtype = jnp.result_type(float)
     n_c = len(problem.constraints)
     sched = tuple(
@@ -232,7 +242,9 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
     import optax  # here, not at the top: a search loaded from dcost._programs never traces
 
     adam = optax.scale_by_adam()
-    value_and_grad = jax.value_and_grad(_objective, has_aux=True)
+    value_and_grad = jax.vmap(
+        jax.value_and_grad(_objective, has_aux=True), in_axes=(0, 0, None, None, None, None, None)
+    )
 
     def step(carry, sched_t):
         z, state, lam, _, _, jac = carry
@@ -241,27 +253,28 @@ def solve_continuous(problem: Problem, z0, settings: Settings = DEFAULT) -> Cont
         g = jnp.where(jnp.isfinite(g), g, 0.0)
         updates, state = adam.update(g, state)
         lam = jnp.where(update, jnp.maximum(0.0, lam + rho * c), lam)
-        jac = jnp.where(weights[:, None] > 0, g[None, :], jac)
+        jac = jnp.where(weights[None, :, None] > 0, g[:, None, :], jac)
         return (z - lr * updates, state, lam, f, c, jac), None
 
     z0 = jnp.asarray(z0, dtype)
+    n = z0.shape[0]
     init = (
         z0,
         adam.init(z0),
-        jnp.zeros(n_c, dtype),
-        jnp.zeros((), dtype),
-        jnp.zeros(n_c, dtype),
-        jnp.zeros((1 + n_c, z0.shape[0]), dtype),
+        jnp.zeros((n, n_c), dtype),
+        jnp.zeros((n,), dtype),
+        jnp.zeros((n, n_c), dtype),
+        jnp.zeros((n, 1 + n_c, z0.shape[1]), dtype),
     )
     (z, _, lam, f, c, jac), _ = jax.lax.scan(step, init, sched)
     return Continuous(
         z=z,
-        v=_free(z, problem),
+        v=jax.vmap(lambda zi: _free(zi, problem))(z),
         lambdas=lam,
         log_cost=f,
         log_ratios=c,
         jac=jac,
-        smoothness=sched[0][-1],
+        smoothness=jnp.broadcast_to(sched[0][-1], (n,)),
     )
 
 
@@ -405,7 +418,7 @@ def best_continuous(problem: Problem, settings: Settings = DEFAULT):
     d = len(problem.free)
     u0 = jnp.asarray(_halton(settings.starts, d), jnp.result_type(float))
     z0 = jnp.log(u0) - jnp.log1p(-u0)
-    runs = jax.vmap(lambda z: solve_continuous(problem, z, settings))(z0)
+    runs = _solve_starts(problem, z0, settings)
     viol = jnp.sum(jnp.maximum(runs.log_ratios, 0.0), axis=-1)
     k = jnp.argmin(runs.log_cost + 10.0 * viol)
     return jax.tree.map(lambda a: a[k], runs), runs
