@@ -73,20 +73,27 @@ def smax(xs, smoothness=0.0):
     4.0
     """
     check_smoothness("smax", smoothness)
-    # Elementwise over the terms (no logsumexp reduction over a stacked axis), so XLA fuses it
-    # into one loop and a traced smoothness of 0 costs little more than the hard max. Zero terms
-    # are masked with double `where`s, so no gradient (in x or in s) meets 0 * inf.
     xs = jnp.broadcast_arrays(*[jnp.asarray(v) for v in xs])
     dtype = jnp.result_type(*xs)
-    xs = [x.astype(dtype) for x in xs]
-    s = jnp.asarray(smoothness, dtype=dtype)
-    hard = jnp.max(jnp.stack(xs), axis=0)  # a tie shares the gradient equally
+    return _smax(tuple(x.astype(dtype) for x in xs), jnp.asarray(smoothness, dtype=dtype))
+
+
+@jax.custom_jvp
+def _smax(xs: tuple, s):
+    """``smax`` of same-shape, same-dtype terms at an array ``s``; its derivative is written out
+    (``_smax_jvp``) rather than traced through the masks below, which made the gradient of the
+    cost model 26 % larger in compiled code (``optimize``'s search: 5,432 against 4,007 XLA
+    instructions for one value and gradient of the smooth model)."""
+    # Elementwise over the terms (no logsumexp reduction over a stacked axis), so XLA fuses it
+    # into one loop and a traced smoothness of 0 costs little more than the hard max. Zero terms
+    # are masked with double `where`s, so that no value meets 0 * inf.
+    hard = jnp.max(jnp.stack(xs), axis=0)
     positive_s = s > 0
     s_safe = jnp.where(positive_s, s, 1.0)
     any_pos = hard > 0
     pos = [x > 0 for x in xs]
     logs = [jnp.log(jnp.where(p, x, 1.0)) for p, x in zip(pos, xs, strict=True)]
-    top = jax.lax.stop_gradient(jnp.log(jnp.where(any_pos, hard, 1.0)))  # max of the logs
+    top = jnp.log(jnp.where(any_pos, hard, 1.0))  # max of the logs
     # a zero term gives exp(0) in the branch that `where` discards: finite, so no 0 * inf
     total = sum(
         jnp.where(p, jnp.exp((jnp.where(p, lg, top) - top) / s_safe), 0.0)
@@ -95,6 +102,36 @@ def smax(xs, smoothness=0.0):
     lse = top / s_safe + jnp.log(jnp.where(any_pos, total, 1.0))
     soft = jnp.where(any_pos, jnp.exp(s_safe * lse), 0.0)
     return jnp.where(positive_s, soft, hard)
+
+
+@_smax.defjvp
+def _smax_jvp(primals, tangents):
+    """The derivative of ``smax``. For ``s > 0``, with ``w_i = (x_i/m)**(1/s)`` (``m = smax``;
+    the weights sum to 1, zero terms have none)::
+
+        dm/dx_i = (x_i/m)**(1/s - 1),    dm/ds = (m/s) * (log m - sum_i w_i log x_i)
+
+    (``log m = s log sum_i x_i**(1/s)``, differentiated). At ``s = 0`` (the hard maximum) a tie
+    shares the gradient equally (as ``jnp.max``'s does) and ``dm/ds = 0``."""
+    xs, s = primals
+    txs, ts = tangents
+    m = _smax(xs, s)
+    positive_s = s > 0
+    s_safe = jnp.where(positive_s, s, 1.0)
+    hard = jnp.max(jnp.stack(xs), axis=0)
+    ties = sum(jnp.where(x == hard, 1.0, 0.0) for x in xs)
+    log_m = jnp.log(jnp.where(m > 0, m, 1.0))
+    dx, ds = jnp.zeros_like(m), jnp.zeros_like(m)
+    for x, tx in zip(xs, txs, strict=True):
+        pos = x > 0
+        gap = jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)) - log_m, 0.0)  # log(x_i/m) <= 0
+        soft = jnp.where(pos, jnp.exp(gap * (1.0 / s_safe - 1.0)), 0.0)
+        hard_share = jnp.where(x == hard, 1.0 / ties, 0.0)
+        dx = dx + jnp.where(positive_s, soft, hard_share) * tx
+        weight = jnp.where(pos, jnp.exp(gap / s_safe), 0.0)
+        ds = ds - weight * gap  # sum_i w_i (log m - log x_i)
+    dm_ds = jnp.where(positive_s & (m > 0), m / s_safe * ds, 0.0)
+    return m, dx + dm_ds * ts
 
 
 def smin(xs, smoothness=0.0):

@@ -129,6 +129,47 @@ def test_gradient_matches_central_differences(s):
         assert grad[i] == pytest.approx(fd, rel=1e-6, abs=1e-9)
 
 
+@pytest.mark.x64
+@pytest.mark.parametrize("s", [0.05, 0.3, 1.0])
+def test_gradient_in_smoothness_matches_central_differences(s):
+    """``dm/ds = (m/s)(log m - sum_i w_i log x_i)``, written out in ``smax``'s derivative, against
+    differences of the value (a zero term included: it has no weight)."""
+    x = [2e-3, 1.5e-3, 0.0, 4e-4]
+    grad = float(jax.grad(lambda s_: smax(x, s_))(s))
+    h = 1e-6 * s
+    fd = (float(jit_smax(x, s + h)) - float(jit_smax(x, s - h))) / (2 * h)
+    assert grad == pytest.approx(fd, rel=1e-6)
+    assert float(jax.grad(lambda s_: smax(x, s_))(0.0)) == 0.0  # the hard maximum
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("s", [0.0, 0.05, 0.3])
+def test_forward_reverse_and_second_derivatives(s):
+    """Forward and reverse mode give the same gradient (the KKT code uses both), and the Hessian
+    (Newton's steps on the KKT system differentiate the gradient again) matches differences of
+    the gradient."""
+    x = jnp.asarray([2e-3, 1.5e-3, 4e-4, 1e-3])
+    fun = lambda v: smax(list(v), s)  # noqa: E731
+    np.testing.assert_allclose(jax.jacfwd(fun)(x), jax.grad(fun)(x), rtol=1e-12, atol=1e-300)
+    hess = np.asarray(jax.hessian(fun)(x))
+    for i in range(4):
+        h = 1e-6 * float(x[i])
+        fd = (
+            np.asarray(jax.grad(fun)(x.at[i].add(h))) - np.asarray(jax.grad(fun)(x.at[i].add(-h)))
+        ) / (2 * h)
+        np.testing.assert_allclose(hess[:, i], fd, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.x64
+def test_tied_hard_maximum_shares_its_gradient():
+    """At ``s = 0`` a tie shares the gradient equally, as ``jnp.max``'s own derivative does."""
+    np.testing.assert_allclose(
+        jax.grad(lambda v: smax(list(v), 0.0))(jnp.asarray([2.0, 5.0, 5.0, 1.0])),
+        [0.0, 0.5, 0.5, 0.0],
+    )
+    np.testing.assert_allclose(jax.grad(lambda v: smax(list(v), 0.0))(jnp.zeros(3)), [1 / 3] * 3)
+
+
 @pytest.mark.parametrize("s", [0.0, 0.01, 0.3, 1.0])
 def test_gradient_finite_with_zero_terms(s):
     x = jnp.asarray([0.0, 2e-3, 0.0, 5e-4])

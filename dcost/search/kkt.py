@@ -209,17 +209,23 @@ def assess(y0, at_lo, at_hi, fc, jac, near, pin_tol=PIN_TOL, jumps=None):
 
     # a loop, not unrolled: one copy of the least-squares solve in the compiled code
     interior, _ = jax.lax.scan(hold_one, interior, None, length=y0.shape[0])
-    lam, _ = _multipliers(gf, jc, interior, candidate)
-    active = candidate & (lam > ACTIVE_TOL)
+    moving = jnp.sum(interior)
+
     # More active constraints than moving variables (a layout with most variables on bounds,
     # several limits near): their gradients are dependent there and no multipliers make all of
     # them hold with equality; keep those nearest their limits (largest c), as many as move.
-    # Otherwise the values are unchanged.
-    moving = jnp.sum(interior)
+    # Otherwise the values are unchanged. Two estimates, the second on the constraints the first
+    # keeps: a loop of two steps, so the least-squares solve is compiled once more, not twice.
+    def estimate(cand, _):
+        lam, _ = _multipliers(gf, jc, interior, cand)
+        active = cand & (lam > ACTIVE_TOL)
+        rank = jnp.argsort(jnp.argsort(-jnp.where(active, c, -jnp.inf)))
+        return active & (rank < moving), lam
+
+    # kept: the second step's (the first step's kept constraints with positive multipliers)
+    kept, (lam, lam_kept) = jax.lax.scan(estimate, candidate, None, length=2)
+    active = candidate & (lam > ACTIVE_TOL)
     over = jnp.sum(active) > moving
-    rank = jnp.argsort(jnp.argsort(-jnp.where(active, c, -jnp.inf)))
-    kept = active & (rank < moving)
-    lam_kept, _ = _multipliers(gf, jc, interior, kept)
     lam = jnp.where(over, lam_kept, lam)
     active = jnp.where(over, kept & (lam_kept > ACTIVE_TOL), active)
     lam = jnp.where(active, lam, 0.0)
