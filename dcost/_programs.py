@@ -62,7 +62,18 @@ from jax.tree_util import PyTreeDef
 
 from dcost import _cache
 
-__all__ = ["SKIP", "run", "directory", "fingerprint", "entries", "key", "canonical", "Unsupported"]
+__all__ = [
+    "SKIP",
+    "run",
+    "prepare",
+    "during_compile",
+    "directory",
+    "fingerprint",
+    "entries",
+    "key",
+    "canonical",
+    "Unsupported",
+]
 
 SKIP = object()
 """What ``run`` returns when the program is to run as a plain ``jax.jit``."""
@@ -74,6 +85,8 @@ SUFFIX = ".xla"
 _MEMO: dict[tuple, Any] = {}
 _PREFETCHED: dict[pathlib.Path, Future] = {}
 """Entries being read (or read) on a second thread: the successors of those read so far."""
+_DURING_COMPILE: list[list] = []
+"""``during_compile``'s tasks, each in a one-item list: the task, or the thread running it."""
 _LAST: list[pathlib.Path] = []
 """The entry this process used last (at most one), whose successor the next one is."""
 NEXT = ".next"
@@ -142,6 +155,83 @@ def run(
     is to run as a plain ``jax.jit`` instead (see the module docstring). ``options``, the
     options asked for, are part of the key; ``compile_options`` (those the XLA at hand accepts,
     which may take a probe to find) is called only to compile."""
+    found = _entry(fun, args, kwargs, static_argnames, options, compile_options, record=True)
+    if found is SKIP:
+        return SKIP
+    memo_key, (call, out_tree, path), leaves = found
+    try:
+        out = call(*leaves)
+        # dispatch is asynchronous: an executable that cannot run fails when its results are
+        # awaited, so await them here, where the plain jit can still take over
+        jax.block_until_ready(out)
+    except Exception:  # noqa: BLE001 - an executable that will not run here: the plain jit
+        # (which raises the same error again if the error is the program's own)
+        _MEMO[memo_key] = _BROKEN
+        _discard(path)
+        return SKIP
+    return jax.tree.unflatten(out_tree, out)
+
+
+def prepare(
+    fun: Callable,
+    args: Sequence,
+    kwargs: dict,
+    static_argnames: Sequence[str],
+    options: dict | None,
+    compile_options: Callable[[], dict | None] = lambda: None,
+) -> bool:
+    """Load or compile the program ``run`` would run for these arguments (only their shapes and
+    structure matter), without running it: a later ``run`` with arguments of the same form
+    finds it in memory. For a second thread (``during_compile``); it records no successor
+    (``<entry>.next``). True when the program is ready."""
+    try:
+        found = _entry(fun, args, kwargs, static_argnames, options, compile_options, record=False)
+    except Exception:  # noqa: BLE001 - whoever runs it later compiles it and reports the error
+        return False
+    return found is not SKIP
+
+
+@contextlib.contextmanager
+def during_compile(task: Callable[[], object]):
+    """Inside the block, the first program this thread compiles starts ``task`` on a second
+    thread as its compiling begins; leaving the block waits for the task if it started, and
+    drops it if nothing compiled (everything was loaded).
+
+    XLA compiles without Python's lock, so a task that traces and compiles another program (the
+    command line's elasticities while its search compiles) runs beside it for free on a second
+    core, where started with the search it would have slowed the search's tracing. A task's
+    errors are its own: it is meant to ``prepare`` a program that is run, and reported on, later.
+    """
+    slot: list = [task]
+    _DURING_COMPILE.append(slot)
+    try:
+        yield
+    finally:
+        _DURING_COMPILE.remove(slot)
+        if slot and isinstance(slot[0], threading.Thread):
+            slot[0].join()
+
+
+def _start_tasks() -> None:
+    """Start the tasks ``during_compile`` registered that have not started."""
+    for slot in _DURING_COMPILE:
+        if slot and not isinstance(slot[0], threading.Thread):
+            task = slot[0]
+
+            def work(task=task):
+                try:
+                    task()
+                except Exception:  # noqa: BLE001 - see during_compile
+                    pass
+
+            slot[0] = threading.Thread(target=work, name="dcost-during-compile")
+            slot[0].start()
+
+
+def _entry(fun, args, kwargs, static_argnames, options, compile_options, record: bool):
+    """``(memo key, (callable, result structure, path), flat arguments)`` of the program for
+    these arguments, loaded or compiled (and remembered in ``_MEMO``); ``SKIP`` for the plain
+    jit."""
     where = directory()
     if where is None or "<" in fun.__qualname__:  # off, or a lambda or closure: no key sees it
         return SKIP
@@ -172,23 +262,12 @@ def run(
         return SKIP
     if entry is None:
         entry = _load_or_compile(
-            where, fun, names, treedef, leaves, avals, static, x64, options, compile_options
+            where, fun, names, treedef, leaves, avals, static, x64, options, compile_options, record
         )
         if entry is None:
             return SKIP
         _MEMO[memo_key] = entry
-    call, out_tree, path = entry
-    try:
-        out = call(*leaves)
-        # dispatch is asynchronous: an executable that cannot run fails when its results are
-        # awaited, so await them here, where the plain jit can still take over
-        jax.block_until_ready(out)
-    except Exception:  # noqa: BLE001 - an executable that will not run here: the plain jit
-        # (which raises the same error again if the error is the program's own)
-        _MEMO[memo_key] = _BROKEN
-        _discard(path)
-        return SKIP
-    return jax.tree.unflatten(out_tree, out)
+    return memo_key, entry, leaves
 
 
 def _discard(path: pathlib.Path) -> None:
@@ -269,7 +348,7 @@ def canonical(value) -> str:
 
 
 def _load_or_compile(
-    where, fun, names, treedef, leaves, avals, static, x64, options, compile_options
+    where, fun, names, treedef, leaves, avals, static, x64, options, compile_options, record=True
 ):
     """``(callable on the flat leaves, result structure, entry path)``, or None when the program
     cannot be keyed (it then runs as a plain jit)."""
@@ -287,7 +366,8 @@ def _load_or_compile(
             loaded = read(path, avals)
     else:
         loaded = read(path, avals)
-    _follows(path)
+    if record:
+        _follows(path)
     if loaded is not None:
         return (*loaded, path)
     out_tree = None
@@ -300,6 +380,8 @@ def _load_or_compile(
         return out_leaves
 
     lowered = jax.jit(flat, compiler_options=compile_options()).lower(*leaves)
+    if record:  # the process's own program (not a task's): start the tasks waiting for it
+        _start_tasks()
     with _jax_cache_off():
         compiled = lowered.compile()
     write(path, compiled, out_tree)

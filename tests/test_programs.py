@@ -35,6 +35,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setattr(_programs, "_MEMO", {})
     monkeypatch.setattr(_programs, "_LAST", [])
     monkeypatch.setattr(_programs, "_PREFETCHED", {})
+    monkeypatch.setattr(_programs, "_DURING_COMPILE", [])
     TRACES.clear()
     return tmp_path
 
@@ -100,6 +101,29 @@ def test_the_entry_used_next_is_read_on_a_second_thread(store, monkeypatch):
     run(x)
     run(x, power=2)
     assert TRACES == [3, 2, 2]
+
+
+def test_a_task_runs_beside_the_first_compile_and_only_then(store):
+    import threading
+
+    x = jnp.arange(1.0, 4.0)
+    ran = []
+
+    def task():
+        ran.append(threading.current_thread().name)
+        # what the command line does: prepare another program, which a later call then finds
+        assert _programs.prepare(polynomial, (x, jnp.asarray(1.0)), {"power": 2}, ("power",), None)
+        raise RuntimeError("a task's own error stays in its thread")
+
+    with _programs.during_compile(task):
+        run(x)  # compiles: the task starts on a second thread; the block waits for it
+    assert ran == ["dcost-during-compile"] and sorted(TRACES) == [2, 3]
+    np.testing.assert_allclose(run(x, power=2)["y"], 2.0 * x**2)
+    assert sorted(TRACES) == [2, 3]  # prepared: found in memory, not traced again
+    new_process()
+    with _programs.during_compile(task):
+        run(x)  # loaded from the store: nothing compiles, so the task never runs
+    assert ran == ["dcost-during-compile"] and not _programs._DURING_COMPILE
 
 
 def test_a_corrupt_entry_is_traced_again_and_rewritten(store):

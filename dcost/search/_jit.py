@@ -76,7 +76,19 @@ def jit(fun=None, *, fast_compile: bool = False, **kwargs):
                 return out
         return compiled()(*args, **kw)
 
-    jitted: Any = call  # a function that also carries the two attributes below
+    def prepare(*args, **kw) -> bool:
+        """Load or compile the stored program for arguments of this form without running it
+        (``dcost._programs.prepare``). False where it would run as the plain jit (nothing is
+        prepared)."""
+        if not exportable:
+            return False
+        fast = _xla.prefer_fast(fast_compile or _PREFER_FAST_COMPILE)
+        return _programs.prepare(
+            fun, args, kw, static_argnames, _requested(fast), lambda: _options(fast)
+        )
+
+    jitted: Any = call  # a function that also carries the three attributes below
     jitted.lower = lambda *args, **kw: compiled().lower(*args, **kw)
     jitted.compiled = compiled
+    jitted.prepare = prepare
     return jitted
