@@ -487,20 +487,40 @@ def successor(path: pathlib.Path) -> pathlib.Path | None:
     return path.parent / name
 
 
+PREFETCH_DEPTH = 2
+"""How far along the recorded chain of successors an entry's reading reaches (``optimize``'s
+two programs, then the command line's elasticities)."""
+
+
 def _prefetch_successor(path: pathlib.Path) -> None:
-    """Start reading ``path``'s successor on a second thread (once per process)."""
+    """Start reading ``path``'s successors, up to ``PREFETCH_DEPTH`` along the chain, each on a
+    thread of its own (each entry once per process)."""
+    seen = {path}
     nxt = successor(path)
-    if nxt is None or nxt == path or nxt in _PREFETCHED or not nxt.is_file():
-        return
+    for _ in range(PREFETCH_DEPTH):
+        if nxt is None or nxt in seen or not nxt.is_file():
+            return
+        seen.add(nxt)
+        if nxt not in _PREFETCHED and not _loaded(nxt):
+            _start_prefetch(nxt)
+        nxt = successor(nxt)
+
+
+def _loaded(path: pathlib.Path) -> bool:
+    """Whether this process holds the entry at ``path`` already."""
+    return any(entry is not _BROKEN and entry[2] == path for entry in _MEMO.values())
+
+
+def _start_prefetch(path: pathlib.Path) -> None:
     future: Future = Future()
 
     def work():
         try:
-            future.set_result(_load(nxt))
+            future.set_result(_load(path))
         except BaseException as err:  # noqa: BLE001 - handed to whoever asks for the entry
             future.set_exception(err)
 
-    _PREFETCHED[nxt] = future
+    _PREFETCHED[path] = future
     threading.Thread(target=work, name="dcost-prefetch", daemon=False).start()
 
 

@@ -159,9 +159,10 @@ def test_grid_search_large_grid_pads_at_most_twice(monkeypatch):
 
 
 def test_optimize_compiles_once_for_7_10_12_scenarios_whatever_they_sweep(monkeypatch):
-    traces = Counter(optimize_mod._solve_one)
-    monkeypatch.setattr(optimize_mod, "_solve_one", traces)
-    before = optimize_mod._solve.compiled()._cache_size()
+    traces = Counter(optimize_mod._relax_one)
+    monkeypatch.setattr(optimize_mod, "_relax_one", traces)
+    before = optimize_mod._relax.compiled()._cache_size()
+    rounds = optimize_mod._round.compiled()._cache_size()
     for n in (7, 10, 12):
         s = dcost.optimize(problem(n), SETTINGS)
         assert s.cost.shape == (n,) and s.problem.limits.tpot_slo.shape == (n,)
@@ -180,7 +181,8 @@ def test_optimize_compiles_once_for_7_10_12_scenarios_whatever_they_sweep(monkey
     one = dcost.optimize(_take(other, 3), SETTINGS)  # unbatched: a program of its own
     np.testing.assert_array_equal(np.asarray(s.x[3]), np.asarray(one.x))
     assert traces.calls == 2
-    assert optimize_mod._solve.compiled()._cache_size() == before + 2
+    assert optimize_mod._relax.compiled()._cache_size() == before + 2
+    assert optimize_mod._round.compiled()._cache_size() == rounds + 2
 
 
 @pytest.mark.slow

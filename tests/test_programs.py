@@ -218,13 +218,18 @@ def test_the_key_is_the_same_in_every_process():
 @pytest.mark.slow
 def test_optimize_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch):
     traces = []
-    solve_one = optimize_mod._solve_one
+    relax_one, round_one = optimize_mod._relax_one, optimize_mod._round_one
 
-    def counting(problem, settings):
-        traces.append(1)
-        return solve_one(problem, settings)
+    def counting_relax(problem, settings):
+        traces.append("relax")
+        return relax_one(problem, settings)
 
-    monkeypatch.setattr(optimize_mod, "_solve_one", counting)
+    def counting_round(problem, best, v, settings):
+        traces.append("round")
+        return round_one(problem, best, v, settings)
+
+    monkeypatch.setattr(optimize_mod, "_relax_one", counting_relax)
+    monkeypatch.setattr(optimize_mod, "_round_one", counting_round)
     settings = Settings(starts=2, rounds=3, steps=4, local_rounds=1)
     p = dcost.Problem(
         dcost.hardware("h100-sxm"),
@@ -237,10 +242,12 @@ def test_optimize_runs_from_the_store_and_gives_the_same_answer(store, monkeypat
         first = dcost.optimize(p, settings)
         new_process()
         second = dcost.optimize(p, settings)  # the same question in a "new process"
-    assert traces == [1]
+    assert traces == ["relax", "round"]  # traced once each, in the first "process" only
     np.testing.assert_array_equal(np.asarray(first.x), np.asarray(second.x))
     assert first.binding == second.binding and float(first.cost) == float(second.cost)
-    assert [e.name.split("-")[0] for e in _programs.entries(store)] == ["solve"]
+    relax, round_ = (e for e in _programs.entries(store))
+    assert (relax.name.split("-")[0], round_.name.split("-")[0]) == ("relax", "round")
+    assert _programs.successor(relax) == round_  # the second is read beside the first
 
 
 @pytest.mark.slow

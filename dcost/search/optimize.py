@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost import _programs
 from dcost.bisection import bisect, ceil_midpoint, floor_midpoint, steps_for
 from dcost.search import kkt
 from dcost.search._jit import jit
@@ -450,9 +451,17 @@ def _shadow_prices(problem: Problem, best: Continuous):
     return jnp.where(left[k] < kkt.PIN_TOL, w[k, len(problem.free) :], best.lambdas)
 
 
-def _solve_one(problem: Problem, settings: Settings) -> Solution:
+def _relax_one(problem: Problem, settings: Settings):
+    """The search's first stage for one scenario: the best continuous run, and every start's end
+    point (``v``, shape ``(starts, d)``)."""
     best, runs = best_continuous(problem, settings)
-    x, evaluations = _integer_search(problem, runs.v, settings)
+    return best, runs.v
+
+
+def _round_one(problem: Problem, best: Continuous, v_starts, settings: Settings) -> Solution:
+    """The search's second stage for one scenario: whole numbers near every start's end point,
+    the exact local search, the shadow prices at the best run, the exact report."""
+    x, evaluations = _integer_search(problem, v_starts, settings)
     # Shadow prices: least-squares multipliers from stationarity at the continuous optimum where
     # they make it stationary (the augmented-Lagrangian iterates lose small multipliers to the
     # noise of the last steps), else (near a sharp kink) the iterates.
@@ -470,10 +479,52 @@ def _solve_one(problem: Problem, settings: Settings) -> Solution:
 
 
 @functools.partial(jit, static_argnames=("settings", "batch"))
-def _solve(problem: Problem, settings: Settings, batch: int | None) -> Solution:
+def _relax(problem: Problem, settings: Settings, batch: int | None):
     if batch is None:
-        return _solve_one(problem, settings)
-    return jax.vmap(lambda p: _solve_one(p, settings))(broadcast(problem, batch))
+        return _relax_one(problem, settings)
+    return jax.vmap(lambda p: _relax_one(p, settings))(broadcast(problem, batch))
+
+
+@functools.partial(jit, static_argnames=("settings", "batch"))
+def _round(problem: Problem, best: Continuous, v_starts, settings: Settings, batch: int | None):
+    if batch is None:
+        return _round_one(problem, best, v_starts, settings)
+    return jax.vmap(lambda p, b, v: _round_one(p, b, v, settings))(
+        broadcast(problem, batch), best, v_starts
+    )
+
+
+def _solve(problem: Problem, settings: Settings, batch: int | None) -> Solution:
+    """The search in two compiled programs of about half its size each (the relaxation; the
+    rounding, shadow prices and exact report): a later process loads the second on another core
+    while it loads the first (``dcost._programs``: loading is XLA rebuilding the program's HLO,
+    in time proportional to its size), and on an empty cache the second compiles while the
+    first does."""
+    with _programs.during_compile(functools.partial(_prepare_round, problem, settings, batch)):
+        best, v_starts = _relax(problem, settings, batch)
+    return _round(problem, best, v_starts, settings, batch)
+
+
+def _prepare_round(problem: Problem, settings: Settings, batch: int | None) -> bool:
+    """Load or compile ``_round``'s program from the problem's form alone (placeholders of the
+    shapes ``_relax`` returns; transferred, not made by jnp, which would run XLA programs)."""
+    dtype = jnp.result_type(float)
+    d, n_c = len(problem.free), len(problem.constraints)
+    lead = () if batch is None else (batch,)
+
+    def zeros(*shape):
+        return jax.device_put(np.zeros(lead + shape, dtype))
+
+    best = Continuous(
+        z=zeros(d),
+        v=zeros(d),
+        lambdas=zeros(n_c),
+        log_cost=zeros(),
+        log_ratios=zeros(n_c),
+        jac=zeros(1 + n_c, d),
+        smoothness=zeros(),
+    )
+    return _round.prepare(problem, best, zeros(settings.starts, d), settings, batch)
 
 
 def optimize(problem: Problem, settings: Settings = DEFAULT) -> Solution:
