@@ -7,7 +7,8 @@
 Three tables, every figure from a subprocess run under a timeout (``--timeout``, default 600 s):
 
 1. **Processes.** ``python -c "import dcost"`` and each subcommand (``presets``, ``eval``,
-   ``optimize``, ``grid``, ``train``, ``lifetime``, ``warmup``) as a whole process, end to end:
+   ``optimize``, ``grid``, ``train``, ``lifetime``, ``warmup``, ``plan``) as a whole process, end
+   to end (the ``dcost`` console script beside the interpreter, else ``python -m dcost``):
    *cold* against an empty persistent compilation cache (``DCOST_CACHE_DIR`` pointed at a fresh
    temporary directory) and *warm* on the runs after it against the same directory (the median
    of ``--warm-runs``, default 3, each run's wall time printed beneath). Wall time and CPU
@@ -131,6 +132,11 @@ def timed(cmd: list[str], env: dict, timeout: float, cwd=None) -> dict:
 
 
 def dcost_cmd(argv) -> list[str]:
+    """The ``dcost`` console script beside this interpreter (what a person runs), else
+    ``python -m dcost``."""
+    script = Path(sys.executable).with_name("dcost")
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script), *argv]
     return [sys.executable, "-m", "dcost", *argv]
 
 

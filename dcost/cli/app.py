@@ -9,6 +9,7 @@ unknown subcommand import them all.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -75,7 +76,12 @@ def run(argv=None) -> NoReturn:
     every file dcost writes (stored programs, JAX's cache, figures, tables) is written and closed
     before ``main`` returns. An exception leaves the usual way (traceback, normal exit); ``main``
     itself, called in process (tests, ``dcost warmup``), returns as before.
+
+    The objects the imports made (JAX's, equinox's, dcost's modules) are moved out of the cyclic
+    collector's sight first (``gc.freeze``): they live as long as the process, and scanning them
+    again at every full collection cost 0.05-0.1 s of a 0.9 s warm ``dcost optimize``.
     """
+    gc.freeze()
     code = main(argv)
     for stream in (sys.stdout, sys.stderr):
         try:

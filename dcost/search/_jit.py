@@ -8,7 +8,9 @@ measurable gain at run time, so on the CPU backend the searches ask for the clas
 
 A module-level function jitted here also runs through ``dcost._programs`` when dcost's persistent
 cache is on: its traced program is kept on disk, so that a later process skips tracing and
-lowering it (and XLA's cache, compiling it).
+lowering it (and XLA's cache, compiling it). ``fun.prepare(*args)`` loads or compiles that
+program without running it, for a second thread (``dcost._programs.during_compile``: a
+program the process will need next compiles while another does).
 
 Inside ``with prefer_fast_compile():`` every search program compiles with ``fast_compile`` (XLA's
 backend optimization level 0): it compiles about 2.5x faster and runs about 2x slower
