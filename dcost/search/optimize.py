@@ -22,7 +22,9 @@
 3. *Shadow prices*: least-squares multipliers from stationarity at the best continuous point
    (``dcost.search.kkt.guess``); ``dcost.sensitivity`` polishes that point to a KKT point first.
 
-Everything is one jitted function, vmapped over the scenarios of a batched problem.
+Two jitted programs, each vmapped over the scenarios of a batched problem: step 1, then steps 2
+and 3 (``_relax``, ``_round``; split so that a later process reads them from ``dcost._programs``
+on two cores at once, and an empty cache compiles them side by side).
 References: Nocedal & Wright, "Numerical Optimization" (2006), 17.4 (augmented Lagrangian for
 inequalities); Kingma & Ba, "Adam" (2015).
 """
