@@ -91,7 +91,7 @@ def test_the_entry_used_next_is_read_on_a_second_thread(store, monkeypatch):
     assert not _programs._PREFETCHED  # taken by the call that asked for it
     # a successor record that names anything but an entry beside it is ignored
     side = first.with_suffix(_programs.NEXT)
-    for text in ("../elsewhere.xla", "/tmp/x.xla", "notes.txt", "", ".hidden.xla"):
+    for text in ("../elsewhere.xla", "/var/elsewhere.xla", "notes.txt", "", ".hidden.xla"):
         side.write_text(text)
         assert _programs.successor(first) is None
     # a successor that is never asked for is read and dropped; a corrupt one is compiled again
