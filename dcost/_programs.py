@@ -33,9 +33,10 @@ code, trusted like JAX's own cache: the directory must stay private to its user
 
 Loading an entry is mostly XLA rebuilding the program's HLO module (0.3 s for ``optimize``'s
 search on 2 cores), so an entry remembers the one the same process used next (``<entry>.next``,
-its file name): ``dcost optimize`` runs its search, then the envelope-theorem elasticities. When
-an entry is read, its successor is read at the same time on a second thread; the process takes it
-from there if it asks for it (and checks it as any entry), else it is dropped.
+its file name): ``dcost optimize`` runs the two halves of its search, then the envelope-theorem
+elasticities. When an entry is read, the next ``PREFETCH_DEPTH`` entries along that record are
+read at the same time, each on a thread of its own; the process takes one from there if it asks
+for it (and checks it as any entry), else it is dropped.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ SUFFIX = ".xla"
 _MEMO: dict[tuple, Any] = {}
 _PREFETCHED: dict[pathlib.Path, Future] = {}
 """Entries being read (or read) on a second thread: the successors of those read so far."""
-_DURING_COMPILE: list[list] = []
-"""``during_compile``'s tasks, each in a one-item list: the task, or the thread running it."""
+_DURING_COMPILE: list = []
+"""``during_compile``'s tasks (``_Task``), outermost block first."""
 _LAST: list[pathlib.Path] = []
 """The entry this process used last (at most one), whose successor the next one is."""
 NEXT = ".next"
@@ -191,6 +192,14 @@ def prepare(
     return found is not SKIP
 
 
+class _Task:
+    """A ``during_compile`` task: the function, and the thread running it once started."""
+
+    def __init__(self, fun: Callable[[], object]):
+        self.fun: Callable[[], object] = fun
+        self.thread: threading.Thread | None = None
+
+
 @contextlib.contextmanager
 def during_compile(task: Callable[[], object]):
     """Inside the block, the first program this thread compiles starts ``task`` on a second
@@ -202,30 +211,29 @@ def during_compile(task: Callable[[], object]):
     core, where started with the search it would have slowed the search's tracing. A task's
     errors are its own: it is meant to ``prepare`` a program that is run, and reported on, later.
     """
-    slot: list = [task]
-    _DURING_COMPILE.append(slot)
+    entry = _Task(task)
+    _DURING_COMPILE.append(entry)
     try:
         yield
     finally:
-        _DURING_COMPILE.remove(slot)
-        if slot and isinstance(slot[0], threading.Thread):
-            slot[0].join()
+        _DURING_COMPILE.remove(entry)
+        if entry.thread is not None:
+            entry.thread.join()
 
 
 def _start_tasks() -> None:
-    """Start the tasks ``during_compile`` registered that have not started."""
-    for slot in _DURING_COMPILE:
-        if slot and not isinstance(slot[0], threading.Thread):
-            task = slot[0]
+    """Start the tasks ``during_compile`` registered that have not started, each on a thread."""
+    for entry in _DURING_COMPILE:
+        if entry.thread is None:
 
-            def work(task=task):
+            def work(fun=entry.fun):
                 try:
-                    task()
+                    fun()
                 except Exception:  # noqa: BLE001 - see during_compile
                     pass
 
-            slot[0] = threading.Thread(target=work, name="dcost-during-compile")
-            slot[0].start()
+            entry.thread = threading.Thread(target=work, name="dcost-during-compile")
+            entry.thread.start()
 
 
 def _entry(fun, args, kwargs, static_argnames, options, compile_options, record: bool):
