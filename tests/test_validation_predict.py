@@ -218,6 +218,8 @@ def test_held_out_summary_does_not_regress(tmp_path, capsys):
     for key in ("median", "p90"):
         assert got["overall"][key] <= shipped["overall"][key] + 0.02, (key, got["overall"])
     assert got["bound_holds"] == 1.0
+    pools = out["by_regime"]["pool"]  # the fitted records by regime (families.breakdown)
+    assert sum(g["records"] for g in pools.values()) == got["overall"]["records"]
     assert len(out["records"]) == len(v.load()) and figure.stat().st_size > 10_000
     assert out["seconds"] < 120  # the issue's budget is 30 s on an idle 2-core machine
 
@@ -232,3 +234,32 @@ def test_the_public_name_is_the_function():
     assert v.predict(r) == predict(r, calibrated=False)
     with pytest.raises(AttributeError, match="no attribute 'predictions'"):
         v.predictions  # noqa: B018
+
+
+def test_breakdown_by_regime_groups_every_fitted_record_once():
+    """``breakdown`` on held-out predictions made up here: each regime's groups partition the
+    fitted records, a group's figures are those of the records a predicate written here picks,
+    and the speed ratio reads a time's ratio the other way round."""
+    records = tuple(v.load())
+    rng = np.random.default_rng(0)
+    factor = np.exp(rng.normal(0.0, 0.3, len(records)))
+    measured = np.array([float(r["value"]) for r in records])
+    cv = families.CrossValidation(records, measured * factor, measured, ("s",), None)
+    out = families.breakdown(cv)
+    fitted = [families.fitted(r) for r in records]
+    for groups in out.values():
+        assert sum(g["records"] for g in groups.values()) == sum(fitted)
+    spec = [i for i, r in enumerate(records) if fitted[i] and "speculative" in r]
+    assert out["speculative decoding"]["yes"]["records"] == len(spec)
+    err = np.abs(factor[spec] - 1.0)
+    assert out["speculative decoding"]["yes"]["median"] == pytest.approx(np.median(err))
+    assert out["speculative decoding"]["yes"]["p90"] == pytest.approx(np.quantile(err, 0.9))
+    time = [i for i, r in enumerate(records) if fitted[i] and r["serving"] == "prefill"]
+    speed = [1.0 / factor[i] if records[i]["metric"] in TIME_METRICS else factor[i] for i in time]
+    assert out["pool"]["prefill"]["speed_ratio"] == pytest.approx(np.median(speed))
+    # the batch bands: a batch-1 step and one of 3,000 sequences over 8 attention groups
+    bands = families.REGIMES["sequences per attention group"]
+    by_id = {r["id"]: r for r in records}
+    assert bands(by_id["trtllm-blog-r1-b200-minlat-mtp0"]) == "1-3"
+    assert bands(by_id["trtllm-deepseek-r1-h200-dep8-1024-1024"]) == "64-511"  # 375 each
+    assert list(out["sequences per attention group"]) == ["1-3", "4-63", "64-511", ">= 512"]

@@ -82,6 +82,8 @@ __all__ = [
     "fit",
     "cross_validate",
     "summary",
+    "breakdown",
+    "REGIMES",
     "pure_predictions",
 ]
 
@@ -619,6 +621,59 @@ def summary(cv: CrossValidation) -> dict:
         "p90": float(np.quantile(cv.error[bare], 0.9)) if np.any(bare) else 0.0,
         "median_ratio": float(np.median(cv.ratio[bare])) if np.any(bare) else 1.0,
     }
+    return out
+
+
+BATCH_BANDS = ((1.0, "1-3"), (4.0, "4-63"), (64.0, "64-511"), (512.0, ">= 512"))
+"""Bands of sequences per attention group per micro-batch, ``B/A`` (lower edge, label): below 4
+a step is latency-bound (weights, launches and collectives' latencies); from 512 on it is the
+large-batch throughput regime."""
+
+
+def _batch_band(record: Mapping) -> str:
+    d = case(record).design
+    per_group = float(d.batch) / float(d.get("attention_dp"))
+    return [label for edge, label in BATCH_BANDS if per_group >= edge][-1]
+
+
+REGIMES = {
+    "sequences per attention group": _batch_band,
+    "pool": lambda r: r["serving"],
+    "experts": lambda r: "MoE" if float(case(r).model.n_experts) > 0 else "dense",
+    "speculative decoding": lambda r: "yes" if "speculative" in r else "no",
+    "weights / compute": lambda r: f"{r['weights']} / {r['compute']}",
+}
+"""Ways to group the fitted records in ``breakdown``: name -> the record's group."""
+
+
+def breakdown(cv: CrossValidation) -> dict[str, dict[str, dict]]:
+    """The held-out error of the fitted records by regime: for each of ``REGIMES`` and each of
+    its groups, ``{records, median, p90, speed_ratio}``: the median and 90th percentile of
+    ``|held_out/measured - 1|``, and the median of the predicted speed over the measured one
+    (``held_out/measured`` for a throughput, ``measured/held_out`` for a time): above 1 the model
+    is too fast there, below 1 too slow. Groups of ``sequences per attention group`` come in
+    ``BATCH_BANDS`` order, the others sorted by name. Where ``summary`` says how far off the
+    model is, this says where.
+    """
+    time = np.array([r["metric"] in TIME_METRICS for r in cv.records])
+    speed = np.where(time, 1.0 / cv.ratio, cv.ratio)
+    rows = [(r, e, q) for r, e, q in zip(cv.records, cv.error, speed, strict=True) if fitted(r)]
+    order = [label for _, label in BATCH_BANDS]
+    out: dict[str, dict[str, dict]] = {}
+    for name, key in REGIMES.items():
+        groups: dict[str, list[tuple[float, float]]] = {}
+        for r, e, q in rows:
+            groups.setdefault(key(r), []).append((float(e), float(q)))
+        names = sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g))
+        out[name] = {}
+        for g in names:
+            e, q = np.array(groups[g]).T
+            out[name][g] = {
+                "records": int(e.size),
+                "median": float(np.median(e)),
+                "p90": float(np.quantile(e, 0.9)),
+                "speed_ratio": float(np.median(q)),
+            }
     return out
 
 

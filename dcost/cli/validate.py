@@ -36,6 +36,7 @@ def _cmd_validate(args) -> int:
     cv = families.cross_validate(records, steps=steps)
     seconds = time.perf_counter() - start
     summary = families.summary(cv)
+    regimes = families.breakdown(cv)
     if args.json:
         json_rows = [
             {
@@ -51,7 +52,8 @@ def _cmd_validate(args) -> int:
             }
             for r, p, h in zip(records, cv.pure, cv.held_out, strict=True)
         ]
-        print(json.dumps({"records": json_rows, "summary": summary, "seconds": seconds}, indent=2))
+        out = {"records": json_rows, "summary": summary, "by_regime": regimes, "seconds": seconds}
+        print(json.dumps(out, indent=2))
     else:
         table = []
         for r, p, h, q in zip(records, cv.pure, cv.held_out, cv.ratio, strict=True):
@@ -97,6 +99,25 @@ def _cmd_validate(args) -> int:
                 )
         print("\nHeld-out error |predicted/measured - 1| (leave-one-source-out, calibrated):")
         print(format_table(rows, ["family", "records", "median", "90th percentile"]))
+        print("\nThe same, by regime (speed ratio: the median of predicted over measured speed):")
+        regime_rows = [
+            [
+                name,
+                group,
+                str(s["records"]),
+                f"{100 * s['median']:.1f} %",
+                f"{100 * s['p90']:.1f} %",
+                f"{s['speed_ratio']:.2f}",
+            ]
+            for name, groups in regimes.items()
+            for group, s in groups.items()
+        ]
+        print(
+            format_table(
+                regime_rows,
+                ["regime", "group", "records", "median", "90th percentile", "speed ratio"],
+            )
+        )
         q = summary["queueing"]
         print(
             f"\npure-physics bound holds on {100 * summary['bound_holds']:.0f} % of "
