@@ -334,9 +334,10 @@ def test_cli_table_and_launch_settings(chat100):
 
 
 def test_cli_says_when_a_target_leaves_the_replicas_idle():
-    # TPOT 20 ms at p90 for llama-3-70b on calibrated H100s sits at the step's floor: the plan
-    # meets it only with replicas that run less than one sequence on average
-    code, out, _ = run(*CLI, "--traffic", "chat", "--rate", "200", "--tpot", "20ms@p90")
+    # TPOT 19 ms at p90 for llama-3-70b on calibrated H100s sits at the step's floor (the fastest
+    # layout's step at batch 1 takes 18.9 ms with the shipped profile; 17 ms is refused as
+    # infeasible): the plan meets it only with replicas that run less than one sequence on average
+    code, out, _ = run(*CLI, "--traffic", "chat", "--rate", "200", "--tpot", "19ms@p90")
     assert code == 0
     notes = [ln for ln in out.splitlines() if "idles most of the time" in ln]
     assert notes and all("TPOT target is near the fastest step" in ln for ln in notes)
