@@ -28,9 +28,10 @@ Optimization level. The suite compiles every program at XLA's backend optimizati
 (``DCOST_FAST_COMPILE=1``), as the command line does: most of its time is compiling programs it
 then runs a few times, and level 0 compiles them about twice as fast. Level 0 changes how fast
 the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at both
-levels). The notebooks' kernels run without it, as a user's would (their large sweeps run
-several times slower at level 0). ``DCOST_FAST_COMPILE=0 make test`` runs the suite at each
-program's own level.
+levels). The notebooks' kernels inherit it, but for those in ``tests/test_notebooks.py``'s
+``OWN_LEVEL`` (the sensitivity notebook, whose exhaustive grid runs four times slower at level 0),
+which run as a user's would. ``DCOST_FAST_COMPILE=0 make test`` runs the suite at each program's
+own level.
 
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
 that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.

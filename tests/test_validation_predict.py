@@ -260,6 +260,8 @@ def test_breakdown_by_regime_groups_every_fitted_record_once():
     # the batch bands: a batch-1 step and one of 3,000 sequences over 8 attention groups
     bands = families.REGIMES["sequences per attention group"]
     by_id = {r["id"]: r for r in records}
-    assert bands(by_id["trtllm-blog-r1-b200-minlat-mtp0"]) == "1-3"
-    assert bands(by_id["trtllm-deepseek-r1-h200-dep8-1024-1024"]) == "64-511"  # 375 each
+    one = by_id["trtllm-blog-r1-b200-minlat-mtp0"]
+    wide = by_id["trtllm-deepseek-r1-h200-dep8-1024-1024"]
+    assert bands(one, case(one)) == "1-3"
+    assert bands(wide, case(wide)) == "64-511"  # 3,000 over 8 attention groups: 375 each
     assert list(out["sequences per attention group"]) == ["1-3", "4-63", "64-511", ">= 512"]

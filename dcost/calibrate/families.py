@@ -630,20 +630,19 @@ a step is latency-bound (weights, launches and collectives' latencies); from 512
 large-batch throughput regime."""
 
 
-def _batch_band(record: Mapping) -> str:
-    d = case(record).design
-    per_group = float(d.batch) / float(d.get("attention_dp"))
+def _batch_band(record: Mapping, c: Case) -> str:
+    per_group = float(c.design.batch) / float(c.design.get("attention_dp"))
     return [label for edge, label in BATCH_BANDS if per_group >= edge][-1]
 
 
 REGIMES = {
     "sequences per attention group": _batch_band,
-    "pool": lambda r: r["serving"],
-    "experts": lambda r: "MoE" if float(case(r).model.n_experts) > 0 else "dense",
-    "speculative decoding": lambda r: "yes" if "speculative" in r else "no",
-    "weights / compute": lambda r: f"{r['weights']} / {r['compute']}",
+    "pool": lambda r, c: r["serving"],
+    "experts": lambda r, c: "MoE" if float(c.model.n_experts) > 0 else "dense",
+    "speculative decoding": lambda r, c: "yes" if "speculative" in r else "no",
+    "weights / compute": lambda r, c: f"{r['weights']} / {r['compute']}",
 }
-"""Ways to group the fitted records in ``breakdown``: name -> the record's group."""
+"""Ways to group the fitted records in ``breakdown``: name -> ``(record, its Case) -> group``."""
 
 
 def breakdown(cv: CrossValidation) -> dict[str, dict[str, dict]]:
@@ -657,13 +656,15 @@ def breakdown(cv: CrossValidation) -> dict[str, dict[str, dict]]:
     """
     time = np.array([r["metric"] in TIME_METRICS for r in cv.records])
     speed = np.where(time, 1.0 / cv.ratio, cv.ratio)
-    rows = [(r, e, q) for r, e, q in zip(cv.records, cv.error, speed, strict=True) if fitted(r)]
+    rows = [
+        (r, case(r), e, q) for r, e, q in zip(cv.records, cv.error, speed, strict=True) if fitted(r)
+    ]
     order = [label for _, label in BATCH_BANDS]
     out: dict[str, dict[str, dict]] = {}
     for name, key in REGIMES.items():
         groups: dict[str, list[tuple[float, float]]] = {}
-        for r, e, q in rows:
-            groups.setdefault(key(r), []).append((float(e), float(q)))
+        for r, c, e, q in rows:
+            groups.setdefault(key(r, c), []).append((float(e), float(q)))
         names = sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g))
         out[name] = {}
         for g in names:
