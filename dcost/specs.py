@@ -692,6 +692,11 @@ class Design(eqx.Module):
       dispatch_dedup: 1 sends a token once per destination scale-up domain (and to at most
         ``max_domains_per_token``), 0 each of its ``k`` copies (v1); between: that mix (0).
       redundant_experts: extra expert replicas per MoE layer ``R`` (EPLB; 0).
+      expert_parallel: expert-parallel groups per stage ``e`` in ``[1, G]``: the routed experts
+        are spread over ``e`` groups, and inside each group every expert's matrices are split
+        over its ``G/e`` chips (expert tensor parallelism). None: ``e = G`` (v1: each expert
+        whole on one chip); 1: every chip holds a slice of every expert (TensorRT-LLM's and
+        SGLang's MoE tensor parallelism, ``ep 1``).
       draft_tokens: speculative length ``k_d``: draft tokens verified per step (0).
       prefill_chunk: chunked prefill: prompt tokens of one sequence per pass ``C``; 0: the whole
         prompt in one pass (v1).
@@ -722,6 +727,7 @@ class Design(eqx.Module):
     attention_dp: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     dispatch_dedup: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     redundant_experts: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_parallel: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     draft_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     prefill_chunk: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     comm_overlap: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
@@ -729,6 +735,7 @@ class Design(eqx.Module):
     OFF: ClassVar[dict] = {
         "dispatch_dedup": 0.0,
         "redundant_experts": 0.0,
+        "expert_parallel": "chips",
         "draft_tokens": 0.0,
         "prefill_chunk": 0.0,
         "comm_overlap": 0.0,
@@ -745,6 +752,9 @@ class Design(eqx.Module):
         if self.attention_dp is not None:
             check("Design", "attention_dp", self.attention_dp, low=1.0, high=top)
             _at_most("Design", "attention_dp", self.attention_dp, "chips", self.chips)
+        if self.expert_parallel is not None:
+            check("Design", "expert_parallel", self.expert_parallel, low=1.0, high=top)
+            _at_most("Design", "expert_parallel", self.expert_parallel, "chips", self.chips)
         if self.dispatch_dedup is not None:
             check("Design", "dispatch_dedup", self.dispatch_dedup, high=1.0)
         for name in ("redundant_experts", "draft_tokens", "prefill_chunk"):

@@ -160,6 +160,19 @@ CASES = [
         "Workload.expert_imbalance = 'uniform'",
     ),
     ("design-attention-dp", lambda: dcost.Design(1, chips=4, attention_dp=8), "<= chips (4.0)"),
+    (
+        "design-expert-parallel",
+        lambda: dcost.Design(1, chips=4, expert_parallel=8),
+        "Design.expert_parallel = 8.0 is not allowed: it must be <= chips (4.0)",
+    ),
+    (
+        "problem-expert-parallel",
+        lambda: serving(
+            free={"batch": (1, 64), "chips": (1, 8)},
+            fixed=dcost.Design(1, chips=8, expert_parallel=8),
+        ),
+        "Problem.fixed.expert_parallel = 8: a stage needs at least as many chips",
+    ),
     ("design-dedup", lambda: dcost.Design(1, dispatch_dedup=2), "Design.dispatch_dedup = 2.0"),
     ("design-chunk", lambda: dcost.Design(1, prefill_chunk=-1), "Design.prefill_chunk = -1.0"),
     ("design-overlap", lambda: dcost.Design(1, comm_overlap=2), "Design.comm_overlap = 2.0"),

@@ -239,6 +239,28 @@ def test_eval_takes_layout_fields(capsys):
     assert got["design"]["attention_dp"] == 4 and got["tokens_per_step"] == pytest.approx(2.44)
 
 
+def test_eval_and_the_search_take_the_expert_parallel_groups(capsys):
+    """``--expert-parallel`` fixes ``Design.expert_parallel``: ``dcost eval`` evaluates it (the
+    design line names it), and a search keeps it and at least that many chips per stage."""
+    argv = ["--batch", "64", "--chips", "8", "--attention-dp", "1", "--expert-parallel", "1"]
+    code, out, _ = run(capsys, "eval", *DSV3, *argv, "--calibrated", "--json")
+    assert code == 0
+    h = dcost.hardware("h200", precision="fp8", calibrated=True)
+    d = dcost.Design(64, chips=8, attention_dp=1, expert_parallel=1)
+    r = dcost.decode(d, h, dcost.model("deepseek-v3"), dcost.Workload(4096))
+    assert json.loads(out)["cost_per_token"] == pytest.approx(float(r.cost_per_token), rel=1e-6)
+    assert json.loads(out)["design"]["expert_parallel"] == 1
+    code, text, _ = run(capsys, "eval", *DSV3, *argv)
+    assert code == 0 and "1 expert-parallel group, each expert split over 8 chips" in text
+    from dcost.cli.app import build_parser
+    from dcost.cli.search import problem_from_args
+
+    args = build_parser().parse_args(["grid", *DSV3, "--max-chips", "16", "--expert-parallel", "4"])
+    problem = problem_from_args(args)
+    assert float(problem.fixed.expert_parallel) == 4.0
+    assert dict((n, (lo, hi)) for n, lo, hi in problem.free)["chips"] == (4, 16)
+
+
 @pytest.mark.parametrize(
     "command, argv, needle",
     [
@@ -248,6 +270,8 @@ def test_eval_takes_layout_fields(capsys):
         ("grid", ["--attention-dp", "16", "--max-chips", "8"], "more attention groups"),
         ("grid", ["--expert-imbalance", "lots"], "--expert-imbalance: not a number"),
         ("eval", ["--batch", "8", "--chips", "8", "--attention-dp", "3"], "dividing --chips 8"),
+        ("eval", ["--batch", "8", "--chips", "8", "--expert-parallel", "3"], "dividing --chips 8"),
+        ("grid", ["--expert-parallel", "16", "--max-chips", "8"], "from 1 to --max-chips 8"),
     ],
 )
 def test_bad_layout_one_line_exit_2(capsys, command, argv, needle):

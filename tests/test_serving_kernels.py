@@ -17,8 +17,9 @@ import dcost
 from dcost import Design, Workload
 from dcost.serving.attention import attention_comm_time
 from dcost.serving.collectives import all_reduce, all_to_all_rounds
-from dcost.serving.moe import all_to_all_time
+from dcost.serving.moe import all_to_all_time, expert_tensor_parallel_time
 from dcost.serving.roofline import stage_time
+from dcost.specs import MULTINOMIAL, SpecError
 
 
 def chip(**kw):
@@ -182,6 +183,63 @@ def test_tree_collectives_in_an_expert_parallel_all_to_all_by_hand(tree):
     out = 20 * rounds_out * out_alpha + 500e-6
     assert float(t) == pytest.approx(max(up, out), rel=1e-12)
     assert all_to_all_rounds(7.0, tree) == pytest.approx(rounds_up, rel=1e-12)
+
+
+@pytest.mark.x64
+def test_expert_tensor_parallel_gathers_by_hand():
+    # e = 1 group over G = 8 chips, 10 MoE layers, 1000 tokens of d = 1000 in 2 bytes: V = 2e6 B,
+    # one all-reduce's traffic per layer over the 8 chips (ring, 1 us a message):
+    #   bandwidth 2 * 7/8 * 2e6 / 1e11 = 35 us, latency 2 * 7 * 1 us = 14 us; 10 layers: 0.49 ms
+    h = chip(scaleup_latency=1e-6)
+    t = expert_tensor_parallel_time(1000.0, 10.0, 8.0, 1.0, h, moe())
+    assert float(t) == pytest.approx(0.49e-3, rel=1e-12)
+    # e = 2 groups of 4: a token's k = 4 experts fall in 2 (1 - (1/2)^4) = 1.875 groups, so a
+    # group gathers 1000 * 1.875 / 2 tokens: V = 1.875e6 B over 4 chips, busiest 1.2 times that:
+    #   2 * 3/4 * 1.2 * 1.875e6 / 1e11 = 33.75 us + 2 * 3 * 1 us = 39.75 us a layer
+    t2 = expert_tensor_parallel_time(1000.0, 10.0, 8.0, 2.0, h, moe(), imbalance=1.2)
+    assert float(t2) == pytest.approx(0.3975e-3, rel=1e-12)
+    # every expert whole on one chip (e = G): no gathers
+    assert float(expert_tensor_parallel_time(1000.0, 10.0, 8.0, 8.0, h, moe())) == 0.0
+
+
+@pytest.mark.x64
+def test_expert_tensor_parallel_stage_is_a_dense_tensor_parallel_stage():
+    """At e = 1 with tensor-parallel attention (A = 1) an MoE stage's collectives are a dense
+    stage's: two all-reduces of V per layer over G (attention's and the experts'), no all-to-all,
+    and the busiest chip carries the mean expert load (multinomial routing or not)."""
+    h, m = chip(scaleup_latency=1e-6, tree_collectives=1.0), moe()
+    w = Workload(1000.0, expert_imbalance=MULTINOMIAL)
+    d = Design(batch=64, chips=8, attention_dp=1, expert_parallel=1)
+    r = dcost.decode(d, h, m, w)
+    by_hand = 2.0 * attention_comm_time(64.0, 10.0, 8.0, 1.0, h, m)
+    assert float(r.t_comm) == pytest.approx(float(by_hand), rel=1e-12)
+    balanced = dcost.decode(d, h, m, Workload(1000.0, expert_imbalance=1.0))
+    assert float(r.t_compute) == pytest.approx(float(balanced.t_compute), rel=1e-12)
+    # expert parallel over the same chips pays the busiest chip's load: more compute
+    ep = dcost.decode(Design(batch=64, chips=8, attention_dp=1, expert_parallel=8), h, m, w)
+    assert float(ep.t_compute) > float(r.t_compute)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("kind", ["decode", "prefill", "mixed"])
+def test_expert_parallel_over_every_chip_is_v1(kind):
+    """``expert_parallel = G`` (each expert whole on one chip) is what None (v1) computes."""
+    fn = {"decode": dcost.decode, "prefill": dcost.prefill, "mixed": dcost.mixed_step}[kind]
+    h = dcost.hardware("h100-sxm", calibrated=True)
+    m = dcost.model("deepseek-v3")
+    w = Workload(2000.0, prompt=1500.0, output=500.0, expert_imbalance=MULTINOMIAL)
+    for a in (1.0, 16.0):
+        v1 = fn(Design(batch=256, chips=16, attention_dp=a, prefill_chunk=512), h, m, w)
+        d = Design(batch=256, chips=16, attention_dp=a, prefill_chunk=512, expert_parallel=16)
+        v2 = fn(d, h, m, w)
+        for field in ("t_comm", "t_compute", "cost_per_token"):
+            assert float(getattr(v2, field)) == pytest.approx(float(getattr(v1, field)), rel=1e-12)
+
+
+@pytest.mark.parametrize("e", [16.0, 0.5])
+def test_expert_parallel_outside_one_to_the_chips_is_refused(e):
+    with pytest.raises(SpecError, match=r"Design\.expert_parallel"):
+        Design(batch=8, chips=8, expert_parallel=e)
 
 
 @pytest.mark.x64

@@ -576,6 +576,7 @@ def _all_on():
         attention_dp=6,
         dispatch_dedup=0.7,
         redundant_experts=6,
+        expert_parallel=12,  # 12 groups (over two scale-up domains), each expert split in 2
         draft_tokens=2,
         prefill_chunk=700,
         comm_overlap=0.4,
@@ -712,6 +713,7 @@ def test_jitted_v2_decode_does_not_recompile():
         attention_dp=4,
         dispatch_dedup=1,
         redundant_experts=0,
+        expert_parallel=4,
         draft_tokens=1,
         prefill_chunk=256,
         comm_overlap=1,

@@ -193,6 +193,22 @@ def test_a_record_that_cannot_be_modelled_names_the_field(records, change, field
         predict(r)
 
 
+@pytest.mark.parametrize("groups", [3, 16])
+def test_an_expert_parallel_degree_that_does_not_split_the_chips_is_refused(records, groups):
+    r = dict(_by_id(records, "inferencemax-sglang-r1-fp8-h200-tp8ep1-c4-1024-1024"))
+    with pytest.raises(SpecError, match="expert_parallel"):
+        predict(dict(r, expert_parallel=groups))
+
+
+def test_case_of_an_expert_tensor_parallel_record(records):
+    r = _by_id(records, "inferencemax-sglang-r1-fp8-h200-tp8ep1-c4-1024-1024")
+    d = case(r).design
+    assert (float(d.chips), float(d.expert_parallel), float(d.attention_dp)) == (8, 1, 1)
+    # the same deployment with its experts whole on one chip each is the v1 mapping
+    whole = case(dict(r, expert_parallel=8)).design
+    assert float(whole.expert_parallel) == float(whole.chips) == 8
+
+
 def test_calibrated_hardware_applies_its_familys_profile():
     profile = dcost.presets.calibration_profile("hopper")
     h = dcost.hardware("h100-sxm", calibrated=True)
@@ -265,3 +281,14 @@ def test_breakdown_by_regime_groups_every_fitted_record_once():
     assert bands(one, case(one)) == "1-3"
     assert bands(wide, case(wide)) == "64-511"  # 3,000 over 8 attention groups: 375 each
     assert list(out["sequences per attention group"]) == ["1-3", "4-63", "64-511", ">= 512"]
+    # the expert layout: experts split over the chips of a group where a record's expert-parallel
+    # degree is below its chips per stage
+    split = [
+        r
+        for i, r in enumerate(records)
+        if fitted[i]
+        and float(dcost.model(r["model"]).n_experts) > 0
+        and "expert_parallel" in r
+        and r["expert_parallel"] < r["gpus"] / r.get("pipeline_parallel", 1)
+    ]
+    assert out["experts"]["MoE, expert tensor parallel"]["records"] == len(split) > 0

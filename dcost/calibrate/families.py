@@ -635,10 +635,17 @@ def _batch_band(record: Mapping, c: Case) -> str:
     return [label for edge, label in BATCH_BANDS if per_group >= edge][-1]
 
 
+def _expert_layout(c: Case) -> str:
+    if float(c.model.n_experts) <= 0:
+        return "dense"
+    split = float(c.design.get("expert_parallel")) < float(c.design.chips)
+    return "MoE, expert tensor parallel" if split else "MoE, expert parallel"
+
+
 REGIMES = {
     "sequences per attention group": _batch_band,
     "pool": lambda r, c: r["serving"],
-    "experts": lambda r, c: "MoE" if float(c.model.n_experts) > 0 else "dense",
+    "experts": lambda r, c: _expert_layout(c),
     "speculative decoding": lambda r, c: "yes" if "speculative" in r else "no",
     "weights / compute": lambda r, c: f"{r['weights']} / {r['compute']}",
 }

@@ -1,8 +1,9 @@
 """``dcost eval``: one design, decode or prefill, with the exact model, term by term.
 
-Serving model v2's layout fields (``--attention-dp``, ``--dispatch-dedup``,
-``--redundant-experts``, ``--draft-tokens``, ``--prefill-chunk``) and workload fields
-(``--acceptance``, ``--expert-imbalance``) are given as numbers; left out, a term stays off.
+Serving model v2's layout fields (``--attention-dp``, ``--expert-parallel``,
+``--dispatch-dedup``, ``--redundant-experts``, ``--draft-tokens``, ``--prefill-chunk``) and
+workload fields (``--acceptance``, ``--expert-imbalance``) are given as numbers; left out, a term
+stays off.
 
 ``--json`` prints the report's own fields: a decode report's ``tpot`` (time per output token),
 a prefill report's ``ttft`` (the time of the pass), and ``tokens_per_s`` and ``cost_per_token``
@@ -44,6 +45,14 @@ def _cmd_eval(args) -> int:
             f"--attention-dp {a:g} is not allowed: the attention groups split a stage's chips, "
             f"so it must be a whole number dividing --chips {args.chips}"
         )
+    e = args.expert_parallel
+    if e is not None:
+        if e != round(e) or e < 1 or args.chips % e != 0:
+            raise ValueError(
+                f"--expert-parallel {e:g} is not allowed: the expert-parallel groups split a "
+                f"stage's chips, so it must be a whole number dividing --chips {args.chips}"
+            )
+        layout["expert_parallel"] = e
     d = Design(
         batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts, **layout
     )

@@ -229,6 +229,15 @@ def add_layout_arguments(p, free: bool) -> None:
             metavar="N|LO:HI" if free else "N",
             help=f"{_LAYOUT_HELP[name]} ({how}; default: off)",
         )
+    p.add_argument(
+        "--expert-parallel",
+        type=parse_number,
+        default=None,
+        metavar="N",
+        help="MoE: expert-parallel groups per stage; each expert's matrices are split over the "
+        "chips of its group (1: MoE tensor parallelism over the stage; a number; default: every "
+        "expert whole on one chip, expert parallel over the stage)",
+    )
 
 
 def add_workload_arguments(p) -> None:
@@ -286,6 +295,17 @@ def problem_from_args(args) -> Problem:
                 f"--attention-dp {chips:g}: more attention groups than --max-chips {most} allows"
             )
         free["chips"] = (max(1, int(chips)), most)
+    groups = getattr(args, "expert_parallel", None)
+    if groups is not None:  # a stage needs at least as many chips as expert-parallel groups
+        most = free["chips"][1]
+        if groups != round(groups) or not 1 <= groups <= most:
+            raise ValueError(
+                f"--expert-parallel {groups:g} is not allowed: it must be a whole number from 1 "
+                f"to --max-chips {most}"
+            )
+        chips = max(chips, groups)
+        free["chips"] = (max(free["chips"][0], int(groups)), most)
+        fixed["expert_parallel"] = groups
     kw = {} if args.tpot_slo is None else {"tpot_slo": args.tpot_slo}
     return Problem(
         h,
@@ -441,6 +461,13 @@ def layout_text(design) -> str:
         t = g / a
         parts.append(
             f"attention {a:.0f} data-parallel group{'s' * (a != 1)} of {t:g} chip{'s' * (t != 1)}"
+        )
+    if design.expert_parallel is not None:
+        e, g = float(design.expert_parallel), float(design.chips)
+        t = g / e
+        parts.append(
+            f"experts in {e:.0f} expert-parallel group{'s' * (e != 1)}, each expert split over "
+            f"{t:g} chip{'s' * (t != 1)}"
         )
     if design.dispatch_dedup is not None:
         x = float(design.dispatch_dedup)

@@ -171,7 +171,9 @@ class Problem(eqx.Module):
         objectives), ``prefill_chunk`` (``hi`` at most the prompt; prefill, or decode with a
         ``ttft_slo``). A variable an objective cannot use, or a bound the model cannot honour,
         raises SpecError naming it.
-      fixed: a ``dcost.Design`` giving the variables that are not free.
+      fixed: a ``dcost.Design`` giving the variables that are not free, and the layout fields
+        no search frees (``expert_parallel``, ``comm_overlap``), which every candidate keeps; a
+        fixed ``expert_parallel`` needs the chips' ``lo`` at least that many groups.
       limits: a ``Limits``; or give its fields as keywords (``tpot_slo=0.05``,
         ``memory_reserve=0.1``, ``ttft_slo``, ``chip_budget``, ``loss_target``), not both.
         ``tpot_slo`` defaults to 0.05 s for objectives that bound it.
@@ -356,6 +358,8 @@ class Problem(eqx.Module):
             redundant_experts=vals.get("redundant_experts", f.redundant_experts),
             draft_tokens=vals.get("draft_tokens", f.draft_tokens),
             prefill_chunk=vals.get("prefill_chunk", f.prefill_chunk),
+            expert_parallel=f.expert_parallel,
+            comm_overlap=f.comm_overlap,
         )
 
 
@@ -477,6 +481,13 @@ def _check_layout(problem: Problem) -> None:
                 f"Problem.fixed.attention_dp = {a:g}: a stage needs at least as many chips as "
                 "attention groups (and a multiple of them)"
             )
+    groups = _most(f.expert_parallel)
+    if groups is not None and "chips" in bounds and bounds["chips"][0] < groups:
+        raise SpecError(
+            f"Problem.free['chips'] = {bounds['chips']!r} is not allowed with "
+            f"Problem.fixed.expert_parallel = {groups:g}: a stage needs at least as many chips "
+            "as expert-parallel groups (lo >= the groups)"
+        )
     for name in ("dispatch_dedup", "redundant_experts"):
         e = _least(m.n_experts)
         if name in bounds and e is not None and e <= 0:

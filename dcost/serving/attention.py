@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dcost.serving.collectives import all_reduce
+from dcost.serving.collectives import all_reduce, group_link
 from dcost.smooth import safe_div
 
 __all__ = ["attention_groups", "kv_replication", "attention_comm_time", "attention_weight_params"]
@@ -87,14 +87,6 @@ def kv_replication(tp_degree, kv_heads):
     return jnp.where(kv_heads > 0, rep, 1.0)
 
 
-def _link(n, hardware):
-    """Bandwidth and latency of a group of ``n`` chips: scale-up if it fits a domain (v1's rule)."""
-    fits = n <= hardware.scaleup_size
-    bw = jnp.where(fits, hardware.scaleup_achieved, hardware.scaleout_achieved)
-    alpha = jnp.where(fits, hardware.get("scaleup_latency"), hardware.get("scaleout_latency"))
-    return bw, alpha
-
-
 def attention_comm_time(tokens, layers_per_stage, chips, groups, hardware, model, passes=1.0):
     """Tensor-parallel and layout collectives of one stage step (seconds).
 
@@ -126,8 +118,8 @@ def attention_comm_time(tokens, layers_per_stage, chips, groups, hardware, model
     g, a = chips, groups
     t = g / a
     volume = tokens * model.d_model * model.act_bytes
-    bw_t, alpha_t = _link(t, hardware)
-    bw_g, alpha_g = _link(g, hardware)
+    bw_t, alpha_t = group_link(t, hardware)
+    bw_g, alpha_g = group_link(g, hardware)
     tree = hardware.get("tree_collectives")
     group = all_reduce(volume / a, t, bw_t, passes * alpha_t, tree)
     stage = all_reduce(volume, g, bw_g, passes * alpha_g, tree)

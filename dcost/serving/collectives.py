@@ -20,7 +20,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_rounds"]
+__all__ = [
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "all_to_all_rounds",
+    "group_link",
+]
 
 
 def all_reduce(volume, n, bandwidth, latency=0.0, tree=0.0):
@@ -106,3 +113,20 @@ def all_to_all(sent, peers, bandwidth, latency=0.0):
     1.7e-05
     """
     return peers * latency + sent / bandwidth
+
+
+def group_link(n, hardware):
+    """``(bandwidth, latency)`` of a group of ``n`` chips: the achieved scale-up link and its
+    latency when the group fits one scale-up domain (``n <= S``), else scale-out (v1's rule).
+
+    >>> import dcost
+    >>> h = dcost.Hardware(1e15, 1e12, 1e11, 4e11, 5e10, 8, 3.6)
+    >>> [round(float(group_link(n, h)[0]) / 1e9, 3) for n in (8.0, 16.0)]  # GB/s
+    [400.0, 50.0]
+    """
+    import jax.numpy as jnp
+
+    fits = n <= hardware.scaleup_size
+    bw = jnp.where(fits, hardware.scaleup_achieved, hardware.scaleout_achieved)
+    alpha = jnp.where(fits, hardware.get("scaleup_latency"), hardware.get("scaleout_latency"))
+    return bw, alpha

@@ -5,7 +5,10 @@ of ``E`` experts is the classical occupancy result ``E*(1 - (1 - k/E)**B)``; exp
 all-to-all as in GShard (Lepikhin et al., 2020, section 2) and DeepSeek-V3 (2024, section 3.4);
 the expected maximum load of balls in bins from Raab & Steger, "Balls into Bins: A Simple and
 Tight Analysis" (RANDOM 1998), theorem 1; de-duplicated, node-limited dispatch from the DeepSeek-V3
-Technical Report (arXiv 2412.19437), sections 2.1.2 and 3.2.2, and DeepEP's normal kernels.
+Technical Report (arXiv 2412.19437), sections 2.1.2 and 3.2.2, and DeepEP's normal kernels;
+expert tensor parallelism (each expert's matrices split over chips, as a dense MLP is) as in
+Megatron-LM's MoE layer (Shoeybi et al., 2019, section 3, applied per expert) and TensorRT-LLM's
+and SGLang's MoE tensor parallelism.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.serving.collectives import all_to_all, all_to_all_rounds
+from dcost.serving.collectives import all_reduce, all_to_all, all_to_all_rounds, group_link
 from dcost.smooth import safe_div, safe_sqrt, smax, smin
 from dcost.specs import SpecError, _concrete, _float, check
 
@@ -24,6 +27,7 @@ __all__ = [
     "expert_imbalance",
     "domains_reached",
     "all_to_all_time",
+    "expert_tensor_parallel_time",
 ]
 
 
@@ -274,3 +278,63 @@ def all_to_all_time(
         ],
         smoothness,
     )
+
+
+def expert_tensor_parallel_time(
+    tokens,
+    moe_layers_per_stage,
+    chips,
+    groups,
+    hardware,
+    model,
+    smoothness=0.0,
+    *,
+    imbalance=1.0,
+    passes=1.0,
+):
+    """Collectives of expert tensor parallelism in one stage step (seconds).
+
+    A stage's ``G`` chips form ``e`` expert-parallel groups (``Design.expert_parallel``); each
+    group holds ``E/e`` experts with every expert's matrices split over its ``t_e = G/e`` chips
+    (column-parallel up-projection, row-parallel down-projection). The tokens a group serves are
+    gathered over its ``t_e`` chips before the expert matmuls and the partial outputs
+    reduce-scattered after: one all-reduce's traffic (``collectives.all_reduce``, ``AR``) per MoE
+    layer. A token's ``k`` experts fall in ``n_grp`` distinct groups (``domains_reached`` with
+    ``D = e``, 1 at ``e = 1``), so a group serves ``tokens n_grp / e`` tokens, ``imbalance``
+    times that on the busiest:
+
+    .. math::
+        t = \\frac{L_{moe}}{P}\\,AR_{t_e}\\Big(\\text{tokens}\\,d\\,b_a\\,
+            \\frac{n_{grp}}{e}\\,\\text{imb}\\Big)
+
+    over scale-up links when ``t_e <= S``, else scale-out, latencies paid once per pass. At
+    ``e = 1`` this is a dense tensor-parallel MLP's all-reduce of ``V = tokens d b_a`` over the
+    stage; at ``e = G`` (every expert whole on one chip, v1) it is 0 and the all-to-all
+    (``all_to_all_time`` over ``e`` groups) carries the traffic.
+
+    Args:
+      tokens: tokens of the stage step, all passes together.
+      moe_layers_per_stage: ``L_moe/P``.
+      chips: chips per stage ``G``.
+      groups: expert-parallel groups ``e`` in ``[1, G]``.
+      hardware, model: the specs.
+      smoothness: unused (kept for the signature of the other MoE terms).
+      imbalance: busiest group's load over the mean (>= 1).
+      passes: forward passes the tokens are split into (each pays the latencies).
+
+    >>> import dcost
+    >>> h = dcost.Hardware(1e15, 1e12, 1e11, 1e11, 1e10, 8, 3.6)
+    >>> m = dcost.Model(10, 1000, 1e9, 1e8, 8, 2, 1e5, 2.0)
+    >>> # e = 1 over G = 8: 10 layers * (2*7/8) * 1e3 tokens * 1000 * 2 B / 1e11 B/s = 0.35 ms
+    >>> round(float(expert_tensor_parallel_time(1e3, 10.0, 8.0, 1.0, h, m)) * 1e3, 6)
+    0.35
+    >>> float(expert_tensor_parallel_time(1e3, 10.0, 8.0, 8.0, h, m))  # expert parallel: none
+    0.0
+    """
+    del smoothness
+    t_e = chips / groups
+    reached = domains_reached(model.experts_active, groups)
+    volume = tokens * model.d_model * model.act_bytes * reached / groups * imbalance
+    bw, alpha = group_link(t_e, hardware)
+    tree = hardware.get("tree_collectives")
+    return moe_layers_per_stage * all_reduce(volume, t_e, bw, passes * alpha, tree)

@@ -32,6 +32,7 @@ from dcost.serving.moe import (
     _expert_fraction,
     all_to_all_time,
     expert_imbalance,
+    expert_tensor_parallel_time,
     tokens_per_expert,
 )
 from dcost.serving.pipeline import hop_time, pipeline_latency
@@ -261,8 +262,11 @@ def _assemble(
     groups, held = attention_groups(design, model)
     tp = g / groups
     rep = kv_replication(tp, model.kv_heads)
+    # expert-parallel groups e; None: v1's e = G, every expert whole on one chip (no term added)
+    split = design.expert_parallel is not None
+    groups_e = design.expert_parallel if split else g
     imb = expert_imbalance(
-        workload, phi_tokens, g, model, design.get("redundant_experts"), smoothness
+        workload, phi_tokens, groups_e, model, design.get("redundant_experts"), smoothness
     )
 
     # compute: each part at its matmul size (tokens through one weight matrix on a chip)
@@ -290,10 +294,11 @@ def _assemble(
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
     moe_layers = model.moe_layers / p
+    # between the e expert-parallel groups, each group's share spread over its G/e chips' links
     a2a = all_to_all_time(
-        tokens,
+        tokens * groups_e / g if split else tokens,
         moe_layers,
-        g,
+        groups_e,
         hardware,
         model,
         smoothness,
@@ -301,6 +306,10 @@ def _assemble(
         imbalance=imb,
         passes=passes,
     )
+    if split:
+        a2a = a2a + expert_tensor_parallel_time(
+            tokens, moe_layers, g, groups_e, hardware, model, imbalance=imb, passes=passes
+        )
     layout = attention_comm_time(tokens, model.n_layers / p, g, groups, hardware, model, passes)
     t_comm = jnp.where(model.n_experts > 0, a2a + layout, layout)
 
@@ -389,7 +398,10 @@ def decode(
     weight reads add ``(A-1) N_attn`` for ``A`` data-parallel attention groups holding attention
     whole and ``R n_e phi`` for ``R`` redundant experts; KV is multiplied by ``rep``
     (``kv_replication``); ``t_comm`` adds the attention layout's collectives, and the all-to-all
-    de-duplicates and pays latencies; ``t_stage`` adds
+    de-duplicates and pays latencies; with ``e = Design.expert_parallel`` expert-parallel groups
+    (expert tensor parallelism of degree ``G/e`` inside each), the imbalance and the all-to-all
+    run over the ``e`` groups and ``t_comm`` adds the groups' gathers
+    (``moe.expert_tensor_parallel_time``); ``t_stage`` adds
     ``t_overhead = step_overhead + layer_overhead L/P + sequence_overhead B/A`` (``A`` attention
     groups, each scheduling its share of the ``B`` sequences); and
 

@@ -11,7 +11,9 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
 - layout: ``P = pipeline_parallel`` stages of ``G = gpus/P`` chips. A dense model runs tensor
   parallel over ``tensor_parallel`` chips per stage, so an instance wider than that holds
   ``gpus/(P*tensor_parallel)`` replicas side by side. An MoE model spreads its experts over all
-  ``G`` chips of a stage (expert parallel; expert tensor parallelism moves the same weight bytes)
+  ``G`` chips of a stage in ``e = expert_parallel`` expert-parallel groups (``G`` when the
+  record leaves it out), each expert's matrices split over the ``G/e`` chips of its group
+  (``Design.expert_parallel``; ``e = 1`` is TensorRT-LLM's and SGLang's MoE tensor parallelism),
   with ``A = max(attention_data_parallel, G/tensor_parallel)`` data-parallel attention groups,
   and a dispatch de-duplicated per scale-up domain when the experts span more than one domain
   (DeepEP-style, as every multi-node deployment in the set uses).
@@ -175,6 +177,13 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         chips, replicas = per_stage, 1.0
         attention_dp = min(max(adp, per_stage / tp), per_stage)
         dedup = 1.0 if per_stage > float(chip.scaleup_size) else 0.0
+        expert_parallel = float(record.get("expert_parallel", per_stage))
+        if expert_parallel > per_stage or per_stage % expert_parallel:
+            _fail(
+                record,
+                "expert_parallel",
+                f"it does not divide the {per_stage:g} chips of a stage",
+            )
     else:
         if per_stage % tp:
             _fail(
@@ -184,6 +193,7 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
             _fail(record, "attention_data_parallel", "data-parallel attention of a dense model")
         chips, replicas = tp, per_stage / tp
         attention_dp, dedup = 1.0, 0.0
+        expert_parallel = chips  # no experts: the MoE terms are 0 whatever the groups
     batch = float(record["concurrency"]) / (replicas * stages)
     if batch < 1:
         _fail(record, "concurrency", f"fewer than one sequence per micro-batch ({batch:g})")
@@ -222,6 +232,7 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         attention_dp=attention_dp,
         dispatch_dedup=dedup,
         redundant_experts=0.0,
+        expert_parallel=expert_parallel,
         draft_tokens=float(spec.get("draft_tokens", 0.0)),
         prefill_chunk=0.0,
         comm_overlap=float(record.get("comm_overlap", 0.0)),
