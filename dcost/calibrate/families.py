@@ -135,10 +135,10 @@ Measured bare (``benchmarks/matmul_sweep.py``, ``benchmarks/results/``: an MLP's
 on a lent H100 and H200, cuBLAS through XLA): the time stays at the weight-read time (2.0-3.0 TB/s
 on the H100, 2.3-4.1 on the H200) up to 128-256 tokens, then grows with the FLOPs at 650-750
 TFLOP/s (66-76 % of the 989 TFLOP/s peak); the roofline fits it with ``matmul_half_tokens``
-between 0 and 47 tokens. The fitted serving profiles' 125-213 tokens are not the GEMM's curve:
+between 0 and 47 tokens. The fitted serving profiles' 125-192 tokens are not the GEMM's curve:
 they carry per-step time of the engines that grows with the step's size, which no other field
 takes (before ``sequence_overhead`` took the part that grows with the batch they were 130-303,
-and the achieved FLOP/s fraction 0.46-0.64 instead of 0.52-0.66); holding
+and the achieved FLOP/s fraction 0.46-0.64 instead of 0.51-0.65); holding
 ``matmul_half_tokens`` near 32 moved that time into ``layer_overhead`` (50 to 150 us) and
 worsened the held-out 90th percentile (46 % to 53 %, measured before ``sequence_overhead``)."""
 FIXED = {"kernel_serialization": 1.0, "tree_collectives": 1.0}
