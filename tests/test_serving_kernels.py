@@ -236,6 +236,31 @@ def test_expert_parallel_over_every_chip_is_v1(kind):
             assert float(getattr(v2, field)) == pytest.approx(float(getattr(v1, field)), rel=1e-12)
 
 
+@pytest.mark.x64
+def test_draft_passes_pay_a_target_layers_collectives_by_hand():
+    # dense, G = 8 chips, tensor-parallel attention, 2 draft tokens of a 1-layer draft at B = 4:
+    # each pass exchanges one layer's two all-reduces of V = 4 * 1000 * 2 B = 8e3 B over 8
+    # chips, 2 * 7/8 * 8e3 / 1e11 = 0.14 us + 2 * 7 * 1 us = 14.14 us each: 28.28 us a pass.
+    # Its reads, 2e7 B over 8 chips at 1e12 B/s, take 2.5 us.
+    from dcost.serving.speculative import draft_time
+
+    m = dense(draft_params=1e7, draft_layers=1)
+    w = Workload(1000.0, acceptance=0.5)
+    d = Design(batch=4, chips=8, draft_tokens=2)
+    # kernels in series (the calibrated profiles): reads, then the collectives
+    serial = chip(scaleup_latency=1e-6, kernel_serialization=1.0)
+    r = dcost.decode(d, serial, m, w)
+    bare = float(draft_time(4.0, 1000.0, 2.0, 8.0, serial, m))
+    assert bare == pytest.approx(2 * 2.5e-6, rel=1e-9)
+    assert float(r.t_draft) == pytest.approx(bare + 2 * 28.28e-6, rel=1e-9)
+    # pure physics overlaps them: each pass takes the longer, the collectives' 28.28 us
+    r0 = dcost.decode(d, chip(scaleup_latency=1e-6), m, w)
+    assert float(r0.t_draft) == pytest.approx(2 * 28.28e-6, rel=1e-9)
+    # on one chip there is nothing to exchange: the draft costs its passes alone
+    one = dcost.decode(Design(batch=4, chips=1, draft_tokens=2), serial, m, w)
+    assert float(one.t_draft) == pytest.approx(float(draft_time(4.0, 1000.0, 2.0, 1.0, serial, m)))
+
+
 @pytest.mark.parametrize("e", [16.0, 0.5])
 def test_expert_parallel_outside_one_to_the_chips_is_refused(e):
     with pytest.raises(SpecError, match=r"Design\.expert_parallel"):

@@ -262,11 +262,14 @@ def _assemble(
     groups, held = attention_groups(design, model)
     tp = g / groups
     rep = kv_replication(tp, model.kv_heads)
-    # expert-parallel groups e; None: v1's e = G, every expert whole on one chip (no term added)
-    split = design.expert_parallel is not None
-    groups_e = design.expert_parallel if split else g
+    # over the expert-parallel groups e (None: v1's e = G, every expert whole on one chip)
     imb = expert_imbalance(
-        workload, phi_tokens, groups_e, model, design.get("redundant_experts"), smoothness
+        workload,
+        phi_tokens,
+        design.get("expert_parallel"),
+        model,
+        design.get("redundant_experts"),
+        smoothness,
     )
 
     # compute: each part at its matmul size (tokens through one weight matrix on a chip)
@@ -294,22 +297,7 @@ def _assemble(
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
     moe_layers = model.moe_layers / p
-    # between the e expert-parallel groups, each group's share spread over its G/e chips' links
-    a2a = all_to_all_time(
-        tokens * groups_e / g if split else tokens,
-        moe_layers,
-        groups_e,
-        hardware,
-        model,
-        smoothness,
-        dedup=design.get("dispatch_dedup"),
-        imbalance=imb,
-        passes=passes,
-    )
-    if split:
-        a2a = a2a + expert_tensor_parallel_time(
-            tokens, moe_layers, g, groups_e, hardware, model, imbalance=imb, passes=passes
-        )
+    a2a = _expert_comm(tokens, moe_layers, design, hardware, model, imb, smoothness, passes)
     layout = attention_comm_time(tokens, model.n_layers / p, g, groups, hardware, model, passes)
     t_comm = jnp.where(model.n_experts > 0, a2a + layout, layout)
 
@@ -360,11 +348,59 @@ def _assemble(
     )
 
 
+def _expert_comm(tokens, moe_layers, design, hardware, model, imb, smoothness, passes=1.0):
+    """The routed experts' collectives of ``moe_layers`` MoE layers (s): the all-to-all between
+    the ``e`` expert-parallel groups, each group's share spread over its ``G/e`` chips' links,
+    and, when the experts are split (``Design.expert_parallel`` set), the groups' gathers."""
+    g = design.chips
+    split = design.expert_parallel is not None
+    groups_e = design.expert_parallel if split else g
+    t = all_to_all_time(
+        tokens * groups_e / g if split else tokens,
+        moe_layers,
+        groups_e,
+        hardware,
+        model,
+        smoothness,
+        dedup=design.get("dispatch_dedup"),
+        imbalance=imb,
+        passes=passes,
+    )
+    if split:
+        t = t + expert_tensor_parallel_time(
+            tokens, moe_layers, g, groups_e, hardware, model, imbalance=imb, passes=passes
+        )
+    return t
+
+
+def _draft_comm(design, hardware, model, workload, smoothness):
+    """Collectives of one draft pass (s): each of the draft's ``L_d`` layers (an MTP module is a
+    layer of the target's kind, sharded like the stage it runs on) pays one target layer's
+    attention-layout collectives and, for an MoE model, its experts' all-to-all and gathers, at
+    ``B`` tokens (one per sequence)."""
+    b, g = design.batch, design.chips
+    groups, _ = attention_groups(design, model)
+    layer = attention_comm_time(b, 1.0, g, groups, hardware, model)
+    imb = expert_imbalance(
+        workload,
+        b,
+        design.get("expert_parallel"),
+        model,
+        design.get("redundant_experts"),
+        smoothness,
+    )
+    experts = _expert_comm(b, 1.0, design, hardware, model, imb, smoothness)
+    layer = jnp.where(model.n_experts > 0, layer + experts, layer)
+    return model.draft_layers * layer
+
+
 def _speculation(design, hardware, model, workload, smoothness):
-    """``(tau, t_draft, draft bytes per chip)`` of a decode step with ``k`` draft tokens."""
+    """``(tau, t_draft, draft bytes per chip)`` of a decode step with ``k`` draft tokens: the
+    draft's passes (``speculative.draft_time``) and their collectives (``_draft_comm``)."""
     b, t, k = design.batch, workload.context, design.get("draft_tokens")
     tau = _accepted_tokens(workload.get("acceptance"), k)
-    t_draft = draft_time(b, t, k, design.chips, hardware, model, smoothness)
+    comm = _draft_comm(design, hardware, model, workload, smoothness)
+    t_draft = draft_time(b, t, k, design.chips, hardware, model, smoothness, comm)
     resident = model.bytes_per_param * model.draft_total + b * t * model.draft_kv_bytes_per_token
     draft_memory = jnp.where(k > 0, resident / design.chips, 0.0)
     return tau, t_draft, draft_memory

@@ -57,7 +57,7 @@ def _accepted_tokens(acceptance, draft_tokens):
     return jnp.where(inside, tau, jnp.where(a >= 1, draft_tokens + 1.0, 1.0))
 
 
-def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothness=0.0):
+def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothness=0.0, comm=0.0):
     """Time of the ``k`` sequential draft passes of one step on a stage's ``G`` chips (s).
 
     One pass advances every sequence by one draft token. With ``N_d`` the draft's parameters
@@ -70,9 +70,15 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
         t_c = B(2N_d + aTL_d/L) / (G F \\eta_F), \\quad
         t_m = \\frac{b_w(N_d + (N_{d,tot} - N_d)\\phi(B)) + B T b_{kv,d}}{G\\,BW\\eta_{BW}}
 
-        t_{draft} = k\\,\\big(\\max(t_c, t_m) + L_d\\,\\text{layer\\_overhead}\\big)
+        t_{pass} = \\max(t_c, t_m, t_x)
+            + s\\,\\big(\\max(t_c, t_m) + t_x - \\max(t_c, t_m, t_x)\\big)
 
-    (smooth max when ``smoothness > 0``). The draft's own all-to-all is not counted. 0 when
+        t_{draft} = k\\,\\big(t_{pass} + L_d\\,\\text{layer\\_overhead}\\big)
+
+    (smooth max when ``smoothness > 0``), with ``t_x = comm`` the collectives of one pass
+    (``roofline._draft_comm``: one target layer's per draft layer) and ``s =
+    Hardware.kernel_serialization`` weighing them as the target's step does: hidden behind the
+    pass's reads in pure physics (``s = 0``), after them when its kernels run in series. 0 when
     ``k = 0``.
 
     >>> import dcost
@@ -89,5 +95,7 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
     held = model.draft_total - model.draft_params
     read = model.bytes_per_param * (model.draft_params + held * phi)
     t_m = (read + b * t * model.draft_kv_bytes_per_token) / (chips * hardware.bandwidth_achieved)
-    per_pass = smax([t_c, t_m], smoothness) + model.draft_layers * hardware.get("layer_overhead")
-    return draft_tokens * per_pass
+    kernels = smax([t_c, t_m], smoothness)
+    overlapped = smax([t_c, t_m, comm], smoothness)
+    per_pass = overlapped + hardware.get("kernel_serialization") * (kernels + comm - overlapped)
+    return draft_tokens * (per_pass + model.draft_layers * hardware.get("layer_overhead"))
