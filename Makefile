@@ -24,10 +24,9 @@ demo: $(VENV)/.installed
 
 # the whole suite: tests/, the doctests in dcost/ and the notebooks (what CI runs), in one process
 # per core, at least 2 and at most 4 (pytest-xdist; a test file stays in one process, so its
-# module fixtures compile once; the processes share one compilation cache, and the longest files
-# start first, in tests/conftest.py's order rather than xdist's by test count)
+# module fixtures compile once; the processes share one compilation cache, tests/conftest.py)
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
-PYTEST_PARALLEL ?= -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+PYTEST_PARALLEL ?= -n $(TEST_JOBS) --dist loadfile
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 

@@ -83,45 +83,10 @@ SLOW_DOCTESTS = {
 }
 
 
-# Files (pytest-xdist's units under ``--dist loadfile``) that take longest, longest first, as a
-# fresh-clone run on 2 cores measured them (``pytest --durations=0``, summed per file).
-HEAVY_FIRST = (
-    "tests/test_notebooks.py",
-    "tests/test_plan_experiments.py",
-    "tests/test_search_v2.py",
-    "tests/test_validation_predict.py",
-    "tests/test_plan.py",
-    "tests/test_sensitivity.py",
-    "tests/test_optimize.py",
-    "tests/test_decode_timing.py",
-    "tests/test_planning_foundations.py",
-    "tests/test_programs.py",
-    "tests/test_expert_count_experiment.py",
-    "tests/test_pricing.py",
-    "tests/test_sensitivity_jumps.py",
-    "tests/test_cli_optimize.py",
-    "tests/test_buckets.py",
-    "tests/test_lifetime_objective.py",
-    "tests/test_bad_input.py",
-    "tests/test_demo.py",
-    "dcost/planning/fleet.py",
-    "dcost/planning/planner.py",
-    "dcost/search/sensitivity.py",
-    "dcost/calibrate/families.py",
-)
-
-
 def pytest_collection_modifyitems(config, items):
-    """Mark the slow doctests, and run the longest files first: ``make test`` hands whole files
-    to its workers (``--dist loadfile --no-loadscope-reorder``) in this order, so the long ones
-    start early and the short ones fill the gaps at the end (longest processing time first),
-    instead of a long file starting last while the other worker idles. Within a file the order
-    is unchanged."""
     for item in items:
         if item.name in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def pytest_configure(config):

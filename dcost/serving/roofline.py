@@ -399,7 +399,10 @@ def _speculation(design, hardware, model, workload, smoothness):
     draft's passes (``speculative.draft_time``) and their collectives (``_draft_comm``)."""
     b, t, k = design.batch, workload.context, design.get("draft_tokens")
     tau = _accepted_tokens(workload.get("acceptance"), k)
-    comm = _draft_comm(design, hardware, model, workload, smoothness)
+    # no draft (None, v1): no collectives traced either, so such programs stay as small as before
+    comm = 0.0
+    if design.draft_tokens is not None:
+        comm = _draft_comm(design, hardware, model, workload, smoothness)
     t_draft = draft_time(b, t, k, design.chips, hardware, model, smoothness, comm)
     resident = model.bytes_per_param * model.draft_total + b * t * model.draft_kv_bytes_per_token
     draft_memory = jnp.where(k > 0, resident / design.chips, 0.0)

@@ -95,7 +95,9 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
     held = model.draft_total - model.draft_params
     read = model.bytes_per_param * (model.draft_params + held * phi)
     t_m = (read + b * t * model.draft_kv_bytes_per_token) / (chips * hardware.bandwidth_achieved)
-    kernels = smax([t_c, t_m], smoothness)
-    overlapped = smax([t_c, t_m, comm], smoothness)
-    per_pass = overlapped + hardware.get("kernel_serialization") * (kernels + comm - overlapped)
+    per_pass = smax([t_c, t_m], smoothness)
+    if not (isinstance(comm, float | int) and comm == 0):  # no collectives: nothing to weigh
+        overlapped = smax([t_c, t_m, comm], smoothness)
+        serial = per_pass + comm
+        per_pass = overlapped + hardware.get("kernel_serialization") * (serial - overlapped)
     return draft_tokens * (per_pass + model.draft_layers * hardware.get("layer_overhead"))
