@@ -287,7 +287,6 @@ def expert_tensor_parallel_time(
     groups,
     hardware,
     model,
-    smoothness=0.0,
     *,
     imbalance=1.0,
     passes=1.0,
@@ -318,7 +317,6 @@ def expert_tensor_parallel_time(
       chips: chips per stage ``G``.
       groups: expert-parallel groups ``e`` in ``[1, G]``.
       hardware, model: the specs.
-      smoothness: unused (kept for the signature of the other MoE terms).
       imbalance: busiest group's load over the mean (>= 1).
       passes: forward passes the tokens are split into (each pays the latencies).
 
@@ -331,7 +329,6 @@ def expert_tensor_parallel_time(
     >>> float(expert_tensor_parallel_time(1e3, 10.0, 8.0, 8.0, h, m))  # expert parallel: none
     0.0
     """
-    del smoothness
     t_e = chips / groups
     reached = domains_reached(model.experts_active, groups)
     volume = tokens * model.d_model * model.act_bytes * reached / groups * imbalance
