@@ -400,7 +400,7 @@ def _speculation(design, hardware, model, workload, smoothness):
     b, t, k = design.batch, workload.context, design.get("draft_tokens")
     tau = _accepted_tokens(workload.get("acceptance"), k)
     # no draft (None, v1): no collectives traced either, so such programs stay as small as before
-    comm = 0.0
+    comm = None
     if design.draft_tokens is not None:
         comm = _draft_comm(design, hardware, model, workload, smoothness)
     t_draft = draft_time(b, t, k, design.chips, hardware, model, smoothness, comm)

@@ -57,7 +57,7 @@ def _accepted_tokens(acceptance, draft_tokens):
     return jnp.where(inside, tau, jnp.where(a >= 1, draft_tokens + 1.0, 1.0))
 
 
-def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothness=0.0, comm=0.0):
+def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothness=0.0, comm=None):
     """Time of the ``k`` sequential draft passes of one step on a stage's ``G`` chips (s).
 
     One pass advances every sequence by one draft token. With ``N_d`` the draft's parameters
@@ -76,7 +76,7 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
         t_{draft} = k\\,\\big(t_{pass} + L_d\\,\\text{layer\\_overhead}\\big)
 
     (smooth max when ``smoothness > 0``), with ``t_x = comm`` the collectives of one pass
-    (``roofline._draft_comm``: one target layer's per draft layer) and ``s =
+    (``roofline._draft_comm``: one target layer's per draft layer; None: none) and ``s =
     Hardware.kernel_serialization`` weighing them as the target's step does: hidden behind the
     pass's reads in pure physics (``s = 0``), after them when its kernels run in series. 0 when
     ``k = 0``.
@@ -96,7 +96,7 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
     read = model.bytes_per_param * (model.draft_params + held * phi)
     t_m = (read + b * t * model.draft_kv_bytes_per_token) / (chips * hardware.bandwidth_achieved)
     per_pass = smax([t_c, t_m], smoothness)
-    if not (isinstance(comm, float | int) and comm == 0):  # no collectives: nothing to weigh
+    if comm is not None:  # None: no collectives (one chip's draft, or a caller without them)
         overlapped = smax([t_c, t_m, comm], smoothness)
         serial = per_pass + comm
         per_pass = overlapped + hardware.get("kernel_serialization") * (serial - overlapped)
