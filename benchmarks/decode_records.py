@@ -19,7 +19,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 
 from dcost.calibrate import decode_timing as dt
 from dcost.validation import check_record, predict
@@ -42,26 +41,6 @@ QUICK_SHAPES = [(1, 16), (4, 16), (8, 32)]
 QUICK_ARCH = dt.Architecture(2, 64, 4, 2, 16, 128, 256)
 
 
-def _ceilings(repeats: int = 20) -> tuple[float, float]:
-    """The device's achieved bf16 matmul rate (8192^3) and copy bandwidth (4 GB read + written)."""
-
-    def best(fn, x):
-        for _ in range(3):
-            jax.block_until_ready(fn(x))
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(x))
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    a = jax.random.normal(jax.random.PRNGKey(0), (8192, 8192), jnp.bfloat16)
-    flops = 2 * 8192**3 / best(jax.jit(lambda m: m @ m), a)
-    x = jax.random.normal(jax.random.PRNGKey(1), (2 * 1024**3,), jnp.bfloat16)
-    bandwidth = 2 * x.nbytes / best(jax.jit(lambda v: v * 2), x)
-    return flops, bandwidth
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", default="h200", help="hardware preset of this device")
@@ -71,6 +50,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the records here (TOML)")
     ap.add_argument("--json", help="write the raw timings here (JSON)")
     ap.add_argument("--quick", action="store_true", help="tiny architecture, any device")
+    ap.add_argument(
+        "--shapes",
+        help="comma-separated BATCHxCONTEXT shapes to time instead of the default twelve "
+        "(e.g. 1x1024,8x32768)",
+    )
     ap.add_argument(
         "--time-limit",
         type=float,
@@ -93,7 +77,16 @@ def main(argv=None) -> int:
         arch, shapes = QUICK_ARCH, QUICK_SHAPES
     else:
         arch, shapes = dt.architecture(args.model), SHAPES
-        f, bw = _ceilings()
+        if args.shapes:
+            try:
+                shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+            except ValueError:
+                ap.error(
+                    f"--shapes must be BATCHxCONTEXT,... with whole numbers, got {args.shapes!r}"
+                )
+            if not all(len(s) == 2 and min(s) >= 1 for s in shapes):
+                ap.error(f"--shapes: BATCHxCONTEXT,... both >= 1, got {args.shapes!r}")
+        f, bw = dt.device_ceilings()
         print(
             f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; copy (read + write): {bw / 1e12:.2f} TB/s"
         )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Iterable, Mapping
 
 import jax
@@ -50,6 +51,7 @@ __all__ = [
     "time_decode",
     "to_records",
     "records_toml",
+    "device_ceilings",
 ]
 
 
@@ -317,3 +319,28 @@ def records_toml(records: Iterable[Mapping]) -> str:
         lines = ["[[record]]"] + [f"{k} = {_toml_value(v)}" for k, v in r.items()]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
+
+
+def device_ceilings(repeats: int = 20, side: int = 8192, copy_bytes: float = 8e9):
+    """The default device's achieved bf16 matmul rate (``side^3``, FLOP/s) and copy bandwidth
+    (bytes read + written per second, an array of ``copy_bytes / 2`` bytes doubled): the
+    fastest of ``repeats`` calls after three warm-ups, the ceilings a timed step is held
+    against."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats = {repeats!r} is not allowed: it must be an int >= 1")
+
+    def best(fn, x):
+        for _ in range(3):
+            jax.block_until_ready(fn(x))
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(x))
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (side, side), jnp.bfloat16)
+    flops = 2 * side**3 / best(jax.jit(lambda m: m @ m), a)
+    x = jax.random.normal(jax.random.PRNGKey(1), (int(copy_bytes / 4),), jnp.bfloat16)
+    bandwidth = 2 * x.nbytes / best(jax.jit(lambda v: v * 2), x)
+    return flops, bandwidth

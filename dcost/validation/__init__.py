@@ -68,8 +68,8 @@ SERVING = ("aggregated", "prefill", "decode")
 PRECISIONS = ("bf16", "fp8", "fp4", "int8")
 # What served a record, where it is not a serving engine (the optional field ``engine``; a record
 # without it was measured on a serving engine: vLLM, SGLang, TensorRT-LLM, ...). "bare-xla": one
-# compiled decode step timed by dcost itself (``dcost.calibrate.decode_timing``), with no
-# scheduler, sampler or paged cache around it.
+# XLA-compiled decode step or prefill pass timed by dcost itself (``dcost.calibrate.decode_timing``,
+# ``dcost.calibrate.prefill_timing``), with no scheduler, sampler or paged cache around it.
 ENGINES = ("bare-xla",)
 _DEGREES = ("tensor_parallel", "expert_parallel", "pipeline_parallel", "attention_data_parallel")
 _COUNTS = ("gpus", "concurrency")
