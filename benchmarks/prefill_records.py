@@ -3,12 +3,12 @@
 Run where a GPU is (nothing depends on it): the preset's architecture at its real size, random
 weights, matmuls compiled by XLA and cuDNN's fused causal attention where it runs (else attention
 in query blocks of plain JAX; ``dcost.calibrate.prefill_timing``). Prints the device's ceilings
-(bf16 matmul rate, copy bandwidth), then one line per shape: ms per pass, achieved TFLOP/s, and
-dcost's pure-physics and calibrated predictions of the pass's time; writes the records as TOML
-(``--out``, rewritten after every shape, so a run cut short keeps what it measured) for
-``dcost/validation/records.toml``. ``--quick`` times a tiny architecture on any device (a smoke
-run; its records are not for the validation set). The whole run is bounded by ``--time-limit``
-(600 s): past it, every thread's traceback and exit status 1.
+(bf16 matmul rate, streaming-read bandwidth), then one line per shape: ms per pass, achieved
+TFLOP/s, and dcost's pure-physics and calibrated predictions of the pass's time; writes the
+records as TOML (``--out``, rewritten after every shape, so a run cut short keeps what it
+measured) for ``dcost/validation/records.toml``. ``--quick`` times a tiny architecture on any
+device (a smoke run; its records are not for the validation set). The whole run is bounded by
+``--time-limit`` (600 s): past it, every thread's traceback and exit status 1.
 
     python benchmarks/prefill_records.py --commit <sha> --out records.toml
 """
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         f, bw = dt.device_ceilings()
         print(
             f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; "
-            f"copy (read + write): {bw / 1e12:.2f} TB/s",
+            f"streaming read: {bw / 1e12:.2f} TB/s",
             flush=True,
         )
     attention = _attention(arch, args.quick)

@@ -169,3 +169,12 @@ def test_timings_come_back_per_shape():
     assert [(t["batch"], t["context"]) for t in out] == [(1, 4), (3, 8)]
     assert all(t["seconds"] > 0 for t in out)
     assert out[1]["flops"] == dt.step_flops(ARCH, 3, 8)
+
+
+def test_device_ceilings_are_rates_of_this_device():
+    """A smoke run on this machine at small shapes: two positive, finite rates; a bad repeat
+    count is refused."""
+    flops, bandwidth = dt.device_ceilings(repeats=2, side=128, read_bytes=4e6)
+    assert 0 < flops < 1e16 and 0 < bandwidth < 1e14
+    with pytest.raises(ValueError, match="repeats"):
+        dt.device_ceilings(repeats=0)

@@ -488,20 +488,64 @@ def test_deepseek_mtp_speedup_published():
 @pytest.mark.x64
 def test_mixed_step_by_hand():
     """Dense on one chip, B = 64, T = 1500, T_in = 1000, T_out = 500: c = 64*1000/500 = 128
-    prompt tokens a step, n_c = 1000/128 = 7.8125 steps a prompt. Compute
-    (64 + 128) * 2e9 / 1e15 = 0.384 ms; weights 2 ms; KV 64*1500*1e5 + 128*1e5
-    + 128*1e5*6.8125/2 = 9.6e9 + 1.28e7 + 4.36e7 = 9.6564e9 B: 9.6564 ms; t_stage = 11.6564 ms."""
+    prompt tokens a step on average, admitted a whole prompt at a time, so f = 128/1000 of the
+    steps carry 1000 and the rest none. A decode step: compute 64 * 2e9 / 1e15 = 0.128 ms,
+    weights 2 ms, KV 64*1500*1e5 = 9.6e9 B: 11.6 ms. A step with a prompt: compute
+    1064 * 2e9 / 1e15 = 2.128 ms, KV + 1000*1e5 written: 11.7 ms. Mean: compute 0.384 ms,
+    t_stage 0.872 * 11.6 + 0.128 * 11.7 = 11.6128 ms."""
     w = Workload(1500, prompt=1000, output=500)
     r = mixed.mixed_step(Design(batch=64), chip(), dense(), w)
     assert float(r.t_compute) == pytest.approx(3.84e-4, rel=1e-12)
-    assert float(r.t_weights + r.t_kv) == pytest.approx(1.16564e-2, rel=1e-12)
-    assert float(r.tpot) == pytest.approx(1.16564e-2, rel=1e-12)
-    assert float(r.tokens_per_s) == pytest.approx(64 / 1.16564e-2, rel=1e-12)
-    # decode alone: 2 ms + 9.6 ms; the prefill interference is 0.0564 ms a token here
+    assert float(r.t_weights + r.t_kv) == pytest.approx(1.16128e-2, rel=1e-12)
+    assert float(r.tpot) == pytest.approx(1.16128e-2, rel=1e-12)
+    assert float(r.tokens_per_s) == pytest.approx(64 / 1.16128e-2, rel=1e-12)
+    # decode alone: 2 ms + 9.6 ms; the prefill interference is 0.0128 ms a token here
     alone = dcost.decode(Design(batch=64), chip(), dense(), w)
-    assert float(r.tpot - alone.tpot) == pytest.approx(5.64e-5, rel=1e-9)
+    assert float(r.tpot - alone.tpot) == pytest.approx(1.28e-5, rel=1e-9)
+    # chunks of 250: f = 128/250 of the steps carry 250 tokens, which read the prompt's earlier
+    # chunks, 250 * 1e5 * (4 - 1)/2 = 3.75e7 B more: KV 9.6e9 + 2.5e7 + 3.75e7 B
+    chunked = mixed.mixed_step(Design(batch=64, prefill_chunk=250), chip(), dense(), w)
+    f = 128 / 250
+    want = (1 - f) * 11.6e-3 + f * (2e-3 + (9.6e9 + 2.5e7 + 3.75e7) / 1e12)
+    assert float(chunked.tpot) == pytest.approx(want, rel=1e-12)
     with pytest.raises(dcost.SpecError, match="output"):
         mixed.mixed_step(Design(batch=64), chip(), dense(), Workload(1500, prompt=1000))
+
+
+@pytest.mark.x64
+def test_mixed_step_is_one_step_when_every_step_carries_prompts():
+    """At c >= T_in (B tau / T_out >= 1 prompt a step) every step carries the mean c, and the
+    mean step is the one step ``_mixed_step`` prices for the planner at ``chunk_tokens = c``."""
+    w = Workload(1500, prompt=1000, output=500)
+    m, h = moe_model(), chip(matmul_half_tokens=32.0, kernel_serialization=1.0)
+    d = Design(batch=2048, chips=8)
+    c = float(mixed.prefill_tokens_per_step(d, w))
+    assert c == pytest.approx(4096.0)
+    whole = mixed.mixed_step(d, h, m, w)
+    one = mixed._mixed_step(d, h, m, w, 0.0, chunk_tokens=c)
+    for k in ("tpot", "t_compute", "t_weights", "t_comm", "tokens_per_s", "mfu"):
+        assert float(getattr(whole, k)) == pytest.approx(float(getattr(one, k)), rel=1e-12)
+
+
+@pytest.mark.x64
+def test_mixed_step_reads_the_experts_of_the_steps_it_runs():
+    """MoE at a small batch: B = 4 sequences read at most B k = 16 of the 64 experts a step,
+    and one step in T_out/B admits a whole prompt, whose 1,024 tokens read nearly all of them.
+    The expected expert reads are the mean over those steps, below the reads of prompt tokens
+    spread evenly, B + c tokens in every step (phi is concave: Jensen's inequality), and above
+    a decode step's."""
+    w = Workload(1536, prompt=1024, output=1024)
+    m, h = moe_model(), chip()
+    d = Design(batch=4, chips=8)
+    c = float(mixed.prefill_tokens_per_step(d, w))  # 4 tokens a step on average
+    f = c / 1024.0
+    r = mixed.mixed_step(d, h, m, w)
+    decode_only = mixed._mixed_step(d, h, m, w, 0.0, chunk_tokens=0.0)
+    carrying = mixed._mixed_step(d, h, m, w, 0.0, chunk_tokens=1024.0)
+    spread = mixed._mixed_step(d, h, m, w, 0.0, chunk_tokens=c)
+    want = (1 - f) * float(decode_only.t_weights) + f * float(carrying.t_weights)
+    assert float(r.t_weights) == pytest.approx(want, rel=1e-12)
+    assert float(decode_only.t_weights) < float(r.t_weights) < float(spread.t_weights)
 
 
 def test_kv_transfer_by_hand():
@@ -524,6 +568,12 @@ def test_kv_transfer_by_hand():
         lambda s: moe.expected_max_load(1.0, 2.0, 1.0, s),
         lambda s: mixed.prefill_tokens_per_step(
             Design(batch=64, prefill_chunk=100), Workload(1, prompt=1000, output=500), s
+        ),
+        lambda s: mixed.chunk_step_tokens(
+            Design(batch=64, prefill_chunk=300), Workload(1, prompt=1000, output=500), 128.0, s
+        ),
+        lambda s: mixed.chunk_step_tokens(
+            Design(batch=64), Workload(1, prompt=1000, output=500), 900.0, s
         ),
     ],
 )

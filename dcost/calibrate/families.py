@@ -587,7 +587,8 @@ def summary(cv: CrossValidation) -> dict:
     (families with their record counts) over the fitted records, and the share of pure-physics
     bounds that hold over all records; the records the fit does not see apart: ``queueing``
     (count, median) and ``bare_kernels`` (count, median, 90th percentile, median of
-    predicted/measured)."""
+    predicted/measured time, and the same per serving pool under ``by_serving``: decode steps,
+    prefill passes)."""
     fit = np.array([fitted(r) for r in cv.records])
     queue = np.array([queueing(r) for r in cv.records])
     bare = np.array([bare_kernels(r) for r in cv.records])
@@ -615,11 +616,23 @@ def summary(cv: CrossValidation) -> dict:
         "records": int(np.sum(queue)),
         "median": float(np.median(cv.error[queue])) if np.any(queue) else 0.0,
     }
+    # predicted over measured time (a throughput's ratio inverted), so > 1 is too slow throughout
+    time_ratio = np.where(time, cv.ratio, 1.0 / cv.ratio)
+
+    def bare_summary(mask):
+        return {
+            "records": int(np.sum(mask)),
+            "median": float(np.median(cv.error[mask])) if np.any(mask) else 0.0,
+            "p90": float(np.quantile(cv.error[mask], 0.9)) if np.any(mask) else 0.0,
+            "median_ratio": float(np.median(time_ratio[mask])) if np.any(mask) else 1.0,
+        }
+
+    serving = np.array([r["serving"] for r in cv.records])
     out["bare_kernels"] = {
-        "records": int(np.sum(bare)),
-        "median": float(np.median(cv.error[bare])) if np.any(bare) else 0.0,
-        "p90": float(np.quantile(cv.error[bare], 0.9)) if np.any(bare) else 0.0,
-        "median_ratio": float(np.median(cv.ratio[bare])) if np.any(bare) else 1.0,
+        **bare_summary(bare),
+        "by_serving": {
+            str(p): bare_summary(bare & (serving == p)) for p in sorted(set(serving[bare]))
+        },
     }
     return out
 
@@ -707,10 +720,17 @@ def write_profiles(fit_all: Fit, held_out: Mapping, path=None) -> pathlib.Path:
             lines.append(f"{name} = {_fmt(value)}")
         lines.append("")
     lines += ["[heldout]", f"bound_holds = {_fmt(float(held_out['bound_holds']))}", ""]
+
+    def table(name: str, s: Mapping) -> None:
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {_fmt(float(v))}" for k, v in s.items() if not isinstance(v, Mapping))
+        lines.append("")
+        for k, v in s.items():
+            if isinstance(v, Mapping):
+                table(f"{name}.{k}", v)
+
     for name, s in held_out.items():
         if isinstance(s, Mapping):
-            lines.append(f"[heldout.{name}]")
-            lines.extend(f"{k} = {_fmt(float(v))}" for k, v in s.items())
-            lines.append("")
+            table(f"heldout.{name}", s)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -127,11 +127,16 @@ def _cmd_validate(args) -> int:
         )
         b = summary["bare_kernels"]
         if b["records"]:
+            kinds = {"decode": "decode steps", "prefill": "prefill passes"}
+            parts = [
+                f"{s['records']} {kinds.get(pool, pool)}: held-out median error "
+                f"{100 * s['median']:.0f} %, 90th percentile {100 * s['p90']:.0f} %, median "
+                f"predicted/measured time {s['median_ratio']:.2f}"
+                for pool, s in b["by_serving"].items()
+            ]
             print(
-                f"{b['records']} decode steps timed by dcost on bare XLA kernels (no serving "
-                f"engine) are not fitted either: held-out median error {100 * b['median']:.0f} %, "
-                f"90th percentile {100 * b['p90']:.0f} %, median predicted/measured "
-                f"{b['median_ratio']:.2f}"
+                f"{b['records']} timings by dcost on bare XLA kernels (no serving engine) are not "
+                "fitted either; " + "; ".join(parts)
             )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:

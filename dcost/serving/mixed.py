@@ -15,7 +15,7 @@ import numpy as np
 
 from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.moe import _expert_fraction
-from dcost.serving.roofline import Report, _assemble, _speculation
+from dcost.serving.roofline import SECONDS_PER_HOUR, Report, _assemble, _speculation
 from dcost.smooth import safe_div, smax, smin
 from dcost.specs import (
     Design,
@@ -31,7 +31,7 @@ from dcost.specs import (
     with_experts,
 )
 
-__all__ = ["mixed_step", "prefill_tokens_per_step", "kv_transfer_time"]
+__all__ = ["mixed_step", "prefill_tokens_per_step", "chunk_step_tokens", "kv_transfer_time"]
 
 
 def prefill_tokens_per_step(design, workload, smoothness=0.0):
@@ -62,28 +62,71 @@ def prefill_tokens_per_step(design, workload, smoothness=0.0):
     return jnp.where(cap > 0, capped, need)
 
 
+def chunk_step_tokens(design, workload, mean_tokens, smoothness=0.0):
+    """Prompt tokens of a step that carries prompt tokens at all (tokens).
+
+    An engine admits a new sequence's prompt whole, or in chunks of ``C = prefill_chunk`` when set
+    and shorter, so prompt tokens come ``min(T_in, C)`` at a time, or more when several prompts
+    start in the same step (``c``, the steady-state mean ``prefill_tokens_per_step``, is then above
+    it; smooth max and min when ``smoothness > 0``):
+
+    .. math:: c^* = \\max\\big(c,\\ \\min(T_{in}, C)\\big)
+
+    so a share ``f = c / c^*`` of the steps carries ``c^*`` prompt tokens and the rest carry none.
+
+    >>> import dcost
+    >>> w = dcost.Workload(1500, prompt=1000, output=500)
+    >>> float(chunk_step_tokens(dcost.Design(batch=64), w, 128.0))  # a whole prompt
+    1000.0
+    >>> float(chunk_step_tokens(dcost.Design(batch=64, prefill_chunk=256), w, 128.0))
+    256.0
+    >>> float(chunk_step_tokens(dcost.Design(batch=4096), w, 8192.0))  # 8 prompts a step
+    8192.0
+    """
+    cap = design.get("prefill_chunk")
+    piece = jnp.where(
+        cap > 0, smin([workload.prompt, jnp.where(cap > 0, cap, 1.0)], smoothness), workload.prompt
+    )
+    return smax([mean_tokens, piece], smoothness)
+
+
 def mixed_step(
     design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
 ) -> Report:
-    """One step of continuous batching with chunked prefill: ``B`` decode sequences and a chunk
-    of ``c`` prompt tokens (``prefill_tokens_per_step``) share the weights and the step.
+    """A step of continuous batching with chunked prefill, on average: ``B`` decode sequences,
+    and in a share of the steps a chunk of prompt tokens beside them.
 
-    With ``B' = B(k_d + 1)`` verify tokens (``k_d`` draft tokens) and ``n_c = max(T_in/c, 1)``
-    steps per prompt:
+    In steady state a step admits ``c`` prompt tokens on average (``prefill_tokens_per_step``),
+    but they come whole prompts (or chunks of ``prefill_chunk``) at a time: a share
+    ``f = c / c^*`` of the steps carries ``c^*`` prompt tokens (``chunk_step_tokens``) and the
+    others none. The step's time is the mean of the two kinds,
+
+    .. math:: t = (1 - f)\\,t(B', 0) + f\\,t(B', c^*)
+
+    where ``t(B', x)`` is one step of ``B' = B(k_d + 1)`` verify tokens (``k_d`` draft tokens)
+    and ``x`` prompt tokens, ``n_x = max(T_in/x, 1)`` steps per prompt:
 
     .. math::
-        \\text{FLOPs} = B'(2N_{active} + aT) + c\\,(2N_{active} + a_{pf} T_{in}/2)
+        \\text{FLOPs} = B'(2N_{active} + aT) + x\\,(2N_{active} + a_{pf} T_{in}/2)
 
-        \\text{weights} = b_w(N_{dense} + E n_e \\phi(B' + c))
+        \\text{weights} = b_w(N_{dense} + E n_e \\phi(B' + x))
 
-        \\text{KV} = B T b_{kv} + c\\,b_{kv} + c\\,b_{kv}(n_c - 1)/2
+        \\text{KV} = B T b_{kv} + x\\,b_{kv} + x\\,b_{kv}(n_x - 1)/2
 
     (decode reads, the chunk's writes, and the chunk's reads of its prompt's earlier chunks: a
-    prompt spread over ``n_c`` steps reads ``T_in (n_c - 1)/2`` tokens of KV in all). The
-    all-to-all, hops and collectives carry ``B' + c`` tokens; everything else is ``decode``'s
-    (``docs/serving_v2.md``). ``tpot`` is the step over ``tau``; ``tokens_per_s`` and
-    ``cost_per_token`` count output tokens, so the cost per output token includes the prefill.
-    Memory holds the ``B`` sequences' KV.
+    prompt spread over ``n_x`` steps reads ``T_in (n_x - 1)/2`` tokens of KV in all). The
+    all-to-all, hops and collectives carry ``B' + x`` tokens; everything else is ``decode``'s
+    (``docs/serving_v2.md``, section 8). The two kinds matter where the step's terms are not
+    linear in its tokens: a small batch that reads few experts reads many in the steps that
+    carry a prompt (``phi`` is concave), and a memory-bound decode step does not hide a prompt's
+    FLOPs, which a compute-bound chunk step pays in full (a step's time is a maximum, convex).
+    Spreading the prompts evenly, ``c`` tokens in every step, got both wrong (Jensen's
+    inequality); at ``c >= min(T_in, C)`` every step carries prompt tokens and the two forms
+    agree.
+
+    ``tpot`` is the mean step over ``tau``; ``tokens_per_s`` and ``cost_per_token`` count output
+    tokens, so the cost per output token includes the prefill; the report's times are the means
+    over the two kinds of step. Memory holds the ``B`` sequences' KV.
 
     Args:
       design, hardware, model: as for ``decode``.
@@ -110,24 +153,17 @@ def mixed_step(
     return checked("mixed_step", report, status, design, workload, _NEEDS)
 
 
-def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None) -> Report:
-    """``mixed_step`` without its checks (the traced body). ``chunk_tokens``: the prompt tokens
-    ``c`` the step carries (per micro-batch), given instead of the steady state's
-    ``prefill_tokens_per_step`` (None); the capacity planner prices steps of any mix this way,
-    inside its own jitted programs (``dcost.planning.designs``)."""
-    model = with_experts(model, design)
+def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> Report:
+    """One step of ``B'`` decode tokens and ``x`` prompt tokens (``t(B', x)`` of
+    ``mixed_step``; ``x = 0`` is a decode step)."""
     b, t, t_in = design.batch, workload.context, workload.prompt
     decode_tokens = b * (1.0 + design.get("draft_tokens"))
-    if chunk_tokens is None:
-        c = prefill_tokens_per_step(design, workload, smoothness)
-    else:
-        c = _float(chunk_tokens)
-    n_c = smax([safe_div(t_in, c, default=1.0), jnp.ones_like(c)], smoothness)
-    tokens = decode_tokens + c
+    n_x = smax([safe_div(t_in, x, default=1.0), jnp.ones_like(x)], smoothness)
+    tokens = decode_tokens + x
     phi = _expert_fraction(tokens, model.n_experts, model.experts_active)
     touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
     b_kv = model.kv_bytes_per_token
-    tau, t_draft, draft_memory = _speculation(design, hardware, model, workload, smoothness)
+    tau, t_draft, draft_memory = speculation
     return _assemble(
         design,
         hardware,
@@ -137,9 +173,9 @@ def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None
         tokens=tokens,
         passes=1.0,
         attn_ctx_flops=decode_tokens * model.attn_flops_per_context_token * t
-        + c * model.prefill_attn_flops * t_in / 2.0,
+        + x * model.prefill_attn_flops * t_in / 2.0,
         expert_params_touched=touched,
-        kv_bytes=b * t * b_kv + c * b_kv + c * b_kv * (n_c - 1.0) / 2.0,
+        kv_bytes=b * t * b_kv + x * b_kv + x * b_kv * (n_x - 1.0) / 2.0,
         kv_resident_tokens=b * t,
         sequences=b,
         tokens_per_step=tau,
@@ -148,6 +184,53 @@ def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None
         phi_tokens=tokens,
         scheduled=b,
     )
+
+
+_MEAN_FIELDS = (
+    "t_compute",
+    "t_weights",
+    "t_kv",
+    "t_comm",
+    "t_hop",
+    "t_stage",
+    "tpot",
+    "t_overhead",
+)
+"""The report's times, averaged over the kinds of step; its rates follow from ``tpot``."""
+
+
+def _mean_step(r0: Report, r1: Report, f, design, hardware, model) -> Report:
+    """The report of a mix: a share ``1 - f`` of steps like ``r0``, ``f`` like ``r1``."""
+    fields = {k: (1.0 - f) * getattr(r0, k) + f * getattr(r1, k) for k in _MEAN_FIELDS}
+    chips = design.stages * design.chips
+    tokens_per_s = design.stages * design.batch / fields["tpot"]
+    return Report(
+        **fields,
+        tokens_per_s=tokens_per_s,
+        cost_per_token=chips * hardware.price_per_hour / SECONDS_PER_HOUR / tokens_per_s,
+        memory_per_chip=r1.memory_per_chip,
+        mfu=2.0 * model.params_active * tokens_per_s / (chips * hardware.flops),
+        t_draft=r1.t_draft,
+        tokens_per_step=r1.tokens_per_step,
+    )
+
+
+def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None) -> Report:
+    """``mixed_step`` without its checks (the traced body). ``chunk_tokens``: the prompt tokens
+    ``x`` of one step (per micro-batch), given instead of the steady state's mix: that one
+    step, ``t(B', x)``; the capacity planner prices steps of any mix this way, inside its own
+    jitted programs (``dcost.planning.designs``)."""
+    model = with_experts(model, design)
+    speculation = _speculation(design, hardware, model, workload, smoothness)
+    if chunk_tokens is not None:
+        x = _float(chunk_tokens)
+        return _carrying(design, hardware, model, workload, smoothness, x, speculation)
+    c = prefill_tokens_per_step(design, workload, smoothness)
+    x = chunk_step_tokens(design, workload, c, smoothness)
+    f = safe_div(c, x, default=1.0)
+    decode_only = _carrying(design, hardware, model, workload, smoothness, 0.0 * x, speculation)
+    carrying = _carrying(design, hardware, model, workload, smoothness, x, speculation)
+    return _mean_step(decode_only, carrying, f, design, hardware, model)
 
 
 _NEEDS = ("output", "prompt")  # a steady state needs an output, and prompts to prefill
