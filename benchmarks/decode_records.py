@@ -87,9 +87,7 @@ def main(argv=None) -> int:
             if not all(len(s) == 2 and min(s) >= 1 for s in shapes):
                 ap.error(f"--shapes: BATCHxCONTEXT,... both >= 1, got {args.shapes!r}")
         f, bw = dt.device_ceilings()
-        print(
-            f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s"
-        )
+        print(f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s")
     timings = dt.time_decode(arch, shapes, repeats=args.repeats)
     records = dt.to_records(
         timings,

@@ -102,8 +102,7 @@ def main(argv=None) -> int:
         arch, shapes = dt.architecture(args.model), SHAPES
         f, bw = dt.device_ceilings()
         print(
-            f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; "
-            f"streaming read: {bw / 1e12:.2f} TB/s",
+            f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s",
             flush=True,
         )
     attention = _attention(arch, args.quick)
