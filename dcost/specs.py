@@ -302,6 +302,11 @@ class Hardware(eqx.Module):
         (batching, input metadata, sampling, output processing, on the host); a stage step of
         ``B`` sequences over ``A`` attention groups, each scheduling its own share, pays
         ``sequence_overhead * B/A`` per pass (s, 0).
+      kernel_roofline_smoothness: how one kernel's compute and memory traffic overlap, ``r`` in
+        [0, 1]: its time is ``smax_r(t_F, t_W) = (t_F^(1/r) + t_W^(1/r))^r``, the roofline's
+        maximum at 0 (v1: streaming fully hides the arithmetic or the other way round), their
+        sum at 1, and between the two near the ridge point, where a real kernel is neither
+        purely compute- nor memory-bound (``dcost.serving.roofline.kernel_time``) (0).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -330,6 +335,7 @@ class Hardware(eqx.Module):
     tree_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     kv_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     sequence_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    kernel_roofline_smoothness: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -344,6 +350,7 @@ class Hardware(eqx.Module):
         "attention_flops": "flops",
         "kv_bandwidth_efficiency": "bandwidth_efficiency",
         "sequence_overhead": 0.0,
+        "kernel_roofline_smoothness": 0.0,
     }
     get = _get
 
@@ -374,7 +381,7 @@ class Hardware(eqx.Module):
         for name in ("scaleup_efficiency", "scaleout_efficiency", "kv_bandwidth_efficiency"):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
-        for name in ("kernel_serialization", "tree_collectives"):
+        for name in ("kernel_serialization", "tree_collectives", "kernel_roofline_smoothness"):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), high=1.0)
         if self.attention_flops is not None:

@@ -135,6 +135,8 @@ CASES = [
     ("hardware-attn-flops-zero", lambda: hw(attention_flops=0.0), "attention_flops = 0.0"),
     ("hardware-kv-eff-above", lambda: hw(kv_bandwidth_efficiency=1.2), "kv_bandwidth_eff"),
     ("hardware-per-sequence", lambda: hw(sequence_overhead=-1e-6), "sequence_overhead = -1e-06"),
+    ("hardware-kernel-r", lambda: hw(kernel_roofline_smoothness=1.2), "kernel_roofline_smoothness"),
+    ("hardware-kernel-r-neg", lambda: hw(kernel_roofline_smoothness=-0.1), "smoothness = -0.1"),
     ("model-kv-heads-fraction", lambda: moe(kv_heads=2.5), "Model.kv_heads = 2.5"),
     ("model-domains-bool", lambda: moe(max_domains_per_token=True), "max_domains_per_token"),
     ("model-draft-layers", lambda: moe(draft_layers=None), "Model.draft_layers = None"),

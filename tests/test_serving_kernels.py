@@ -2,7 +2,8 @@
 series (``Hardware.kernel_serialization``), collectives hidden behind them
 (``Design.comm_overlap``), attention at its own rate (``Hardware.attention_flops``), log-depth
 all-reduces and all-to-alls (``Hardware.tree_collectives``) and the KV cache's own read efficiency
-(``Hardware.kv_bandwidth_efficiency``).
+(``Hardware.kv_bandwidth_efficiency``) and a smooth roofline inside each kernel
+(``Hardware.kernel_roofline_smoothness``).
 
 Hand calculations use the round-number chip of ``tests/test_serving_v2.py`` (1 PFLOP/s, 1 TB/s,
 scale-up 100 GB/s) and a dense model of 1e9 bf16 parameters (L = 10, d = 1000, 1e5 KV bytes per
@@ -17,6 +18,7 @@ import dcost
 from dcost import Design, Workload
 from dcost.serving.attention import attention_comm_time
 from dcost.serving.collectives import all_reduce, all_to_all_rounds
+from dcost.serving.kernels import kernel_time
 from dcost.serving.moe import all_to_all_time, expert_tensor_parallel_time
 from dcost.serving.roofline import stage_time
 from dcost.specs import MULTINOMIAL, SpecError
@@ -69,6 +71,50 @@ def test_kernels_in_series_by_hand(s, expected):
 
 
 @pytest.mark.x64
+@pytest.mark.parametrize(
+    ("r", "expected"),
+    [
+        # weight matmuls: (2.048^(1/r) + 2^(1/r))^r ms; attention: (0.1024^(1/r) + 102.4^(1/r))^r
+        (1.0, 4.048e-3 + 102.5024e-3),  # sums: no overlap inside a kernel
+        (0.5, (2.048**2 + 2.0**2) ** 0.5 * 1e-3 + (0.1024**2 + 102.4**2) ** 0.5 * 1e-3),
+    ],
+)
+def test_kernel_roofline_smoothness_by_hand(r, expected):
+    """Kernels in series, each at a smooth roofline ``(t_F^(1/r) + t_W^(1/r))^r``."""
+    h = chip(kernel_serialization=1.0, kernel_roofline_smoothness=r)
+    t = dcost.decode(DESIGN, h, dense(), WORK).t_stage
+    assert float(t) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.x64
+def test_kernel_time_tends_to_the_roofline_and_takes_the_larger_smoothness():
+    """r -> 0 gives the exact maximum (the off value is exactly it); the optimizer's smoothness
+    applies where it is the larger of the two."""
+    off = chip()
+    assert float(kernel_time(3.0, 4.0, off)) == 4.0
+    errors = [float(kernel_time(3.0, 4.0, chip(kernel_roofline_smoothness=r))) - 4.0
+              for r in (0.3, 0.1, 0.03, 0.01)]  # fmt: skip
+    assert all(b < a for a, b in zip(errors, errors[1:], strict=False)) and errors[-1] < 1e-9
+    assert float(kernel_time(3.0, 4.0, chip(kernel_roofline_smoothness=0.0))) == 4.0
+    h = chip(kernel_roofline_smoothness=0.1)
+    assert float(kernel_time(3.0, 4.0, h, 0.5)) == pytest.approx(5.0, rel=1e-12)
+    assert float(kernel_time(3.0, 4.0, h, 0.05)) == float(kernel_time(3.0, 4.0, h))
+
+
+@pytest.mark.x64
+def test_the_draft_pass_is_a_kernel_at_the_same_roofline():
+    """One draft pass of a 1e8-parameter bf16 draft at batch 1: 0.2 GFLOP = 0.2 us of compute
+    against 2e8 B / 1e12 = 200 us of reads; summed at r = 1, 200.2 us a pass, two passes."""
+    from dcost.serving.speculative import draft_time
+
+    m = dense(draft_params=1e8)
+    at = {r: float(draft_time(1.0, 0.0, 2.0, 1.0, chip(kernel_roofline_smoothness=r), m))
+          for r in (0.0, 1.0)}  # fmt: skip
+    assert at[0.0] == pytest.approx(4e-4, rel=1e-12)
+    assert at[1.0] == pytest.approx(2 * (2e-4 + 2e-7), rel=1e-12)
+
+
+@pytest.mark.x64
 def test_every_new_term_at_its_off_value_is_v1():
     """Each new field set to the value that switches it off gives v1's numbers exactly."""
     m = dcost.model("llama-3-70b")
@@ -80,6 +126,7 @@ def test_every_new_term_at_its_off_value_is_v1():
         tree_collectives=0.0,
         attention_flops=float(base_hw.flops),
         kv_bandwidth_efficiency=float(base_hw.bandwidth_efficiency),
+        kernel_roofline_smoothness=0.0,
     )
     d_off = Design(batch=96, chips=8, comm_overlap=0.0)
     for fn in (dcost.decode, dcost.mixed_step):

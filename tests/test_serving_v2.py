@@ -606,6 +606,7 @@ def _all_on():
         tree_collectives=0.6,
         kv_bandwidth_efficiency=0.65,
         sequence_overhead=3e-6,
+        kernel_roofline_smoothness=0.35,
     )
     m = moe_model(
         params_attention=2e8,

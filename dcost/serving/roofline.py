@@ -28,6 +28,7 @@ from dcost.serving.attention import (
     attention_weight_params,
     kv_replication,
 )
+from dcost.serving.kernels import kernel_time
 from dcost.serving.moe import (
     _expert_fraction,
     all_to_all_time,
@@ -58,6 +59,7 @@ __all__ = [
     "bottleneck",
     "matmul_efficiency",
     "stage_time",
+    "kernel_time",
     "chunks",
     "SECONDS_PER_HOUR",
     "TERMS",
@@ -165,7 +167,9 @@ def matmul_efficiency(tokens, hardware):
     return hardware.flops_efficiency / (1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens))
 
 
-def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0, overlap=0.0):
+def stage_time(
+    matmul_dense, matmul_expert, context, t_comm, smoothness=0.0, overlap=0.0, hardware=None
+):
     """A stage step whose operations run one after another, each at its own roofline (s).
 
     .. math::
@@ -196,13 +200,19 @@ def stage_time(matmul_dense, matmul_expert, context, t_comm, smoothness=0.0, ove
       t_comm: collectives of the step (s).
       smoothness: 0 for the hard maxima, in ``(0, 1]`` for the p-norm ones.
       overlap: ``o`` in [0, 1].
+      hardware: the chip, for each kernel's ``kernel_time`` (its
+        ``kernel_roofline_smoothness``); None: the maxima above.
 
     >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 0.5))  # 2 + 3 + 4 + 0.5
     9.5
     >>> float(stage_time((2.0, 1.0), (0.5, 3.0), (1.0, 4.0), 10.0, overlap=1.0))  # max(9, 10)
     10.0
     """
-    kernels = sum(smax([f, w], smoothness) for f, w in (matmul_dense, matmul_expert, context))
+    pairs = (matmul_dense, matmul_expert, context)
+    if hardware is None:
+        kernels = sum(smax([f, w], smoothness) for f, w in pairs)
+    else:
+        kernels = sum(kernel_time(f, w, hardware, smoothness) for f, w in pairs)
     return (1.0 - overlap) * (kernels + t_comm) + overlap * smax([kernels, t_comm], smoothness)
 
 
@@ -314,6 +324,7 @@ def _assemble(
         t_comm,
         smoothness,
         design.get("comm_overlap"),
+        hardware,
     )
     t_stage = overlapped + hardware.get("kernel_serialization") * (serial - overlapped) + t_overhead
     t_hop = hop_time(tokens, g, p, hardware, model, passes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from dcost.serving.kernels import kernel_time
 from dcost.serving.moe import _expert_fraction
 from dcost.smooth import smax
 from dcost.specs import _float, check
@@ -95,7 +96,7 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
     held = model.draft_total - model.draft_params
     read = model.bytes_per_param * (model.draft_params + held * phi)
     t_m = (read + b * t * model.draft_kv_bytes_per_token) / (chips * hardware.bandwidth_achieved)
-    per_pass = smax([t_c, t_m], smoothness)
+    per_pass = kernel_time(t_c, t_m, hardware, smoothness)
     if comm is not None:  # None: no collectives (one chip's draft, or a caller without them)
         overlapped = smax([t_c, t_m, comm], smoothness)
         serial = per_pass + comm
