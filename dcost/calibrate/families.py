@@ -140,7 +140,7 @@ Measured bare (``benchmarks/matmul_sweep.py``, ``benchmarks/results/``: an MLP's
 on a lent H100 and H200, cuBLAS through XLA): the time stays at the weight-read time (2.0-3.0 TB/s
 on the H100, 2.3-4.1 on the H200) up to 128-256 tokens, then grows with the FLOPs at 650-750
 TFLOP/s (66-76 % of the 989 TFLOP/s peak); the roofline fits it with ``matmul_half_tokens``
-between 0 and 47 tokens. The fitted serving profiles' 89-141 tokens (125-192 before
+between 0 and 47 tokens. The fitted serving profiles' 86-135 tokens (125-192 before
 ``kernel_roofline_smoothness``, which took over the part that acted as a second weight read) are
 not the GEMM's curve:
 they carry per-step time of the engines that grows with the step's size, which no other field
