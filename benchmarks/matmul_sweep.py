@@ -11,8 +11,14 @@ fitted to them per shape (``dcost.calibrate.local.fit_matmul_curve``):
 
     t(M) = max(weight bytes / (BW eta_BW), 4 M K N (1 + n_half / M) / (F eta_F))
 
-``--json`` writes every figure. ``--quick`` runs small shapes (a smoke run on any device). The
-run is bounded by ``--time-limit`` seconds: past it, every thread's traceback and exit status 1.
+and the smooth roofline (``dcost.calibrate.local.fit_kernel_roofline``, no ``n_half``):
+
+    t(M) = ((4 M K N / (F eta_F))^(1/r) + (weight bytes / (BW eta_BW))^(1/r))^r
+
+``--json`` writes every figure. ``--quick`` runs small shapes (a smoke run on any device).
+``--refit FILE`` fits both curves again to a saved ``--json`` file's points, with no device
+(``benchmarks/results/``). The run is bounded by ``--time-limit`` seconds: past it, every
+thread's traceback and exit status 1.
 
     python benchmarks/matmul_sweep.py --json sweep.json
 """
@@ -28,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.calibrate.local import _median_time, fit_matmul_curve
+from dcost.calibrate.local import _median_time, fit_kernel_roofline, fit_matmul_curve
 
 SHAPES = [(8192, 28672), (8192, 7168), (4096, 14336)]
 """(K, N): Llama 3 70B's MLP on one chip and its 4-way tensor-parallel slice; Llama 3 8B's MLP."""
@@ -66,6 +72,25 @@ def ceilings(quick: bool) -> tuple[float, float]:
     return flops, copy
 
 
+def _report(k: int, n: int, ms, ts, flops: float, copy: float) -> dict:
+    """Fit both curves to one shape's points and print them; returns the max-form fit."""
+    weight_bytes = 2 * 2 * k * n
+    curve = fit_matmul_curve(ms, ts, 4.0 * k * n, weight_bytes, flops, copy)
+    smooth = fit_kernel_roofline(ms, ts, 4.0 * k * n, weight_bytes, flops, copy)
+    print(
+        f"{k} x {n}: roofline with a matmul-size curve: eta_BW {curve['bandwidth_efficiency']:.2f} "
+        f"of the copy bandwidth, eta_F {curve['flops_efficiency']:.2f} of the large-matmul rate, "
+        f"n_half {curve['matmul_half_tokens']:.0f} tokens; rms log error "
+        f"{curve['rms_log_error']:.3f}"
+    )
+    print(
+        f"{k} x {n}: smooth roofline: eta_BW {smooth['bandwidth_efficiency']:.2f}, eta_F "
+        f"{smooth['flops_efficiency']:.2f}, kernel_roofline_smoothness "
+        f"{smooth['kernel_roofline_smoothness']:.2f}; rms log error {smooth['rms_log_error']:.3f}"
+    )
+    return {**curve, "smooth": smooth}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke run")
@@ -73,10 +98,22 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="timed calls per point (median)")
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds for the whole run")
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--refit", help="fit the curves to this saved --json file's points instead")
     args = ap.parse_args(argv)
     if args.inner < 1 or args.repeats < 1 or not args.time_limit > 0:
         ap.error("--inner and --repeats must be >= 1 and --time-limit > 0")
     faulthandler.dump_traceback_later(args.time_limit, exit=True, file=sys.stderr)
+    if args.refit:
+        with open(args.refit, encoding="utf-8") as f:
+            saved = json.load(f)
+        print(f"{saved['device']}: {saved.get('source', args.refit)}")
+        for shape in saved["shapes"]:
+            k, n = shape["k"], shape["n"]
+            ms = np.array([r["tokens"] for r in shape["points"]], float)
+            ts = np.array([r["seconds"] for r in shape["points"]])
+            _report(k, n, ms, ts, saved["flops"], saved["copy_bandwidth"])
+        faulthandler.cancel_dump_traceback_later()
+        return 0
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({device.platform})")
     flops, copy = ceilings(args.quick)
@@ -98,12 +135,7 @@ def main(argv=None) -> int:
             )
         ms = np.array([r["tokens"] for r in rows], float)
         ts = np.array([r["seconds"] for r in rows])
-        curve = fit_matmul_curve(ms, ts, 4.0 * k * n, weight_bytes, flops, copy)
-        print(
-            f"fitted: eta_BW {curve['bandwidth_efficiency']:.2f} of the copy bandwidth, eta_F "
-            f"{curve['flops_efficiency']:.2f} of the large-matmul rate, n_half "
-            f"{curve['matmul_half_tokens']:.0f} tokens; rms log error {curve['rms_log_error']:.3f}"
-        )
+        curve = _report(k, n, ms, ts, flops, copy)
         out["shapes"].append({"k": k, "n": n, "points": rows, "fit": curve})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -1,4 +1,5 @@
-"""``benchmarks/matmul_sweep.py`` and the curve it fits (``local.fit_matmul_curve``)."""
+"""``benchmarks/matmul_sweep.py`` and the curves it fits (``local.fit_matmul_curve``, the roofline
+with a matmul-size curve, and ``local.fit_kernel_roofline``, the smooth roofline)."""
 
 import importlib.util
 import json
@@ -7,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from dcost.calibrate.local import fit_matmul_curve
+from dcost.calibrate.local import fit_kernel_roofline, fit_matmul_curve
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -70,8 +71,9 @@ def test_the_quick_sweep_runs_and_writes_its_figures(tmp_path, capfd):
         "flops_efficiency",
         "matmul_half_tokens",
         "rms_log_error",
+        "smooth",
     }
-    assert "fitted:" in capfd.readouterr().out
+    assert "smooth roofline:" in capfd.readouterr().out
 
 
 def test_the_sweep_refuses_bad_arguments():
@@ -100,3 +102,43 @@ def test_the_shipped_sweeps_fit_a_sharp_roofline():
                 data["copy_bandwidth"],
             )
             assert refit["matmul_half_tokens"] < 50 and refit["rms_log_error"] < 0.15
+
+
+@pytest.mark.parametrize("r", [0.0, 0.3, 0.8])
+def test_smooth_fit_recovers_a_planted_kernel_roofline(r):
+    """Times made as ``(t_F^(1/r) + t_W^(1/r))^r`` (the max at r = 0) give back r and both
+    efficiencies."""
+    m = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192.0])
+    flops_per_token, weight_bytes, flops, bandwidth = 4 * 8192 * 28672, 940e6, 7e14, 2.7e12
+    t_f, t_w = flops_per_token * m / (flops * 0.7), weight_bytes / (bandwidth * 0.9)
+    t = np.maximum(t_f, t_w) if r == 0 else (t_f ** (1 / r) + t_w ** (1 / r)) ** r
+    fit = fit_kernel_roofline(m, t, flops_per_token, weight_bytes, flops, bandwidth)
+    assert fit["kernel_roofline_smoothness"] == pytest.approx(r, abs=0.01)
+    assert fit["bandwidth_efficiency"] == pytest.approx(0.9, rel=0.01)
+    assert fit["flops_efficiency"] == pytest.approx(0.7, rel=0.01)
+    with pytest.raises(ValueError, match="fit_kernel_roofline"):
+        fit_kernel_roofline(m[:2], t[:2], flops_per_token, weight_bytes, flops, bandwidth)
+
+
+def test_refit_of_the_shipped_sweeps_with_no_device(capfd):
+    """``--refit`` fits the saved points again: on the lent H100 and H200 the smooth roofline fits
+    every shape at least as well as the matmul-size curve, with r between 0.1 and 0.5 (the
+    figure the README and families.PRIOR quote against the serving profiles' 0.43-0.48)."""
+    for name in ("h100", "h200"):
+        path = ROOT / "benchmarks" / "results" / f"matmul_sweep_{name}.json"
+        assert _sweep_module().main(["--refit", str(path)]) == 0
+        data = json.loads(path.read_text())
+        for shape in data["shapes"]:
+            pts = shape["points"]
+            args = (
+                np.array([p["tokens"] for p in pts], float),
+                np.array([p["seconds"] for p in pts]),
+                4.0 * shape["k"] * shape["n"],
+                4.0 * shape["k"] * shape["n"],
+                data["flops"],
+                data["copy_bandwidth"],
+            )
+            smooth, sharp = fit_kernel_roofline(*args), fit_matmul_curve(*args)
+            assert 0.1 <= smooth["kernel_roofline_smoothness"] <= 0.5
+            assert smooth["rms_log_error"] <= sharp["rms_log_error"]
+    assert capfd.readouterr().out.count("smooth roofline:") == 6

@@ -134,7 +134,8 @@ achieved bus bandwidth 70-80 % of NVLink, 60-80 % of InfiniBand; NVLink and Infi
 latencies a few and ~10-20 us; an engine's host work per scheduled sequence (batch metadata,
 sampling, output processing) a few microseconds, the CPU time that SGLang's overlap scheduler and
 vLLM's V1 engine were built to hide at large batches; a kernel near its ridge point overlaps its
-arithmetic and its streaming only in part, a smooth roofline between the maximum and the sum.
+arithmetic and its streaming only in part, a smooth roofline between the maximum and the sum
+(the bare GEMM sweeps below fit it at 0.16-0.45, ``local.fit_kernel_roofline``).
 
 Measured bare (``benchmarks/matmul_sweep.py``, ``benchmarks/results/``: an MLP's bf16 weight pair
 on a lent H100 and H200, cuBLAS through XLA): the time stays at the weight-read time (2.0-3.0 TB/s

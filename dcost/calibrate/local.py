@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.serving.kernels import kernel_time
 from dcost.serving.roofline import balance_batch, decode, matmul_efficiency
 from dcost.specs import Design, Hardware, Model, Workload
 
@@ -55,6 +56,7 @@ __all__ = [
     "fit_knee",
     "fit_efficiency",
     "fit_matmul_curve",
+    "fit_kernel_roofline",
     "calibrate",
     "Calibration",
     "QUICK",
@@ -529,24 +531,8 @@ def fit_matmul_curve(
     >>> round(fit["matmul_half_tokens"])
     40
     """
-    m = np.asarray(tokens, dtype=float)
-    t = np.asarray(seconds, dtype=float)
-    if m.shape != t.shape or m.ndim != 1 or m.size < 3:
-        raise ValueError(
-            "fit_matmul_curve: tokens and seconds must be 1-D of the same length (at least 3); "
-            f"got shapes {m.shape} and {t.shape}"
-        )
-    for name, x in (("tokens", m), ("seconds", t)):
-        if not np.all(np.isfinite(x) & (x > 0)):
-            raise ValueError(f"fit_matmul_curve: {name} = {x.tolist()} must be finite and > 0")
-    scales = dict(
-        flops_per_token=flops_per_token, weight_bytes=weight_bytes, flops=flops, bandwidth=bandwidth
-    )
-    for name, v in scales.items():
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"fit_matmul_curve: {name} = {v!r} must be finite and > 0")
-    if isinstance(n_grid, bool) or not isinstance(n_grid, (int, np.integer)) or n_grid < 3:
-        raise ValueError(f"fit_matmul_curve: n_grid = {n_grid!r} must be an int >= 3")
+    m, t = _curve_points("fit_matmul_curve", tokens, seconds)
+    _check_scales("fit_matmul_curve", flops_per_token, weight_bytes, flops, bandwidth, n_grid)
     log_t = np.log(t)
     n = int(n_grid)
     axes = [
@@ -569,6 +555,93 @@ def fit_matmul_curve(
         "matmul_half_tokens": half,
         "rms_log_error": float(np.sqrt(np.min(err))),
     }
+
+
+def fit_kernel_roofline(
+    tokens, seconds, flops_per_token, weight_bytes, flops, bandwidth, n_grid: int = 41
+) -> dict:
+    """The smooth roofline of one weight matmul fitted to its times against its tokens.
+
+    .. math::
+        t(M) = \\big(t_F^{1/r} + t_W^{1/r}\\big)^{r}, \\qquad
+        t_F = \\frac{f M}{F\\,\\eta_F}, \\quad t_W = \\frac{W}{BW\\,\\eta_{BW}}
+
+    (``dcost.serving.kernels.kernel_time`` with ``Hardware.kernel_roofline_smoothness = r``;
+    no ``matmul_half_tokens``), fitted on log time over a grid of ``eta_BW`` in [0.05, 1.5],
+    ``eta_F`` in [0.05, 1] (log-spaced) and ``r`` in [0, 1], then once more between the best
+    point's neighbours, as ``fit_matmul_curve``. ``r`` says how far the kernel's arithmetic and
+    its weight streaming overlap near the ridge point: 0 the roofline's sharp maximum, 1 none.
+
+    Args:
+      tokens, seconds, flops_per_token, weight_bytes, flops, bandwidth: as ``fit_matmul_curve``.
+
+    Returns:
+      ``{"bandwidth_efficiency", "flops_efficiency", "kernel_roofline_smoothness",
+      "rms_log_error"}``.
+
+    >>> m = np.array([1, 16, 64, 128, 256, 512, 1024, 4096.0])
+    >>> t_f, t_w = 2e9 * m / (1e15 * 0.7), 1e9 / (1e12 * 0.8)
+    >>> fit = fit_kernel_roofline(m, (t_f**2.5 + t_w**2.5) ** 0.4, 2e9, 1e9, 1e15, 1e12)
+    >>> [round(fit[k], 2) for k in ("bandwidth_efficiency", "flops_efficiency")]
+    [0.8, 0.7]
+    >>> round(fit["kernel_roofline_smoothness"], 2)
+    0.4
+    """
+    m, t = _curve_points("fit_kernel_roofline", tokens, seconds)
+    _check_scales("fit_kernel_roofline", flops_per_token, weight_bytes, flops, bandwidth, n_grid)
+    log_t = np.log(t)
+    n = int(n_grid)
+    axes = [np.geomspace(0.05, 1.5, n), np.geomspace(0.05, 1.0, n), np.linspace(0.0, 1.0, n)]
+    for _ in range(2):  # the grid, then a grid as fine again between the best point's neighbours
+        eta_bw, eta_f, r = axes
+        t_f = (flops_per_token * m[None, :] / (float(flops) * eta_f[:, None]))[None, :, None, :]
+        t_w = (float(weight_bytes) / (float(bandwidth) * eta_bw))[:, None, None, None]
+        hw = eqx.tree_at(
+            lambda h: h.kernel_roofline_smoothness,
+            _hardware(float(flops), float(bandwidth)),
+            jnp.asarray(r)[None, None, :, None],
+            is_leaf=lambda x: x is None,
+        )
+        fitted = np.asarray(kernel_time(jnp.asarray(t_f), jnp.asarray(t_w), hw))
+        err = np.mean((np.log(fitted) - log_t) ** 2, axis=-1)  # (bw, f, r)
+        best = [int(i) for i in np.unravel_index(int(np.argmin(err)), err.shape)]
+        picked = [float(ax[i]) for ax, i in zip(axes, best, strict=True)]
+        axes = [
+            np.linspace(ax[max(i - 1, 0)], ax[min(i + 1, len(ax) - 1)], n)
+            for ax, i in zip(axes, best, strict=True)
+        ]
+    eta_bw, eta_f, r = picked
+    return {
+        "bandwidth_efficiency": eta_bw,
+        "flops_efficiency": eta_f,
+        "kernel_roofline_smoothness": r,
+        "rms_log_error": float(np.sqrt(np.min(err))),
+    }
+
+
+def _curve_points(owner, tokens, seconds):
+    m = np.asarray(tokens, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if m.shape != t.shape or m.ndim != 1 or m.size < 3:
+        raise ValueError(
+            f"{owner}: tokens and seconds must be 1-D of the same length (at least 3); "
+            f"got shapes {m.shape} and {t.shape}"
+        )
+    for name, x in (("tokens", m), ("seconds", t)):
+        if not np.all(np.isfinite(x) & (x > 0)):
+            raise ValueError(f"{owner}: {name} = {x.tolist()} must be finite and > 0")
+    return m, t
+
+
+def _check_scales(owner, flops_per_token, weight_bytes, flops, bandwidth, n_grid):
+    scales = dict(
+        flops_per_token=flops_per_token, weight_bytes=weight_bytes, flops=flops, bandwidth=bandwidth
+    )
+    for name, v in scales.items():
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{owner}: {name} = {v!r} must be finite and > 0")
+    if isinstance(n_grid, bool) or not isinstance(n_grid, (int, np.integer)) or n_grid < 3:
+        raise ValueError(f"{owner}: n_grid = {n_grid!r} must be an int >= 3")
 
 
 def _matmul_curve_error(axes, m, log_t, flops_per_token, weight_bytes, flops, bandwidth):
