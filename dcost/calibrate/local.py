@@ -610,11 +610,10 @@ def fit_kernel_roofline(
             np.linspace(ax[max(i - 1, 0)], ax[min(i + 1, len(ax) - 1)], n)
             for ax, i in zip(axes, best, strict=True)
         ]
-    eta_bw, eta_f, r = picked
     return {
-        "bandwidth_efficiency": eta_bw,
-        "flops_efficiency": eta_f,
-        "kernel_roofline_smoothness": r,
+        "bandwidth_efficiency": picked[0],
+        "flops_efficiency": picked[1],
+        "kernel_roofline_smoothness": picked[2],
         "rms_log_error": float(np.sqrt(np.min(err))),
     }
 
