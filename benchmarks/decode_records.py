@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         hardware=args.hardware,
         model=args.model,
         source=f"dcost@{args.commit}:benchmarks/decode_records.py",
-        source_id=f"dcost-jax-{args.hardware}",
+        source_id="dcost-jax-decode",  # the shipped records' group
         device=device.device_kind,
         software=software,
     )

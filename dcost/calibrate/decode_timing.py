@@ -50,6 +50,7 @@ __all__ = [
     "step_flops",
     "time_decode",
     "to_records",
+    "bare_record",
     "records_toml",
     "device_ceilings",
 ]
@@ -238,6 +239,29 @@ def time_decode(
     return out
 
 
+def bare_record(
+    *, id: str, hardware: str, model: str, source: str, source_id: str, quote: str, **fields
+) -> dict:
+    """One validation record (``dcost.validation`` schema) of a step dcost timed itself: one
+    device, bf16 weights, cache and matmuls, ``engine = "bare-xla"``; ``fields`` add the step's
+    own (``serving``, ``concurrency``, lengths, ``metric``, ``value``, ``note``)."""
+    return {
+        "id": id,
+        "source_id": source_id,
+        "engine": "bare-xla",
+        "family": presets.card_family(hardware),
+        "source": source,
+        "quote": quote,
+        "hardware": hardware,
+        "model": model,
+        "weights": "bf16",
+        "kv_cache": "bf16",
+        "compute": "bf16",
+        "gpus": 1,
+        **fields,
+    }
+
+
 def to_records(
     timings: Iterable[Mapping],
     *,
@@ -248,47 +272,42 @@ def to_records(
     device: str,
     software: str,
 ) -> list[dict]:
-    """Validation records (``dcost.validation`` schema) of ``time_decode``'s timings.
+    """Validation records (``dcost.validation`` schema, ``bare_record``) of ``time_decode``'s
+    timings.
 
     Args:
       hardware: the hardware preset the device is (e.g. "h200"). model: the model preset timed.
       source: ``repo@commit:path`` of the code that measured. source_id: the group for
       leave-one-source-out checks. device, software: what ran, quoted in each record.
     """
-    family = presets.card_family(hardware)
     records = []
     for t in timings:
         b, T, s = int(t["batch"]), int(t["context"]), float(t["seconds"])
         records.append(
-            {
-                "id": f"dcost-jax-{hardware}-{model}-decode-b{b}-t{T}",
-                "source_id": source_id,
-                "family": family,
-                "source": source,
-                "quote": (
+            bare_record(
+                id=f"dcost-jax-{hardware}-{model}-decode-b{b}-t{T}",
+                hardware=hardware,
+                model=model,
+                source=source,
+                source_id=source_id,
+                quote=(
                     f"median of timed jitted decode steps on {device} ({software}): batch {b}, "
                     f"{T} cached tokens per sequence, {s * 1e3:.4g} ms per step"
                 ),
-                "hardware": hardware,
-                "model": model,
-                "weights": "bf16",
-                "kv_cache": "bf16",
-                "compute": "bf16",
-                "gpus": 1,
-                "serving": "decode",
-                "concurrency": b,
-                "prompt_tokens": T,
-                "output_tokens": 2,
-                "metric": "step_time",
-                "value": s,
-                "note": (
+                serving="decode",
+                concurrency=b,
+                prompt_tokens=T,
+                output_tokens=2,
+                metric="step_time",
+                value=s,
+                note=(
                     "Measured by dcost.calibrate.decode_timing: random bf16 weights of the "
                     "preset's architecture, plain jax.numpy compiled by XLA (no fused attention "
                     "kernel), one device, KV cache read and not written. prompt_tokens = T and "
                     "output_tokens = 2 make the record's mean context T + 1, the positions the "
                     "step attends to."
                 ),
-            }
+            )
         )
     return records
 

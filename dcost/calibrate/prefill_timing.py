@@ -35,11 +35,17 @@ from collections.abc import Iterable, Mapping
 import jax
 import jax.numpy as jnp
 
-from dcost import presets
-from dcost.calibrate.decode_timing import Architecture, init_weights, matmul_params
+from dcost.calibrate.decode_timing import Architecture, bare_record, init_weights, matmul_params
 from dcost.calibrate.local import _median_time, _rms_norm
 
-__all__ = ["ATTENTION", "prefill_pass", "pass_flops", "time_prefill", "to_records"]
+__all__ = [
+    "ATTENTION",
+    "causal_attention",
+    "prefill_pass",
+    "pass_flops",
+    "time_prefill",
+    "to_records",
+]
 
 ATTENTION = ("xla", "cudnn")
 """How a pass attends: ``"xla"`` (query blocks of plain jax.numpy) or ``"cudnn"`` (the fused
@@ -188,7 +194,6 @@ def to_records(
       source: ``repo@commit:path`` of the code that measured. source_id: the group for
       leave-one-source-out checks. device, software: what ran, quoted in each record.
     """
-    family = presets.card_family(hardware)
     kernel = {
         "cudnn": "cuDNN's fused flash attention (jax.nn.dot_product_attention)",
         "xla": "attention in query blocks of plain jax.numpy",
@@ -197,35 +202,29 @@ def to_records(
     for t in timings:
         b, n, s = int(t["batch"]), int(t["prompt"]), float(t["seconds"])
         records.append(
-            {
-                "id": f"dcost-jax-{hardware}-{model}-prefill-b{b}-t{n}",
-                "source_id": source_id,
-                "engine": "bare-xla",
-                "family": family,
-                "source": source,
-                "quote": (
+            bare_record(
+                id=f"dcost-jax-{hardware}-{model}-prefill-b{b}-t{n}",
+                hardware=hardware,
+                model=model,
+                source=source,
+                source_id=source_id,
+                quote=(
                     f"median of timed jitted prefill passes on {device} ({software}, "
                     f"{t['attention']} attention): batch {b}, {n} prompt tokens per sequence, "
                     f"{s * 1e3:.4g} ms per pass"
                 ),
-                "hardware": hardware,
-                "model": model,
-                "weights": "bf16",
-                "kv_cache": "bf16",
-                "compute": "bf16",
-                "gpus": 1,
-                "serving": "prefill",
-                "concurrency": b,
-                "prompt_tokens": n,
-                "output_tokens": 1,
-                "metric": "input_throughput_per_gpu",
-                "value": b * n / s,
-                "note": (
+                serving="prefill",
+                concurrency=b,
+                prompt_tokens=n,
+                output_tokens=1,
+                metric="input_throughput_per_gpu",
+                value=b * n / s,
+                note=(
                     "Measured by dcost.calibrate.prefill_timing: random bf16 weights of the "
                     f"preset's architecture, matmuls compiled by XLA, {kernel[t['attention']]}, "
                     "one device, logits of each prompt's last position only, KV cache not "
                     "written. Value: prompt tokens over the pass's time."
                 ),
-            }
+            )
         )
     return records
