@@ -465,6 +465,12 @@ class Model(eqx.Module):
       draft_layers: transformer layers of one draft pass (each pays ``layer_overhead`` and
         attention of ``a/L`` FLOPs per context token) (0).
       draft_kv_bytes_per_token: the draft's KV-cache bytes per token (0).
+      params_embedding: input-embedding parameters ``N_emb`` (part of ``params_dense``): the
+        lookup tables of an untied model (token embedding ``V*d``, learned positions
+        ``n_positions*d``). A token reads its own rows and multiplies by none, so they take
+        no FLOPs and no weight read in a step (``params_multiplied``), only memory. A tied
+        model's table is also its output layer, a matmul: 0 there. 0: every dense parameter is
+        multiplied (v1).
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -491,6 +497,7 @@ class Model(eqx.Module):
     draft_params_total: FloatLeaf = eqx.field(default=0.0, converter=_float)
     draft_layers: FloatLeaf = eqx.field(default=0.0, converter=_float)
     draft_kv_bytes_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    params_embedding: FloatLeaf = eqx.field(default=0.0, converter=_float)
 
     get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
@@ -546,11 +553,24 @@ class Model(eqx.Module):
             "draft_params",
             "draft_params_total",
             "draft_kv_bytes_per_token",
+            "params_embedding",
         ):
             check("Model", name, getattr(self, name))
         _at_most(
             "Model", "params_attention", self.params_attention, "params_dense", self.params_dense
         )
+        n_emb = _concrete(self.params_embedding)
+        dense, attn = _concrete(self.params_dense), _concrete(self.params_attention)
+        if n_emb is not None and dense is not None and attn is not None:
+            n_emb, dense, attn = np.broadcast_arrays(n_emb, dense, attn)
+            bad = n_emb + attn >= dense
+            if np.any(bad):
+                raise SpecError(
+                    f"Model.params_embedding = {_show(n_emb[bad].ravel()[0])} is not allowed: "
+                    f"it must be < params_dense - params_attention "
+                    f"({_show((dense - attn)[bad].ravel()[0])}), the dense parameters that "
+                    "are not attention's"
+                )
         total, active = _concrete(self.draft_params_total), _concrete(self.draft_params)
         if total is not None and active is not None:
             total, active = np.broadcast_arrays(total, active)
@@ -578,6 +598,18 @@ class Model(eqx.Module):
     def params_active(self):
         """``N_active = N_dense + k*n_e`` (parameters a token uses)."""
         return self.params_dense + self.experts_active * self.params_per_expert
+
+    @property
+    def params_multiplied(self):
+        """``N_dense - N_emb``: the dense parameters a token multiplies by, whose FLOPs and
+        weight read a step pays (the input-embedding lookup tables pay neither)."""
+        return self.params_dense - self.params_embedding
+
+    @property
+    def params_active_multiplied(self):
+        """``N_active - N_emb``: the parameters a token multiplies by, ``2*(N_active - N_emb)``
+        FLOPs per token (Kaplan et al. 2020 count FLOPs without the embedding the same way)."""
+        return self.params_active - self.params_embedding
 
     @property
     def sparsity(self):

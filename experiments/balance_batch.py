@@ -4,6 +4,10 @@ Claim (lecture): decode turns compute bound at ``B* = (F/BW) (b_w/2) N_total/N_a
 300 x sparsity, on every recent accelerator, because FLOP/s and HBM bandwidth have grown together
 so that F/BW stays near 300 FLOP per byte.
 
+dcost's ``B*`` counts the parameters a token multiplies by: without the input embedding's lookup
+table (``Model.params_embedding``), ``(F/BW)(b_w/2)(N_total - N_emb)/(N_active - N_emb)``; for
+deepseek-v3 that ratio is 18.3 where ``N_total/N_active`` is 17.9.
+
 Setting: every hardware preset (bf16 FLOP/s), context 0, a dense model (llama-3-70b) and
 deepseek-v3 (sparsity 17.9), both with bf16 weights so that FLOP/s and bytes are at the same
 precision (fp8 weights on fp8 FLOP/s give the same B*: b_w halves and F doubles). ``B*`` comes
@@ -76,6 +80,10 @@ def compute():
             "model": name,
             "bytes_per_param": float(m.bytes_per_param),
             "sparsity": float(m.sparsity),
+            # N_total/N_active of the parameters a step multiplies by (no input-embedding table)
+            "sparsity_multiplied": float(
+                (m.params_total - m.params_embedding) / m.params_active_multiplied
+            ),
             "balance_batch": np.asarray(bstar),
             "compute_over_memory_at_bstar": np.asarray(ratio),
             "balance_batch_over_sparsity": np.asarray(bstar) / float(m.sparsity),

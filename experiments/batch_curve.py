@@ -33,9 +33,11 @@ def all_experts_read(report, hardware, model):
     """Counterfactual MoE step in which every expert is read at any batch (``phi = 1``).
 
     The compute, KV and all-to-all terms are the model's; only the weight read changes to
-    ``b_w N_total / (G BW)`` (seconds), so the cost per token follows from the step time.
+    ``b_w (N_total - N_emb) / (G BW)`` (seconds; the input embedding's lookup table is read by
+    row), so the cost per token follows from the step time.
     """
-    t_w = model.bytes_per_param * model.params_total / (CHIPS * hardware.bandwidth_achieved)
+    read = model.params_total - model.params_embedding
+    t_w = model.bytes_per_param * read / (CHIPS * hardware.bandwidth_achieved)
     t_stage = jnp.maximum(jnp.maximum(report.t_compute, t_w + report.t_kv), report.t_comm)
     return t_stage, report.cost_per_token * t_stage / report.t_stage
 

@@ -40,8 +40,10 @@ def effective_context(context, t0=T0):
 
 
 def intensity(model, context):
-    """FLOP per KV byte of one decoded token at large batch: ``(2 N_active + a T) / (T b_kv)``."""
-    return (2.0 * model.params_active + model.attn_flops_per_context_token * context) / (
+    """FLOP per KV byte of one decoded token at large batch: ``(2 N + a T) / (T b_kv)``, with
+    ``N = N_active - N_emb`` the parameters a token multiplies by."""
+    n = model.params_active_multiplied
+    return (2.0 * n + model.attn_flops_per_context_token * context) / (
         context * model.kv_bytes_per_token
     )
 

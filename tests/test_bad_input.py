@@ -142,6 +142,11 @@ CASES = [
     ("model-draft-layers", lambda: moe(draft_layers=None), "Model.draft_layers = None"),
     ("model-attn-above-dense", lambda: moe(params_attention=200), "<= params_dense (100.0)"),
     (
+        "model-embedding-above-dense",
+        lambda: moe(params_attention=40.0, params_embedding=60.0),
+        "Model.params_embedding = 60.0",
+    ),
+    (
         "model-draft-total",
         lambda: moe(draft_params=50.0, draft_params_total=20.0),
         "Model.draft_params_total = 20.0",
@@ -437,6 +442,7 @@ SPECS = {  # every numeric field, the serving model v2 ones included
             "draft_params_total",
             "draft_layers",
             "draft_kv_bytes_per_token",
+            "params_embedding",
         ],
     ),
     "Workload": (

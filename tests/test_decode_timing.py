@@ -102,11 +102,13 @@ def test_records_are_valid_and_predictable(tmp_path):
     check_record(r)
     assert r["family"] == "hopper" and r["concurrency"] == 4
     assert r["engine"] == "bare-xla"  # reported apart and not fitted, as the shipped ones
-    # the record's context is T + 1: the pure-physics step reads the weights and 4 x 1025 tokens
+    # the record's context is T + 1: the pure-physics step reads the weights (but the input
+    # embedding's 128,256 x 4,096 table, of which it reads 4 rows) and 4 x 1025 tokens
     from dcost import presets
 
     h, m = presets.pair("h200", "llama-3.1-8b")
-    bytes_ = float(m.params_dense) * 2 + 4 * 1025 * float(m.kv_bytes_per_token)
+    weights = float(m.params_dense) - 128256 * 4096
+    bytes_ = weights * 2 + 4 * 1025 * float(m.kv_bytes_per_token)
     assert predict(r) >= bytes_ / float(h.hbm_bandwidth) * (1 - 1e-6)
     import tomllib
 

@@ -107,7 +107,10 @@ def test_moe_at_batch1_reads_only_k_experts(curve):
     # fp8 weights (1 byte) on fp8 FLOP/s (2 x bf16): (2 F / BW) (1/2) = F/BW of the preset
     base = f_over_bw(batch_curve.HARDWARE)
     assert e["cost_ratio_batch1"] == pytest.approx(base, rel=2e-3)
-    sparsity = float(m.params_total / m.params_active)
+    # every expert read: the weights a step reads over those a token multiplies by, both
+    # without the input embedding's 129,280 x 7,168 lookup table
+    emb = 129_280 * 7168
+    sparsity = (float(m.params_total) - emb) / (float(m.params_active) - emb)
     assert e["cost_ratio_batch1_all_experts"] == pytest.approx(base * sparsity, rel=2e-3)
     assert abs(e["knee"] - e["balance_batch"]) <= 1.0
 
@@ -120,7 +123,11 @@ def test_balance_batch_is_300_x_sparsity_on_every_chip(balance):
         ridge = f_over_bw(name)
         dense, moe = balance["dense"]["balance_batch"][i], balance["moe"]["balance_batch"][i]
         assert dense == pytest.approx(ridge, rel=1e-4)  # bf16: (F/BW)(2/2)
-        assert moe / dense == pytest.approx(balance["moe"]["sparsity"], rel=1e-4)
+        # B* = (F/BW)(b_w/2)(N_total - N_emb)/(N_active - N_emb): the lookup table takes no
+        # FLOPs and no read, so the ratio is the sparsity of the multiplied parameters (18.3 for
+        # deepseek-v3, whose N_total/N_active is 17.9)
+        assert moe / dense == pytest.approx(balance["moe"]["sparsity_multiplied"], rel=1e-4)
+        assert balance["moe"]["sparsity_multiplied"] > balance["moe"]["sparsity"]
         assert 0.5 * 300 <= moe / balance["moe"]["sparsity"] <= 1.5 * 300, name
         # the exact roofline agrees: at B*, compute time equals weight + KV time
         assert balance["moe"]["compute_over_memory_at_bstar"][i] == pytest.approx(1.0, rel=1e-3)
@@ -220,11 +227,13 @@ def test_critical_context_where_kv_bytes_meet_the_ridge(context, kind):
     r = context[kind]
     m = dcost.model(r["model"])
     h = dcost.presets.serving_hardware(r["hardware"], r["model"])
-    # closed form from the fields: 2 N BW / (b_kv F - a BW)
+    # closed form from the fields: 2 N BW / (b_kv F - a BW), N = N_active - N_emb (the input
+    # embedding's lookup table: vocabulary x width, 128,256 x 8,192 and 129,280 x 7,168)
     f, bw = float(h.flops), float(h.hbm_bandwidth)
+    emb = {"llama-3-70b": 128256 * 8192, "deepseek-v3": 129_280 * 7168}[r["model"]]
     tc = (
         2
-        * float(m.params_active)
+        * (float(m.params_active) - emb)
         * bw
         / (float(m.kv_bytes_per_token) * f - float(m.attn_flops_per_context_token) * bw)
     )

@@ -134,12 +134,14 @@ def test_records_are_valid_and_bounded_by_pure_physics():
         assert r["engine"] == "bare-xla" and r["serving"] == "prefill"
     assert recs[0]["value"] == pytest.approx(2 * 4096 / 0.2)
     assert "cudnn" in recs[0]["quote"] and "8192" not in recs[0]["id"]
-    # pure physics of the long pass, by hand: compute bound, B T / (B T (2 N + a T / 2) / F)
+    # pure physics of the long pass, by hand: compute bound, B T / (B T (2 N + a T / 2) / F),
+    # N without the input embedding's 128,256 x 4,096 lookup table
     from dcost import presets
 
     h, m = presets.pair("h100-sxm", "llama-3.1-8b")
     tokens = 2 * 4096
-    flops = tokens * (2 * float(m.params_active) + float(m.prefill_attn_flops) * 4096 / 2)
+    n = float(m.params_active) - 128256 * 4096
+    flops = tokens * (2 * n + float(m.prefill_attn_flops) * 4096 / 2)
     assert predict(recs[0]) == pytest.approx(tokens / (flops / float(h.flops)), rel=1e-3)
 
 

@@ -363,6 +363,12 @@ def test_derivation_counts_every_tensor(a, n_experts, k, n_shared):
     assert derived["params_total"] == _count(shapes)
     assert derived["params_active"] == _count(shapes, _active_skip(a))
     assert derived["kv_bytes_per_token"] == 2 * a["n_layers"] * a["n_kv_heads"] * a["d_head"] * 2
+    # the lookup tables: the token embedding unless the output layer reuses it, and learned
+    # positions; a tied table is the output layer's matmul too
+    lookups = [
+        n for n, _ in shapes if n == "wpe" or (n == "embed_tokens" and "lm_head" in dict(shapes))
+    ]
+    assert derived["params_embedding"] == sum(math.prod(dict(shapes)[n]) for n in lookups)
 
 
 @pytest.mark.parametrize(

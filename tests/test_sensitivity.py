@@ -26,7 +26,7 @@ OFF = 1e3
 # name: (model, context, tpot_slo, ttft_slo, the SLO whose multiplier is checked)
 CASES = {
     "tpot-bound": ("llama-3-8b", 1024, 0.003, OFF, "tpot"),
-    "ttft-bound": ("llama-3-8b", 4096, 0.1, 0.5, "ttft"),
+    "ttft-bound": ("llama-3-8b", 8192, 0.1, 0.5, "ttft"),
     "moe-tpot-bound": ("moe64", 256, 0.004, OFF, "tpot"),
 }
 PERTURB = ("base", "bw+", "bw-", "flops+", "flops-", "slo+", "slo-")

@@ -410,9 +410,13 @@ def test_mla_prefill_form_published():
     h, w = dcost.hardware("h800", precision="fp8"), Workload(0, prompt=32768)
     d = Design(batch=1, chips=8)
     with_form = dcost.prefill(d, h, m, w)
-    absorbed = dcost.prefill(d, h, v1_only(m, V1_MODEL), w)
-    # compute: 32768 * (2 N_active + a * 32768/2) for each form
-    n = 2 * float(m.params_active)
+    absorbed = dcost.prefill(
+        d, h, eqx.tree_at(lambda m: m.prefill_attn_flops_per_context_token, m, 0.0), w
+    )
+    # compute: 32768 * (2 (N_active - N_emb) + a * 32768/2) for each form; N_emb the untied
+    # input embedding, vocabulary 129,280 x width 7,168, multiplied by no token
+    assert float(m.params_embedding) == 129_280 * 7168
+    n = 2 * (float(m.params_active) - 129_280 * 7168)
     ratio = (n + 4_997_120.0 * 16384) / (n + 16_990_208.0 * 16384)
     assert float(with_form.t_compute / absorbed.t_compute) == pytest.approx(ratio, rel=1e-5)
 

@@ -302,8 +302,10 @@ def _serving(batch=256.0, context=4096.0, chips=8.0, model=None):
 
 def test_dollar_optimum_reduces_to_flops_when_serving_is_compute_bound():
     # Batch 1e5 at zero context: decode is compute bound, c_tok = 2 N p / (3600 F) = the training
-    # price of 2 N FLOP at mfu 1, so the dollar problem is the FLOP problem times a price.
-    dep = _serving(batch=1e5, context=0.0, chips=1.0)
+    # price of 2 N FLOP at mfu 1, so the dollar problem is the FLOP problem times a price. (With
+    # every parameter multiplied: an input-embedding table would take no FLOPs, so none here.)
+    every = dcost.model("llama-3-70b", params_embedding=0.0)
+    dep = _serving(batch=1e5, context=0.0, chips=1.0, model=every)
     fit = dcost.scaling_fit("besiroglu2024")
     for d_inf in (0.0, 1e12, 1e15):
         inputs = dcost.LifetimeInputs(d_inf, fit=fit, mfu=1.0)

@@ -326,7 +326,9 @@ def derive_model(card: dict) -> dict:
       (MLA's non-absorbed form ``2*L*h*(n + r + v)``: scores over ``n + r`` dimensions and
       values over ``v`` per head, 5.0 MFLOP for DeepSeek-V3 against 17.0 absorbed; the decode
       figure otherwise), ``max_domains_per_token`` (the arch key of that name: node-limited
-      routing's ``M``, 0 = none).
+      routing's ``M``, 0 = none), ``params_embedding`` (the lookup tables: ``V*d`` when the
+      output layer is untied, plus learned positions ``n_positions*d``; a tied table is the
+      output layer's matmul too, so not counted).
 
     >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
     >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
@@ -376,8 +378,9 @@ def derive_model(card: dict) -> dict:
 
     norms_per_layer = 1.0 if a.get("parallel_layers", False) else 2.0
     norms = (norms_per_layer * layers + 1.0) * d * (2.0 if biases else 1.0)
-    embed = float(a["vocab"]) * d * (1.0 if a.get("tied_embeddings", False) else 2.0)
-    embed += float(a.get("n_positions", 0)) * d
+    tied = a.get("tied_embeddings", False)
+    lookup = (0.0 if tied else float(a["vocab"]) * d) + float(a.get("n_positions", 0)) * d
+    embed = float(a["vocab"]) * d + lookup
     shared_part = layers * attn + norms + embed
 
     n_experts = float(a.get("n_experts", 0))
@@ -410,6 +413,7 @@ def derive_model(card: dict) -> dict:
         "kv_heads": kv_heads,
         "prefill_attn_flops_per_context_token": prefill_flops,
         "max_domains_per_token": float(a.get("max_domains_per_token", 0)),
+        "params_embedding": lookup,
     }
 
 
@@ -515,6 +519,7 @@ def model(
             "params_attention",
             "kv_heads",
             "prefill_attn_flops_per_context_token",
+            "params_embedding",
         )
     }
     # every preset carries every v2 field (0 where it has none), so presets stack for vmap

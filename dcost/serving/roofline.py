@@ -286,7 +286,7 @@ def _assemble(
     n_attn = model.params_attention
     expert_active = model.experts_active * model.params_per_expert
     f_attn_proj = _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
-    f_dense = _flop_seconds(2.0 * (model.params_dense - n_attn) * tokens, phi_tokens, hardware)
+    f_dense = _flop_seconds(2.0 * (model.params_multiplied - n_attn) * tokens, phi_tokens, hardware)
     f_expert = _flop_seconds(
         2.0 * expert_active * tokens * imb,
         tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
@@ -299,10 +299,10 @@ def _assemble(
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
     bw = hardware.bandwidth_achieved
     extra_attn = attention_weight_params(model, groups, held)
-    weight_params = passes * (model.params_dense + extra_attn + expert_params_touched)
+    weight_params = passes * (model.params_multiplied + extra_attn + expert_params_touched)
     t_weights = model.bytes_per_param * weight_params / (chips * bw)
     t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
-    w_dense = model.bytes_per_param * passes * (model.params_dense + extra_attn) / (chips * bw)
+    w_dense = model.bytes_per_param * passes * (model.params_multiplied + extra_attn) / (chips * bw)
     w_expert = model.bytes_per_param * passes * expert_params_touched / (chips * bw)
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
@@ -616,7 +616,11 @@ def bottleneck(report: Report | PrefillReport):
 def balance_batch(hardware: Hardware, model: Model, context=0.0):
     """Batch at which decode compute time equals weight + KV time (every expert read, ``phi = 1``).
 
-    .. math:: B^* = \\frac{b_w N_{total} F}{(2N_{active} + aT)\\,BW - T b_{kv} F}
+    .. math:: B^* = \\frac{b_w (N_{total} - N_{emb}) F}{(2(N_{active} - N_{emb}) + aT)\\,BW
+              - T b_{kv} F}
+
+    (``N_emb`` the input-embedding lookup tables, ``Model.params_embedding``: read by row and
+    multiplied by no token, so in neither the FLOPs nor the weight read.)
 
     ``inf`` when the denominator is <= 0 (KV reads outgrow compute: no batch is compute bound).
     At ``T = 0``: ``B* = (F/BW) (b_w/2) N_total/N_active``, about 300 x sparsity in bf16.
@@ -649,9 +653,9 @@ def _balance_batch(hardware: Hardware, model: Model, context):
     f, bw = _rates(hardware)
     t = jnp.asarray(context, dtype=jnp.result_type(float))
     den = (
-        2.0 * model.params_active + model.attn_flops_per_context_token * t
+        2.0 * model.params_active_multiplied + model.attn_flops_per_context_token * t
     ) * bw - t * model.kv_bytes_per_token * f
-    num = model.bytes_per_param * model.params_total * f
+    num = model.bytes_per_param * (model.params_total - model.params_embedding) * f
     pos = den > 0
     return jnp.where(pos, num / jnp.where(pos, den, 1.0), jnp.inf)
 
@@ -659,7 +663,7 @@ def _balance_batch(hardware: Hardware, model: Model, context):
 def critical_context(hardware: Hardware, model: Model):
     """Context at which the KV-read slope equals the compute slope of decode (tokens).
 
-    .. math:: T_c = \\frac{2 N_{active} BW}{b_{kv} F - a\\,BW}
+    .. math:: T_c = \\frac{2 (N_{active} - N_{emb}) BW}{b_{kv} F - a\\,BW}
 
     Beyond ``T_c`` a longer context costs more memory time than compute time per token, so no batch
     size makes decode compute bound. ``inf`` when ``b_kv F <= a BW``.
@@ -677,7 +681,9 @@ def _critical_context(hardware: Hardware, model: Model):
     f, bw = _rates(hardware)
     den = model.kv_bytes_per_token * f - model.attn_flops_per_context_token * bw
     pos = den > 0
-    return jnp.where(pos, 2.0 * model.params_active * bw / jnp.where(pos, den, 1.0), jnp.inf)
+    return jnp.where(
+        pos, 2.0 * model.params_active_multiplied * bw / jnp.where(pos, den, 1.0), jnp.inf
+    )
 
 
 def _rates(hardware: Hardware):

@@ -270,7 +270,8 @@ def _lifetime_flops(target_loss, d_inf, fit, max_tokens) -> Lifetime:
 def scale_model(model: Model, n_active) -> Model:
     """``model``'s architecture resized to ``n_active`` active parameters, sparsity unchanged.
 
-    With ``f = n_active / N_active``: parameters scale by ``f``; depth and width by ``f**(1/3)``
+    With ``f = n_active / N_active``: parameters (the embedding's share of them too) scale by
+    ``f``; depth and width by ``f**(1/3)``
     (a fixed aspect ratio, ``N ~ L d**2``); KV bytes and attention FLOPs per context token, which
     go as ``L d``, by ``f**(2/3)``. An assumption of the lifetime-dollar model, which needs the
     serving cost of models of every size.
@@ -286,6 +287,7 @@ def scale_model(model: Model, n_active) -> Model:
         lambda m: (
             m.params_dense,
             m.params_per_expert,
+            m.params_embedding,
             m.n_layers,
             m.d_model,
             m.kv_bytes_per_token,
@@ -295,6 +297,7 @@ def scale_model(model: Model, n_active) -> Model:
         (
             model.params_dense * f,
             model.params_per_expert * f,
+            model.params_embedding * f,
             model.n_layers * lin,
             model.d_model * lin,
             model.kv_bytes_per_token * area,
