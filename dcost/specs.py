@@ -307,6 +307,10 @@ class Hardware(eqx.Module):
         maximum at 0 (v1: streaming fully hides the arithmetic or the other way round), their
         sum at 1, and between the two near the ridge point, where a real kernel is neither
         purely compute- nor memory-bound (``dcost.serving.roofline.kernel_time``) (0).
+      expert_flops_efficiency: achieved fraction of the dense matmul rate by the routed
+        experts' grouped matmuls, ``eta_e`` in (0, 1]: their FLOPs take ``1/eta_e`` times as long
+        as a dense matmul's of the same size (tokens scattered to experts and gathered back,
+        many small groups in one launch, each padded to the kernel's tile) (1).
 
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
@@ -336,6 +340,7 @@ class Hardware(eqx.Module):
     kv_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     sequence_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     kernel_roofline_smoothness: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_flops_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -351,6 +356,7 @@ class Hardware(eqx.Module):
         "kv_bandwidth_efficiency": "bandwidth_efficiency",
         "sequence_overhead": 0.0,
         "kernel_roofline_smoothness": 0.0,
+        "expert_flops_efficiency": 1.0,
     }
     get = _get
 
@@ -378,7 +384,12 @@ class Hardware(eqx.Module):
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
-        for name in ("scaleup_efficiency", "scaleout_efficiency", "kv_bandwidth_efficiency"):
+        for name in (
+            "scaleup_efficiency",
+            "scaleout_efficiency",
+            "kv_bandwidth_efficiency",
+            "expert_flops_efficiency",
+        ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
         for name in ("kernel_serialization", "tree_collectives", "kernel_roofline_smoothness"):

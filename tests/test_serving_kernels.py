@@ -2,8 +2,9 @@
 series (``Hardware.kernel_serialization``), collectives hidden behind them
 (``Design.comm_overlap``), attention at its own rate (``Hardware.attention_flops``), log-depth
 all-reduces and all-to-alls (``Hardware.tree_collectives``) and the KV cache's own read efficiency
-(``Hardware.kv_bandwidth_efficiency``) and a smooth roofline inside each kernel
-(``Hardware.kernel_roofline_smoothness``).
+(``Hardware.kv_bandwidth_efficiency``), a smooth roofline inside each kernel
+(``Hardware.kernel_roofline_smoothness``) and the routed experts' grouped-matmul rate
+(``Hardware.expert_flops_efficiency``).
 
 Hand calculations use the round-number chip of ``tests/test_serving_v2.py`` (1 PFLOP/s, 1 TB/s,
 scale-up 100 GB/s) and a dense model of 1e9 bf16 parameters (L = 10, d = 1000, 1e5 KV bytes per
@@ -337,3 +338,26 @@ def test_serial_kernels_never_beat_the_whole_step_roofline():
         t1 = dcost.decode(d, h1, m, w).t_stage
         t0 = dcost.decode(d, h0, m, w).t_stage
         assert bool(jnp.all(t1 >= t0 * (1 - 1e-6)))
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize(
+    ("eta", "expected"), [(None, 9.8304e-3), (1.0, 9.8304e-3), (0.5, 11.4688e-3)]
+)
+def test_expert_flops_efficiency_by_hand(eta, expected):
+    """8 experts of 1e8 parameters, 2 active, and 1e9 dense parameters; B = 4096 at context 0 on
+    one chip (every expert touched, balanced). Compute: dense 2 * 1e9 * 4096 / 1e15 = 8.192 ms,
+    experts 2 * 2e8 * 4096 / 1e15 = 1.6384 ms at eta_e = 1 (or off: v1), 3.2768 ms at 0.5."""
+    m = dcost.Model(10, 1000, 1e9, 1e8, 8, 2, 1e5, 2.0)
+    h = chip() if eta is None else chip(expert_flops_efficiency=eta)
+    r = dcost.decode(Design(batch=4096, chips=1), h, m, Workload(0.0))
+    assert float(r.t_compute) == pytest.approx(expected, rel=1e-12)
+    # a dense model has no grouped matmuls: the field changes nothing
+    d = dcost.decode(Design(batch=4096, chips=1), h, dense(), Workload(0.0))
+    assert float(d.t_compute) == pytest.approx(2 * 1e9 * 4096 / 1e15, rel=1e-12)
+
+
+@pytest.mark.parametrize("eta", [0.0, 1.5, -0.2])
+def test_expert_flops_efficiency_outside_zero_one_is_refused(eta):
+    with pytest.raises(SpecError, match=r"Hardware\.expert_flops_efficiency"):
+        chip(expert_flops_efficiency=eta)

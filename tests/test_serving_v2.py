@@ -611,9 +611,11 @@ def _all_on():
         kv_bandwidth_efficiency=0.65,
         sequence_overhead=3e-6,
         kernel_roofline_smoothness=0.35,
+        expert_flops_efficiency=0.75,
     )
     m = moe_model(
         params_attention=2e8,
+        params_embedding=5e7,
         kv_heads=2,
         attn_flops_per_context_token=1e5,
         prefill_attn_flops_per_context_token=4e4,

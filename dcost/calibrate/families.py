@@ -1,7 +1,7 @@
 """Calibration by gradient: a few physically named efficiencies and overheads per hardware family,
 fitted to the published measurements, judged only on sources the fit did not see.
 
-Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of twelve fields of
+Each hardware family ``f`` (``"hopper"``, ``"blackwell"``, ...) gets a profile of thirteen fields of
 ``dcost.Hardware``, every one of which the pure roofline leaves at its ideal value:
 
 ==============================  =======================================================  =======
@@ -19,6 +19,7 @@ field                           meaning                                         
 ``scaleout_latency``            per-message latency of scale-out collectives, s          15 us
 ``sequence_overhead``           host time per scheduled sequence per step, s             5 us
 ``kernel_roofline_smoothness``  a kernel's compute and memory times: 0 max, 1 sum        0.3
+``expert_flops_efficiency``     routed experts' grouped matmuls over a dense matmul's    0.8
 ==============================  =======================================================  =======
 
 (*) with a narrow prior (``FIELD_SD``): streaming reads of large weight matrices reach 75-85 % of
@@ -101,9 +102,11 @@ FIELDS = (
     "scaleout_latency",
     "sequence_overhead",
     "kernel_roofline_smoothness",
+    "expert_flops_efficiency",
 )
 FRACTIONS = frozenset(
     {
+        "expert_flops_efficiency",
         "kernel_roofline_smoothness",
         "flops_efficiency",
         "bandwidth_efficiency",
@@ -125,6 +128,7 @@ PRIOR = {
     "scaleout_latency": 15e-6,
     "sequence_overhead": 5e-6,
     "kernel_roofline_smoothness": 0.3,
+    "expert_flops_efficiency": 0.8,
 }
 """Prior medians (SI units). Sources of their order of magnitude: H100 dense GEMM reaches 60-75 %
 of peak in vendor benchmarks; STREAM-like HBM reads 80-90 %; a serving engine's step costs ~1 ms of
@@ -135,7 +139,10 @@ latencies a few and ~10-20 us; an engine's host work per scheduled sequence (bat
 sampling, output processing) a few microseconds, the CPU time that SGLang's overlap scheduler and
 vLLM's V1 engine were built to hide at large batches; a kernel near its ridge point overlaps its
 arithmetic and its streaming only in part, a smooth roofline between the maximum and the sum
-(the bare GEMM sweeps below fit it at 0.16-0.45, ``local.fit_kernel_roofline``).
+(the bare GEMM sweeps below fit it at 0.16-0.45, ``local.fit_kernel_roofline``); a routed
+expert's grouped matmul (tokens permuted to their experts and back, many small groups in one
+launch, each padded to the kernel's tile) runs below a dense matmul of the same size: a prior of
+0.8 of the dense rate, left to the data (fitted 0.70-0.74 in every family).
 
 Measured bare (``benchmarks/matmul_sweep.py``, ``benchmarks/results/``: an MLP's bf16 weight pair
 on a lent H100 and H200, cuBLAS through XLA): the time stays at the weight-read time (2.0-3.0 TB/s

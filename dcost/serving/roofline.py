@@ -288,7 +288,7 @@ def _assemble(
     f_attn_proj = _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
     f_dense = _flop_seconds(2.0 * (model.params_multiplied - n_attn) * tokens, phi_tokens, hardware)
     f_expert = _flop_seconds(
-        2.0 * expert_active * tokens * imb,
+        2.0 * expert_active * tokens * imb / hardware.get("expert_flops_efficiency"),
         tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
         hardware,
     )
@@ -443,7 +443,9 @@ def decode(
 
     **v2 terms** (``docs/serving_v2.md``; each off at its default): with ``k_d`` draft tokens the
     verify pass runs ``B' = B(k_d + 1)`` tokens (``B`` in every term above but the KV read, which
-    happens once), ``phi(B')``; the routed-expert compute is multiplied by the imbalance ``imb``;
+    happens once), ``phi(B')``; the routed-expert compute is multiplied by the imbalance ``imb``
+    and divided by the grouped matmuls' ``expert_flops_efficiency``; the input embedding's
+    lookup table (``Model.params_embedding``) is in neither the FLOPs nor the weight read;
     each compute part runs at ``eta(n)`` for its matmul size ``n`` (``matmul_efficiency``);
     weight reads add ``(A-1) N_attn`` for ``A`` data-parallel attention groups holding attention
     whole and ``R n_e phi`` for ``R`` redundant experts; KV is multiplied by ``rep``
