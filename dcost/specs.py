@@ -619,7 +619,7 @@ class Model(eqx.Module):
     @property
     def params_active_multiplied(self):
         """``N_active - N_emb``: the parameters a token multiplies by, ``2*(N_active - N_emb)``
-        FLOPs per token (Kaplan et al. 2020 count FLOPs without the embedding the same way)."""
+        FLOPs per token (Kaplan et al. 2020 likewise leave the embedding out of the FLOPs)."""
         return self.params_active - self.params_embedding
 
     @property

@@ -625,7 +625,8 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
     multiplied by no token, so in neither the FLOPs nor the weight read.)
 
     ``inf`` when the denominator is <= 0 (KV reads outgrow compute: no batch is compute bound).
-    At ``T = 0``: ``B* = (F/BW) (b_w/2) N_total/N_active``, about 300 x sparsity in bf16.
+    At ``T = 0``: ``B* = (F/BW) (b_w/2) (N_total - N_emb)/(N_active - N_emb)``, about 300 x
+    sparsity in bf16.
 
     Args:
       hardware: the chip (achievable F and BW are used).
