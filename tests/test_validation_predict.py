@@ -292,3 +292,36 @@ def test_breakdown_by_regime_groups_every_fitted_record_once():
         and r["expert_parallel"] < r["gpus"] / r.get("pipeline_parallel", 1)
     ]
     assert out["experts"]["MoE, expert tensor parallel"]["records"] == len(split) > 0
+
+
+def test_source_spread_divides_out_each_sources_median():
+    """``source_spread`` on made-up held-out predictions: a constant factor per source leaves no
+    error at all; with one record of a source off by 2x, that record's error is its ratio to the
+    source's median, by hand."""
+    records = tuple(r for r in v.load() if families.fitted(r))
+    measured = np.array([float(r["value"]) for r in records])
+    time = np.array([r["metric"] in TIME_METRICS for r in records])
+    sources = sorted({r["source_id"] for r in records})
+    factor = {s: 0.5 + i / len(sources) for i, s in enumerate(sources)}  # speed ratio per source
+    speed = np.array([factor[r["source_id"]] for r in records])
+    held_out = measured * np.where(time, 1.0 / speed, speed)
+    cv = families.CrossValidation(records, held_out, measured, tuple(sources), None)
+    out = families.source_spread(cv)
+    assert out["median"] == pytest.approx(0.0, abs=1e-6) and out["p90"] == pytest.approx(
+        0.0, abs=1e-6
+    )
+    assert out["offsets"] == pytest.approx(factor)
+    # one record of the largest source twice as fast as its source's others: its error is 1.0
+    big = max(sources, key=lambda s: sum(r["source_id"] == s for r in records))
+    i = next(i for i, r in enumerate(records) if r["source_id"] == big)
+    speed2 = speed.copy()
+    speed2[i] *= 2.0
+    cv2 = families.CrossValidation(
+        records, measured * np.where(time, 1.0 / speed2, speed2), measured, tuple(sources), None
+    )
+    err = np.zeros(len(records))
+    err[i] = 1.0  # the source's median is unmoved (one record of many)
+    out2 = families.source_spread(cv2)
+    assert out2["median"] == pytest.approx(np.median(err), abs=1e-6)
+    assert out2["p90"] == pytest.approx(np.quantile(err, 0.9), abs=1e-6)
+    assert out2["offsets"][big] == pytest.approx(factor[big])

@@ -37,6 +37,7 @@ def _cmd_validate(args) -> int:
     seconds = time.perf_counter() - start
     summary = families.summary(cv)
     regimes = families.breakdown(cv)
+    spread = families.source_spread(cv)
     if args.json:
         json_rows = [
             {
@@ -52,7 +53,13 @@ def _cmd_validate(args) -> int:
             }
             for r, p, h in zip(records, cv.pure, cv.held_out, strict=True)
         ]
-        out = {"records": json_rows, "summary": summary, "by_regime": regimes, "seconds": seconds}
+        out = {
+            "records": json_rows,
+            "summary": summary,
+            "by_regime": regimes,
+            "source_spread": spread,
+            "seconds": seconds,
+        }
         print(json.dumps(out, indent=2))
     else:
         table = []
@@ -117,6 +124,15 @@ def _cmd_validate(args) -> int:
                 regime_rows,
                 ["regime", "group", "records", "median", "90th percentile", "speed ratio"],
             )
+        )
+        lo, hi = (
+            min(spread["offsets"].items(), key=lambda kv: kv[1]),
+            max(spread["offsets"].items(), key=lambda kv: kv[1]),
+        )
+        print(
+            f"\neach source's own speed: divided by its source's median speed ratio (an oracle; "
+            f"from {lo[1]:.2f}, {lo[0]}, to {hi[1]:.2f}, {hi[0]}), the held-out error would be "
+            f"{100 * spread['median']:.1f} % median, {100 * spread['p90']:.1f} % 90th percentile"
         )
         q = summary["queueing"]
         print(
