@@ -165,8 +165,13 @@ FIELD_SD: dict[str, float] = {"bandwidth_efficiency": 0.3}
 """Per-field prior sds in ``z`` where a field's physical range is narrower than ``PRIOR_SD``'s."""
 FAMILY_SD = 0.75
 """Sd of a family's offset from the shared profile, in ``z``."""
-STEPS = 1500
+STEPS = 300
+"""Adam steps of a fit. With the cosine decay of the learning rate, 300 steps give every held-out
+prediction within 0.07 % of 3,000 steps' (measured on the shipped records); at a constant rate
+the predictions hovered 0.5 % around the minimum however long it ran (1,500 steps, the earlier
+default, against 3,000)."""
 LEARNING_RATE = 0.05
+"""Adam's initial learning rate (in ``z``); it decays to 1 % of this over the steps."""
 _LO = 0.02  # fractions live in (_LO, 1)
 
 
@@ -474,29 +479,43 @@ def _log_predict_values(plan, multinomial):
 
 
 def _fit_weights(plan, fam, log_y, weights, n_families, steps, multinomial):
-    """Adam on the penalized mean squared log error, for one weight vector (one fold)."""
+    """Adam on the penalized mean squared log error, for one weight vector (one fold).
+
+    The learning rate decays from ``LEARNING_RATE`` to 1 % of it (a cosine schedule), so the
+    last steps settle instead of hovering around the minimum. Returns the parameters after
+    ``steps`` updates, every record's log prediction there, and the loss before each update.
+    The loop runs one evaluation more than it updates: the last one, at the final parameters,
+    gives the predictions, so the program holds one copy of the model, not a second one to
+    predict with.
+    """
 
     def loss(params):
         zg, delta = params
-        err = _log_predictions(plan, zg, delta, fam, multinomial) - log_y
+        log_pred = _log_predictions(plan, zg, delta, fam, multinomial)
+        err = log_pred - log_y
         seen = jnp.maximum(jnp.sum(weights), 1.0)  # the records this fit sees
         data = jnp.sum(weights * err**2) / seen
         prior = jnp.sum((zg - _Z_PRIOR) ** 2 / (2 * _prior_sd() ** 2))
         shrink = jnp.sum(delta**2 / (2 * _family_sd() ** 2))
-        return data + (prior + shrink) / seen
+        return data + (prior + shrink) / seen, log_pred
 
-    opt = optax.adam(LEARNING_RATE)
+    opt = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, steps, alpha=0.01))
     params = (jnp.asarray(_Z_PRIOR), jnp.zeros((n_families, len(FIELDS))))
     state = opt.init(params)
 
-    def step(carry, _):
-        params, state = carry
-        value, grad = jax.value_and_grad(loss)(params)
-        updates, state = opt.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), value
+    def step(carry, i):
+        params, state, _, _ = carry
+        (value, log_pred), grad = jax.value_and_grad(loss, has_aux=True)(params)
+        updates, new_state = opt.update(grad, state, params)
+        last = i == steps  # the extra evaluation: keep the parameters it was made at
+        new = jax.tree.map(
+            lambda a, b: jnp.where(last, a, b), params, optax.apply_updates(params, updates)
+        )
+        return (new, new_state, log_pred, value), value
 
-    (params, _), trace = jax.lax.scan(step, (params, state), None, length=steps)
-    return params, trace
+    start = (params, state, jnp.zeros(plan.n), jnp.zeros(()))
+    (params, _, log_pred, _), trace = jax.lax.scan(step, start, jnp.arange(steps + 1))
+    return params, log_pred, trace[:-1]
 
 
 def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = True) -> Fit:
@@ -519,7 +538,7 @@ def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = T
             multinomial=multinomial,
         )
     )
-    (zg, delta), _ = run(jnp.asarray([1.0 if fitted(r) else 0.0 for r in records]))
+    (zg, delta), _, _ = run(jnp.asarray([1.0 if fitted(r) else 0.0 for r in records]))
     return Fit(zg, delta, families)
 
 
@@ -569,14 +588,11 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
     weights *= np.array([1.0 if fitted(r) else 0.0 for r in records])[None, :]
 
     def one_fold(w):
-        return _fit_weights(plan, fam, log_y, w, len(families), steps, True)[0]
+        params, log_pred, _ = _fit_weights(plan, fam, log_y, w, len(families), steps, True)
+        return params, log_pred
 
-    zg, delta = jax.jit(jax.vmap(one_fold))(jnp.asarray(weights))
-
-    def predict_all(zg1, delta1):
-        return jnp.exp(_log_predictions(plan, zg1, delta1, fam, True))
-
-    per_fold = np.asarray(jax.jit(jax.vmap(predict_all))(zg, delta))  # (n_sources, n)
+    (zg, delta), log_pred = jax.jit(jax.vmap(one_fold))(jnp.asarray(weights))
+    per_fold = np.exp(np.asarray(log_pred))  # (n_sources, n): every record, by every fold's fit
     held = per_fold[src, np.arange(n)]
     pure = np.exp(np.asarray(jax.jit(functools.partial(_pure, plan))()))  # the bounds
     return CrossValidation(tuple(records), held, pure, sources, Fit(zg, delta, families))
