@@ -45,6 +45,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/eval_throughput.py
 	$(BIN)/python benchmarks/optimizer.py
 	$(BIN)/python benchmarks/plan.py
+	$(BIN)/python benchmarks/calibration.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check $(SOURCES)
