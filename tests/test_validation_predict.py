@@ -252,6 +252,16 @@ def test_the_public_name_is_the_function():
         v.predictions  # noqa: B018
 
 
+@pytest.mark.parametrize("steps", [0, -3, 2.5, True])
+def test_a_fit_without_a_whole_number_of_steps_is_refused(steps):
+    """The learning rate decays over the steps, so a fit needs at least one; the error names the
+    argument and its value before anything compiles."""
+    records = v.load()[:3]
+    for fit in (families.fit, families.cross_validate):
+        with pytest.raises(ValueError, match=r"steps = .* must be a whole number >= 1"):
+            fit(records, steps=steps)
+
+
 def test_breakdown_by_regime_groups_every_fitted_record_once():
     """``breakdown`` on held-out predictions made up here: each regime's groups partition the
     fitted records, a group's figures are those of the records a predicate written here picks,

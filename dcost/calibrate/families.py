@@ -518,6 +518,12 @@ def _fit_weights(plan, fam, log_y, weights, n_families, steps, multinomial):
     return params, log_pred, trace[:-1]
 
 
+def _check_steps(where: str, steps) -> None:
+    """Refuse a step count that is not a whole number >= 1, naming it (the schedule needs one)."""
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"{where}: steps = {steps!r} must be a whole number >= 1 (Adam steps)")
+
+
 def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = True) -> Fit:
     """The calibration on every record (what ships): ``Fit`` of the shared profile and offsets.
 
@@ -526,6 +532,7 @@ def fit(records: Sequence[Mapping], *, steps: int = STEPS, multinomial: bool = T
       steps: Adam steps.
       multinomial: charge MoE records the expected maximum expert load (the calibrated mode).
     """
+    _check_steps("fit", steps)
     families, fam, log_y, plan = _prepared(records)
     run = jax.jit(
         functools.partial(
@@ -580,6 +587,7 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
     >>> cv.held_out.shape == (12,) and bool(np.all(cv.held_out > 0))
     True
     """
+    _check_steps("cross_validate", steps)
     families, fam, log_y, plan = _prepared(records)
     n = len(records)
     sources = tuple(sorted({r["source_id"] for r in records}))
