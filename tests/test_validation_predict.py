@@ -8,6 +8,8 @@ regress by more than 2 points against the figures shipped in ``calibration.toml`
 
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -250,6 +252,22 @@ def test_the_public_name_is_the_function():
     assert v.predict(r) == predict(r, calibrated=False)
     with pytest.raises(AttributeError, match="no attribute 'predictions'"):
         v.predictions  # noqa: B018
+
+
+@pytest.mark.slow
+def test_held_out_predictions_are_each_folds_fit_evaluated_apart():
+    """``cross_validate`` takes its held-out predictions from the fit's own loop (one evaluation
+    after the last update); evaluated apart at each fold's parameters, the model gives the same
+    numbers, so they are the final parameters' and not the step before's. The records and steps
+    of ``cross_validate``'s doctest, so the fit's program is the one that compiled."""
+    records = v.load()[:12]
+    cv = families.cross_validate(records, steps=20)
+    _, fam, _, plan = families._prepared(records)
+    src = [cv.sources.index(r["source_id"]) for r in records]
+    apart = jax.jit(
+        jax.vmap(lambda zg, d: jnp.exp(families._log_predictions(plan, zg, d, fam, True)))
+    )(cv.fits.z_global, cv.fits.delta)
+    np.testing.assert_allclose(cv.held_out, np.asarray(apart)[src, np.arange(12)], rtol=1e-5)
 
 
 @pytest.mark.parametrize("steps", [0, -3, 2.5, True])

@@ -483,7 +483,8 @@ def _fit_weights(plan, fam, log_y, weights, n_families, steps, multinomial):
 
     The learning rate decays from ``LEARNING_RATE`` to 1 % of it (a cosine schedule), so the
     last steps settle instead of hovering around the minimum. Returns the parameters after
-    ``steps`` updates, every record's log prediction there, and the loss before each update.
+    ``steps`` updates, every record's log prediction there, and the loss before each update and
+    at the end (``steps + 1`` values).
     The loop runs one evaluation more than it updates: the last one, at the final parameters,
     gives the predictions, so the program holds one copy of the model, not a second one to
     predict with.
@@ -515,7 +516,7 @@ def _fit_weights(plan, fam, log_y, weights, n_families, steps, multinomial):
 
     start = (params, state, jnp.zeros(plan.n), jnp.zeros(()))
     (params, _, log_pred, _), trace = jax.lax.scan(step, start, jnp.arange(steps + 1))
-    return params, log_pred, trace[:-1]
+    return params, log_pred, trace
 
 
 def _check_steps(where: str, steps) -> None:
