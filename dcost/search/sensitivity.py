@@ -131,7 +131,9 @@ def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array
     # and the sensitivity compiles in 12.6 s of CPU instead of 14.7 s (deepseek-v3 on H100,
     # three free variables, 2 cores; two runs each) for 0.08 s instead of 0.05 s of run (llama-3-
     # 70b); a first call is mostly compilation
-    every, jacs = jax.lax.map(lambda a: polish(problem, *a, s), (y0, near, snap, pin))
+    every, jacs = jax.lax.map(
+        lambda a: polish(problem, a[0], a[1], a[2], a[3], s), (y0, near, snap, pin)
+    )
     score = jnp.where(every.kkt & jnp.isfinite(every.log_cost), every.log_cost, jnp.inf)
     k = jnp.where(jnp.any(every.kkt), jnp.argmin(score), 0)
     return jax.tree.map(lambda a: a[k], every), jacs[k]
