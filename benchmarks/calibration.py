@@ -5,11 +5,11 @@
 The issue's budget: the fit over all records in 30 s or less on 2 cores. Reported for the shipped
 records (``dcost.validation.load()``): the fit on every record (what ``dcost validate --write``
 ships), split into tracing and compiling its program and running its Adam steps; the
-leave-one-source-out cross-validation (one fit per source, all in one vmapped program: what
-``dcost validate`` prints), with its held-out median and 90th percentile so that a faster fit
-that fits worse shows. Wall times on a shared machine include other processes' load, so this
-process's CPU time is printed beside each. dcost's persistent compilation cache is off unless
-``DCOST_CACHE`` is set, so compile times are compilations.
+leave-one-source-out cross-validation (one fit per source, all in one program, one after
+another: what ``dcost validate`` prints), with its held-out median and 90th percentile so that a
+faster fit that fits worse shows. Wall times on a shared machine include other processes' load,
+so this process's CPU time is printed beside each. dcost's persistent compilation cache is off
+unless ``DCOST_CACHE`` is set, so compile times are compilations.
 
 Every stage runs under a wall-clock bound (``STAGE_LIMITS`` seconds times ``--time-scale``,
 ``benchmarks/optimizer.py``'s ``bounded``): a stage that exceeds it prints its name and every
