@@ -57,6 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=families.STEPS, help="Adam steps of each fit")
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply the stage bounds")
     args = ap.parse_args(argv)
+    families._check_steps("--steps", args.steps)  # the fits' own refusal, before any work
     limit = {k: v * args.time_scale for k, v in STAGE_LIMITS.items()}
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, backend {jax.default_backend()}")
 
