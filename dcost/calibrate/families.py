@@ -506,17 +506,17 @@ def _fit_weights(plan, fam, log_y, weights, n_families, steps, multinomial):
     state = opt.init(params)
 
     def step(carry, i):
-        params, state, _, _ = carry
+        params, state, _ = carry
         (value, log_pred), grad = jax.value_and_grad(loss, has_aux=True)(params)
         updates, new_state = opt.update(grad, state, params)
         last = i == steps  # the extra evaluation: keep the parameters it was made at
         new = jax.tree.map(
             lambda a, b: jnp.where(last, a, b), params, optax.apply_updates(params, updates)
         )
-        return (new, new_state, log_pred, value), value
+        return (new, new_state, log_pred), value
 
-    start = (params, state, jnp.zeros(plan.n), jnp.zeros(()))
-    (params, _, log_pred, _), trace = jax.lax.scan(step, start, jnp.arange(steps + 1))
+    start = (params, state, jnp.zeros(plan.n))
+    (params, _, log_pred), trace = jax.lax.scan(step, start, jnp.arange(steps + 1))
     return params, log_pred, trace
 
 
@@ -602,8 +602,8 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
         return params, log_pred
 
     # the folds one after another (lax.map), not vmapped: the program holds one unbatched fit,
-    # and the 17 folds of the shipped records take 18 s instead of 24 s on 2 cores (compiling
-    # is most of it; the same predictions to every printed digit)
+    # and the 17 folds of the shipped records take 19-21 s instead of 23-26 s on 2 cores
+    # (benchmarks/calibration.py; compiling is most of it; the same predictions)
     (zg, delta), log_pred = jax.jit(lambda w: jax.lax.map(one_fold, w))(jnp.asarray(weights))
     per_fold = np.exp(np.asarray(log_pred))  # (n_sources, n): every record, by every fold's fit
     held = per_fold[src, np.arange(n)]
