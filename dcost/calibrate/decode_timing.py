@@ -45,6 +45,7 @@ __all__ = [
     "architecture",
     "init_weights",
     "init_cache",
+    "attention_block",
     "decode_step",
     "matmul_params",
     "step_flops",
@@ -152,6 +153,25 @@ def init_cache(arch: Architecture, batch: int, context: int, seed: int = 1, dtyp
     ]
 
 
+def attention_block(x, w, kc, vc, n_heads: int, n_kv_heads: int, d_head: int):
+    """``x + Attn(RMSNorm(x))`` of one decode step's layer: grouped-query attention of the ``B``
+    new tokens over their ``T`` cached positions ``kc, vc [B, Hkv, T, dh]`` and themselves,
+    with ``w``'s ``norm1, wq, wk, wv, wo`` (module docstring). ``[B, d]``."""
+    g = n_heads // n_kv_heads
+    b = x.shape[0]
+    y = _rms_norm(x, w["norm1"])
+    q = (y @ w["wq"]).reshape(b, n_kv_heads, g, d_head)
+    k_new = (y @ w["wk"]).reshape(b, n_kv_heads, 1, d_head)
+    v_new = (y @ w["wv"]).reshape(b, n_kv_heads, 1, d_head)
+    s_c = jnp.einsum("bhgd,bhtd->bhgt", q, kc)
+    s_n = jnp.einsum("bhgd,bhtd->bhgt", q, k_new)
+    s = jnp.concatenate([s_c, s_n], -1).astype(jnp.float32) * (1.0 / math.sqrt(d_head))
+    p_att = jax.nn.softmax(s, -1).astype(x.dtype)
+    o = jnp.einsum("bhgt,bhtd->bhgd", p_att[..., :-1], vc)
+    o = o + jnp.einsum("bhgt,bhtd->bhgd", p_att[..., -1:], v_new)
+    return x + o.reshape(b, -1) @ w["wo"]
+
+
 def decode_step(weights: dict, cache: list, tokens, arch: Architecture):
     """One decode step of ``B`` sequences (module docstring); returns logits ``[B, V]``.
 
@@ -159,23 +179,9 @@ def decode_step(weights: dict, cache: list, tokens, arch: Architecture):
       weights: ``init_weights`` output. cache: ``init_cache`` output. tokens: int ``[B]``.
       arch: the architecture (static under ``jit``).
     """
-    hkv, dh = arch.n_kv_heads, arch.d_head
-    g = arch.n_heads // hkv
     x = weights["embed"][tokens]
-    b = x.shape[0]
-    scale = 1.0 / math.sqrt(dh)
     for w, (kc, vc) in zip(weights["layers"], cache, strict=True):
-        y = _rms_norm(x, w["norm1"])
-        q = (y @ w["wq"]).reshape(b, hkv, g, dh)
-        k_new = (y @ w["wk"]).reshape(b, hkv, 1, dh)
-        v_new = (y @ w["wv"]).reshape(b, hkv, 1, dh)
-        s_c = jnp.einsum("bhgd,bhtd->bhgt", q, kc)
-        s_n = jnp.einsum("bhgd,bhtd->bhgt", q, k_new)
-        s = jnp.concatenate([s_c, s_n], -1).astype(jnp.float32) * scale
-        p_att = jax.nn.softmax(s, -1).astype(x.dtype)
-        o = jnp.einsum("bhgt,bhtd->bhgd", p_att[..., :-1], vc)
-        o = o + jnp.einsum("bhgt,bhtd->bhgd", p_att[..., -1:], v_new)
-        x = x + o.reshape(b, -1) @ w["wo"]
+        x = attention_block(x, w, kc, vc, arch.n_heads, arch.n_kv_heads, arch.d_head)
         y = _rms_norm(x, w["norm2"])
         x = x + (jax.nn.silu(y @ w["w1"]) * (y @ w["w3"])) @ w["w2"]
     return _rms_norm(x, weights["final_norm"]) @ weights["unembed"]
