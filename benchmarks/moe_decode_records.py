@@ -42,7 +42,7 @@ SHAPES = [
     (8, 8192),
 ]
 QUICK_SHAPES = [(1, 16), (4, 16)]
-QUICK_ARCH = mt.MoEArchitecture(2, 64, 4, 2, 16, 8, 2, 32, 256)
+QUICK_ARCH = mt.MoEArchitecture(1, 64, 4, 2, 16, 8, 2, 32, 256)
 TILES = [(128, 64), (32, 128)]
 
 

@@ -502,7 +502,7 @@ def validation_figure(cv, unfitted, summary):
             [],
             facecolors="none",
             edgecolors="0.3",
-            label="not fitted: ttft under load (queueing), bare XLA kernels",
+            label="not fitted: ttft under load (queueing), dcost's bare kernels",
         )
         axes[0].legend(loc="upper left", fontsize=8)
     o = summary["overall"]

@@ -25,6 +25,7 @@ import context_length  # noqa: E402
 import fast_mode  # noqa: E402
 import latency_floor  # noqa: E402
 import moe_racks  # noqa: E402
+import moe_touched  # noqa: E402
 import pipelines  # noqa: E402
 import train_departures  # noqa: E402
 
@@ -36,6 +37,7 @@ MODULES = [
     fast_mode,
     context_length,
     moe_racks,
+    moe_touched,
     pipelines,
 ]
 
@@ -309,6 +311,25 @@ def test_pipeline_weights_fall_kv_and_latency_do_not(stages):
     np.testing.assert_allclose(tp["tpot_s"] / tp["tpot_s"][0], ratio, rtol=0.03)
     assert tp["tpot_s"][-1] > 2 * tp["tpot_s"][0] / n[-1]  # far from 1/G once G > h_kv
     assert not pl["fits"][0] and pl["fits"][1]  # one stage does not fit; two do
+
+
+def test_moe_touched_fits_are_least_squares_and_the_slope_is_a_bandwidth():
+    res = moe_touched.compute()
+    for name, x in (
+        ("touched", res["touched"]),
+        ("one read per pair", res["batch"] * res["experts_active"]),
+    ):
+        slope, t0 = np.polyfit(x, res["experts_time"], 1)
+        fit = res["fits"][name]
+        assert fit["slope"] == pytest.approx(slope, rel=1e-9)
+        assert fit["intercept"] == pytest.approx(t0, rel=1e-9, abs=1e-12)
+    m = dcost.model(moe_touched.MODEL)
+    per_expert = 2.0 * float(m.params_per_expert)  # bf16 bytes of one expert in every layer
+    assert res["marginal_bandwidth"] == pytest.approx(
+        per_expert / res["fits"]["touched"]["slope"], rel=1e-3
+    )
+    assert np.all(res["touched"] <= res["uniform_touched"] + 1e-9)  # a random router is less even
+    assert res["fits"]["touched"]["rms"] < res["fits"]["every expert"]["rms"] / 4
 
 
 # plumbing ------------------------------------------------------------------------------------

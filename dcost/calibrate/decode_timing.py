@@ -33,6 +33,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -139,9 +140,19 @@ def init_weights(arch: Architecture, seed: int = 0, dtype=jnp.bfloat16) -> dict:
     }
 
 
-def init_cache(arch: Architecture, batch: int, context: int, seed: int = 1, dtype=jnp.bfloat16):
+class _CacheShape(Protocol):
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def d_head(self) -> int: ...
+
+
+def init_cache(arch: _CacheShape, batch: int, context: int, seed: int = 1, dtype=jnp.bfloat16):
     """Random K and V caches: a list of ``L`` pairs, each ``[B, Hkv, T, dh]`` (a sequence's
-    head reads one contiguous block)."""
+    head reads one contiguous block); ``arch`` any architecture with ``n_layers, n_kv_heads,
+    d_head`` (``Architecture``, ``moe_timing.MoEArchitecture``)."""
     shape = (batch, arch.n_kv_heads, context, arch.d_head)
     keys = jax.random.split(jax.random.PRNGKey(seed), 2 * arch.n_layers)
     return [

@@ -633,7 +633,7 @@ def summary(cv: CrossValidation) -> dict:
     bounds that hold over all records; the records the fit does not see apart: ``queueing``
     (count, median) and ``bare_kernels`` (count, median, 90th percentile, median of
     predicted/measured time, and the same per serving pool under ``by_serving``: decode steps,
-    prefill passes)."""
+    prefill passes, and per source under ``by_source``: dense and MoE decode steps apart)."""
     fit = np.array([fitted(r) for r in cv.records])
     queue = np.array([queueing(r) for r in cv.records])
     bare = np.array([bare_kernels(r) for r in cv.records])
@@ -673,10 +673,14 @@ def summary(cv: CrossValidation) -> dict:
         }
 
     serving = np.array([r["serving"] for r in cv.records])
+    source = np.array([r["source_id"] for r in cv.records])
     out["bare_kernels"] = {
         **bare_summary(bare),
         "by_serving": {
             str(p): bare_summary(bare & (serving == p)) for p in sorted(set(serving[bare]))
+        },
+        "by_source": {
+            str(p): bare_summary(bare & (source == p)) for p in sorted(set(source[bare]))
         },
     }
     return out

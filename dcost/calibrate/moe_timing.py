@@ -12,7 +12,9 @@ device:
 * attention as in ``dcost.calibrate.decode_timing`` (grouped-query heads, the KV cache read and
   not written; Qwen3's per-head QK norms, ``2 H dh`` multiplies a token, are left out);
 * a router ``x W_r`` (``[d, E]``), its top ``k`` and a softmax over those ``k`` (Qwen3's
-  ``norm_topk_prob``); random weights and inputs route close to uniformly;
+  ``norm_topk_prob``); a random router spreads tokens less evenly than uniform routing (on
+  the lent H200, batch 16 touched 73 experts a layer where the formula expects 82), so the
+  timings count the experts each step's routing touched;
 * the routed experts' SwiGLU by a grouped matmul (``grouped_matmul``, a Pallas kernel): the
   ``B k`` (token, expert) pairs sorted by expert, each expert's tokens padded to blocks of
   ``block`` rows, and one program per (block, output tile) that reads its expert's weight tile;
@@ -492,7 +494,8 @@ def to_records(
                     f"architecture, attention in plain jax.numpy compiled by XLA, the routed "
                     f"experts by a grouped matmul ({impl}: a Pallas kernel that reads the touched "
                     "experts' weights once per block of 16 tokens), one device, KV cache read "
-                    "and not written, routing by random weights (close to uniform). "
+                    "and not written, routing by a random router (less even than uniform: the "
+                    "quote gives the experts the step touched). "
                     "prompt_tokens = T and output_tokens = 2 make the record's mean context "
                     "T + 1, the positions the step attends to."
                 ),

@@ -143,15 +143,19 @@ def _cmd_validate(args) -> int:
         )
         b = summary["bare_kernels"]
         if b["records"]:
-            kinds = {"decode": "decode steps", "prefill": "prefill passes"}
+            kinds = {
+                "dcost-jax-decode": "dense decode steps",
+                "dcost-jax-moe-decode": "MoE decode steps",
+                "dcost-jax-prefill": "prefill passes",
+            }
             parts = [
-                f"{s['records']} {kinds.get(pool, pool)}: held-out median error "
+                f"{s['records']} {kinds.get(source, source)}: held-out median error "
                 f"{100 * s['median']:.0f} %, 90th percentile {100 * s['p90']:.0f} %, median "
                 f"predicted/measured time {s['median_ratio']:.2f}"
-                for pool, s in b["by_serving"].items()
+                for source, s in b["by_source"].items()
             ]
             print(
-                f"{b['records']} timings by dcost on bare XLA kernels (no serving engine) are not "
+                f"{b['records']} timings by dcost on bare kernels (no serving engine) are not "
                 "fitted either; " + "; ".join(parts)
             )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
