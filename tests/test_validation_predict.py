@@ -229,7 +229,8 @@ def test_held_out_summary_does_not_regress(tmp_path, capsys):
     from dcost.cli.app import main
 
     figure = tmp_path / "validation.png"
-    assert main(["validate", "--json", "--figure", str(figure)]) == 0
+    only = ["--only", "family=hopper,blackwell", "--only", "serving=decode"]
+    assert main(["validate", "--json", "--figure", str(figure), *only]) == 0
     out = json.loads(capsys.readouterr().out)
     shipped = read_toml("dcost.presets", "calibration.toml")["heldout"]
     got = out["summary"]
@@ -238,8 +239,49 @@ def test_held_out_summary_does_not_regress(tmp_path, capsys):
     assert got["bound_holds"] == 1.0
     pools = out["by_regime"]["pool"]  # the fitted records by regime (families.breakdown)
     assert sum(g["records"] for g in pools.values()) == got["overall"]["records"]
-    assert len(out["records"]) == len(v.load()) and figure.stat().st_size > 10_000
+    # --only shows the matching records and their own summary; the fits and the summary above
+    # are the whole set's
+    chosen = [
+        r for r in v.load() if r["family"] in ("hopper", "blackwell") and r["serving"] == "decode"
+    ]
+    assert [r["id"] for r in out["records"]] == [r["id"] for r in chosen]
+    sel = out["selection"]
+    assert sel["records"] == len(chosen) and sel["fitted"] == sum(
+        r["fitted"] for r in out["records"]
+    )
+    errors = [abs(r["held_out"] / r["measured"] - 1) for r in out["records"] if r["fitted"]]
+    assert sel["fitted_error"]["median"] == pytest.approx(float(np.median(errors)), rel=1e-6)
+    assert figure.stat().st_size > 10_000
     assert out["seconds"] < 120  # the budget is 30 s on an idle 2-core machine
+
+
+@pytest.mark.parametrize(
+    "only, needle",
+    [
+        (["nonsense"], "must be FIELD=VALUE"),
+        (["colour=red"], "no record has the field 'colour'"),
+        (["family=vacuum"], "no record has family = 'vacuum'; values: ampere"),
+        (["family=hopper", "family=tpu"], "no record matches every condition"),
+    ],
+)
+def test_bad_selection_is_refused_before_any_fit(capsys, only, needle):
+    from dcost.cli.app import main
+
+    argv = ["validate"]
+    for o in only:
+        argv += ["--only", o]
+    assert main(argv) == 2  # at once: the records are checked before the fits compile
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_selection_keeps_the_records_matching_every_condition():
+    from dcost.cli.validate import select
+
+    records = v.load()
+    keep = select(records, ["family=tpu", "model=llama-2-7b,llama-2-70b"])
+    want = [r["family"] == "tpu" and r["model"] in ("llama-2-7b", "llama-2-70b") for r in records]
+    assert keep == want and any(keep)
 
 
 def test_the_public_name_is_the_function():

@@ -602,7 +602,7 @@ def cross_validate(records: Sequence[Mapping], *, steps: int = STEPS) -> CrossVa
         return params, log_pred
 
     # the folds one after another (lax.map), not vmapped: the program holds one unbatched fit,
-    # and the 17 folds of the shipped records take 19-21 s instead of 23-26 s on 2 cores
+    # and the 17 folds the shipped records had then took 19-21 s instead of 23-26 s on 2 cores
     # (benchmarks/calibration.py; compiling is most of it; the same predictions)
     (zg, delta), log_pred = jax.jit(lambda w: jax.lax.map(one_fold, w))(jnp.asarray(weights))
     per_fold = np.exp(np.asarray(log_pred))  # (n_sources, n): every record, by every fold's fit

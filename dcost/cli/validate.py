@@ -4,7 +4,9 @@ For every record: the measured figure, the pure-physics bound, the calibrated pr
 fit that did not see the record's source (leave-one-source-out), their ratio, family and source;
 then the summary (median and 90th percentile of ``|predicted/measured - 1|`` per family and
 overall) and a figure. ``--write`` refits on every record and writes the shipped profiles
-(``dcost/presets/calibration.toml``) with the held-out summary beside them.
+(``dcost/presets/calibration.toml``) with the held-out summary beside them. ``--only
+FIELD=VALUE[,VALUE...]`` (repeatable, all must hold) shows the records that match and their own
+held-out summary; the fits and the overall summary still use every record.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 
 from dcost.cli.common import format_table, whole
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "select"]
 
 FIGURE = pathlib.Path("docs/figures/validation.png")
 
@@ -26,11 +28,69 @@ def _fmt(value: float, metric: str) -> str:
     return f"{value:.4g} tok/s"
 
 
+def select(records, only) -> list[bool]:
+    """Which of ``records`` match every ``FIELD=VALUE[,VALUE...]`` of ``only`` (a record matches
+    one when its ``FIELD`` is one of the values, compared as text).
+
+    Raises ValueError naming the entry: not ``FIELD=VALUE``, a field no record has, or values no
+    record holds (with the values there are).
+
+    >>> rs = [{"family": "hopper", "model": "a"}, {"family": "tpu", "model": "b"}]
+    >>> select(rs, ["family=hopper,tpu", "model=b"])
+    [False, True]
+    """
+    keep = [True] * len(records)
+    for entry in only:
+        field, sep, values = entry.partition("=")
+        field, wanted = field.strip(), {v.strip() for v in values.split(",") if v.strip()}
+        if not sep or not field or not wanted:
+            raise ValueError(f"--only {entry!r} is not allowed: it must be FIELD=VALUE[,VALUE...]")
+        present = sorted({str(r[field]) for r in records if field in r})
+        if not present:
+            fields = sorted({k for r in records for k in r if isinstance(r[k], (str, int))})
+            raise ValueError(
+                f"--only {entry!r}: no record has the field {field!r}; fields: " + ", ".join(fields)
+            )
+        missing = sorted(wanted - set(present))
+        if missing:
+            shown = ", ".join(present[:30]) + (" ..." if len(present) > 30 else "")
+            raise ValueError(
+                f"--only {entry!r}: no record has {field} = {', '.join(map(repr, missing))}; "
+                f"values: {shown}"
+            )
+        keep = [k and str(r.get(field)) in wanted for k, r in zip(keep, records, strict=True)]
+    if not any(keep):
+        raise ValueError(f"--only {' '.join(only)}: no record matches every condition")
+    return keep
+
+
+def _selection_summary(cv, keep) -> dict:
+    """The held-out summary of the selected records: the fitted ones' median and 90th percentile,
+    the pure bound's share, and the counts of records the fit does not see."""
+    import numpy as np
+
+    from dcost.calibrate import families
+
+    rows = [i for i, k in enumerate(keep) if k]
+    fitted = [i for i in rows if families.fitted(cv.records[i])]
+    bare = [i for i in rows if families.bare_kernels(cv.records[i])]
+    err = np.asarray(cv.error)
+    out: dict = {"records": len(rows), "fitted": len(fitted), "bare_kernels": len(bare)}
+    for name, idx in (("fitted_error", fitted), ("bare_error", bare)):
+        if idx:
+            out[name] = {
+                "median": float(np.median(err[idx])),
+                "p90": float(np.quantile(err[idx], 0.9)),
+            }
+    return out
+
+
 def _cmd_validate(args) -> int:
     from dcost import validation
     from dcost.calibrate import families
 
     records = validation.load()
+    keep = select(records, args.only) if args.only else [True] * len(records)
     start = time.perf_counter()
     steps = args.steps or families.STEPS
     cv = families.cross_validate(records, steps=steps)
@@ -51,7 +111,8 @@ def _cmd_validate(args) -> int:
                 "queueing": families.queueing(r),
                 "fitted": families.fitted(r),
             }
-            for r, p, h in zip(records, cv.pure, cv.held_out, strict=True)
+            for r, p, h, k in zip(records, cv.pure, cv.held_out, keep, strict=True)
+            if k
         ]
         out = {
             "records": json_rows,
@@ -60,10 +121,14 @@ def _cmd_validate(args) -> int:
             "source_spread": spread,
             "seconds": seconds,
         }
+        if args.only:
+            out["selection"] = {"only": list(args.only), **_selection_summary(cv, keep)}
         print(json.dumps(out, indent=2))
     else:
         table = []
-        for r, p, h, q in zip(records, cv.pure, cv.held_out, cv.ratio, strict=True):
+        for r, p, h, q, k in zip(records, cv.pure, cv.held_out, cv.ratio, keep, strict=True):
+            if not k:
+                continue
             mark = " (queueing: not fitted)" if families.queueing(r) else ""
             mark = " (bare kernels: not fitted)" if families.bare_kernels(r) else mark
             table.append(
@@ -93,6 +158,22 @@ def _cmd_validate(args) -> int:
                 ],
             )
         )
+        if args.only:
+            sel = _selection_summary(cv, keep)
+            parts = [f"{sel['records']} records match {' '.join(args.only)}"]
+            if "fitted_error" in sel:
+                e = sel["fitted_error"]
+                parts.append(
+                    f"held-out error of the {sel['fitted']} fitted: median "
+                    f"{100 * e['median']:.1f} %, 90th percentile {100 * e['p90']:.1f} %"
+                )
+            if "bare_error" in sel:
+                e = sel["bare_error"]
+                parts.append(
+                    f"of the {sel['bare_kernels']} bare-kernel timings: median "
+                    f"{100 * e['median']:.1f} %, 90th percentile {100 * e['p90']:.1f} %"
+                )
+            print("\n" + "; ".join(parts) + " (the summaries below are of every record)")
         rows: list[list[str]] = []
         for name, s in summary.items():
             if isinstance(s, dict) and "p90" in s and name != "bare_kernels":
@@ -190,4 +271,12 @@ def add_parsers(subparsers) -> None:
         help="refit on every record and write dcost/presets/calibration.toml",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="FIELD=VALUE[,VALUE]",
+        help="show only the records whose FIELD is one of the values (repeatable, all must hold; "
+        "e.g. family=hopper, model=deepseek-r1, source_id=inferencemax-2025); the fits still "
+        "use every record",
+    )
     p.set_defaults(func=_cmd_validate)
