@@ -64,6 +64,13 @@ __all__ = [
 ]
 
 IMPLS = ("pallas", "gather", "ragged", "skip")
+_IMPL_TEXT = {
+    "pallas": "a grouped matmul (a Pallas kernel that reads the touched experts' weights once per "
+    "block of 16 tokens)",
+    "gather": "a gather of each (token, expert) pair's weights",
+    "ragged": "XLA's grouped matmul (jax.lax.ragged_dot)",
+    "skip": "nothing (the experts' matmuls left out: the step's floor)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,7 +427,8 @@ def time_decode(
     ``interpret`` runs the Pallas kernel in its interpreter, by default where the device is a CPU.
 
     Returns:
-      one dict per shape: ``batch, context, seconds, touched, expected_touched, bytes``.
+      one dict per shape: ``batch, context, seconds, touched, expected_touched, n_experts,
+      bytes``.
     """
     from dcost.calibrate.decode_timing import init_cache
 
@@ -448,6 +456,7 @@ def time_decode(
             "seconds": seconds,
             "touched": touched,
             "expected_touched": expected_touched(arch, batch),
+            "n_experts": arch.n_experts,
             "bytes": 2.0 * params_read(arch, touched) + float(batch * context * kv_per_token),
         }
         out.append(result)
@@ -469,7 +478,10 @@ def to_records(
     impl: str = "pallas",
 ) -> list[dict]:
     """Validation records (``dcost.validation`` schema, ``decode_timing.bare_record``) of
-    ``time_decode``'s timings: ``engine = "bare-xla"`` (dcost's own kernels, reported apart)."""
+    ``time_decode``'s timings: ``engine = "bare-xla"`` (dcost's own kernels, reported apart);
+    ``impl`` the experts' kernel that ran, described in each record's note."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl = {impl!r} is not allowed: one of {IMPLS}")
     records = []
     for t in timings:
         b, T, s = int(t["batch"]), int(t["context"]), float(t["seconds"])
@@ -483,7 +495,8 @@ def to_records(
                 quote=(
                     f"median of timed jitted decode steps on {device} ({software}): batch {b}, "
                     f"{T} cached tokens per sequence, {t['touched']:.1f} of "
-                    f"{presets.model_card(model)['arch']['n_experts']} experts touched per "
+                    f"{t.get('n_experts', presets.model_card(model)['arch']['n_experts'])} experts "
+                    "touched per "
                     f"layer, {s * 1e3:.4g} ms per step"
                 ),
                 serving="decode",
@@ -494,9 +507,8 @@ def to_records(
                 value=s,
                 note=(
                     "Measured by dcost.calibrate.moe_timing: random bf16 weights of the preset's "
-                    f"architecture, attention in plain jax.numpy compiled by XLA, the routed "
-                    f"experts by a grouped matmul ({impl}: a Pallas kernel that reads the touched "
-                    "experts' weights once per block of 16 tokens), one device, KV cache read "
+                    "architecture, attention in plain jax.numpy compiled by XLA, the routed "
+                    f"experts by {_IMPL_TEXT[impl]}, one device, KV cache read "
                     "and not written, routing by a random router (less even than uniform: the "
                     "quote gives the experts the step touched). "
                     "prompt_tokens = T and output_tokens = 2 make the record's mean context "
