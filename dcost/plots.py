@@ -446,10 +446,7 @@ def validation_figure(cv, unfitted, summary):
       unfitted: one bool per record: True where the fit does not see it.
       summary: ``dcost.calibrate.families.summary(cv)``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # not pyplot: no backend is chosen for the caller
 
     measured = np.array([float(r["value"]) for r in cv.records])
     held = np.asarray(cv.held_out)

@@ -327,3 +327,47 @@ def test_planning(executed):
     bill = np.asarray(s["bill"], float)
     finite = np.isfinite(bill)
     assert finite.any() and np.all(np.diff(bill[finite]) <= 1e-9)  # looser target, no dearer
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def test_validation(executed):
+    """The notebook's held-out summary is the one ``dcost validate --write`` shipped, its counts
+    and its deployment's records are those of the record file read here, the pure step of its
+    example is the roofline's closed form, and its MoE fit is NumPy's least squares over the
+    shipped timings."""
+    import tomllib
+
+    from dcost.calibrate import families
+
+    _, s = executed("validation")
+    raw = tomllib.loads((ROOT / "dcost/validation/records.toml").read_text())["record"]
+    assert s["records"] == len(raw) and s["sources"] == len({r["source_id"] for r in raw})
+    assert s["fitted"] == sum(families.fitted(r) for r in raw)
+    families_seen = {r["family"] for r in raw if families.fitted(r)}
+    assert set(s["per_family"]) == families_seen
+    for family, n in s["per_family"].items():
+        assert n == sum(r["family"] == family and families.fitted(r) for r in raw)
+    shipped = tomllib.loads((ROOT / "dcost/presets/calibration.toml").read_text())["heldout"]
+    assert s["median"] == pytest.approx(shipped["overall"]["median"], abs=1e-3)
+    assert s["p90"] == pytest.approx(shipped["overall"]["p90"], abs=1e-3)
+    assert s["bound_holds"] == 1.0
+    want = [r["id"] for r in raw if r["model"] == "deepseek-r1" and r["hardware"] == "b200"]
+    assert s["chosen"] == want and 0 < s["chosen_median"] < 2
+    pure, cal = s["example"]["pure bound"], s["example"]["calibrated"]
+    roof = max(pure["t_compute"], pure["t_weights"] + pure["t_kv"], pure["t_comm"])
+    assert pure["tpot"] == pytest.approx(roof, rel=1e-5) and pure["t_overhead"] == 0.0
+    assert cal["tpot"] > pure["tpot"] and cal["t_overhead"] > 0
+    run = json.loads((ROOT / "benchmarks/results/moe_decode_h200.json").read_text())
+    skip = {(t["batch"], t["context"]): t["seconds"] for t in run["skip"]}
+    x = np.array([t["touched"] for t in run["timings"]])
+    y = np.array([1e3 * (t["seconds"] - skip[(t["batch"], t["context"])]) for t in run["timings"]])
+    design = np.stack([np.ones_like(x), x], 1)
+    (t0, slope), *_ = np.linalg.lstsq(design, y, rcond=None)
+    assert s["moe"]["t0_ms"] == pytest.approx(t0, rel=1e-6)
+    assert s["moe"]["per_expert_ms"] == pytest.approx(slope, rel=1e-6)
+    expert_bytes = 48 * 3 * 2048 * 768 * 2  # qwen3-30b-a3b's card: one expert in every layer, bf16
+    assert s["moe"]["marginal_bytes_per_s"] == pytest.approx(
+        expert_bytes / (slope * 1e-3), rel=1e-6
+    )
