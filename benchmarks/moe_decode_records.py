@@ -4,11 +4,13 @@ Run where a GPU is (nothing depends on it): the preset's architecture at its rea
 weights, attention in plain JAX and the routed experts by a Pallas grouped matmul
 (``dcost.calibrate.moe_timing``). First checks the kernel against the gather reference on the
 device and times it alone (the experts' weight tiles read at 8 and at all 128 touched experts,
-for each tile shape in ``TILES``), then times whole steps with the fastest tiles: one line per
-shape (ms per step, experts touched per layer against the occupancy formula, TB/s read, dcost's
-pure-physics and calibrated predictions). Writes the records as TOML (``--out``) and the raw
-timings as JSON after every shape (``--json``). ``--quick`` runs a tiny architecture on any
-device (a smoke run through the interpreter on CPU; its records are not for the validation set).
+for each tile shape in ``TILES``), then times whole steps (tiles by ``default_tiles``): one line
+per shape (ms per step, experts touched per layer against the occupancy formula, TB/s read,
+dcost's pure-physics and calibrated predictions), the same steps without the experts' matmuls,
+and the first shape once more, last (a first-shape warm-up shows as a difference). Writes the
+records as TOML (``--out``) and the raw timings as JSON after every shape (``--json``).
+``--quick`` runs a tiny architecture on any device (a smoke run through the interpreter on CPU;
+its records are not for the validation set).
 The whole run is bounded by ``--time-limit``: past it, every thread's traceback and exit status 1.
 
     python benchmarks/moe_decode_records.py --hardware h200 --commit <sha> --out moe.toml
@@ -281,6 +283,17 @@ def main(argv=None) -> int:
 
     if not args.no_skip:
         mt.time_decode(arch, shapes, repeats=args.repeats, impl="skip", on_result=keep_skip)
+    # The first shape timed again, last: on a lent H200 batch 1 (timed first) ran slower than
+    # batch 2, with and without the experts; this separates a first-shape warm-up from the shape.
+    again = mt.time_decode(arch, shapes[:1], repeats=args.repeats)[0]
+    report["first_again"] = again
+    dump()
+    first = timings[0]["seconds"]
+    print(
+        f"first shape again, last: {again['seconds'] * 1e3:.3f} ms against {first * 1e3:.3f} ms "
+        f"when first ({again['seconds'] / first - 1:+.1%})",
+        flush=True,
+    )
     report["ragged"] = []
     try:
         for shape in ragged:

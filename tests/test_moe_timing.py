@@ -267,6 +267,8 @@ def test_quick_benchmark_times_steps_on_cpu(tmp_path):
     run = json.loads(raw.read_text())
     assert [(t["batch"], t["context"]) for t in run["timings"]] == bench.QUICK_SHAPES
     assert len(run["skip"]) == len(bench.QUICK_SHAPES)
+    again = run["first_again"]
+    assert (again["batch"], again["context"]) == bench.QUICK_SHAPES[0] and again["seconds"] > 0
     first = run["timings"][0]
     assert first["batch"] == 1 and first["touched"] == bench.QUICK_ARCH.experts_active
     for t in run["timings"]:
