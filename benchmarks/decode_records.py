@@ -68,59 +68,65 @@ def main(argv=None) -> int:
     if not args.repeats >= 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
     faulthandler.dump_traceback_later(args.time_limit, exit=True, file=sys.stderr)
-
-    device = jax.devices()[0]
-    software = f"jax {jax.__version__}, {device.platform}"
-    print(f"device: {device.device_kind} ({software})", flush=True)
-    t0 = time.perf_counter()
-    if args.quick:
-        arch, shapes = QUICK_ARCH, QUICK_SHAPES
-    else:
-        arch, shapes = dt.architecture(args.model), SHAPES
-        if args.shapes:
-            try:
-                shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
-            except ValueError:
-                ap.error(
-                    f"--shapes must be BATCHxCONTEXT,... with whole numbers, got {args.shapes!r}"
-                )
-            if not all(len(s) == 2 and min(s) >= 1 for s in shapes):
-                ap.error(f"--shapes: BATCHxCONTEXT,... both >= 1, got {args.shapes!r}")
-        f, bw = dt.device_ceilings()
-        print(f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s")
-    timings = dt.time_decode(arch, shapes, repeats=args.repeats)
-    records = dt.to_records(
-        timings,
-        hardware=args.hardware,
-        model=args.model,
-        source=f"dcost@{args.commit}:benchmarks/decode_records.py",
-        source_id="dcost-jax-decode",  # the shipped records' group
-        device=device.device_kind,
-        software=software,
-    )
-    print(
-        f"{'batch':>6} {'context':>8} {'ms':>9} {'TFLOP/s':>8} {'TB/s':>6} {'pure ms':>8} "
-        f"{'cal ms':>8}"
-    )
-    for t, r in zip(timings, records, strict=True):
-        check_record(r)
-        pure = cal = float("nan")
-        if not args.quick:
-            pure, cal = predict(r) * 1e3, predict(r, calibrated=True) * 1e3
-        s = t["seconds"]
-        print(
-            f"{t['batch']:>6} {t['context']:>8} {s * 1e3:>9.3f} {t['flops'] / s / 1e12:>8.1f} "
-            f"{t['bytes'] / s / 1e12:>6.2f} {pure:>8.3f} {cal:>8.3f}",
-            flush=True,
+    try:  # the timer must not outlive this call (an error, or main() called in-process)
+        device = jax.devices()[0]
+        software = f"jax {jax.__version__}, {device.platform}"
+        print(f"device: {device.device_kind} ({software})", flush=True)
+        t0 = time.perf_counter()
+        if args.quick:
+            arch, shapes = QUICK_ARCH, QUICK_SHAPES
+        else:
+            arch, shapes = dt.architecture(args.model), SHAPES
+            if args.shapes:
+                try:
+                    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+                except ValueError:
+                    ap.error(
+                        "--shapes must be BATCHxCONTEXT,... with whole numbers, "
+                        f"got {args.shapes!r}"
+                    )
+                if not all(len(s) == 2 and min(s) >= 1 for s in shapes):
+                    ap.error(f"--shapes: BATCHxCONTEXT,... both >= 1, got {args.shapes!r}")
+            f, bw = dt.device_ceilings()
+            print(
+                f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s"
+            )
+        timings = dt.time_decode(arch, shapes, repeats=args.repeats)
+        records = dt.to_records(
+            timings,
+            hardware=args.hardware,
+            model=args.model,
+            source=f"dcost@{args.commit}:benchmarks/decode_records.py",
+            source_id="dcost-jax-decode",  # the shipped records' group
+            device=device.device_kind,
+            software=software,
         )
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(dt.records_toml(records))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": device.device_kind, "software": software, "timings": timings}, fh)
-    print(f"total {time.perf_counter() - t0:.1f} s")
-    faulthandler.cancel_dump_traceback_later()
+        print(
+            f"{'batch':>6} {'context':>8} {'ms':>9} {'TFLOP/s':>8} {'TB/s':>6} {'pure ms':>8} "
+            f"{'cal ms':>8}"
+        )
+        for t, r in zip(timings, records, strict=True):
+            check_record(r)
+            pure = cal = float("nan")
+            if not args.quick:
+                pure, cal = predict(r) * 1e3, predict(r, calibrated=True) * 1e3
+            s = t["seconds"]
+            print(
+                f"{t['batch']:>6} {t['context']:>8} {s * 1e3:>9.3f} {t['flops'] / s / 1e12:>8.1f} "
+                f"{t['bytes'] / s / 1e12:>6.2f} {pure:>8.3f} {cal:>8.3f}",
+                flush=True,
+            )
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(dt.records_toml(records))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(
+                    {"device": device.device_kind, "software": software, "timings": timings}, fh
+                )
+        print(f"total {time.perf_counter() - t0:.1f} s")
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     return 0
 
 

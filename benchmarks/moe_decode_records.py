@@ -184,128 +184,142 @@ def main(argv=None) -> int:
     shapes = parse(args.shapes, "--shapes") if args.shapes else None
     ragged = parse(args.ragged, "--ragged")
     faulthandler.dump_traceback_later(args.time_limit, exit=True, file=sys.stderr)
+    try:  # the timer must not outlive this call (an error, or main() called in-process)
+        device = jax.devices()[0]
+        software = f"jax {jax.__version__}, {device.platform}"
+        print(f"device: {device.device_kind} ({software})", flush=True)
+        t0 = time.perf_counter()
+        report = {"device": device.device_kind, "software": software}
 
-    device = jax.devices()[0]
-    software = f"jax {jax.__version__}, {device.platform}"
-    print(f"device: {device.device_kind} ({software})", flush=True)
-    t0 = time.perf_counter()
-    report = {"device": device.device_kind, "software": software}
+        def dump():
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(report, fh, indent=1)
 
-    def dump():
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=1)
+        interpret = device.platform == "cpu"
+        if args.quick:
+            arch, shapes, ragged = QUICK_ARCH, QUICK_SHAPES, []
+            report["kernel_check"] = kernel_check(arch, interpret)
+        else:
+            arch = mt.moe_architecture(args.model)
+            shapes = shapes or SHAPES
+            weights = 2.0 * (mt.params_read(arch, arch.n_experts) + arch.vocab * arch.d_model)
+            limit = (device.memory_stats() or {}).get("bytes_limit")
+            if limit is not None and weights > 0.9 * limit:
+                ap.error(
+                    f"--model {args.model}: its bf16 weights ({weights / 2**30:.0f} GiB) do "
+                    "not fit "
+                    f"this device's {limit / 2**30:.0f} GiB with room for the KV cache; one device "
+                    "times the whole model (e.g. qwen3-30b-a3b, mixtral-8x7b on an H200)"
+                )
+            f, bw = dt.device_ceilings()
+            report["ceilings"] = {"flops": f, "read_bytes_per_s": bw}
+            print(
+                f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s",
+                flush=True,
+            )
+            report["kernel_check"] = kernel_check(arch, interpret)
+            print(
+                f"pallas experts vs gather (bf16, B=8): max rel diff {report['kernel_check']:.2e}",
+                flush=True,
+            )
+            report["kernel_sweep"], best = kernel_sweep(arch, args.repeats)
+            print(
+                f"fastest over both: bn={best[0]} bk={best[1]}; the steps use default_tiles",
+                flush=True,
+            )
+            dump()
+        if not report["kernel_check"] < 3e-2:
+            print("the Pallas experts disagree with the reference: no records", flush=True)
+            dump()
+            return 1
 
-    interpret = device.platform == "cpu"
-    if args.quick:
-        arch, shapes, ragged = QUICK_ARCH, QUICK_SHAPES, []
-        report["kernel_check"] = kernel_check(arch, interpret)
-    else:
-        arch = mt.moe_architecture(args.model)
-        shapes = shapes or SHAPES
-        f, bw = dt.device_ceilings()
-        report["ceilings"] = {"flops": f, "read_bytes_per_s": bw}
+        def show(t, impl):
+            r = mt.to_records(
+                [t],
+                hardware=args.hardware,
+                model=args.model,
+                source="x",
+                source_id="x",
+                device="x",
+                software="x",
+                impl=impl,
+            )[0]
+            check_record(r)
+            pure = cal = float("nan")
+            if not args.quick:
+                pure, cal = predict(r) * 1e3, predict(r, calibrated=True) * 1e3
+            s = t["seconds"]
+            print(
+                f"{impl:>7} {t['batch']:>6} {t['context']:>8} {s * 1e3:>9.3f} "
+                f"{t['touched']:>7.1f} {t['expected_touched']:>7.1f} {t['bytes'] / s / 1e12:>6.2f} "
+                f"{pure:>8.3f} {cal:>8.3f}",
+                flush=True,
+            )
+
         print(
-            f"bf16 matmul 8192^3: {f / 1e12:.1f} TFLOP/s; streaming read: {bw / 1e12:.2f} TB/s",
+            f"{'impl':>7} {'batch':>6} {'context':>8} {'ms':>9} {'touched':>7} {'expect':>7} "
+            f"{'TB/s':>6} {'pure ms':>8} {'cal ms':>8}",
             flush=True,
         )
-        report["kernel_check"] = kernel_check(arch, interpret)
-        print(
-            f"pallas experts vs gather (bf16, B=8): max rel diff {report['kernel_check']:.2e}",
-            flush=True,
-        )
-        report["kernel_sweep"], best = kernel_sweep(arch, args.repeats)
-        print(
-            f"fastest over both: bn={best[0]} bk={best[1]}; the steps use default_tiles", flush=True
-        )
-        dump()
-    if not report["kernel_check"] < 3e-2:
-        print("the Pallas experts disagree with the reference: no records", flush=True)
-        dump()
-        return 1
+        report["timings"] = []
 
-    def show(t, impl):
-        r = mt.to_records(
-            [t],
+        def keep(t):
+            report["timings"].append(t)
+            dump()
+            show(t, "pallas")
+
+        timings = mt.time_decode(arch, shapes, repeats=args.repeats, on_result=keep)
+        records = mt.to_records(
+            timings,
             hardware=args.hardware,
             model=args.model,
-            source="x",
-            source_id="x",
-            device="x",
-            software="x",
-            impl=impl,
-        )[0]
-        check_record(r)
-        pure = cal = float("nan")
-        if not args.quick:
-            pure, cal = predict(r) * 1e3, predict(r, calibrated=True) * 1e3
-        s = t["seconds"]
+            source=f"dcost@{args.commit}:benchmarks/moe_decode_records.py",
+            source_id="dcost-jax-moe-decode",
+            device=device.device_kind,
+            software=software,
+        )
+        for r in records:
+            check_record(r)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(dt.records_toml(records))
+        report["skip"] = []
+
+        def keep_skip(t):
+            report["skip"].append(t)
+            dump()
+            show(t, "skip")
+
+        if not args.no_skip:
+            mt.time_decode(arch, shapes, repeats=args.repeats, impl="skip", on_result=keep_skip)
+        # The first shape timed again, last: on a lent H200 batch 1 (timed first) ran slower
+        # than batch 2, with and without the experts; this separates a first-shape warm-up.
+        again = mt.time_decode(arch, shapes[:1], repeats=args.repeats)[0]
+        report["first_again"] = again
+        dump()
+        first = timings[0]["seconds"]
         print(
-            f"{impl:>7} {t['batch']:>6} {t['context']:>8} {s * 1e3:>9.3f} "
-            f"{t['touched']:>7.1f} {t['expected_touched']:>7.1f} {t['bytes'] / s / 1e12:>6.2f} "
-            f"{pure:>8.3f} {cal:>8.3f}",
+            f"first shape again, last: {again['seconds'] * 1e3:.3f} ms against "
+            f"{first * 1e3:.3f} ms "
+            f"when first ({again['seconds'] / first - 1:+.1%})",
             flush=True,
         )
-
-    print(
-        f"{'impl':>7} {'batch':>6} {'context':>8} {'ms':>9} {'touched':>7} {'expect':>7} "
-        f"{'TB/s':>6} {'pure ms':>8} {'cal ms':>8}",
-        flush=True,
-    )
-    report["timings"] = []
-
-    def keep(t):
-        report["timings"].append(t)
+        report["ragged"] = []
+        try:
+            for shape in ragged:
+                t = mt.time_decode(arch, [shape], repeats=max(3, args.repeats // 4), impl="ragged")[
+                    0
+                ]
+                report["ragged"].append(t)
+                dump()
+                show(t, "ragged")
+        except Exception:  # a comparison only: the records above stand without it
+            traceback.print_exc()
         dump()
-        show(t, "pallas")
-
-    timings = mt.time_decode(arch, shapes, repeats=args.repeats, on_result=keep)
-    records = mt.to_records(
-        timings,
-        hardware=args.hardware,
-        model=args.model,
-        source=f"dcost@{args.commit}:benchmarks/moe_decode_records.py",
-        source_id="dcost-jax-moe-decode",
-        device=device.device_kind,
-        software=software,
-    )
-    for r in records:
-        check_record(r)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(dt.records_toml(records))
-    report["skip"] = []
-
-    def keep_skip(t):
-        report["skip"].append(t)
-        dump()
-        show(t, "skip")
-
-    if not args.no_skip:
-        mt.time_decode(arch, shapes, repeats=args.repeats, impl="skip", on_result=keep_skip)
-    # The first shape timed again, last: on a lent H200 batch 1 (timed first) ran slower than
-    # batch 2, with and without the experts; this separates a first-shape warm-up from the shape.
-    again = mt.time_decode(arch, shapes[:1], repeats=args.repeats)[0]
-    report["first_again"] = again
-    dump()
-    first = timings[0]["seconds"]
-    print(
-        f"first shape again, last: {again['seconds'] * 1e3:.3f} ms against {first * 1e3:.3f} ms "
-        f"when first ({again['seconds'] / first - 1:+.1%})",
-        flush=True,
-    )
-    report["ragged"] = []
-    try:
-        for shape in ragged:
-            t = mt.time_decode(arch, [shape], repeats=max(3, args.repeats // 4), impl="ragged")[0]
-            report["ragged"].append(t)
-            dump()
-            show(t, "ragged")
-    except Exception:  # a comparison only: the records above stand without it
-        traceback.print_exc()
-    dump()
-    print(f"total {time.perf_counter() - t0:.1f} s")
-    faulthandler.cancel_dump_traceback_later()
+        print(f"total {time.perf_counter() - t0:.1f} s")
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     return 0
 
 

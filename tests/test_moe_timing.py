@@ -277,3 +277,24 @@ def test_quick_benchmark_times_steps_on_cpu(tmp_path):
     assert len(records) == len(bench.QUICK_SHAPES)
     for r in records:
         check_record(r)
+
+
+def test_benchmark_refuses_a_model_too_large_for_the_device(monkeypatch, capfd):
+    """Before any weight is made: a device whose memory cannot hold the model's bf16 weights."""
+    spec = importlib.util.spec_from_file_location(
+        "moe_bench", ROOT / "benchmarks/moe_decode_records.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class Small:
+        platform, device_kind = "gpu", "a small accelerator"
+
+        def memory_stats(self):
+            return {"bytes_limit": 40 * 2**30}
+
+    monkeypatch.setattr(bench.jax, "devices", lambda: [Small()])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--model", "qwen3-30b-a3b", "--time-limit", "60"])
+    err = capfd.readouterr().err
+    assert exit_.value.code == 2 and "(57 GiB) do not fit this device's 40 GiB" in err
