@@ -237,6 +237,9 @@ def test_held_out_summary_does_not_regress(tmp_path, capsys):
     for key in ("median", "p90"):
         assert got["overall"][key] <= shipped["overall"][key] + 0.02, (key, got["overall"])
     assert got["bound_holds"] == 1.0
+    sw = got["overall"]["source_weighted"]  # each source once: weighted_quantile's own test
+    assert sw["sources"] == len({r["source_id"] for r in v.load() if families.fitted(r)})
+    assert 0 < sw["median"] <= sw["p90"] < 1
     pools = out["by_regime"]["pool"]  # the fitted records by regime (families.breakdown)
     assert sum(g["records"] for g in pools.values()) == got["overall"]["records"]
     # --only shows the matching records and their own summary; the fits and the summary above
@@ -395,3 +398,28 @@ def test_source_spread_divides_out_each_sources_median():
     assert out2["median"] == pytest.approx(np.median(err), abs=1e-6)
     assert out2["p90"] == pytest.approx(np.quantile(err, 0.9), abs=1e-6)
     assert out2["offsets"][big] == pytest.approx(factor[big])
+
+
+def test_weighted_quantile_against_repeated_values():
+    """Integer weights are repeats: the weighted quantile equals the same order statistic of the
+    list with each value repeated its weight's times; each source weighted once counts a source
+    of many records like a source of one."""
+    from dcost.calibrate.families import weighted_quantile
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        x = rng.random(rng.integers(1, 12))
+        w = rng.integers(1, 5, x.size)
+        rep = np.sort(np.repeat(x, w))
+        for q in (0.1, 0.5, 0.9, 1.0):
+            want = rep[max(int(np.ceil(q * rep.size)) - 1, 0)]
+            assert weighted_quantile(x, w, q) == pytest.approx(want)
+    # one source of 9 records at 0.1, two of one record each at 0.5 and 0.6: once each, the
+    # median is 0.5 (the record-weighted median is 0.1)
+    errors = [0.1] * 9 + [0.5, 0.6]
+    once = [1 / 9] * 9 + [1.0, 1.0]
+    assert weighted_quantile(errors, once, 0.5) == 0.5 and float(np.median(errors)) == 0.1
+    with pytest.raises(ValueError, match="q = 0"):
+        weighted_quantile([1.0], [1.0], 0.0)
+    with pytest.raises(ValueError, match="weights"):
+        weighted_quantile([1.0, 2.0], [1.0], 0.5)

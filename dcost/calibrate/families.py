@@ -59,6 +59,7 @@ alpha-beta model of collectives (Thakur et al., IJHPCA 2005); leave-one-group-ou
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -89,6 +90,7 @@ __all__ = [
     "source_spread",
     "REGIMES",
     "pure_predictions",
+    "weighted_quantile",
 ]
 
 FIELDS = (
@@ -627,11 +629,36 @@ def _pure(plan):
     return _combine(plan, out)[0]
 
 
+def weighted_quantile(x, weights, q: float) -> float:
+    """The ``q`` quantile of ``x`` under ``weights``: the smallest ``x_i`` whose share of the
+    total weight, over the values ``<= x_i``, reaches ``q`` (the lower weighted quantile; equal
+    weights give the order statistic ``x_(ceil(q n))``).
+
+    >>> weighted_quantile([0.1, 0.2, 0.3, 0.4], [1, 1, 1, 1], 0.5)
+    0.2
+    >>> weighted_quantile([0.1, 0.2, 0.3, 0.4], [3, 1, 1, 1], 0.5)
+    0.1
+    """
+    x, w = np.asarray(x, float), np.asarray(weights, float)
+    if x.shape != w.shape or x.size == 0 or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(
+            "weighted_quantile: x and weights must be non-empty, of one shape, "
+            "weights >= 0 with a positive sum"
+        )
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"weighted_quantile: q = {q!r} is not allowed: it must be in (0, 1]")
+    order = np.argsort(x, kind="stable")
+    share = np.cumsum(w[order]) / w.sum()
+    return float(x[order][min(int(np.searchsorted(share, q - 1e-12)), x.size - 1)])
+
+
 def summary(cv: CrossValidation) -> dict:
     """Median and 90th percentile of the held-out ``|pred/measured - 1|``, overall and per family
-    (families with their record counts) over the fitted records, and the share of pure-physics
-    bounds that hold over all records; the records the fit does not see apart: ``queueing``
-    (count, median) and ``bare_kernels`` (count, median, 90th percentile, median of
+    (families with their record counts) over the fitted records (overall also with each source
+    weighted once, ``source_weighted``: a record by one over its source's fitted records, the
+    error a new source should expect rather than the shipped sources' mix), and the share of
+    pure-physics bounds that hold over all records; the records the fit does not see apart:
+    ``queueing`` (count, median) and ``bare_kernels`` (count, median, 90th percentile, median of
     predicted/measured time, and the same per serving pool under ``by_serving``: decode steps,
     prefill passes, and per source under ``by_source``: dense and MoE decode steps apart)."""
     fit = np.array([fitted(r) for r in cv.records])
@@ -639,11 +666,19 @@ def summary(cv: CrossValidation) -> dict:
     bare = np.array([bare_kernels(r) for r in cv.records])
     err = cv.error[fit]
     fams = np.array([r["family"] for r in cv.records])[fit]
+    sources = [r["source_id"] for r, f in zip(cv.records, fit, strict=True) if f]
+    count = collections.Counter(sources)
+    once = np.array([1.0 / count[s] for s in sources])  # each source weighted once
     out: dict = {
         "overall": {
             "records": int(err.size),
             "median": float(np.median(err)),
             "p90": float(np.quantile(err, 0.9)),
+            "source_weighted": {
+                "sources": len(count),
+                "median": weighted_quantile(err, once, 0.5),
+                "p90": weighted_quantile(err, once, 0.9),
+            },
         }
     }
     for f in sorted(set(fams)):

@@ -210,8 +210,14 @@ def _cmd_validate(args) -> int:
             min(spread["offsets"].items(), key=lambda kv: kv[1]),
             max(spread["offsets"].items(), key=lambda kv: kv[1]),
         )
+        sw = summary["overall"]["source_weighted"]
         print(
-            f"\neach source's own speed: divided by its source's median speed ratio (an oracle; "
+            f"\neach of the {sw['sources']} sources weighted once (a record by one over its "
+            f"source's fitted records): held-out median {100 * sw['median']:.1f} %, 90th "
+            f"percentile {100 * sw['p90']:.1f} %, the error a new source should expect"
+        )
+        print(
+            f"each source's own speed: divided by its source's median speed ratio (an oracle; "
             f"from {lo[1]:.2f}, {lo[0]}, to {hi[1]:.2f}, {hi[0]}), the held-out error would be "
             f"{100 * spread['median']:.1f} % median, {100 * spread['p90']:.1f} % 90th percentile"
         )
