@@ -353,6 +353,12 @@ def test_validation(executed):
     assert s["median"] == pytest.approx(shipped["overall"]["median"], abs=1e-3)
     assert s["p90"] == pytest.approx(shipped["overall"]["p90"], abs=1e-3)
     assert s["bound_holds"] == 1.0
+    shipped_sw = shipped["overall"]["source_weighted"]
+    for key in ("median", "p90"):
+        assert s["source_weighted"][key] == pytest.approx(shipped_sw[key], abs=1e-3)
+    assert s["source_weighted"]["sources"] == len(
+        {r["source_id"] for r in raw if families.fitted(r)}
+    )
     want = [r["id"] for r in raw if r["model"] == "deepseek-r1" and r["hardware"] == "b200"]
     assert s["chosen"] == want and 0 < s["chosen_median"] < 2
     pure, cal = s["example"]["pure bound"], s["example"]["calibrated"]
