@@ -44,6 +44,7 @@ from dcost.calibrate.local import _median_time, _rms_norm
 __all__ = [
     "Architecture",
     "architecture",
+    "check_shape",
     "init_weights",
     "init_cache",
     "attention_block",
@@ -72,17 +73,22 @@ class Architecture:
     vocab: int
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(
-                    f"Architecture.{f.name} = {v!r} is not allowed: it must be an int >= 1"
-                )
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"Architecture.n_kv_heads = {self.n_kv_heads} is not allowed: it must divide "
-                f"n_heads = {self.n_heads}"
-            )
+        check_shape(self)
+
+
+def check_shape(arch) -> None:
+    """Raise ValueError naming the field unless every field of the dataclass ``arch`` is an int
+    >= 1 and its ``n_kv_heads`` divides its ``n_heads``."""
+    name = type(arch).__name__
+    for f in dataclasses.fields(arch):
+        v = getattr(arch, f.name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}.{f.name} = {v!r} is not allowed: it must be an int >= 1")
+    if arch.n_heads % arch.n_kv_heads:
+        raise ValueError(
+            f"{name}.n_kv_heads = {arch.n_kv_heads} is not allowed: it must divide "
+            f"n_heads = {arch.n_heads}"
+        )
 
 
 def architecture(model: str) -> Architecture:

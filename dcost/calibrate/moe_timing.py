@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from dcost import presets
-from dcost.calibrate.decode_timing import bare_record
+from dcost.calibrate.decode_timing import bare_record, check_shape
 from dcost.calibrate.local import _median_time, _rms_norm
 
 __all__ = [
@@ -90,17 +90,7 @@ class MoEArchitecture:
     vocab: int
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(
-                    f"MoEArchitecture.{f.name} = {v!r} is not allowed: it must be an int >= 1"
-                )
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"MoEArchitecture.n_kv_heads = {self.n_kv_heads} is not allowed: it must divide "
-                f"n_heads = {self.n_heads}"
-            )
+        check_shape(self)
         if self.experts_active > self.n_experts:
             raise ValueError(
                 f"MoEArchitecture.experts_active = {self.experts_active} is not allowed: it "
