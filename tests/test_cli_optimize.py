@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import pathlib
 
 import pytest
 
@@ -352,3 +353,31 @@ def test_the_console_script_ends_with_mains_code_and_all_its_output(capsys, argv
     assert want_code == code
     assert (out.returncode, out.stdout, out.stderr) == (want_code, want_out, want_err)
     assert (want_out if code == 0 else want_err).strip()  # something was said
+
+
+def test_calibrated_eval_says_how_far_off_its_profile_is(capsys):
+    """The held-out error of the chip family's records and of a new source, as ``dcost
+    validate --write`` shipped them (read here from the TOML file itself)."""
+    import tomllib
+
+    from dcost import presets
+
+    shipped = tomllib.loads(
+        (pathlib.Path(presets.__file__).with_name("calibration.toml")).read_text()
+    )["heldout"]
+    argv = ["eval", "--hardware", "h100-sxm", "--model", "llama-3-8b", "--batch", "8"]
+    code, text, _ = run(capsys, *argv, "--calibrated")
+    hopper, new = shipped["hopper"], shipped["overall"]["source_weighted"]
+    assert code == 0 and "the hopper profile" in text
+    assert (
+        f"its {hopper['records']} records are off by a median {100 * hopper['median']:.0f} %"
+        in text
+    )
+    assert f"a new source by {100 * new['median']:.0f} %" in text
+    code, out, _ = run(capsys, *argv, "--calibrated", "--json")
+    err = json.loads(out)["calibration_error"]
+    assert err["family_name"] == "hopper" and err["family"]["p90"] == hopper["p90"]
+    code, out, _ = run(capsys, *argv, "--json")  # pure physics: a bound, no error band
+    assert "calibration_error" not in json.loads(out)
+    with pytest.raises(presets.PresetError, match="known: ampere"):
+        presets.calibration_error("vacuum-tubes")

@@ -216,6 +216,34 @@ def calibration_profile(family: str) -> dict[str, float]:
     return {k: float(v) for k, v in table[family].items()}
 
 
+def calibration_error(family: str) -> dict[str, dict[str, float]]:
+    """How far off the calibrated model is, held out, as ``dcost validate --write`` shipped it:
+    ``{"family": ..., "overall": ..., "source_weighted": ...}``, each ``{records or sources,
+    median, p90}`` of ``|predicted/measured - 1|`` under leave-one-source-out (the family's own
+    records, every fitted record, and every record with each source weighted once). A family
+    with no fitted records gets the overall figures under ``"family"`` too, with 0 records.
+
+    >>> round(calibration_error("hopper")["family"]["median"], 3) > 0
+    True
+    """
+    held = _load("calibration")["heldout"]
+    calibration_profile(family)  # an unknown family: PresetError naming the known ones
+
+    def numbers(table) -> dict:
+        return {
+            k: (int(v) if k in ("records", "sources") else float(v))
+            for k, v in table.items()
+            if not isinstance(v, dict)
+        }
+
+    overall = numbers(held["overall"])
+    return {
+        "family": numbers(held[family]) if family in held else {**overall, "records": 0},
+        "overall": overall,
+        "source_weighted": numbers(held["overall"]["source_weighted"]),
+    }
+
+
 def serving_hardware(
     hardware_name: str,
     model_name: str,
