@@ -368,9 +368,9 @@ def test_calibrated_eval_says_how_far_off_its_profile_is(capsys):
     argv = ["eval", "--hardware", "h100-sxm", "--model", "llama-3-8b", "--batch", "8"]
     code, text, _ = run(capsys, *argv, "--calibrated")
     hopper, new = shipped["hopper"], shipped["overall"]["source_weighted"]
-    assert code == 0 and "the hopper profile" in text
+    assert code == 0 and "hopper profile" in text
     assert (
-        f"its {hopper['records']} records are off by a median {100 * hopper['median']:.0f} %"
+        f"its {hopper['records']} records are off by {100 * hopper['median']:.0f} % median"
         in text
     )
     assert f"a new source by {100 * new['median']:.0f} %" in text

@@ -124,6 +124,27 @@ def hardware_and_model(args):
     return chip, m
 
 
+def calibration_error(args) -> tuple[str, dict] | None:
+    """``(family, presets.calibration_error(family))`` of ``--hardware`` under ``--calibrated``,
+    None for pure physics (a bound, not an estimate with an error)."""
+    if not getattr(args, "calibrated", False):
+        return None
+    family = presets.card_family(args.hardware)
+    return family, presets.calibration_error(family)
+
+
+def calibration_line(family: str, error: dict, width: int = 17) -> str:
+    """One line on how far off a calibrated answer is, held out (the family's records, a new
+    source), with the command that lists the records; its label padded to ``width``."""
+    fam, new = error["family"], error["source_weighted"]
+    return (
+        f"{'calibrated:':{width}s}{family} profile; held out, its {fam['records']} records are "
+        f"off by {100 * fam['median']:.0f} % median ({100 * fam['p90']:.0f} % p90), a new "
+        f"source by {100 * new['median']:.0f} % ({100 * new['p90']:.0f} %): dcost validate "
+        f"--only family={family}"
+    )
+
+
 def positive(text):
     v = parse_number(text)
     if v <= 0:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 
-from dcost import presets
 from dcost.cli.common import (
     add_precision_argument,
+    calibration_error,
+    calibration_line,
     fmt_time,
     format_table,
     hardware_and_model,
@@ -62,10 +63,7 @@ def _cmd_eval(args) -> int:
     fields = {k: float(getattr(r, k)) for k in r.__dataclass_fields__}
     binds = str(bottleneck(r))
     capacity = float(h.hbm_capacity)
-    family, error = None, None
-    if getattr(args, "calibrated", False):
-        family = presets.card_family(args.hardware)
-        error = presets.calibration_error(family)
+    calibration = calibration_error(args)
     if args.json:
         print(
             json.dumps(
@@ -86,7 +84,11 @@ def _cmd_eval(args) -> int:
                     "hbm_capacity": capacity,
                     "fits": fields["memory_per_chip"] <= capacity,
                     **fields,
-                    **({"calibration_error": {"family_name": family, **error}} if error else {}),
+                    **(
+                        {"calibration_error": {"family_name": calibration[0], **calibration[1]}}
+                        if calibration
+                        else {}
+                    ),
                 },
                 indent=2,
             )
@@ -129,14 +131,8 @@ def _cmd_eval(args) -> int:
     print(f"cost:                  ${fields['cost_per_token'] * 1e6:.4g} per million {per} tokens")
     print(f"memory per chip:       {mem / 1e9:.2f} GB of {capacity / 1e9:.0f} GB ({fit})")
     print(f"MFU:                   {fields['mfu'] * 100:.1f} %")
-    if error:
-        fam, new = error["family"], error["source_weighted"]
-        print(
-            f"calibrated:            the {family} profile; held out, its "
-            f"{fam['records']:.0f} records are off by a median {100 * fam['median']:.0f} % (90th "
-            f"percentile {100 * fam['p90']:.0f} %), a new source by {100 * new['median']:.0f} % "
-            f"({100 * new['p90']:.0f} %): `dcost validate --only family={family}`"
-        )
+    if calibration:
+        print(calibration_line(*calibration, width=23))
     return 0
 
 

@@ -39,6 +39,8 @@ import numpy as np
 from dcost import _programs
 from dcost.cli.common import (
     add_precision_argument,
+    calibration_error,
+    calibration_line,
     format_table,
     hardware_and_model,
     parse_duration,
@@ -426,6 +428,11 @@ def _emit(args, problem, sol, sens, method) -> int:
             "message": sol.message,
             "multipliers": {k: _si(v) for k, v in sol.multipliers.items()},
             "report": _floats(sol.report),
+            **(
+                {"calibration_error": {"family_name": c[0], **c[1]}}
+                if (c := calibration_error(args))
+                else {}
+            ),
             "stats": {
                 k: [_si(x) for x in np.ravel(v)] if np.ndim(v) else _si(v)
                 for k, v in vars(sol.stats).items()
@@ -535,6 +542,9 @@ def _print_text(args, problem, sol, sens, unit) -> None:
                 f"  shadow price of {name}: ${price * 1e6 * 0.01:.3g} per million {per}s "
                 f"cheaper per 1 % more {name} allowance"
             )
+    calibration = calibration_error(args)
+    if calibration:
+        print(calibration_line(*calibration))
     if sens is None:
         return
     rows = sens.ranked(args.top)
