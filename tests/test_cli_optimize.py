@@ -370,8 +370,7 @@ def test_calibrated_eval_says_how_far_off_its_profile_is(capsys):
     hopper, new = shipped["hopper"], shipped["overall"]["source_weighted"]
     assert code == 0 and "hopper profile" in text
     assert (
-        f"its {hopper['records']} records are off by {100 * hopper['median']:.0f} % median"
-        in text
+        f"its {hopper['records']} records are off by {100 * hopper['median']:.0f} % median" in text
     )
     assert f"a new source by {100 * new['median']:.0f} %" in text
     code, out, _ = run(capsys, *argv, "--calibrated", "--json")

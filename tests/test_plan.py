@@ -332,6 +332,8 @@ def test_cli_table_and_launch_settings(chat100):
         assert flag in out
     assert "--tp_size" in out and "--max_batch_size" in out
     assert "idles most of the time" not in out  # a fleet of busy replicas
+    hopper = dcost.presets.calibration_error("hopper")["family"]
+    assert f"its {hopper['records']} records are off by {100 * hopper['median']:.0f} %" in out
 
 
 def test_cli_says_when_a_target_leaves_the_replicas_idle():
@@ -360,6 +362,7 @@ def test_cli_json_is_the_api_in_si(chat100):
     assert d["ttft_slo"] == [2.0, 0.99] and d["tpot_slo"] == [0.05, 0.9]
     assert set(d["launch"]) == {"vllm", "sglang", "trtllm"}
     assert d["simulation"]["requests"] == 2000 and len(d["simulation"]["ttft"]) == 3
+    assert d["calibration_error"]["family_name"] == "hopper"  # the profile's held-out error
 
 
 @pytest.mark.parametrize(

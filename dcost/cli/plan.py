@@ -21,6 +21,8 @@ import math
 
 from dcost.cli.common import (
     add_precision_argument,
+    calibration_error,
+    calibration_line,
     fmt_time,
     format_table,
     hardware_and_model,
@@ -196,6 +198,9 @@ def cmd_plan(args) -> int:
         out["launch"] = (
             {e: launch_settings(p, args.model, e) for e in engines} if p.feasible else {}
         )
+        calibration = calibration_error(args)
+        if calibration:
+            out["calibration_error"] = {"family_name": calibration[0], **calibration[1]}
         if sim is not None:
             out["simulation"] = {
                 "requests": args.simulate,
@@ -284,6 +289,9 @@ def _print(args, p, sim, engines) -> None:
             print(f"{q.mode} infeasible: {q.message}")
     if not p.feasible:
         return
+    calibration = calibration_error(args)
+    if calibration:
+        print(calibration_line(*calibration, width=12) + " (per step; queueing is the plan's)")
     if sim is not None:
         qs = list(sim.quantiles)
         pick = [qs.index(q) for q in (0.5, 0.9, 0.99) if q in qs]
