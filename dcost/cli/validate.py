@@ -65,8 +65,8 @@ def select(records, only) -> list[bool]:
 
 
 def _selection_summary(cv, keep) -> dict:
-    """The held-out summary of the selected records: the fitted ones' median and 90th percentile,
-    the pure bound's share, and the counts of records the fit does not see."""
+    """The held-out summary of the selected records: their count, the fitted ones' and the
+    bare-kernel ones' counts, and the median and 90th percentile of each group's error."""
     import numpy as np
 
     from dcost.calibrate import families
