@@ -124,7 +124,7 @@ def hardware_and_model(args):
     return chip, m
 
 
-def calibration_error(args) -> tuple[str, dict] | None:
+def profile_error(args) -> tuple[str, dict] | None:
     """``(family, presets.calibration_error(family))`` of ``--hardware`` under ``--calibrated``,
     None for pure physics (a bound, not an estimate with an error)."""
     if not getattr(args, "calibrated", False):

@@ -16,12 +16,12 @@ import json
 
 from dcost.cli.common import (
     add_precision_argument,
-    calibration_error,
     calibration_line,
     fmt_time,
     format_table,
     hardware_and_model,
     non_negative,
+    profile_error,
     whole,
 )
 from dcost.cli.search import (
@@ -63,7 +63,7 @@ def _cmd_eval(args) -> int:
     fields = {k: float(getattr(r, k)) for k in r.__dataclass_fields__}
     binds = str(bottleneck(r))
     capacity = float(h.hbm_capacity)
-    calibration = calibration_error(args)
+    calibration = profile_error(args)
     if args.json:
         print(
             json.dumps(

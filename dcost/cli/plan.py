@@ -21,7 +21,6 @@ import math
 
 from dcost.cli.common import (
     add_precision_argument,
-    calibration_error,
     calibration_line,
     fmt_time,
     format_table,
@@ -29,6 +28,7 @@ from dcost.cli.common import (
     non_negative,
     parse_duration,
     positive,
+    profile_error,
 )
 
 __all__ = ["add_parsers", "cmd_plan", "parse_slo", "launch_settings", "ENGINES"]
@@ -198,7 +198,7 @@ def cmd_plan(args) -> int:
         out["launch"] = (
             {e: launch_settings(p, args.model, e) for e in engines} if p.feasible else {}
         )
-        calibration = calibration_error(args)
+        calibration = profile_error(args)
         if calibration:
             out["calibration_error"] = {"family_name": calibration[0], **calibration[1]}
         if sim is not None:
@@ -289,7 +289,7 @@ def _print(args, p, sim, engines) -> None:
             print(f"{q.mode} infeasible: {q.message}")
     if not p.feasible:
         return
-    calibration = calibration_error(args)
+    calibration = profile_error(args)
     if calibration:
         print(calibration_line(*calibration, width=12) + " (per step; queueing is the plan's)")
     if sim is not None:

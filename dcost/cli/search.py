@@ -39,12 +39,12 @@ import numpy as np
 from dcost import _programs
 from dcost.cli.common import (
     add_precision_argument,
-    calibration_error,
     calibration_line,
     format_table,
     hardware_and_model,
     parse_duration,
     parse_number,
+    profile_error,
     whole,
 )
 from dcost.search._jit import prefer_fast_compile
@@ -430,7 +430,7 @@ def _emit(args, problem, sol, sens, method) -> int:
             "report": _floats(sol.report),
             **(
                 {"calibration_error": {"family_name": c[0], **c[1]}}
-                if (c := calibration_error(args))
+                if (c := profile_error(args))
                 else {}
             ),
             "stats": {
@@ -542,7 +542,7 @@ def _print_text(args, problem, sol, sens, unit) -> None:
                 f"  shadow price of {name}: ${price * 1e6 * 0.01:.3g} per million {per}s "
                 f"cheaper per 1 % more {name} allowance"
             )
-    calibration = calibration_error(args)
+    calibration = profile_error(args)
     if calibration:
         print(calibration_line(*calibration))
     if sens is None:
