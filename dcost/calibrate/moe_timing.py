@@ -475,6 +475,7 @@ def to_records(
     records = []
     for t in timings:
         b, T, s = int(t["batch"]), int(t["context"]), float(t["seconds"])
+        n_experts = t.get("n_experts", presets.model_card(model)["arch"]["n_experts"])
         records.append(
             bare_record(
                 id=f"dcost-jax-{hardware}-{model}-moe-decode-b{b}-t{T}",
@@ -484,10 +485,8 @@ def to_records(
                 source_id=source_id,
                 quote=(
                     f"median of timed jitted decode steps on {device} ({software}): batch {b}, "
-                    f"{T} cached tokens per sequence, {t['touched']:.1f} of "
-                    f"{t.get('n_experts', presets.model_card(model)['arch']['n_experts'])} experts "
-                    "touched per "
-                    f"layer, {s * 1e3:.4g} ms per step"
+                    f"{T} cached tokens per sequence, {t['touched']:.1f} of {n_experts} experts "
+                    f"touched per layer, {s * 1e3:.4g} ms per step"
                 ),
                 serving="decode",
                 concurrency=b,
