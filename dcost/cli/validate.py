@@ -88,6 +88,7 @@ def _selection_summary(cv, keep) -> dict:
 def _cmd_validate(args) -> int:
     from dcost import validation
     from dcost.calibrate import families
+    from dcost.validation import collectives
 
     records = validation.load()
     keep = select(records, args.only) if args.only else [True] * len(records)
@@ -98,6 +99,7 @@ def _cmd_validate(args) -> int:
     summary = families.summary(cv)
     regimes = families.breakdown(cv)
     spread = families.source_spread(cv)
+    kernels = collectives.summary()
     if args.json:
         json_rows = [
             {
@@ -119,6 +121,7 @@ def _cmd_validate(args) -> int:
             "summary": summary,
             "by_regime": regimes,
             "source_spread": spread,
+            "collective_kernels": kernels,
             "seconds": seconds,
         }
         if args.only:
@@ -244,6 +247,15 @@ def _cmd_validate(args) -> int:
             print(
                 f"{b['records']} timings by dcost on bare kernels (no serving engine) are not "
                 "fitted either; " + "; ".join(parts)
+            )
+        for chip, k in kernels.items():
+            print(
+                f"{k['kernels']} collective kernels timed alone on {chip} (MoE dispatch and "
+                f"combine, dcost.validation.collectives; not fitted): pure physics "
+                f"{k['pure']['min']:.2f}-{k['pure']['max']:.2f}x the measured time (bound holds "
+                f"on {100 * k['bound_holds']:.0f} %), the calibrated profile "
+                f"{k['calibrated']['min']:.2f}-{k['calibrated']['max']:.2f}x (its link fields, fitted "
+                "to serving steps, take up time the steps spend that the kernels alone do not)"
             )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
