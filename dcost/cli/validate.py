@@ -254,8 +254,9 @@ def _cmd_validate(args) -> int:
                 f"combine, dcost.validation.collectives; not fitted): pure physics "
                 f"{k['pure']['min']:.2f}-{k['pure']['max']:.2f}x the measured time (bound holds "
                 f"on {100 * k['bound_holds']:.0f} %), the calibrated profile "
-                f"{k['calibrated']['min']:.2f}-{k['calibrated']['max']:.2f}x (its link fields, fitted "
-                "to serving steps, take up time the steps spend that the kernels alone do not)"
+                f"{k['calibrated']['min']:.2f}-{k['calibrated']['max']:.2f}x (its link fields, "
+                "fitted to serving steps, take up time the steps spend that the kernels alone "
+                "do not)"
             )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
