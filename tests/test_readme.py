@@ -47,3 +47,17 @@ def test_headline_is_the_shipped_summary():
 @pytest.mark.parametrize("phrase", ["holds on **all {n} records**", "against {n} measurements"])
 def test_record_counts_are_the_record_files(phrase):
     assert phrase.format(n=len(v.load())) in README
+
+
+def test_collective_kernel_ratios_are_the_shipped_profiles():
+    """The README's ranges for DeepEP's kernels are ``collectives.summary()`` of the shipped
+    profile and the pure bound."""
+    from dcost.validation import collectives
+
+    s = collectives.summary()["h800"]
+    pure = f"({s['pure']['min']:.2f}-{s['pure']['max']:.2f}x the measured time)"
+    cal = s["calibrated"]
+    profile = f"**{cal['min']:.2f}-{cal['max']:.2f}x** too slow (median {cal['median']:.2f}x)"
+    text = " ".join(README.split())
+    assert pure in text, pure
+    assert profile in text, profile
