@@ -69,6 +69,14 @@ def log_rms(pred, measured):
     return float(np.sqrt(np.mean(np.log(pred / measured) ** 2)))
 
 
+LINES = (
+    ("held_out", "moe", "-", "o", "dcost, own link fields, this EP held out"),
+    ("calibrated", "orange", "--", "s", "dcost, shipped Hopper profile"),
+    ("pure", "grey", ":", "^", "dcost, pure physics (bound)"),
+)
+"""The predictions drawn: (result key, colour, line style, marker, legend label)."""
+
+
 def plot(res):
     fig, axes = C.figure(2, width=6.3, height=4.6)
     ops = np.array(res["op"])
@@ -77,32 +85,8 @@ def plot(res):
         g = res["ranks"][sel]
         us = {k: res[k][sel] * 1e6 for k in ("measured", "pure", "calibrated", "held_out")}
         ax.scatter(g, us["measured"], color="black", zorder=4, s=30, label="DeepEP, measured")
-        ax.plot(
-            g,
-            us["held_out"],
-            color=C.COLORS["moe"],
-            marker="o",
-            ms=4,
-            label="dcost, own link fields, this EP held out",
-        )
-        ax.plot(
-            g,
-            us["calibrated"],
-            color=C.COLORS["orange"],
-            ls="--",
-            marker="s",
-            ms=4,
-            label="dcost, shipped Hopper profile",
-        )
-        ax.plot(
-            g,
-            us["pure"],
-            color=C.COLORS["grey"],
-            ls=":",
-            marker="^",
-            ms=4,
-            label="dcost, pure physics (bound)",
-        )
+        for key, color, ls, marker, label in LINES:
+            ax.plot(g, us[key], color=C.COLORS[color], ls=ls, marker=marker, ms=4, label=label)
         ax.annotate(
             "EP 8: one node,\nNVLink only",
             (8, us["pure"][0]),
