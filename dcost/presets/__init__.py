@@ -166,7 +166,11 @@ def hardware(name: str, precision: str = "bf16", calibrated: bool = False, **ove
         fractions of weight and KV-cache reads, matmul-size efficiency, step and layer overheads,
         link efficiencies and latencies; kernels in series and log-depth all-reduces), fitted to
         published measurements by ``dcost validate --write``
-        (``calibration.toml``); False: the pure roofline (peak rates, no overheads).
+        (``calibration.toml``); False: the pure roofline (peak rates, no overheads). The
+        calibrated link fields are effective values of serving steps, not the links alone:
+        DeepEP's all-to-all kernels timed alone run 1.5-3x faster than a calibrated Hopper
+        predicts (``dcost.validation.collectives``), so a calibrated sensitivity to link
+        bandwidth is an upper bound.
       **overrides: replace fields, e.g. ``hardware("h100-sxm", price_per_hour=3.0)``; they win
         over the calibrated profile.
 
