@@ -34,7 +34,7 @@ def compute():
         seen = [m for m in ms if m["ranks"] != g]
         out = [m for m in ms if m["ranks"] == g]
         links = collectives.fit_links(seen)
-        held[ranks == g] = _with_links(out, links)
+        held[ranks == g] = collectives.predict(out, links=links)
     fitted = collectives.fit_links(ms)
     profile = C.dcost.hardware(ms[0]["hardware"], calibrated=True)
     return {
@@ -48,20 +48,6 @@ def compute():
         "links": fitted,
         "profile_links": {f: float(getattr(profile, f)) for f in collectives.LINK_FIELDS},
     }
-
-
-def _with_links(ms, links):
-    """Predictions of ``ms`` with ``links`` (``fit_links``'s fields) on the measurements' chip."""
-    import equinox as eqx
-
-    h = C.dcost.hardware(ms[0]["hardware"])
-    h = eqx.tree_at(
-        lambda x: tuple(getattr(x, f) for f in collectives.LINK_FIELDS) + (x.tree_collectives,),
-        h,
-        tuple(links[f] for f in collectives.LINK_FIELDS) + (1.0,),
-        is_leaf=lambda x: x is None,
-    )
-    return np.asarray(collectives._times(collectives._inputs(ms), h))
 
 
 def log_rms(pred, measured):

@@ -1,6 +1,5 @@
 """The collective-kernel measurements and dcost's all-to-all term against them."""
 
-import equinox as eqx
 import numpy as np
 import pytest
 
@@ -62,6 +61,29 @@ def test_pure_prediction_is_the_closed_form_and_a_bound(ms):
     assert np.all(pure <= np.array([m["value"] for m in ms]))
 
 
+def test_links_add_log_depth_latency_rounds_and_achieved_bandwidth(ms):
+    """With links, one direction is ``max(log2(p_up + 1) a_up + V s/(U e_up), log2(p_out + 1)
+    a_out + V (1 - s)/(O e_out))``, ``p_up = min(G, S) - 1`` and ``p_out = G - min(G, S)``
+    peers, written here from the preset's fields."""
+    links = {
+        "scaleup_efficiency": 0.7,
+        "scaleout_efficiency": 0.6,
+        "scaleup_latency": 8e-6,
+        "scaleout_latency": 2e-5,
+    }
+    h = dcost.hardware("h800")
+    d, k = float(dcost.model("deepseek-v3").d_model), 8.0
+    expected = []
+    for m in ms:
+        g = float(m["ranks"])
+        sent = m["tokens_per_rank"] * k * d * m["bytes_per_value"] * (g - 1) / g
+        up_peers, s = min(g, 8.0) - 1, (min(g, 8.0) - 1) / (g - 1)
+        up = np.log2(up_peers + 1) * 8e-6 + sent * s / (0.7 * float(h.scaleup_bandwidth))
+        out = np.log2(g - up_peers) * 2e-5 + sent * (1 - s) / (0.6 * float(h.scaleout_bandwidth))
+        expected.append(max(up, out))
+    np.testing.assert_allclose(K.predict(ms, links=links), expected, rtol=1e-5)
+
+
 def test_fit_links_recovers_the_fields_that_made_the_timings(ms):
     """Timings made by the term itself with known link fields are fitted back to them."""
     truth = {
@@ -70,9 +92,7 @@ def test_fit_links_recovers_the_fields_that_made_the_timings(ms):
         "scaleup_latency": 8e-6,
         "scaleout_latency": 2e-5,
     }
-    h = dcost.hardware("h800", **truth)
-    h = eqx.tree_at(lambda x: x.tree_collectives, h, 1.0, is_leaf=lambda x: x is None)
-    made = np.asarray(K._times(K._inputs(ms), h))
+    made = K.predict(ms, links=truth)
     synthetic = [dict(m, value=float(t)) for m, t in zip(ms, made, strict=True)]
     got = K.fit_links(synthetic, steps=3000)
     assert got["rms"] < 0.01
@@ -87,6 +107,8 @@ def test_fit_links_on_deepep_is_physical(ms):
     assert got["scaleup_latency"] < 3e-5 and got["scaleout_latency"] < 3e-5
     with pytest.raises(ValueError, match="steps"):
         K.fit_links(ms, steps=0)
+    with pytest.raises(ValueError, match="learning_rate"):
+        K.fit_links(ms, learning_rate=0.0)
 
 
 def test_summary_is_the_predictions_over_the_measurements(ms):

@@ -38,7 +38,7 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["LINK_FIELDS", "OPS", "load", "check", "predict", "fit_links", "summary"]
+__all__ = ["LINK_FIELDS", "OPS", "load", "check", "predict", "with_links", "fit_links", "summary"]
 
 OPS = ("dispatch", "combine")
 """The timed kernels: the MoE all-to-all's two directions."""
@@ -124,10 +124,28 @@ def _times(inputs, hardware):
     return jax.vmap(one)(tokens, ranks, per_value, dedup)
 
 
-def predict(measurements: Sequence[Mapping], calibrated: bool = False) -> np.ndarray:
+def with_links(hardware, links: Mapping[str, float]):
+    """``hardware`` with the ``LINK_FIELDS`` set from ``links`` (SI units; other keys ignored)
+    and log-depth all-to-all rounds (``tree_collectives = 1``, as the calibrated profiles)."""
+    import equinox as eqx
+
+    return eqx.tree_at(
+        lambda x: tuple(getattr(x, f) for f in LINK_FIELDS) + (x.tree_collectives,),
+        hardware,
+        tuple(links[f] for f in LINK_FIELDS) + (1.0,),
+        is_leaf=lambda x: x is None,
+    )
+
+
+def predict(
+    measurements: Sequence[Mapping],
+    calibrated: bool = False,
+    links: Mapping[str, float] | None = None,
+) -> np.ndarray:
     """dcost's time (s) for each measurement: ``all_to_all_time`` of one direction on the
     measurement's chip, pure physics (``calibrated=False``: peak links, no latency, a bound) or
-    with the shipped profile of the chip's family (``calibrated=True``).
+    with the shipped profile of the chip's family (``calibrated=True``); ``links`` (e.g.
+    ``fit_links``'s result) replaces the link fields (``with_links``).
 
     >>> ms = load()
     >>> bool(np.all(predict(ms) <= np.array([m["value"] for m in ms])))
@@ -138,7 +156,10 @@ def predict(measurements: Sequence[Mapping], calibrated: bool = False) -> np.nda
     chips = {m["hardware"] for m in measurements}
     if len(chips) != 1:
         raise ValueError(f"collective measurements: one chip at a time, got {sorted(chips)}")
-    return np.asarray(_times(_inputs(measurements), _hardware(measurements[0], calibrated)))
+    hardware = _hardware(measurements[0], calibrated)
+    if links is not None:
+        hardware = with_links(hardware, links)
+    return np.asarray(_times(_inputs(measurements), hardware))
 
 
 def fit_links(
@@ -147,19 +168,20 @@ def fit_links(
     """The four ``LINK_FIELDS`` that make ``all_to_all_time`` fit the measured kernels best:
     least squares of ``log t_pred - log t_measured`` over the measurements, with Adam (Optax)
     in unconstrained coordinates (logit of an efficiency, log of a latency), starting from
-    efficiencies 0.8 and latencies 10 us. A fit of the term's shape, in sample: judge it on
-    measurements it did not see (``experiments/deepep_all_to_all.py`` leaves each ``ranks`` out
-    in turn).
+    efficiencies 0.8 and latencies 10 us, with log-depth rounds (``with_links``). A fit of the
+    term's shape, in sample: judge it on measurements it did not see
+    (``experiments/deepep_all_to_all.py`` leaves each ``ranks`` out in turn).
 
     Returns ``{field: value}`` (SI units) and ``"rms"``, the root mean square of the log errors.
     """
-    import equinox as eqx
     import jax
     import jax.numpy as jnp
     import optax
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"fit_links: steps = {steps!r} must be a whole number >= 1")
+    if not learning_rate > 0:
+        raise ValueError(f"fit_links: learning_rate = {learning_rate!r} must be > 0")
     for m in measurements:
         check(m)
     base = _hardware(measurements[0], calibrated=False)
@@ -170,13 +192,7 @@ def fit_links(
         return (jax.nn.sigmoid(z[0]), jax.nn.sigmoid(z[1]), jnp.exp(z[2]), jnp.exp(z[3]))
 
     def loss(z):
-        h = eqx.tree_at(
-            lambda x: tuple(getattr(x, f) for f in LINK_FIELDS),
-            base,
-            links(z),
-            is_leaf=lambda x: x is None,
-        )
-        h = eqx.tree_at(lambda x: x.tree_collectives, h, 1.0, is_leaf=lambda x: x is None)
+        h = with_links(base, dict(zip(LINK_FIELDS, links(z), strict=True)))
         return jnp.mean((jnp.log(_times(inputs, h)) - log_y) ** 2)
 
     opt = optax.adam(optax.cosine_decay_schedule(learning_rate, steps, alpha=0.01))
