@@ -125,22 +125,31 @@ def init_weights(arch: Architecture, seed: int = 0, dtype=jnp.bfloat16) -> dict:
         "w3": (d, f),
         "w2": (f, d),
     }
+    return random_weights(shapes, arch.n_layers, d, V, seed, dtype)
+
+
+def random_weights(shapes: dict, n_layers: int, d: int, vocab: int, seed: int, dtype) -> dict:
+    """``n_layers`` layers of the matrices ``shapes`` (``name -> shape``) and two ``[d]`` norms
+    each, an ``embed [vocab, d]``, ``unembed [d, vocab]`` and ``final_norm [d]``: normal entries
+    scaled by ``1/sqrt(fan_in)`` (``shape[-2]``, the input dimension of a stacked matrix too),
+    one key split per array, every array its own buffer (``init_weights``)."""
     key = jax.random.PRNGKey(seed)
 
     def normal(shape):
         nonlocal key
         key, sub = jax.random.split(key)
-        return jax.random.normal(sub, shape, dtype) * jnp.asarray(1.0 / math.sqrt(shape[0]), dtype)
+        scale = jnp.asarray(1.0 / math.sqrt(shape[-2]), dtype)
+        return jax.random.normal(sub, shape, dtype) * scale
 
     layers = []
-    for _ in range(arch.n_layers):
+    for _ in range(n_layers):
         layer = {name: normal(shape) for name, shape in shapes.items()}
         layer["norm1"] = jnp.ones((d,), dtype)
         layer["norm2"] = jnp.ones((d,), dtype)
         layers.append(layer)
     return {
-        "embed": normal((V, d)),
-        "unembed": normal((d, V)),
+        "embed": normal((vocab, d)),
+        "unembed": normal((d, vocab)),
         "final_norm": jnp.ones((d,), dtype),
         "layers": layers,
     }

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
 
 from dcost import presets
-from dcost.calibrate.decode_timing import bare_record, check_shape
+from dcost.calibrate.decode_timing import bare_record, check_shape, random_weights
 from dcost.calibrate.local import _median_time, _rms_norm
 
 __all__ = [
@@ -145,26 +144,7 @@ def init_weights(arch: MoEArchitecture, seed: int = 0, dtype=jnp.bfloat16) -> di
         "w3": (E, d, f),
         "w2": (E, f, d),
     }
-    key = jax.random.PRNGKey(seed)
-
-    def normal(shape):
-        nonlocal key
-        key, sub = jax.random.split(key)
-        fan_in = shape[-2]
-        return jax.random.normal(sub, shape, dtype) * jnp.asarray(1.0 / math.sqrt(fan_in), dtype)
-
-    layers = []
-    for _ in range(arch.n_layers):
-        layer = {name: normal(shape) for name, shape in shapes.items()}
-        layer["norm1"] = jnp.ones((d,), dtype)
-        layer["norm2"] = jnp.ones((d,), dtype)
-        layers.append(layer)
-    return {
-        "embed": normal((V, d)),
-        "unembed": normal((d, V)),
-        "final_norm": jnp.ones((d,), dtype),
-        "layers": layers,
-    }
+    return random_weights(shapes, arch.n_layers, d, V, seed, dtype)
 
 
 def route(y, wr, k: int):
