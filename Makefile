@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # What lint and typecheck look at.
-SOURCES := dcost tests experiments benchmarks notebooks
+SOURCES := dcost tests experiments benchmarks notebooks docs
 
-.PHONY: demo test test-quick experiments notebooks bench lint typecheck check floors clean
+.PHONY: demo test test-quick experiments notebooks bench lint typecheck check floors clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-docs: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e ".[docs]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -40,6 +44,11 @@ experiments: $(VENV)/.installed
 # re-execute the notebooks and save them with their outputs (tests/test_notebooks.py runs them too)
 notebooks: $(VENV)/.installed-dev
 	$(BIN)/jupyter execute --inplace notebooks/*.ipynb
+
+# the documentation site (mkdocs.yml, docs/) into site/, the API reference from the docstrings and
+# the executed notebooks as they are saved (not re-run); --strict: a warning fails the build
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/eval_throughput.py
@@ -75,4 +84,4 @@ floors:
 	$(FLOORS)/bin/python -m pytest -p no:cacheprovider tests/test_optimize.py::test_grid_search_shards_across_devices
 
 clean:
-	rm -rf $(VENV) $(FLOORS) build *.egg-info
+	rm -rf $(VENV) $(FLOORS) build site *.egg-info

@@ -363,7 +363,7 @@ class LifetimeInputs(eqx.Module):
 class Deployment(eqx.Module):
     """Where and how a model is served: the chip, the architecture, the layout, the traffic.
 
-    Args:
+    Attributes:
       hardware: the serving chip (``dcost.Hardware``).
       model: the architecture (``dcost.Model``); the lifetime functions resize it to the active
         parameters they try (``scale_model``), keeping its shape and sparsity.
