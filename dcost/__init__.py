@@ -86,7 +86,12 @@ _LAZY = {
     "PlanBatch": "dcost.planning.planner",
     "simulate": "dcost.planning.fleet",
 }
-_LAZY_MODULES = {"pricing": "dcost.pricing", "search": "dcost.search", "planning": "dcost.planning"}
+_LAZY_MODULES = {
+    "pricing": "dcost.pricing",
+    "search": "dcost.search",
+    "planning": "dcost.planning",
+    "measurements": "dcost.measurements",
+}
 
 
 def __getattr__(name):

@@ -63,6 +63,8 @@ METRICS = (
     "output_throughput_per_gpu",
     "input_throughput_per_gpu",
     "total_throughput_per_gpu",
+    "itl",  # mean time between streamed chunks (s); read from benchmark files
+    "e2e",  # mean arrival-to-last-token time (s); dcost.measurements
 )
 SERVING = ("aggregated", "prefill", "decode")
 PRECISIONS = ("bf16", "fp8", "fp4", "int8")
@@ -70,11 +72,13 @@ PRECISIONS = ("bf16", "fp8", "fp4", "int8")
 # without it was measured on a serving engine: vLLM, SGLang, TensorRT-LLM, ...). "bare-xla": one
 # XLA-compiled decode step or prefill pass timed by dcost itself (``dcost.calibrate.decode_timing``,
 # ``dcost.calibrate.prefill_timing``), with no scheduler, sampler or paged cache around it.
-ENGINES = ("bare-xla",)
+# "vllm", "sglang", "trtllm": serving engines, as dcost.measurements reads them from result files.
+ENGINES = ("bare-xla", "vllm", "sglang", "trtllm")
 _DEGREES = ("tensor_parallel", "expert_parallel", "pipeline_parallel", "attention_data_parallel")
 _COUNTS = ("gpus", "concurrency")
 _LENGTHS = ("prompt_tokens", "output_tokens")  # means: need not be whole
-_TIME = ("tpot", "ttft", "step_time")  # metrics in seconds (dcost.validation.cases.TIME_METRICS)
+# metrics in seconds (dcost.validation.cases.TIME_METRICS, which predicts the first three)
+_TIME = ("tpot", "ttft", "step_time", "itl", "e2e")
 _TEXT = ("id", "source", "source_id", "family", "quote", "hardware", "model")
 
 
@@ -116,7 +120,8 @@ def check_record(record: Mapping) -> None:
     ``requests`` (optional: the run's request count, for the throughput of a finite offline
     run) is a positive integer ``>= concurrency`` on an aggregated throughput record;
     ``comm_overlap`` (the share of collectives the engine hides behind computation, optional) is
-    in [0, 1]; ``engine`` (optional) is one of ``ENGINES``; ``assumed`` is a list of strings;
+    in [0, 1]; ``engine`` (optional) is one of ``ENGINES`` and ``engine_version`` (optional) a
+    non-empty string; ``assumed`` is a list of strings;
     ``hardware_overrides`` maps names to positive numbers.
     Preset names are not checked here (see :func:`unknown_presets`), nor are duplicate ids (see
     :func:`check_records`).
@@ -160,6 +165,9 @@ def check_record(record: Mapping) -> None:
         _fail(
             record, "engine", record["engine"], f"allowed: {', '.join(ENGINES)} (or leave it out)"
         )
+    version = record.get("engine_version", "0")
+    if not isinstance(version, str) or not version.strip():
+        _fail(record, "engine_version", version, "must be a non-empty string (or leave it out)")
     if "requests" in record:
         _positive_number(record, "requests", integer=True)
         if record["requests"] < record["concurrency"]:
