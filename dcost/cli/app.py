@@ -31,6 +31,7 @@ _SUBCOMMANDS = {
     "calibrate": "calibrate",
     "warmup": "warmup",
     "validate": "validate",
+    "measurements": "measurements",
 }
 
 
