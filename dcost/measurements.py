@@ -174,6 +174,7 @@ class _Run:
         self.stated: dict[str, Any] = {}  # record field -> value, as the file states it
         self.quote: list[str] = []  # "key=value" of every number taken from the file
         self.notes: list[str] = []
+        self.level_key = "concurrency"  # where the format states its concurrency, for errors
 
     def take(self, obj: Any, key: str, *, per: float = 1.0, positive=False) -> float | None:
         """The number at dotted ``key`` over ``per`` (1000 for ms); None when absent or null."""
@@ -217,6 +218,7 @@ def _vllm_like(obj: Mapping, run: _Run, fmt: str) -> None:
     ):
         total = run.take(obj, key, positive=True)
         run.need(field, None if total is None else total / completed, key)
+    run.level_key = "max_concurrency"
     level = _get(obj, "max_concurrency", run.ctx)
     if level is not _MISSING:
         run.stated["concurrency"] = _whole(level, "max_concurrency", run.ctx)
@@ -266,6 +268,8 @@ def _perf_export(obj: Mapping, run: _Run, fmt: str) -> None:
         if table is not _MISSING:
             _per_second(table, key, "tokens", run)
         run.need(field, run.take(obj, f"{key}.avg", positive=True), f"{key}.avg")
+    run.level_key = "input_config." + ("loadgen" if fmt == "aiperf" else "perf_analyzer.stimulus")
+    run.level_key += ".concurrency"
     for key in (
         "input_config.loadgen.concurrency",  # AIPerf
         "input_config.perf_analyzer.stimulus.concurrency",  # GenAI-Perf, config-file era
@@ -297,6 +301,7 @@ def _guidellm_run(bench: Mapping, run: _Run) -> None:
     ):
         dotted = f"{m}.{key}.successful.mean"
         run.need(field, run.take(bench, dotted, positive=True), dotted)
+    run.level_key = "config.strategy"
     strategy = _get(bench, "config.strategy", run.ctx)
     if strategy is not _MISSING:
         kind = _get(strategy, "type_", run.ctx)
@@ -328,6 +333,7 @@ def _inference_perf(obj: Mapping, run: _Run) -> None:
     ):
         key = next((k for k in keys if _get(obj, k, run.ctx) is not _MISSING), keys[0])
         run.need(field, run.take(obj, key, positive=True), key)
+    run.level_key = "load_summary.concurrency"
     level = _get(obj, "load_summary.concurrency", run.ctx)
     if level is not _MISSING:
         run.stated["concurrency"] = _whole(level, "load_summary.concurrency", run.ctx)
@@ -638,9 +644,9 @@ def _build(
             rec[field], origin[field] = defaults[field], "assumed"
         else:
             ctx.fail(
-                "max_concurrency" if fmt in ("vllm", "sglang") else "concurrency",
+                run.level_key,
                 "is not stated for this run (an open-loop run at a request rate); pass "
-                "concurrency= (the mean number of requests in flight)",
+                "concurrency= (--concurrency: the mean number of requests in flight)",
             )
     if "compute" in stated:
         rec["compute"], origin["compute"] = stated["compute"], "from_file"
@@ -663,9 +669,9 @@ def _build(
     name = pathlib.Path(path).name
     out = []
     for metric, value in run.metrics.items():
-        r: dict[str, Any] = {"id": f"{name}:{run.label}:{metric}"}
         if metric == "output_throughput":
             metric, value = "output_throughput_per_gpu", value / rec["gpus"]
+        r: dict[str, Any] = {"id": f"{name}:{run.label}:{metric}"}
         r.update(source=str(path), source_id=str(path), quote="; ".join(run.quote))
         r.update(rec)
         r.update(metric=metric, value=value, format=fmt)
