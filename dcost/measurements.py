@@ -632,7 +632,8 @@ def _build(
     for field in (*_DEGREES, "serving", "weights", "kv_cache", "concurrency"):
         if field in stated:
             value = stated[field]
-            if field in given and flags[field] != value:
+            # concurrency= fills in the runs that do not state theirs (a sweep mixes both)
+            if field in given and flags[field] != value and field != "concurrency":
                 ctx.fail(
                     field,
                     f"= {value!r} in the file, {flags[field]!r} in the flags; leave the flag out",
@@ -727,8 +728,8 @@ def read(
         (default 1 each, marked ``assumed``); the CSV states them.
       gpus: chips serving the run (default ``tensor_parallel * pipeline_parallel *
         attention_data_parallel``); more for dense replicas behind one endpoint.
-      concurrency: requests in flight, for a file that does not state its level (an open-loop
-        run at a request rate). Must agree with the file where it states one.
+      concurrency: requests in flight, for the runs that do not state their level (an
+        open-loop run at a request rate); a run that states one keeps its own.
       serving: ``"aggregated"`` (default, assumed), ``"prefill"`` or ``"decode"``.
       weights, kv_cache, compute: number formats (default ``"bf16"``, ``compute`` = ``weights``).
       family: the calibration family, for a chip that is not a hardware preset.
