@@ -61,6 +61,7 @@ import io
 import json
 import math
 import pathlib
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
@@ -485,9 +486,98 @@ def _detect_obj(obj: Any) -> str:
     )
 
 
+class _Fallback(Exception):
+    """The fast reader met something it does not handle: read the text with ``json.loads``."""
+
+
+# A per-request list of numbers (vLLM's and SGLang's ``ttfts``, ``itls``, ``input_lens`` ...) is
+# most of a detailed result file and none of what the records need: the fast reader checks that
+# it holds only number characters and brackets, and does not build it.
+_BULK = object()
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMERIC = b"0123456789eE.+-,[] \t\n\r"  # what a list of numbers is written with
+_FAST_FROM = 1 << 18  # characters: smaller files go through json.loads as they are
+_DECODER = json.JSONDecoder()
+
+
+def _ws(text: str, i: int) -> int:
+    """The first position at or after ``i`` that is not JSON whitespace."""
+    m = _WS.match(text, i)
+    return m.end() if m else i
+
+
+def _skip_numbers(text: str, i: int) -> int | None:
+    """The end of the list of numbers (nested lists allowed) that opens at ``text[i]``, or None
+    when it holds strings or objects (then it is decoded as usual)."""
+    first = _ws(text, i + 1)
+    if first < len(text) and text[first] in '"{':
+        return None
+    depth, pos = 0, i
+    while depth or pos == i:
+        k = text.find("]", pos)
+        if k < 0:
+            raise _Fallback
+        depth += text.count("[", pos, k) - 1
+        pos = k + 1
+    try:
+        rest = text[i:pos].encode("ascii").translate(None, _NUMERIC)
+    except UnicodeEncodeError:
+        raise _Fallback from None
+    if b'"' in rest or b"{" in rest:
+        return None
+    if rest:  # NaN, null, a typo: json.loads says where
+        raise _Fallback
+    return pos
+
+
+def _fast_objects(text: str) -> list[tuple[str, Any]]:
+    """``(where, object)`` for each top-level JSON object of ``text``, the lists of numbers among
+    their values replaced by a marker (``_BULK``); ``_Fallback`` on anything unexpected."""
+    out = []
+    i = _ws(text, 0)
+    while i < len(text):
+        where = f"line {text.count(chr(10), 0, i) + 1}"
+        if text[i] != "{":
+            raise _Fallback
+        obj: dict[str, Any] = {}
+        i = _ws(text, i + 1)
+        while text[i : i + 1] != "}":
+            if text[i : i + 1] != '"':
+                raise _Fallback
+            key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+            i = _ws(text, i)
+            if text[i : i + 1] != ":":
+                raise _Fallback
+            i = _ws(text, i + 1)
+            end = _skip_numbers(text, i) if text[i : i + 1] == "[" else None
+            if end is None:
+                try:
+                    obj[key], i = _DECODER.raw_decode(text, i)
+                except json.JSONDecodeError:
+                    raise _Fallback from None
+            else:
+                obj[key], i = _BULK, end
+            i = _ws(text, i)
+            if text[i : i + 1] == ",":
+                i = _ws(text, i + 1)
+            elif text[i : i + 1] != "}":
+                raise _Fallback
+        out.append((where, obj))
+        i = _ws(text, i + 1)
+    if len(out) == 1:
+        out = [("file", out[0][1])]
+    return out
+
+
 def _json_objects(text: str, file: str, limit: int | None = None) -> Iterator[tuple[str, Any]]:
     """``(where, object)`` for a JSON document, or for each line of JSON Lines (a document
     followed by "extra data" is read line by line)."""
+    if len(text) >= _FAST_FROM:
+        try:
+            yield from _fast_objects(text)[:limit]
+            return
+        except _Fallback:
+            pass
     try:
         yield "file", json.loads(text)
         return

@@ -367,3 +367,28 @@ def test_cli_error_names_the_file(capsys, tmp_path):
     assert main(["measurements", str(path), "--hardware", "h100-sxm", "--model", "x"]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "mean_ttft_ms" in err
+
+
+JSON_FIXTURES = sorted(p.name for p in DATA.iterdir() if p.suffix in (".json", ".jsonl"))
+
+
+@pytest.mark.parametrize("name", JSON_FIXTURES)
+def test_fast_reader_gives_the_same_records(monkeypatch, name):
+    """Large files skip building their per-request number lists; the records are the same."""
+    flags = dict(FLAGS, concurrency=12)
+    slow = measurements.read(DATA / name, **flags)
+    monkeypatch.setattr(measurements, "_FAST_FROM", 0)  # every file through the fast reader
+    assert measurements.read(DATA / name, **flags) == slow
+
+
+def test_fast_reader_lists_of_strings_and_bad_numbers(monkeypatch, tmp_path):
+    monkeypatch.setattr(measurements, "_FAST_FROM", 0)
+    raw = _vllm(generated_texts=["a]b", "[c", '"]', "{"], itls=[[], [0.01], [[0.02]], []])
+    path = _write(tmp_path, "strings.json", json.dumps(raw, indent=1))
+    assert measurements.read(path, **FLAGS)[0]["value"] == raw["mean_ttft_ms"] / 1000
+    text = json.dumps(_vllm(), indent=1).replace('"ttfts": [', '"ttfts": [0.1x, ')
+    path = _write(tmp_path, "typo.json", text)
+    with pytest.raises(measurements.MeasurementFileError) as err:
+        measurements.read(path, **FLAGS)
+    line = 1 + text[: text.index("0.1x")].count("\n")
+    assert (err.value.record, err.value.field) == (f"line {line}", "(JSON)")
