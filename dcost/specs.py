@@ -312,6 +312,16 @@ class Hardware(eqx.Module):
         as a dense matmul's of the same size (tokens scattered to experts and gathered back,
         many small groups in one launch, each padded to the kernel's tile) (1).
 
+    Power (``dcost.serving.power``; None: no power model, and ``dcost.energy`` says which field
+    it needs). Neither changes a step's time or its cost:
+
+    Attributes:
+      idle_power: power of a chip that is powered and clocked up in a serving process but whose
+        units are idle (between kernels, launch-bound steps): the floor of
+        ``P = P_idle + (P_max - P_idle) * activity`` (W; not the lower parked idle of a GPU with
+        no process).
+      max_power: board power limit (TDP) ``P_max``, the most the chip draws (W).
+
     >>> import dcost
     >>> h = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
     >>> round(float(h.flops / h.hbm_bandwidth))
@@ -341,6 +351,8 @@ class Hardware(eqx.Module):
     sequence_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     kernel_roofline_smoothness: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     expert_flops_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    idle_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    max_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -397,6 +409,16 @@ class Hardware(eqx.Module):
                 check("Hardware", name, getattr(self, name), high=1.0)
         if self.attention_flops is not None:
             check("Hardware", "attention_flops", self.attention_flops, low_open=True)
+        if self.idle_power is not None:
+            check("Hardware", "idle_power", self.idle_power)
+        if self.max_power is not None:
+            check("Hardware", "max_power", self.max_power, low_open=True)
+        idle, top = _concrete(self.idle_power), _concrete(self.max_power)
+        if idle is not None and top is not None and np.any(idle >= top):
+            raise SpecError(
+                f"Hardware.idle_power = {_show(np.asarray(idle))} is not allowed: it must be "
+                f"below max_power = {_show(np.asarray(top))} (W)"
+            )
 
     __repr__ = readable
 
@@ -843,6 +865,77 @@ def with_experts(model: Model, design: Design) -> Model:
             f"experts_active ({_show(k)})"
         )
     return eqx.tree_at(lambda m: m.n_experts, model, design.experts)
+
+
+def check_groups(owner: str, design: Design) -> None:
+    """Raise SpecError unless a concrete ``attention_dp`` and ``expert_parallel`` divide the
+    stage's chips when ``chips`` is a whole number (the groups split the stage's ``G`` chips
+    evenly; a relaxed, fractional ``G`` is left to the smooth model).
+
+    The one check of the layout's groups, shared by ``decode``, ``prefill``, ``mixed_step``,
+    ``Problem`` (its fixed design) and the CLI.
+
+    >>> check_groups("decode", Design(64, chips=8, attention_dp=4))
+    >>> try:
+    ...     check_groups("decode", Design(64, chips=8, attention_dp=3))
+    ... except SpecError as err:
+    ...     print(str(err)[:59])
+    decode: Design.attention_dp = 3.0 is not allowed with chips
+    """
+    g = _concrete(design.chips)
+    if g is None or not np.all(g == np.round(g)):
+        return
+    for name in ("attention_dp", "expert_parallel"):
+        v = _concrete(getattr(design, name))
+        if v is None:
+            continue
+        a, b = np.broadcast_arrays(v, g)
+        bad = (a != np.round(a)) | (np.fmod(b, np.maximum(np.round(a), 1.0)) != 0)
+        if np.any(bad):
+            i = np.flatnonzero(bad.ravel())[0]
+            raise SpecError(
+                f"{owner}: Design.{name} = {_show(a.ravel()[i])} is not allowed with chips = "
+                f"{_show(b.ravel()[i])}: its groups split a stage's chips evenly, so it must be a "
+                "whole number dividing Design.chips"
+            )
+
+
+def check_speculation(owner: str, design: Design, model: Model, workload: Workload | None):
+    """Raise SpecError when a concrete ``design.draft_tokens > 0`` meets a model without a draft
+    (``Model.draft_params = 0``), or a ``workload`` without ``acceptance`` (None: not checked).
+
+    Without a draft the draft's passes would cost nothing and each step would still emit
+    ``tau(a, k)`` tokens: speculation for free, a wrong answer. A draft that truly costs next
+    to nothing (n-gram prompt lookup) is not modelled by leaving the draft out; give it as a
+    model with a tiny draft. Without an acceptance rate no draft token would be accepted, which
+    is never what a user asking for speculation means. The one check of speculation, shared by
+    ``decode``, ``mixed_step``, ``Problem`` and the CLI.
+
+    >>> import dcost
+    >>> try:
+    ...     check_speculation("decode", Design(8, draft_tokens=2), dcost.model("llama-3-70b"), None)
+    ... except SpecError as err:
+    ...     print(str(err)[:72])
+    decode: Design.draft_tokens = 2.0 is not allowed: the model has no draft
+    """
+    k = _concrete(design.draft_tokens)
+    if k is None or not np.any(k > 0):
+        return
+    d = _concrete(model.draft_params)
+    if d is not None and np.any(d <= 0):
+        raise SpecError(
+            f"{owner}: Design.draft_tokens = {_show(k)} is not allowed: the model has no draft "
+            "(Model.draft_params = 0), so its draft passes would cost nothing; use a model with "
+            "a draft or multi-token-prediction module (e.g. dcost.model('deepseek-v3')), give "
+            "your draft's size (Model(..., draft_params=..., draft_layers=...)), or "
+            "draft_tokens = 0"
+        )
+    if workload is not None and workload.acceptance is None:
+        raise SpecError(
+            f"{owner}: Design.draft_tokens = {_show(k)} is not allowed without "
+            "Workload.acceptance: speculation needs the draft's acceptance rate in [0, 1], "
+            "e.g. Workload(..., acceptance=0.8)"
+        )
 
 
 INF = math.inf

@@ -42,6 +42,8 @@ _HARDWARE_FIELDS = (
     "scaleup_size",
     "price_per_hour",
 )
+# The chip's power (W), where its card gives it (``dcost.serving.power``).
+_POWER_FIELDS = ("idle_power", "max_power")
 
 
 class PresetError(KeyError, ValueError):
@@ -183,6 +185,7 @@ def hardware(name: str, precision: str = "bf16", calibrated: bool = False, **ove
     """
     card = hardware_card(name)
     fields = {f: float(_value(card[f])) for f in _HARDWARE_FIELDS}
+    fields.update({f: float(_value(card[f])) for f in _POWER_FIELDS if f in card})
     precision = _MATMUL_RATE.get(precision, precision)
     if precision not in PRECISIONS:
         raise PresetError(

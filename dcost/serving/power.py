@@ -1,0 +1,322 @@
+"""Power and energy of a serving step: watts per chip, joules per token, tokens per megawatt.
+
+A chip draws between its idle power and its board limit, by how busy its units are:
+
+    u_F = P * t_F / t_trip       # compute: the step's FLOPs at peak FLOP/s, over the time they take
+    u_M = P * t_M / t_trip       # memory: weight and KV bytes at peak HBM bytes/s (weights + KV)
+    u_C = P * t_C / t_trip       # links: the step's collectives at the links' peak bytes/s
+    activity = 1 - exp(-(c_F u_F + c_M u_M + c_C u_C))           # in [0, 1), smooth, saturating
+    P_chip   = P_idle + (P_max - P_idle) * activity              # W
+    energy_per_token = P*G * P_chip / tokens_per_s               # J per token of one replica
+    tokens_per_mw    = 1e6 * tokens_per_s / (P*G * P_chip)       # tokens/s per MW of chips
+
+``t_F, t_M, t_C`` are the pure-physics terms of the step (``dcost.decode`` on the chip at its peak
+rates, every v2 term off) and ``t_trip`` the time the step really takes on ``hardware`` (a
+calibrated chip: the measured-like time), so ``u`` is the fraction of the chip's peak rate the step
+sustains, whatever the software; ``P`` micro-batches share the ``P`` stages of a trip. The shape is
+the one GenZ and LLMServingSim use (a static floor and a dynamic part that grows with activity);
+the coefficients ``c_F, c_M`` are fitted on AIConfigurator's measured kernel power
+(``dcost.calibrate.power``; ``POWER_FIT``), ``c_C`` is assumed equal to ``c_M`` (no public
+measurement of link power was found). Energy counts the chips only: host CPUs, NICs, switches and
+cooling come on top (``dcost.pricing.ownership`` multiplies by a PUE).
+
+A power cap below the board limit lowers the clock: dynamic power goes as ``C V^2 f`` and, in the
+range where voltage follows frequency, as ``f^3`` (Rabaey, Chandrakasan & Nikolic, *Digital
+Integrated Circuits*, 2nd ed., section 5.5; the ``f ~ P^(1/3)`` rule of DVFS), so a cap ``P_cap``
+leaves ``f/f_max = ((P_cap - P_idle)/(P_max - P_idle))^(1/3)`` of the FLOP/s; HBM runs on its own
+clock and keeps its bandwidth (``power_cap``).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dcost._types import FloatLeaf
+from dcost.serving.roofline import decode, prefill
+from dcost.smooth import safe_div
+from dcost.specs import Design, Hardware, Model, SpecError, Workload, _float, check, readable
+
+__all__ = [
+    "PowerFit",
+    "POWER_FIT",
+    "Energy",
+    "activity",
+    "chip_power",
+    "power_cap",
+    "clock_fraction",
+    "peak_hardware",
+    "energy",
+    "require_power",
+]
+
+WATTS_PER_MEGAWATT = 1e6
+
+
+class PowerFit(eqx.Module):
+    """How a chip's activity grows with what its units do (dimensionless).
+
+    Attributes:
+      compute: ``c_F``, weight of compute utilisation (FLOP/s over peak).
+      memory: ``c_M``, weight of HBM utilisation (bytes/s over peak).
+      comm: ``c_C``, weight of link utilisation (bytes/s over the links' peak).
+
+    >>> f = PowerFit(4.0, 0.5, 0.5)
+    >>> float(f.compute)
+    4.0
+    """
+
+    compute: FloatLeaf = eqx.field(converter=_float)
+    memory: FloatLeaf = eqx.field(converter=_float)
+    comm: FloatLeaf = eqx.field(converter=_float)
+
+    def __check_init__(self):
+        for name in ("compute", "memory", "comm"):
+            check("PowerFit", name, getattr(self, name))
+
+    __repr__ = readable
+
+
+# Fitted by ``dcost.calibrate.power.fit`` on every row of ``dcost/validation/power_kernels.csv``
+# (AIConfigurator's measured B200 kernel power; tests/test_power.py refits and compares);
+# ``comm`` is assumed equal to ``memory``.
+POWER_FIT = PowerFit(compute=9.2592, memory=0.10841, comm=0.10841)
+# The idle floor those rows measure, as a fraction of the 1,000 W power limit they ran under:
+# ``P_idle / P_max`` (the presets' idle_power is this fraction of max_power where no public idle
+# figure exists).
+IDLE_FRACTION = 0.40943
+
+
+class Energy(eqx.Module):
+    """What a step draws (SI units). A pytree: batched designs give array fields.
+
+    Attributes:
+      power_per_chip: mean power of one chip over the step (W).
+      power_per_replica: ``P*G * power_per_chip`` (W).
+      energy_per_token: joules per token the step produces (output tokens for decode, input
+        tokens for prefill) (J).
+      tokens_per_mw: tokens per second per megawatt of chip power.
+      compute_utilisation, memory_utilisation, comm_utilisation: ``u_F, u_M, u_C`` (fractions of
+        the chip's peak rates).
+      activity: ``1 - exp(-(c_F u_F + c_M u_M + c_C u_C))``.
+    """
+
+    power_per_chip: jax.Array
+    power_per_replica: jax.Array
+    energy_per_token: jax.Array
+    tokens_per_mw: jax.Array
+    compute_utilisation: jax.Array
+    memory_utilisation: jax.Array
+    comm_utilisation: jax.Array
+    activity: jax.Array
+
+    __repr__ = readable
+
+
+def require_power(hardware: Hardware, who: str = "dcost.energy") -> None:
+    """Raise ``SpecError`` naming the field when ``hardware`` has no ``idle_power`` or
+    ``max_power`` (the presets carry both; a hand-built chip must give them)."""
+    for name in ("idle_power", "max_power"):
+        if getattr(hardware, name) is None:
+            raise SpecError(
+                f"{who}: Hardware.{name} is None; give the chip's {name} in W "
+                f"(e.g. dcost.Hardware(..., idle_power=280.0, max_power=700.0)) or use a preset, "
+                f"which carries both"
+            )
+
+
+def _watts(hardware: Hardware, who: str) -> tuple[jax.Array, jax.Array]:
+    """``(P_idle, P_max)`` of a chip that has them (else ``require_power``'s error)."""
+    require_power(hardware, who)
+    idle, top = hardware.idle_power, hardware.max_power
+    assert idle is not None and top is not None
+    return idle, top
+
+
+def activity(u_compute, u_memory, u_comm=0.0, fit: PowerFit | None = None):
+    """``1 - exp(-(c_F u_F + c_M u_M + c_C u_C))``: 0 for an idle chip, towards 1 as it saturates.
+
+    Args:
+      u_compute, u_memory, u_comm: utilisations of compute, HBM and links (fractions of peak).
+      fit: the coefficients (``POWER_FIT`` when None).
+
+    >>> float(activity(0.0, 0.0))
+    0.0
+    """
+    f = POWER_FIT if fit is None else fit
+    x = f.compute * u_compute + f.memory * u_memory + f.comm * u_comm
+    return -jnp.expm1(-x)
+
+
+def chip_power(hardware: Hardware, u_compute, u_memory, u_comm=0.0, fit: PowerFit | None = None):
+    """``P_idle + (P_max - P_idle) * activity(u)`` (W).
+
+    Args:
+      hardware: a chip with ``idle_power`` and ``max_power`` (W).
+      u_compute, u_memory, u_comm: utilisations (fractions of peak).
+      fit: activity coefficients (``POWER_FIT`` when None).
+
+    Returns:
+      Mean power of one chip (W).
+
+    >>> import dcost
+    >>> h = dcost.hardware("h100-sxm")
+    >>> float(chip_power(h, 0.0, 0.0)) == float(h.idle_power)
+    True
+    """
+    idle, top = _watts(hardware, "chip_power")
+    return idle + (top - idle) * activity(u_compute, u_memory, u_comm, fit)
+
+
+def clock_fraction(hardware: Hardware, cap):
+    """``f/f_max = min(1, ((P_cap - P_idle)/(P_max - P_idle))^(1/3))`` under a power cap.
+
+    Dynamic power ``C V^2 f`` with voltage following frequency grows as ``f^3`` (Rabaey et al.,
+    *Digital Integrated Circuits*, section 5.5), so the power left above idle buys the cube root
+    of it in clock.
+
+    Args:
+      hardware: a chip with ``idle_power`` and ``max_power`` (W).
+      cap: the power cap (W), above ``idle_power``.
+
+    >>> import dcost
+    >>> h = dcost.hardware("h100-sxm")
+    >>> round(float(clock_fraction(h, h.idle_power + (h.max_power - h.idle_power) / 8)), 6)
+    0.5
+    """
+    idle, top = _watts(hardware, "clock_fraction")
+    _check_cap(hardware, cap)
+    share = (cap - idle) / (top - idle)
+    return jnp.minimum(share, 1.0) ** (1.0 / 3.0)
+
+
+def _check_cap(hardware: Hardware, cap) -> None:
+    check("power_cap", "cap", cap, low_open=True)
+    c = np.asarray(cap, dtype=float) if not isinstance(cap, jax.core.Tracer) else None
+    idle = None if isinstance(hardware.idle_power, jax.core.Tracer) else hardware.idle_power
+    top = None if isinstance(hardware.max_power, jax.core.Tracer) else hardware.max_power
+    if c is None or idle is None or top is None:
+        return
+    if np.any(c <= np.asarray(idle)):
+        raise SpecError(
+            f"power_cap: cap = {float(np.min(c)):g} W is not allowed: it must be above the chip's "
+            f"idle_power = {float(np.max(np.asarray(idle))):g} W (a cap at idle leaves no clock)"
+        )
+    if np.any(c > np.asarray(top)):
+        raise SpecError(
+            f"power_cap: cap = {float(np.max(c)):g} W is not allowed: it must be at most the "
+            f"chip's max_power = {float(np.min(np.asarray(top))):g} W (the board limit)"
+        )
+
+
+def power_cap(hardware: Hardware, cap) -> Hardware:
+    """The chip under a power cap: FLOP/s (and attention FLOP/s) times ``clock_fraction``,
+    ``max_power`` replaced by the cap; HBM bandwidth and links unchanged.
+
+    Args:
+      hardware: a chip with ``idle_power`` and ``max_power`` (W).
+      cap: the cap (W), ``idle_power < cap <= max_power``; anything else raises ``SpecError``
+        naming it.
+
+    Returns:
+      A ``Hardware`` to pass to ``dcost.decode``/``prefill``/``energy`` like any other.
+
+    >>> import dcost
+    >>> h = dcost.hardware("h100-sxm")
+    >>> capped = power_cap(h, 500.0)
+    >>> round(float(capped.flops / h.flops), 3), float(capped.max_power)
+    (0.86, 500.0)
+    """
+    s = clock_fraction(hardware, cap)
+    attn = hardware.attention_flops
+    hw = eqx.tree_at(lambda h: (h.flops, h.max_power), hardware, (hardware.flops * s, cap * 1.0))
+    if attn is not None:
+        hw = eqx.tree_at(lambda h: h.attention_flops, hw, attn * s)
+    return hw
+
+
+def peak_hardware(hardware: Hardware) -> Hardware:
+    """The chip at its peak rates with every v2 term off (v1's pure roofline): what ``u`` divides
+    by. ``attention_flops`` (the KV format's rate) and the power fields are kept."""
+    return Hardware(
+        hardware.flops,
+        hardware.hbm_bandwidth,
+        hardware.hbm_capacity,
+        hardware.scaleup_bandwidth,
+        hardware.scaleout_bandwidth,
+        hardware.scaleup_size,
+        hardware.price_per_hour,
+        attention_flops=hardware.attention_flops,
+        idle_power=hardware.idle_power,
+        max_power=hardware.max_power,
+    )
+
+
+def energy(
+    design: Design,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    smoothness=0.0,
+    *,
+    step: str = "decode",
+    fit: PowerFit | None = None,
+) -> Energy:
+    """Power and energy of a decode step (or a prefill pass) of one replica.
+
+    ``u_X = P t_X(peak chip) / t_trip(hardware)``; ``P_chip = P_idle + (P_max - P_idle) *
+    (1 - exp(-(c_F u_F + c_M u_M + c_C u_C)))``; ``energy_per_token = P*G*P_chip /
+    tokens_per_s`` (module docstring).
+
+    Args:
+      design, hardware, model, workload, smoothness: as ``dcost.decode``; ``hardware`` must carry
+        ``idle_power`` and ``max_power`` (every preset does). A calibrated chip gives the step the
+        time it takes in practice, hence lower utilisations than the pure roofline.
+      step: ``"decode"`` (J per output token) or ``"prefill"`` (J per input token).
+      fit: activity coefficients (``POWER_FIT`` when None).
+
+    Returns:
+      An ``Energy``.
+
+    >>> import dcost
+    >>> e = dcost.energy(dcost.Design(batch=64), dcost.hardware("h100-sxm", calibrated=True),
+    ...                  dcost.model("llama-3.1-8b"), dcost.Workload(1024))
+    >>> 0.0 < float(e.energy_per_token) < 1.0   # J per output token
+    True
+
+    Reference: the power shape of GenZ (Bambhaniya et al., "Demystifying AI Platform Design for
+    Distributed Inference of Next-Generation LLM models", 2024) and LLMServingSim 2.0; the
+    coefficients: AIConfigurator's B200 kernel tables (``dcost.calibrate.power``).
+    """
+    idle, top = _watts(hardware, "dcost.energy")
+    if step not in ("decode", "prefill"):
+        raise SpecError(f"energy: step = {step!r} is not allowed: it must be 'decode' or 'prefill'")
+    peak = peak_hardware(hardware)
+    if step == "decode":
+        real = decode(design, hardware, model, workload, smoothness)
+        pure = decode(design, peak, model, workload, smoothness)
+        trip = real.tpot * real.tokens_per_step
+    else:
+        real_p = prefill(design, hardware, model, workload, smoothness)
+        pure_p = prefill(design, peak, model, workload, smoothness)
+        trip = real_p.ttft
+        real, pure = real_p, pure_p  # type: ignore[assignment]
+    stages = design.stages
+    u_f = safe_div(stages * pure.t_compute, trip)
+    u_m = safe_div(stages * (pure.t_weights + pure.t_kv), trip)
+    u_c = safe_div(stages * pure.t_comm, trip)
+    act = activity(u_f, u_m, u_c, fit)
+    watts = idle + (top - idle) * act
+    replica = design.chips_per_replica * watts
+    return Energy(
+        power_per_chip=watts,
+        power_per_replica=replica,
+        energy_per_token=replica / real.tokens_per_s,
+        tokens_per_mw=WATTS_PER_MEGAWATT * real.tokens_per_s / replica,
+        compute_utilisation=u_f,
+        memory_utilisation=u_m,
+        comm_utilisation=u_c,
+        activity=act,
+    )

@@ -1,0 +1,208 @@
+"""Power and energy (dcost.serving.power) and its calibration on measured kernel power."""
+
+import dataclasses
+from importlib import resources
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dcost
+from dcost.calibrate import power as calib
+from dcost.serving import power
+from dcost.specs import SpecError
+
+H100 = dcost.hardware("h100-sxm")
+LLAMA8 = dcost.model("llama-3.1-8b")
+
+
+@pytest.mark.parametrize("name", dcost.hardware_names())
+def test_every_preset_has_its_power_with_a_source(name):
+    card = dcost.presets.hardware_card(name)
+    for field in ("idle_power", "max_power"):
+        assert card[field]["source"].strip()
+    h = dcost.hardware(name)
+    assert 0.0 < float(h.idle_power) < float(h.max_power)
+    if not card["max_power"]["source"].startswith("assumed"):
+        assert (
+            "datasheet" in card["max_power"]["source"]
+            or "specification" in (card["max_power"]["source"])
+        )
+
+
+def test_idle_at_zero_activity_and_max_at_full():
+    """Closed forms: no work -> idle power; saturated units -> the board limit."""
+    assert float(power.chip_power(H100, 0.0, 0.0)) == pytest.approx(float(H100.idle_power))
+    assert float(power.chip_power(H100, 1e3, 1e3, 1e3)) == pytest.approx(float(H100.max_power))
+    # one step by hand: 1 - exp(-(c_F 0.2 + c_M 0.5))
+    f = power.POWER_FIT
+    a = 1.0 - np.exp(-(float(f.compute) * 0.2 + float(f.memory) * 0.5))
+    want = 287.0 + (700.0 - 287.0) * a
+    assert float(power.chip_power(H100, 0.2, 0.5)) == pytest.approx(want, rel=1e-6)
+
+
+def test_power_grows_with_each_utilisation():
+    base = float(power.chip_power(H100, 0.1, 0.1, 0.1))
+    for args in ((0.2, 0.1, 0.1), (0.1, 0.2, 0.1), (0.1, 0.1, 0.2)):
+        assert float(power.chip_power(H100, *args)) > base
+
+
+def test_energy_of_a_pure_roofline_step_by_hand():
+    """On the peak chip the real and pure steps are one: u_M = (t_w + t_kv)/t_stage, u_F =
+    t_compute/t_stage, and J/token = P * chips / tokens_per_s."""
+    d, w = dcost.Design(batch=16), dcost.Workload(1024)
+    r = dcost.decode(d, H100, LLAMA8, w)
+    e = power.energy(d, H100, LLAMA8, w)
+    u_f = float(r.t_compute / r.t_stage)
+    u_m = float((r.t_weights + r.t_kv) / r.t_stage)
+    assert float(e.compute_utilisation) == pytest.approx(u_f, rel=1e-5)
+    assert float(e.memory_utilisation) == pytest.approx(u_m, rel=1e-5)
+    watts = float(power.chip_power(H100, u_f, u_m))
+    assert float(e.power_per_chip) == pytest.approx(watts, rel=1e-5)
+    assert float(e.energy_per_token) == pytest.approx(watts / float(r.tokens_per_s), rel=1e-5)
+    assert float(e.tokens_per_mw) == pytest.approx(1e6 * float(r.tokens_per_s) / watts, rel=1e-5)
+
+
+def test_energy_per_token_falls_with_batch_and_replica_power_scales_with_chips():
+    h = dcost.hardware("h100-sxm", calibrated=True)
+    w = dcost.Workload(1024)
+    per = [
+        float(power.energy(dcost.Design(batch=b), h, LLAMA8, w).energy_per_token)
+        for b in (1, 8, 64)
+    ]
+    assert per[0] > per[1] > per[2]
+    e = power.energy(dcost.Design(batch=64, chips=2), h, LLAMA8, w)
+    assert float(e.power_per_replica) == pytest.approx(2 * float(e.power_per_chip), rel=1e-6)
+
+
+def test_prefill_energy_is_per_input_token():
+    d, w = dcost.Design(batch=4), dcost.Workload(2048, prompt=2048, output=256)
+    p = dcost.prefill(d, H100, LLAMA8, w)
+    e = power.energy(d, H100, LLAMA8, w, step="prefill")
+    assert float(e.energy_per_token) == pytest.approx(
+        float(e.power_per_replica / p.tokens_per_s), rel=1e-6
+    )
+    assert float(e.compute_utilisation) > 0.5  # a prefill is compute-bound
+
+
+@pytest.mark.x64
+def test_energy_gradients_match_central_differences():
+    """d log(J/token) / d log(field) by autodiff against central differences."""
+    h, m = dcost.hardware("h100-sxm", calibrated=True), dcost.model("llama-3.1-8b")
+    d, w = dcost.Design(batch=32.0), dcost.Workload(1500.0)
+
+    def j(h, d):
+        return power.energy(d, h, m, w, 0.05).energy_per_token
+
+    gh, gd = jax.grad(j, argnums=(0, 1))(h, d)
+    f0 = float(j(h, d))
+    checked = 0
+    for spec, grads, names in (
+        (h, gh, ("idle_power", "max_power", "hbm_bandwidth", "flops")),
+        (d, gd, ("batch",)),
+    ):
+        for name in names:
+            x0 = float(getattr(spec, name))
+            step = 1e-6 * x0
+
+            def at(x, spec=spec, name=name):
+                moved = eqx.tree_at(lambda t: getattr(t, name), spec, jnp.asarray(x))
+                return float(j(moved, d) if spec is h else j(h, moved))
+
+            fd = (at(x0 + step) - at(x0 - step)) / (2 * step)
+            g = float(getattr(grads, name))
+            assert g * x0 / f0 == pytest.approx(fd * x0 / f0, rel=1e-5, abs=1e-8), name
+            checked += 1
+    assert checked == 5
+
+
+def test_power_cap_cube_root_clock_and_its_limits():
+    h = H100
+    # a cap that leaves 1/8 of the dynamic range leaves half the clock (f ~ P^(1/3))
+    cap = float(h.idle_power) + (float(h.max_power) - float(h.idle_power)) / 8
+    capped = power.power_cap(h, cap)
+    assert float(capped.flops) == pytest.approx(0.5 * float(h.flops), rel=1e-6)
+    assert float(capped.hbm_bandwidth) == float(h.hbm_bandwidth)
+    assert float(capped.max_power) == pytest.approx(cap)
+    assert float(power.power_cap(h, 700.0).flops) == pytest.approx(float(h.flops))
+    for bad, what in ((700.5, "max_power"), (287.0, "idle_power"), (-1.0, "cap"), (np.nan, "cap")):
+        with pytest.raises(SpecError, match=what):
+            power.power_cap(h, bad)
+
+
+def test_a_cap_slows_a_prefill_but_hardly_a_decode():
+    """Compute-bound steps lose clock; a memory-bound decode keeps its HBM bandwidth."""
+    h = dcost.hardware("h100-sxm")
+    capped = power.power_cap(h, 450.0)
+    d, w = dcost.Design(batch=8), dcost.Workload(1024, prompt=2048, output=128)
+    slow_pf = float(dcost.prefill(d, capped, LLAMA8, w).ttft / dcost.prefill(d, h, LLAMA8, w).ttft)
+    slow_dec = float(dcost.decode(d, capped, LLAMA8, w).tpot / dcost.decode(d, h, LLAMA8, w).tpot)
+    assert slow_pf == pytest.approx(1.0 / float(power.clock_fraction(h, 450.0)), rel=0.02)
+    assert slow_dec == pytest.approx(1.0, abs=1e-6)
+
+
+def test_missing_and_bad_power_fields_are_named():
+    bare = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
+    with pytest.raises(SpecError, match="max_power|idle_power"):
+        power.energy(dcost.Design(batch=1), bare, LLAMA8, dcost.Workload(100))
+    with pytest.raises(SpecError, match="idle_power"):
+        dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5, idle_power=800, max_power=700)
+    with pytest.raises(SpecError, match="max_power"):
+        dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5, max_power=-5.0)
+    with pytest.raises(SpecError, match="step"):
+        power.energy(dcost.Design(batch=1), H100, LLAMA8, dcost.Workload(100), step="train")
+
+
+def test_power_fields_do_not_change_a_step():
+    """The power fields are not in any step's time or cost (v1 equivalence is untouched)."""
+    bare = dcost.Hardware(989.4e12, 3.35e12, 80e9, 450e9, 50e9, 8, 6.155)
+    d, w = dcost.Design(batch=64, chips=2), dcost.Workload(2000)
+    a, b = dcost.decode(d, bare, LLAMA8, w), dcost.decode(d, H100, LLAMA8, w)
+    for f in dataclasses.fields(a):
+        assert float(getattr(a, f.name)) == float(getattr(b, f.name)), f.name
+
+
+# ---------------------------------------------------------------- calibration on kernel power
+
+
+def test_fixture_is_attributed_and_small():
+    rows = calib.load_fixture()
+    assert 200 <= len(rows) <= 600
+    assert {r["kernel"] for r in rows} == set(calib.KERNELS)
+    head = resources.files("dcost.validation").joinpath(calib.FIXTURE).read_text()[:1200]
+    assert "ai-dynamo/aiconfigurator" in head and "Apache-2.0" in head and "0.12.0" in head
+    assert all(float(r["power_limit_w"]) == 1000.0 for r in rows)
+
+
+def test_shipped_fit_is_the_fit_of_the_fixture():
+    """POWER_FIT and IDLE_FRACTION are what fitting every fixture row gives (a refit that moves
+    them without updating the constants fails)."""
+    r, c_f, c_m = calib.fit(calib.load_fixture())
+    assert r == pytest.approx(power.IDLE_FRACTION, rel=1e-3)
+    assert c_f == pytest.approx(float(power.POWER_FIT.compute), rel=1e-3)
+    assert c_m == pytest.approx(float(power.POWER_FIT.memory), rel=1e-3)
+    assert float(dcost.hardware("b200").idle_power) == pytest.approx(1000 * r, abs=0.6)
+
+
+def test_fit_recovers_known_coefficients():
+    """Synthetic rows made by the model itself: the fitter finds the coefficients back."""
+    rows = calib.load_fixture()
+    u_f, u_m, _ = calib.features(rows)
+    truth = (0.3, 5.0, 0.8)
+    p = calib.predict(truth, u_f, u_m)
+    synthetic = [dict(r, power_w=str(1000.0 * float(x))) for r, x in zip(rows, p, strict=True)]
+    got = calib.fit(synthetic)
+    assert got == pytest.approx(truth, rel=1e-4)
+
+
+def test_held_out_kernel_power_errors():
+    """Leave one kernel type out: the errors dcost reports (docs/energy.md) are these."""
+    out = calib.held_out()
+    for kind in calib.KERNELS:
+        e = out[kind]
+        assert e["n"] == 120
+        assert 0.0 < e["median"] < e["p90"]
+    # per-row sensor readings are noisy: the held-out medians stay within 35 %
+    assert max(e["median"] for e in out.values()) < 0.35
