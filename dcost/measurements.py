@@ -810,7 +810,7 @@ def read(
       path: the result file; its format is detected from the content (``FORMATS``).
       hardware: the hardware preset the run used (e.g. ``"h100-sxm"``). For a silicon-sample CSV,
         which names its systems, a mapping from the file's names to presets (``AIC_SYSTEMS`` is
-        used otherwise), or one preset for every row.
+        used otherwise), or one preset when every row names the same system.
       model: the model preset (e.g. ``"llama-3.1-8b"``); for the CSV, a mapping as above, else
         the file's model name is kept (``dcost.validation.unknown_presets`` lists it).
       engine, engine_version: what served the run (``"vllm"``, ``"0.11.0"``); the CSV states them.
@@ -868,6 +868,17 @@ def read(
             file, "file", "(path)", f"cannot be read: {err.strerror}"
         ) from None
     fmt, runs = _runs(text, file, on_unsupported)
+    for field, flag in (("hardware", hardware), ("model", model)):
+        names = {run.stated[f"{field}_name"] for run in runs if f"{field}_name" in run.stated}
+        if isinstance(flag, str) and len(names) > 1:
+            raise MeasurementFileError(
+                file,
+                "file",
+                field,
+                f"= {flag!r} for rows naming {len(names)} different ones "
+                f"({', '.join(sorted(names)[:4])}{', ...' if len(names) > 4 else ''}); pass "
+                f"{field}= as a mapping from the file's names to presets",
+            )
     records = []
     for run in runs:
         if not run.metrics:

@@ -333,6 +333,10 @@ def test_flags_needed_and_conflicts(tmp_path):
     with pytest.raises(measurements.MeasurementFileError, match="in the flags") as err:
         measurements.read(DATA / "silicon_sample.csv", engine="vllm", on_unsupported="skip")
     assert err.value.field == "engine"
+    # one preset for a file whose rows name several: refused, not applied to all
+    with pytest.raises(measurements.MeasurementFileError, match="as a mapping") as err:
+        measurements.read(DATA / "silicon_sample.csv", model="deepseek-r1", on_unsupported="skip")
+    assert (err.value.record, err.value.field) == ("file", "model")
 
 
 def test_unmeasured_metric_gives_no_record(tmp_path):
