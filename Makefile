@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # What lint and typecheck look at.
 SOURCES := dcost tests experiments benchmarks notebooks docs
 
-.PHONY: demo test test-quick experiments notebooks bench lint typecheck check floors clean docs
+.PHONY: demo test test-quick experiments notebooks bench lint typecheck check floors clean docs browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,19 @@ test: $(VENV)/.installed-dev
 # everything but the tests marked slow and the notebooks
 test-quick: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow and not notebooks"
+
+# the headless browser tests/test_browser.py drives: Debian's chromium package, installed by apt-get
+# (as root) when it is missing; Playwright's own browser download is never used
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ -x $(CHROMIUM) ]; then echo "browser: $(CHROMIUM) is installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q && apt-get install -y -q chromium; \
+	else \
+		echo "browser: $(CHROMIUM) is missing: install Debian's chromium package as root" \
+			"(apt-get install chromium)"; exit 1; \
+	fi
 
 experiments: $(VENV)/.installed
 	for f in experiments/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
