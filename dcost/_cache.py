@@ -5,7 +5,7 @@
 programs are kept too (JAX's defaults keep only programs that took a second or more to compile).
 A second process asking the same question then loads the compiled programs instead of compiling
 them again; what it still pays is the import of JAX and the tracing of the programs, which no
-cache of compiled code skips (see the README's "Speed from the first call").
+cache of compiled code skips (see `docs/speed.md`, "Speed from the first call").
 
 Environment, read once at import:
 

@@ -10,7 +10,7 @@ Before a docstring is parsed it is rewritten, line by line:
   continuations and the expected output) becomes a fenced ``pycon`` block;
 - a paragraph that ends in ``::`` ends in ``:`` (the indented literal block after it is already a
   Markdown code block);
-- the ``:func:`` role becomes a plain code span;
+- a cross-reference role (``:func:``, ``:class:``, ...) becomes a plain code span;
 - an ``Args:`` entry that documents several parameters at once (``design, hardware, model: as
   for decode``) becomes one entry per parameter, each with the whole description.
 
@@ -26,7 +26,7 @@ import griffe
 
 _MATH = re.compile(r"^(?P<indent>\s*)\.\. math::\s*(?P<rest>.*)$")
 _DOCTEST = re.compile(r"^(?P<indent>\s*)>>>( |$)")
-_ROLE = re.compile(r":func:`~?([^`]+)`")
+_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc):`~?([^`]+)`")
 _SECTION = re.compile(r"^(?P<indent>\s*)(Args|Attributes):\s*$")
 _GROUPED = re.compile(r"^(?P<indent>\s+)(?P<names>\w+(?:, \w+)+): (?P<text>.*)$")
 
