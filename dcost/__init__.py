@@ -85,6 +85,9 @@ _LAZY = {
     "Plan": "dcost.planning.planner",
     "PlanBatch": "dcost.planning.planner",
     "simulate": "dcost.planning.fleet",
+    "Engine": "dcost.engines",
+    "Scheduler": "dcost.engines",
+    "engine": "dcost.engines",
 }
 _LAZY_MODULES = {
     "pricing": "dcost.pricing",
@@ -95,6 +98,9 @@ _LAZY_MODULES = {
 
 
 def __getattr__(name):
+    if name == "engines":
+        # the subpackage, callable: dcost.engines() lists what ships (dcost.engines.engines)
+        return _importlib.import_module("dcost.engines")
     if name in _LAZY:
         value = getattr(_importlib.import_module(_LAZY[name]), name)
     elif name in _LAZY_MODULES:
@@ -175,4 +181,5 @@ __all__ += [
     "sensitivity",
 ]
 __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simulate"]
+__all__ += ["Engine", "Scheduler", "engine", "engines"]
 __version__ = "0.1.0"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.engines import on_engine
 from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.moe import _expert_fraction
 from dcost.serving.roofline import SECONDS_PER_HOUR, Report, _assemble, _speculation
@@ -91,7 +92,13 @@ def chunk_step_tokens(design, workload, mean_tokens, smoothness=0.0):
 
 
 def mixed_step(
-    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
+    design: Design,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    smoothness=0.0,
+    *,
+    engine=None,
 ) -> Report:
     """A step of continuous batching with chunked prefill, on average: ``B`` decode sequences,
     and in a share of the steps a chunk of prompt tokens beside them.
@@ -148,6 +155,7 @@ def mixed_step(
     True
     """
     check_types("mixed_step", design, hardware, model, workload)
+    hardware = on_engine(engine, hardware)
     smoothness = smoothness_argument("mixed_step", smoothness)
     report, status = _mixed_step_jit(design, hardware, model, workload, smoothness)
     return checked("mixed_step", report, status, design, workload, _NEEDS)

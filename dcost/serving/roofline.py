@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.engines import on_engine
 from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.attention import (
     attention_comm_time,
@@ -421,7 +422,13 @@ def _speculation(design, hardware, model, workload, smoothness):
 
 
 def decode(
-    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
+    design: Design,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    smoothness=0.0,
+    *,
+    engine=None,
 ) -> Report:
     """One decode step: ``B`` sequences each advance by one token (``tau`` with speculation).
 
@@ -467,6 +474,9 @@ def decode(
       workload: ``context`` is the mean context ``T`` during decode (tokens).
       smoothness: 0 for the exact hard max, in ``(0, 1]`` for the smooth p-norm max
         (``dcost.smooth.MAX_SMOOTHNESS``).
+      engine: a ``dcost.Engine`` (``dcost.engine("vllm", hardware=...)``): its measured profile
+        replaces the chip's efficiency, overhead and link fields (``Engine.apply``); None: the
+        chip as given (pure physics for a plain preset: a bound).
 
     Returns:
       A ``Report``; ``cost_per_token`` is $ per output token.
@@ -485,6 +495,7 @@ def decode(
     True
     """
     check_types("decode", design, hardware, model, workload)
+    hardware = on_engine(engine, hardware)
     smoothness = smoothness_argument("decode", smoothness)
     report, status = _decode_jit(design, hardware, model, workload, smoothness)
     return checked("decode", report, status, design, workload)
@@ -523,7 +534,13 @@ _decode_jit = jitted("decode", _decode)
 
 
 def prefill(
-    design: Design, hardware: Hardware, model: Model, workload: Workload, smoothness=0.0
+    design: Design,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    smoothness=0.0,
+    *,
+    engine=None,
 ) -> PrefillReport:
     """One prefill step: ``B`` sequences of ``T_in`` prompt tokens each.
 
@@ -552,6 +569,7 @@ def prefill(
     True
     """
     check_types("prefill", design, hardware, model, workload)
+    hardware = on_engine(engine, hardware)
     smoothness = smoothness_argument("prefill", smoothness)
     report, status = _prefill_jit(design, hardware, model, workload, smoothness)
     return checked("prefill", report, status, design, workload, _PREFILL_NEEDS)

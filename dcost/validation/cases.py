@@ -59,6 +59,7 @@ A record dcost cannot model raises ``SpecError`` naming the field it cannot hono
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -78,6 +79,7 @@ __all__ = [
     "evaluate_case",
     "evaluate_metrics",
     "attention_rate",
+    "record_engine",
     "TIME_METRICS",
 ]
 
@@ -132,15 +134,30 @@ def attention_rate(record: Mapping) -> float:
     True
     """
     name, compute, kv = record["hardware"], record["compute"], record["kv_cache"]
-    rate = float(presets.hardware(name, precision=compute).flops)
+    rate = float(_chip(name, compute, ()).flops)
     if kv in presets.precisions(name):
-        rate = min(rate, float(presets.hardware(name, precision=kv).flops))
+        rate = min(rate, float(_chip(name, kv, ()).flops))
     return rate
 
 
-def case(record: Mapping, calibrated: bool = False) -> Case:
+@functools.lru_cache(maxsize=256)
+def _chip(name: str, precision: str, overrides: tuple) -> Hardware:
+    """``presets.hardware`` memoized (a frozen pytree: safe to share between cases)."""
+    return presets.hardware(name, precision=precision, **dict(overrides))
+
+
+@functools.lru_cache(maxsize=256)
+def _net(name: str, weights: str, kv_cache: str) -> Model:
+    """``presets.model`` memoized."""
+    return presets.model(name, weights=weights, kv_cache=kv_cache)
+
+
+def case(record: Mapping, calibrated: bool = False, engine=None) -> Case:
     """The specs of one replica of the record's deployment, and what to evaluate (see the module
     docstring for the mapping).
+
+    ``engine`` (a ``dcost.Engine``): the chip runs that engine's profile (``Engine.apply``), and
+    ``calibrated`` is not read; None: ``calibrated`` says (the family profile or pure physics).
 
     >>> import dcost.validation as v
     >>> c = case(v.load()[0])
@@ -148,9 +165,13 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
     ('decode', 'output_throughput_per_gpu')
     """
     check_record(record)
+    if record["hardware"] not in presets.hardware_names():
+        _fail(record, "hardware", f"not a hardware preset; known: {presets.hardware_names()}")
     try:
-        chip = presets.hardware(
-            record["hardware"], precision=record["compute"], **record.get("hardware_overrides", {})
+        chip = _chip(
+            record["hardware"],
+            record["compute"],
+            tuple(record.get("hardware_overrides", {}).items()),
         )
     except (KeyError, ValueError) as err:
         _fail(record, "compute", str(err).strip("'\""))
@@ -160,11 +181,14 @@ def case(record: Mapping, calibrated: bool = False) -> Case:
         jnp.asarray(attention_rate(record)),
         is_leaf=lambda x: x is None,
     )
-    if calibrated:
+    if engine is not None:
+        chip = engine.apply(chip)
+        calibrated = True  # the engine's measured kernels: expected-maximum expert load too
+    elif calibrated:
         from dcost.calibrate.families import calibrated_hardware
 
         chip = calibrated_hardware(chip, record["family"])
-    net = presets.model(record["model"], weights=record["weights"], kv_cache=record["kv_cache"])
+    net = _net(record["model"], record["weights"], record["kv_cache"])
     gpus = float(record["gpus"])
     stages = float(record.get("pipeline_parallel", 1))
     tp = float(record.get("tensor_parallel", 1))
@@ -303,22 +327,76 @@ def waves(record: Mapping) -> tuple[tuple[float, dict], ...]:
     )
 
 
-def predict(record: Mapping, calibrated: bool = False) -> float:
+def record_engine(record: Mapping):
+    """The shipped profile of the engine a record names, on its hardware: that version, else the
+    nearest shipped version of that engine (``dcost.engines``); None when the record names no
+    engine with profiles or none ships for its chip (the family profile then applies).
+
+    Returns ``(engine or None, why)``: ``why`` says which profile was taken and why.
+    """
+    from dcost import engines as eng
+
+    name = record.get("engine")
+    if name not in eng.ENGINE_NAMES:
+        return None, "the family profile: the record names no engine with profiles"
+    rows = [r for r in eng.engines() if r[0] == name and r[2] == record["hardware"]]
+    if not rows:
+        return None, f"the family profile: no {name} profile ships for {record['hardware']}"
+    want = record.get("engine_version")
+    versions = [r[1] for r in rows]
+    if want in versions:
+        return eng.engine(name, record["hardware"], version=want), f"{name} {want} (its version)"
+    key = eng._version_key(want) if want else None
+    nearest = min(versions, key=lambda v: _distance(eng._version_key(v), key))
+    return (
+        eng.engine(name, record["hardware"], version=nearest),
+        f"{name} {nearest} (nearest shipped version to {want or 'an unstated version'})",
+    )
+
+
+def _distance(a, b) -> tuple:
+    """How far version key ``a`` is from ``b`` (None: the latest wins)."""
+    if b is None:
+        return tuple((-x, "") for x, _ in a)
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[i][0] if i < len(a) else 0
+        y = b[i][0] if i < len(b) else 0
+        out.append(abs(x - y))
+    return tuple(out)
+
+
+def predict(record: Mapping, calibrated: bool = False, engine=None, explain: bool = False):
     """The record's metric as dcost predicts it (SI units: seconds or tokens/s per GPU).
 
     ``calibrated=False``: pure physics, a bound (a measured time is never shorter, a measured
-    throughput never higher). ``calibrated=True``: the fitted profile of the record's family. A
-    record with ``requests`` is a finite run: its throughput combines its ``waves``.
+    throughput never higher). ``calibrated=True``: the profile of the engine the record names
+    (``engine``, ``engine_version``; ``record_engine``), else the fitted profile of the record's
+    family. ``engine`` (a ``dcost.Engine``) predicts with that engine's profile instead. A record
+    with ``requests`` is a finite run: its throughput combines its ``waves``.
+
+    ``explain=True`` returns ``(value, why)``, ``why`` naming the profile used.
 
     >>> import dcost.validation as v
     >>> r = v.load()[0]
     >>> predict(r) >= r["value"]   # throughput: pure physics is an upper bound
     True
     """
+    if not isinstance(calibrated, bool):
+        raise SpecError(f"predict: calibrated = {calibrated!r} must be True or False")
+    why = "pure physics (peak rates, no overheads): a bound"
+    if engine is not None:
+        why = f"{engine.label} on {engine.hardware_name} (given)"
+    elif calibrated:
+        engine, why = record_engine(record)
     parts = waves(record)
     if len(parts) == 1:
-        return float(evaluate_case(case(record, calibrated)))
-    return 1.0 / sum(share / float(evaluate_case(case(run, calibrated))) for share, run in parts)
+        value = float(evaluate_case(case(record, calibrated, engine)))
+    else:
+        value = 1.0 / sum(
+            share / float(evaluate_case(case(run, calibrated, engine))) for share, run in parts
+        )
+    return (value, why) if explain else value
 
 
 def _replace_hardware(c: Case, **fields) -> Case:

@@ -1,0 +1,715 @@
+"""Engine profiles fitted bottom-up to measured kernel tables.
+
+A serving engine's step is a sequence of kernels: GEMMs, attention over the context, grouped
+experts, all-reduces. AIConfigurator (ai-dynamo/aiconfigurator; the PyPI package
+``aiconfigurator-core``, Apache-2.0) publishes, per GPU, engine and engine version, measured
+latency tables of each kind. This module fits the ``dcost.engines`` profile fields to them with the
+same functions the serving model evaluates (one code path):
+
+- **GEMM** ``(m, n, k, dtype)``: ``t = c_g + kernel_time(2mnk (1 + n_half/m)/(F_p eta_p),
+  (nk b_w + mk b_x + 2mn)/(BW eta_BW))`` (``dcost.serving.roofline._flop_seconds``,
+  ``dcost.serving.kernels.kernel_time``): per precision ``p`` the achieved fraction ``eta_p``
+  (``flops_efficiency``) and the matmul-size half point ``n_half`` (``matmul_half_tokens``); shared,
+  ``eta_BW`` (``bandwidth_efficiency``), the kernels' roofline smoothness ``r`` and the intercept
+  ``c_g`` (launch and tail of one kernel).
+- **attention** (generation: ``b`` sequences of ``s`` cached tokens, ``h`` query and ``h_kv`` KV
+  heads of size ``d``; context: ``b`` prompts of ``s`` tokens, causal):
+  ``t = c + kernel_time(F_attn / (eta_attn F_peak), bytes_kv / (BW eta_kv))`` with
+  ``F_attn = 4 b s h d`` (generation) or ``2 b s^2 h d`` (context, half of the square),
+  ``bytes_kv = 2 b s h_kv d b_kv`` (generation) or ``b s (h + 2 h_kv) d b`` (context):
+  ``attention_efficiency`` and ``kv_bandwidth_efficiency``.
+- **all-reduce** (``n`` GPUs, ``V`` bytes): ``dcost.serving.collectives.all_reduce(V, n, U eta_U,
+  alpha, tree=1)``: ``scaleup_efficiency`` and ``scaleup_latency``.
+
+Every fit is a smooth least-squares fit of log times (Optax Adam in an unconstrained space: a
+logistic for fractions, a log for positive numbers), on 80 % of the table's rows drawn at random;
+the residual reported per kernel type is on the other 20 % (held out). What kernels cannot show
+(the engine's host work per step and per sequence, the elementwise kernels between GEMMs) is fitted
+on end-to-end rows elsewhere (``dcost.validation.silicon``), never here. The per-layer intercept
+``layer_overhead`` is the kernels' own: four GEMM intercepts and one attention intercept a layer.
+
+Reference: AIConfigurator, "systems/data/<gpu>/<op>/<backend>/<version>/*.parquet" (the collected
+tables and their ``collection_meta.yaml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dcost import presets
+from dcost.serving.collectives import all_reduce
+from dcost.serving.kernels import kernel_time
+from dcost.serving.roofline import _flop_seconds
+from dcost.specs import Hardware
+
+__all__ = [
+    "GPU_PRESETS",
+    "TABLE_DTYPES",
+    "KernelFit",
+    "fit_gemm",
+    "fit_attention",
+    "fit_allreduce",
+    "fit_tables",
+    "read_table",
+    "find_tables",
+    "profile_from_fits",
+    "write_profile",
+    "rebuild",
+]
+
+GPU_PRESETS = {
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
+    "a100_sxm": "a100-80gb",
+}
+"""AIConfigurator system names -> dcost hardware presets."""
+
+TABLE_DTYPES = {"bf16": ("bfloat16", "float16"), "fp8": ("fp8",), "fp4": ("nvfp4",)}
+"""dcost matmul precision -> the GEMM table's ``gemm_dtype`` values fitted for it."""
+
+_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 4.5 / 8.0}
+_KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0}
+_ATTN_PRECISION = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8"}
+
+SAMPLE = 2400
+"""Rows drawn per kernel type (per precision for GEMMs): a fit is seconds on 2 cores."""
+
+MIN_WEIGHT_DIM = 1024
+"""Smallest weight dimension (``n`` and ``k``) of the GEMM rows fitted: a layer's projections."""
+
+MIN_IDEAL_TIME = 5e-6
+"""Attention rows fitted take at least this long at the chip's peak (s): see ``fit_attention``."""
+
+STEPS = 500
+LEARNING_RATE = 0.05
+HELD_OUT = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelFit:
+    """One kernel type's fit.
+
+    Attributes:
+      kind: "gemm", "attention" or "allreduce".
+      values: fitted fields (SI units), e.g. ``{"precision.fp8.flops_efficiency": 0.71, ...}``.
+      rows: rows of the table(s) used (fit and held out together).
+      rms_log: root-mean-square of ``log(pred/measured)`` on the held-out rows.
+      median_abs: median of ``|pred/measured - 1|`` on the held-out rows.
+      p90_abs: its 90th percentile.
+      tables: the table paths (relative to the data root) the rows come from.
+    """
+
+    kind: str
+    values: dict
+    rows: int
+    rms_log: float
+    median_abs: float
+    p90_abs: float
+    tables: tuple
+
+
+# ---- reading tables ------------------------------------------------------------------------
+
+
+def read_table(path) -> dict[str, np.ndarray]:
+    """A kernel table as ``{column: array}``: Parquet (needs ``pyarrow``: the ``aiconfigurator``
+    extra) or CSV with a header row (the test fixtures)."""
+    path = pathlib.Path(path)
+    if path.suffix == ".csv":
+        import csv
+
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+        if not rows:
+            raise ValueError(f"{path}: no rows")
+        out = {}
+        for k in rows[0]:
+            col = [r[k] for r in rows]
+            try:
+                out[k] = np.asarray([float(x) for x in col])
+            except ValueError:
+                out[k] = np.asarray(col)
+        return out
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except ImportError:
+        raise ImportError(
+            "reading AIConfigurator's Parquet tables needs pyarrow: "
+            "pip install 'dcost[aiconfigurator]'"
+        ) from None
+    table = pq.read_table(path).to_pydict()
+    out = {}
+    for k, v in table.items():
+        arr = np.asarray(v)
+        if arr.dtype.kind in "iuf":
+            arr = arr.astype(float)
+        out[k] = arr
+    return out
+
+
+def _versions(root: pathlib.Path, gpu: str, op: str, engine: str) -> list[str]:
+    d = root / gpu / op / engine
+    if not d.is_dir():
+        return []
+    from dcost.engines import _version_key
+
+    return sorted((p.name for p in d.iterdir() if p.is_dir()), key=_version_key)
+
+
+def find_tables(root, gpu: str, engine: str) -> dict[str, pathlib.Path] | None:
+    """The tables that make an engine profile on one GPU, under an AIConfigurator data root
+    (``aiconfigurator_core/systems/data``): the latest version's GEMM and attention tables and
+    the latest custom all-reduce table of the engine (NCCL's all-reduce where it has none). None
+    when the engine has no GEMM table there."""
+    root = pathlib.Path(root)
+    gemm = [
+        v
+        for v in _versions(root, gpu, "gemm", engine)
+        if (root / gpu / "gemm" / engine / v / "gemm_perf.parquet").is_file()
+    ]  # a version folder may hold only a note that it reuses another's tables
+    if not gemm:
+        return None
+    version = gemm[-1]
+    found = {
+        "version": version,
+        "gemm": root / gpu / "gemm" / engine / version / "gemm_perf.parquet",
+    }
+    attn = root / gpu / "attention" / engine / version
+    if not (attn / "generation_attention_perf.parquet").is_file():
+        av = [
+            v
+            for v in _versions(root, gpu, "attention", engine)
+            if (
+                root / gpu / "attention" / engine / v / "generation_attention_perf.parquet"
+            ).is_file()
+        ]
+        attn = root / gpu / "attention" / engine / av[-1] if av else attn
+    for name in ("generation_attention", "context_attention"):
+        if (attn / f"{name}_perf.parquet").is_file():
+            found[name] = attn / f"{name}_perf.parquet"
+    for v in reversed(_versions(root, gpu, "comm", engine)):
+        f = root / gpu / "comm" / engine / v / "custom_allreduce_perf.parquet"
+        if f.is_file():
+            found["allreduce"] = f
+            break
+    else:
+        for v in reversed(_versions(root, gpu, "comm", "nccl")):
+            f = root / gpu / "comm" / "nccl" / v / "nccl_perf.parquet"
+            if f.is_file():
+                found["allreduce"] = f
+                break
+    return found
+
+
+# ---- the fitting machinery -----------------------------------------------------------------
+
+
+def _logistic(z):
+    return 1.0 / (1.0 + jnp.exp(-z))
+
+
+def _split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
+    cut = max(1, int(round(n * HELD_OUT)))
+    return order[cut:], order[:cut]
+
+
+def _sample(mask: np.ndarray, size: int, seed: int) -> np.ndarray:
+    idx = np.flatnonzero(mask)
+    if len(idx) > size:
+        idx = np.sort(np.random.default_rng(seed).choice(idx, size, replace=False))
+    return idx
+
+
+def _minimize(loss, z0: jax.Array, steps: int = STEPS) -> jax.Array:
+    """Adam on ``loss(z)`` from ``z0`` in one jitted ``lax.scan``."""
+    opt = optax.adam(LEARNING_RATE)
+
+    @jax.jit
+    def run(z):
+        def step(carry, _):
+            z, state = carry
+            g = jax.grad(loss)(z)
+            updates, state = opt.update(g, state, z)
+            return (optax.apply_updates(z, updates), state), None
+
+        (z, _), _ = jax.lax.scan(step, (z, opt.init(z)), None, length=steps)
+        return z
+
+    return run(z0)
+
+
+def _residuals(pred: np.ndarray, measured: np.ndarray) -> tuple[float, float, float]:
+    ratio = np.asarray(pred) / np.asarray(measured)
+    err = np.abs(ratio - 1.0)
+    return (
+        float(np.sqrt(np.mean(np.log(ratio) ** 2))),
+        float(np.median(err)),
+        float(np.quantile(err, 0.9)),
+    )
+
+
+def _chip(card_name: str) -> dict:
+    card = presets.hardware_card(card_name)
+    return {
+        k: float(presets._value(v))
+        for k, v in card.items()
+        if isinstance(v, (int, float, dict)) and k.startswith(("flops", "hbm", "scaleup"))
+    }
+
+
+def _peak(chip: dict, precision: str) -> float:
+    return chip["flops"] if precision == "bf16" else chip[f"flops_{precision}"]
+
+
+def _bare(flops, bw, eta_f=1.0, eta_bw=1.0, half=0.0, r=0.0) -> Hardware:
+    """A chip with only what one kernel's time reads (traced fields are fine)."""
+    return Hardware(
+        flops=flops,
+        hbm_bandwidth=bw,
+        hbm_capacity=1.0,
+        scaleup_bandwidth=1.0,
+        scaleout_bandwidth=1.0,
+        scaleup_size=8.0,
+        price_per_hour=0.0,
+        flops_efficiency=eta_f,
+        bandwidth_efficiency=eta_bw,
+        matmul_half_tokens=half,
+        kernel_roofline_smoothness=r,
+    )
+
+
+# ---- GEMM --------------------------------------------------------------------------------
+
+
+def _gemm_time(z, prec_index, m, n, k, peak, b_w, bw, n_prec):
+    """Predicted GEMM latency (s) for parameters ``z`` (see ``fit_gemm``)."""
+    eta = 0.02 + 0.98 * _logistic(z[:n_prec])[prec_index]
+    half = jnp.exp(z[n_prec : 2 * n_prec])[prec_index]
+    eta_bw = 0.02 + 0.98 * _logistic(z[2 * n_prec])
+    r = _logistic(z[2 * n_prec + 1])
+    c = jnp.exp(z[2 * n_prec + 2])
+    hw = _bare(peak, bw, eta, eta_bw, half, r)
+    t_f = _flop_seconds(2.0 * m * n * k, m, hw)
+    t_w = (n * k * b_w + m * k * b_w + 2.0 * m * n) / hw.bandwidth_achieved
+    return c + kernel_time(t_f, t_w, hw)
+
+
+def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> KernelFit:
+    """Fit the GEMM fields of one engine on one chip to its GEMM table (see the module docstring).
+
+    Args:
+      table: columns ``gemm_dtype``, ``m``, ``n``, ``k``, ``latency`` (ms).
+      hardware: the dcost hardware preset the table was measured on (its peak FLOP/s per
+        precision and HBM bandwidth).
+      seed: the random draw of rows and of the held-out fifth.
+
+    Returns:
+      A ``KernelFit`` with ``precision.<p>.flops_efficiency``, ``precision.<p>.matmul_half_tokens``
+      for each precision the table has rows of (``TABLE_DTYPES``), ``bandwidth_efficiency``,
+      ``kernel_roofline_smoothness`` and ``gemm_intercept`` (s).
+    """
+    chip = _chip(hardware)
+    dtype = np.asarray(table["gemm_dtype"]).astype(str)
+    precisions = [
+        p
+        for p, names in TABLE_DTYPES.items()
+        if np.isin(dtype, names).any() and (p == "bf16" or f"flops_{p}" in chip)
+    ]
+    if not precisions:
+        raise ValueError(f"GEMM table for {hardware}: no rows of {sorted(TABLE_DTYPES)}")
+    # the shapes of LLM layers: both weight dimensions at least MIN_WEIGHT_DIM (the tables also
+    # hold tiny ones, k = 32, whose time is all launch and no arithmetic)
+    big = (np.asarray(table["n"], float) >= MIN_WEIGHT_DIM) & (
+        np.asarray(table["k"], float) >= MIN_WEIGHT_DIM
+    )
+    parts = [
+        _sample(big & np.isin(dtype, TABLE_DTYPES[p]), SAMPLE, seed + i)
+        for i, p in enumerate(precisions)
+    ]
+    idx = np.concatenate(parts)
+    prec = np.concatenate([np.full(len(part), i) for i, part in enumerate(parts)])
+    m, n, k = (np.asarray(table[c], float)[idx] for c in ("m", "n", "k"))
+    y = np.asarray(table["latency"], float)[idx] * 1e-3
+    peak = np.asarray([_peak(chip, precisions[i]) for i in prec])
+    b_w = np.asarray([_BYTES[d] for d in dtype[idx]])
+    fit_i, held_i = _split(len(y), seed)
+    bw = chip["hbm_bandwidth"]
+    n_prec = len(precisions)
+
+    def predict(z, rows):
+        return _gemm_time(
+            z, prec[rows], m[rows], n[rows], k[rows], peak[rows], b_w[rows], bw, n_prec
+        )
+
+    def loss(z):
+        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
+
+    z0 = jnp.asarray([1.0] * n_prec + [math.log(64.0)] * n_prec + [1.5, 0.0, math.log(5e-6)])
+    zf = _minimize(loss, z0)
+    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
+    z = np.asarray(zf)
+    values = {}
+    for i, p in enumerate(precisions):
+        values[f"precision.{p}.flops_efficiency"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[i])))
+        values[f"precision.{p}.matmul_half_tokens"] = float(np.exp(z[n_prec + i]))
+    values["bandwidth_efficiency"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[2 * n_prec])))
+    values["kernel_roofline_smoothness"] = float(1.0 / (1.0 + np.exp(-z[2 * n_prec + 1])))
+    values["gemm_intercept"] = float(np.exp(z[2 * n_prec + 2]))
+    return KernelFit("gemm", values, len(y), rms, med, p90, ())
+
+
+# ---- attention -----------------------------------------------------------------------------
+
+
+def _attention_arrays(table, chip, context: bool, size: int, seed: int):
+    window = np.asarray(table.get("window_size", np.zeros(len(table["latency"]))), float)
+    beam = np.asarray(table.get("beam_width", np.ones(len(table["latency"]))), float)
+    attn_dtype = np.asarray(table["attn_dtype"]).astype(str)
+    kv_dtype = np.asarray(table["kv_cache_dtype"]).astype(str)
+    ok = (window == 0) & (beam == 1) & np.isin(attn_dtype, list(_ATTN_PRECISION))
+    ok &= np.isin(kv_dtype, list(_KV_BYTES))
+    # rows whose work takes at least MIN_IDEAL_TIME at the chip's peak rates: the attention of
+    # a serving step (the tables also hold a few tokens of context, all launch and no work)
+    b_all = np.asarray(table["batch_size"], float)
+    s_all = np.asarray(table["isl"], float) + (0.0 if context else np.asarray(table["step"], float))
+    h_all = np.asarray(table["num_heads"], float) * np.asarray(table["head_dim"], float)
+    ideal = (2.0 if context else 4.0) * b_all * s_all * (s_all if context else 1.0) * h_all
+    ok &= ideal / chip["flops"] >= MIN_IDEAL_TIME * (0.1 if not context else 1.0)
+    idx = _sample(ok, size, seed)
+    b = np.asarray(table["batch_size"], float)[idx]
+    isl = np.asarray(table["isl"], float)[idx]
+    step = np.asarray(table["step"], float)[idx]
+    s = isl if context else isl + step
+    h = np.asarray(table["num_heads"], float)[idx]
+    hkv = np.asarray(table["num_key_value_heads"], float)[idx]
+    d = np.asarray(table["head_dim"], float)[idx]
+    b_kv = np.asarray([_KV_BYTES[x] for x in kv_dtype[idx]])
+    peak = np.asarray([_peak(chip, _ATTN_PRECISION[x]) for x in attn_dtype[idx]])
+    if context:
+        flops = 2.0 * b * s * s * h * d
+        byts = b * s * (h + 2.0 * hkv) * d * 2.0
+    else:
+        flops = 4.0 * b * s * h * d
+        byts = 2.0 * b * s * hkv * d * b_kv
+    y = np.asarray(table["latency"], float)[idx] * 1e-3
+    return flops, byts, peak, y, b
+
+
+def fit_attention(
+    generation: Mapping[str, np.ndarray] | None,
+    context: Mapping[str, np.ndarray] | None,
+    hardware: str,
+    smoothness: float,
+    seed: int = 0,
+) -> KernelFit:
+    """Fit attention's fields to the generation and context attention tables together.
+
+    Args:
+      generation, context: columns ``batch_size``, ``isl``, ``step``, ``num_heads``,
+        ``num_key_value_heads``, ``head_dim``, ``attn_dtype``, ``kv_cache_dtype``,
+        ``window_size``, ``beam_width``, ``latency`` (ms); either may be None.
+      hardware: the dcost hardware preset.
+      smoothness: the kernels' roofline smoothness (from ``fit_gemm``), held fixed.
+
+    Returns:
+      A ``KernelFit`` with ``attention_efficiency``, ``kv_bandwidth_efficiency``,
+      ``generation_intercept`` and ``context_intercept`` (s). Rows with a sliding window or a
+      beam are left out.
+    """
+    chip = _chip(hardware)
+    parts = []
+    for i, (table, ctx) in enumerate(((generation, False), (context, True))):
+        if table is not None:
+            f, b, p, y, seqs = _attention_arrays(table, chip, ctx, SAMPLE, seed + i)
+            parts.append((f, b, p, y, np.full(len(y), float(ctx)), seqs))
+    if not parts:
+        raise ValueError(f"attention for {hardware}: no table")
+    flops, byts, peak, y, is_ctx, seqs = (np.concatenate(c) for c in zip(*parts, strict=True))
+    fit_i, held_i = _split(len(y), seed)
+    bw = chip["hbm_bandwidth"]
+
+    def predict(z, rows):
+        eta = 0.02 + 0.98 * _logistic(z[0])
+        eta_kv = 0.02 + 0.98 * _logistic(z[1])
+        c = jnp.where(is_ctx[rows] > 0, jnp.exp(z[3]), jnp.exp(z[2]))
+        c = c + jnp.exp(z[4]) * seqs[rows]
+        hw = _bare(peak[rows], bw, 1.0, 1.0, 0.0, smoothness)
+        t_f = flops[rows] / (peak[rows] * eta)
+        t_w = byts[rows] / (bw * eta_kv)
+        return c + kernel_time(t_f, t_w, hw)
+
+    def loss(z):
+        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
+
+    zf = _minimize(loss, jnp.asarray([0.5, 1.5, math.log(5e-6), math.log(1e-5), math.log(1e-8)]))
+    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
+    z = np.asarray(zf)
+    values = {
+        "attention_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[0]))),
+        "kv_bandwidth_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[1]))),
+        "generation_intercept": float(np.exp(z[2])),
+        "context_intercept": float(np.exp(z[3])),
+        "attention_sequence_intercept": float(np.exp(z[4])),
+    }
+    return KernelFit("attention", values, len(y), rms, med, p90, ())
+
+
+# ---- all-reduce ----------------------------------------------------------------------------
+
+
+def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> KernelFit:
+    """Fit ``scaleup_efficiency`` and ``scaleup_latency`` to an all-reduce table.
+
+    Args:
+      table: columns ``num_gpus``, ``message_size`` (elements), ``latency`` (ms), and either
+        ``allreduce_dtype`` / ``nccl_dtype`` (bfloat16 rows are used) and, for custom all-reduce
+        tables, ``backend`` (rows run in CUDA graphs are used where the table has them) or, for
+        NCCL tables, ``op_name`` ("all_reduce" rows).
+      hardware: the dcost hardware preset (its scale-up bandwidth per GPU, one direction).
+
+    Returns:
+      A ``KernelFit`` whose values are the fields of the log-depth all-reduce
+      ``dcost.serving.collectives.all_reduce(V, n, U eta_U, alpha, tree=1)``.
+    """
+    chip = _chip(hardware)
+    n_rows = len(table["latency"])
+    ok = np.ones(n_rows, bool)
+    for col in ("allreduce_dtype", "nccl_dtype"):
+        if col in table:
+            ok &= np.asarray(table[col]).astype(str) == "bfloat16"
+    if "backend" in table:
+        backend = np.asarray(table["backend"]).astype(str)
+        graph = np.char.find(backend, "graph") >= 0
+        if (ok & graph).any():
+            ok &= graph
+    if "op_name" in table and "nccl_dtype" in table:
+        ok &= np.asarray(table["op_name"]).astype(str) == "all_reduce"
+    n = np.asarray(table["num_gpus"], float)
+    ok &= (n > 1) & (n <= chip["scaleup_size"])
+    idx = np.flatnonzero(ok)
+    if len(idx) < 4:
+        raise ValueError(f"all-reduce table for {hardware}: {len(idx)} usable rows")
+    n = n[idx]
+    volume = np.asarray(table["message_size"], float)[idx] * 2.0  # bf16 elements -> bytes
+    y = np.asarray(table["latency"], float)[idx] * 1e-3
+    fit_i, held_i = _split(len(y), seed)
+    u = chip["scaleup_bandwidth"]
+
+    def predict(z, rows):
+        eff = 0.02 + 0.98 * _logistic(z[0])
+        alpha = jnp.exp(z[1])
+        return all_reduce(volume[rows], n[rows], u * eff, alpha, 1.0)
+
+    def loss(z):
+        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
+
+    zf = _minimize(loss, jnp.asarray([0.5, math.log(3e-6)]))
+    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
+    z = np.asarray(zf)
+    values = {
+        "scaleup_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[0]))),
+        "scaleup_latency": float(np.exp(z[1])),
+    }
+    return KernelFit("allreduce", values, len(y), rms, med, p90, ())
+
+
+# ---- a whole profile -----------------------------------------------------------------------
+
+
+def fit_tables(tables: Mapping[str, Mapping[str, np.ndarray]], hardware: str, seed: int = 0):
+    """Every kernel fit of one engine on one chip: ``{kind: KernelFit}`` from the tables named
+    "gemm", "generation_attention", "context_attention" and "allreduce" (the last three
+    optional)."""
+    fits = {"gemm": fit_gemm(tables["gemm"], hardware, seed)}
+    r = fits["gemm"].values["kernel_roofline_smoothness"]
+    if "generation_attention" in tables or "context_attention" in tables:
+        fits["attention"] = fit_attention(
+            tables.get("generation_attention"), tables.get("context_attention"), hardware, r, seed
+        )
+    if "allreduce" in tables:
+        fits["allreduce"] = fit_allreduce(tables["allreduce"], hardware, seed)
+    return fits
+
+
+KERNELS_PER_LAYER = {"gemm": 4.0, "attention": 1.0}
+"""Kernels of one transformer layer's decode step whose measured intercepts make up
+``layer_overhead``: the QKV, output, gate-up and down projections, and attention."""
+
+
+def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str, float]):
+    """``(shared profile, per-precision profile)`` from kernel fits. Fields the kernel tables
+    cannot show come from ``family_profile`` (the chip family's fitted profile) and are named in
+    the provenance by ``rebuild``: scale-out links, and host costs until ``dcost.validation.
+    silicon`` fits them."""
+    shared: dict[str, float] = {}
+    precision: dict[str, dict[str, float]] = {}
+    for fit in fits.values():
+        for key, value in fit.values.items():
+            if key.startswith("precision."):
+                _, p, field = key.split(".")
+                precision.setdefault(p, {})[field] = value
+            elif not key.endswith("_intercept"):
+                shared[key] = value
+    g = fits["gemm"].values["gemm_intercept"]
+    a = fits["attention"].values["generation_intercept"] if "attention" in fits else g
+    shared["layer_overhead"] = KERNELS_PER_LAYER["gemm"] * g + KERNELS_PER_LAYER["attention"] * a
+    shared["kernel_serialization"] = 1.0
+    shared["tree_collectives"] = 1.0
+    for key in ("scaleout_efficiency", "scaleout_latency", "step_overhead", "sequence_overhead"):
+        if key in family_profile:
+            shared[key] = float(family_profile[key])
+    if "scaleup_efficiency" not in shared:
+        for key in ("scaleup_efficiency", "scaleup_latency"):
+            shared[key] = float(family_profile[key])
+    shared.setdefault("expert_flops_efficiency", 1.0)
+    return shared, precision
+
+
+def _fmt(x) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (int, float)):
+        return repr(float(f"{float(x):.6g}")) if isinstance(x, float) else str(x)
+    if isinstance(x, str):
+        return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in x) + "]"
+    raise TypeError(type(x))
+
+
+def _toml_table(name: str, table: Mapping, lines: list[str]) -> None:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
+    nested = {k: v for k, v in table.items() if isinstance(v, Mapping)}
+    lines.append(f"[{name}]")
+    for k, v in scalars.items():
+        lines.append(f"{k} = {_fmt(v)}")
+    lines.append("")
+    for k, v in nested.items():
+        _toml_table(f"{name}.{k}" if "." not in k else f'{name}."{k}"', v, lines)
+
+
+def write_profile(engine, path) -> pathlib.Path:
+    """Write an ``Engine``'s profile file (TOML): ``[engine]``, ``[profile]`` with
+    ``[profile.precision.<p>]``, and ``[provenance]``."""
+    path = pathlib.Path(path)
+    lines = [
+        f"# Engine profile: {engine.name} {engine.version} on {engine.hardware_name}.",
+        "# Written by dcost (dcost.calibrate.kernels): [provenance] names every number's source.",
+        "",
+    ]
+    _toml_table(
+        "engine",
+        {"name": engine.name, "version": engine.version, "hardware": engine.hardware_name},
+        lines,
+    )
+    _toml_table("profile", {**engine.profile, "precision": engine.precision_profile}, lines)
+    _toml_table("provenance", engine.provenance, lines)
+    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    return path
+
+
+def rebuild(
+    root,
+    out_dir,
+    gpus: Sequence[str] = tuple(GPU_PRESETS),
+    engines: Sequence[str] = ("vllm", "sglang", "trtllm"),
+    package: str = "aiconfigurator-core",
+    seed: int = 0,
+    log=print,
+) -> list[pathlib.Path]:
+    """Fit and write a profile for every (GPU, engine) with tables under ``root``.
+
+    Args:
+      root: AIConfigurator's data root (``aiconfigurator_core/systems/data`` of the installed
+        package).
+      out_dir: where to write ``<engine>-<version>-<hardware>.toml``.
+      gpus, engines: which to build.
+      package: the source package and version, for the provenance.
+      seed: the random draw of rows.
+      log: where to print one line per profile.
+
+    Returns:
+      The files written.
+    """
+    from dcost.engines import Engine, default_scheduler
+
+    root, out_dir = pathlib.Path(root), pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for gpu in gpus:
+        hardware = GPU_PRESETS[gpu]
+        family = presets.card_family(hardware)
+        family_profile = presets.calibration_profile(family)
+        for name in engines:
+            found = find_tables(root, gpu, name)
+            if found is None:
+                continue
+            version = str(found.pop("version"))
+            tables = {k: read_table(v) for k, v in found.items()}
+            fits = fit_tables(tables, hardware, seed)
+            shared, precision = profile_from_fits(fits, family_profile)
+            rel = {k: str(pathlib.Path(v).relative_to(root)) for k, v in found.items()}
+            provenance = {
+                "source": f"{package} (ai-dynamo/aiconfigurator), systems/data, Apache-2.0",
+                "tables": rel,
+                "rows": {k: int(len(t["latency"])) for k, t in tables.items()},
+                "fitted_from_kernels": sorted(
+                    {k.split(".")[-1] for f in fits.values() for k in f.values}
+                    - {"gemm_intercept", "generation_intercept", "context_intercept"}
+                    | {"layer_overhead"}
+                ),
+                "from_family_profile": sorted(
+                    k
+                    for k in (
+                        "scaleout_efficiency",
+                        "scaleout_latency",
+                        "step_overhead",
+                        "sequence_overhead",
+                    )
+                    if k in shared
+                ),
+                "family": family,
+                "residuals": {
+                    kind: {
+                        "rows": fit.rows,
+                        "heldout_rms_log": fit.rms_log,
+                        "heldout_median_abs": fit.median_abs,
+                        "heldout_p90_abs": fit.p90_abs,
+                    }
+                    for kind, fit in fits.items()
+                },
+                "intercepts": {
+                    k: v
+                    for fit in fits.values()
+                    for k, v in fit.values.items()
+                    if k.endswith("_intercept")
+                },
+            }
+            eng = Engine(
+                name=name,
+                version=version,
+                hardware_name=hardware,
+                profile=shared,
+                precision_profile=precision,
+                provenance=provenance,
+                scheduler=default_scheduler(name, hardware),
+            )
+            path = write_profile(eng, out_dir / f"{name}-{version}-{hardware}.toml")
+            written.append(path)
+            res = ", ".join(f"{k} {f.median_abs:.1%}" for k, f in fits.items())
+            log(f"{name} {version} on {hardware}: held-out median error {res}")
+    return written

@@ -1,0 +1,586 @@
+"""Serving engines as values: what software achieves on a chip, apart from the chip's datasheet.
+
+``dcost.Hardware`` holds the datasheet (peak FLOP/s by precision, HBM, links, price). An
+``Engine`` holds what one serving engine, at one version, achieves on one chip: the fractions of
+peak its GEMMs, attention and grouped-expert kernels reach, its matmul-size curve, its collectives'
+latency and bandwidth, its fixed costs per step, layer and sequence (the ``profile``), where those
+numbers come from (``provenance``), and its scheduler settings (``scheduler``). Profiles are data
+files in ``profiles/`` beside this module, written by ``dcost calibrate --from-aiconfigurator``
+(``dcost.calibrate.kernels``) from the engine's measured kernel tables; scheduler defaults are in
+``schedulers.toml`` with a source beside every number.
+
+An engine is applied to a chip by setting the ``Hardware`` fields its profile names
+(``Engine.apply``): one code path for pure physics and calibrated engines. Pure physics
+(``engine=None``) stays a bound.
+
+>>> import dcost
+>>> eng = dcost.engine("vllm", hardware="h100-sxm")
+>>> eng.name, eng.hardware_name
+('vllm', 'h100-sxm')
+>>> h = eng.apply(dcost.hardware("h100-sxm"))
+>>> 0.0 < float(h.flops_efficiency) <= 1.0
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import pathlib
+import sys
+import tomllib
+import types
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from dcost.specs import Hardware, SpecError
+
+__all__ = [
+    "Engine",
+    "Scheduler",
+    "EngineError",
+    "engine",
+    "engines",
+    "ENGINE_NAMES",
+    "PROFILE_FIELDS",
+    "PRECISION_FIELDS",
+    "resolve",
+    "on_engine",
+    "default_scheduler",
+    "from_file",
+]
+
+ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+"""Serving engines with shipped profiles (TensorRT-LLM as "trtllm")."""
+
+_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
+
+PRECISION_FIELDS = ("flops_efficiency", "matmul_half_tokens")
+"""Profile fields fitted per matmul precision (a GEMM's achieved rate and its size curve depend on
+the number format: ``[profile.precision.<p>]`` tables)."""
+
+PROFILE_FIELDS = (
+    "bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "kernel_roofline_smoothness",
+    "attention_efficiency",
+    "expert_flops_efficiency",
+    "scaleup_efficiency",
+    "scaleup_latency",
+    "scaleout_efficiency",
+    "scaleout_latency",
+    "tree_collectives",
+    "kernel_serialization",
+    "step_overhead",
+    "layer_overhead",
+    "sequence_overhead",
+)
+"""Profile fields shared by every precision. All are ``Hardware`` fields except
+``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
+precision that attention over the context reaches, set on the chip as ``Hardware.attention_flops
+= attention_efficiency * F_attn / flops_efficiency`` (so that ``attention_flops_achieved`` is
+that rate)."""
+
+
+class EngineError(SpecError):
+    """An engine name, version, hardware, setting or profile file dcost cannot use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduler:
+    """The scheduler settings of a serving engine, under the names its users know.
+
+    Attributes:
+      max_num_seqs: most sequences running at once (vLLM ``max_num_seqs``; SGLang
+        ``max_running_requests``; TensorRT-LLM ``max_batch_size``).
+      max_num_batched_tokens: most tokens one step computes, prompt chunks and decode tokens
+        together (vLLM ``max_num_batched_tokens``; SGLang ``chunked_prefill_size``; TensorRT-LLM
+        ``max_num_tokens``).
+      gpu_memory_utilization: share of HBM the engine may use for weights, activations and its KV
+        cache (vLLM ``gpu_memory_utilization``; SGLang ``mem_fraction_static``; TensorRT-LLM
+        ``kv_cache_free_gpu_memory_fraction`` is of the memory left after the weights).
+      block_size: tokens per KV-cache block (page).
+      prefix_caching: whether the engine reuses cached KV blocks of shared prefixes.
+    """
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    block_size: int
+    prefix_caching: bool
+
+    def __post_init__(self):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise EngineError(
+                    f"Scheduler.{name} = {value!r} is not allowed: it must be a whole number >= 1"
+                )
+        u = self.gpu_memory_utilization
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
+            raise EngineError(
+                f"Scheduler.gpu_memory_utilization = {u!r} is not allowed: it must be a number "
+                "in (0, 1]"
+            )
+        if not isinstance(self.prefix_caching, bool):
+            raise EngineError(
+                f"Scheduler.prefix_caching = {self.prefix_caching!r} is not allowed: it must be "
+                "True or False"
+            )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Engine:
+    """One serving engine at one version on one chip: its achieved rates and fixed costs
+    (``profile``), their provenance and its scheduler.
+
+    Attributes:
+      name: "vllm", "sglang" or "trtllm".
+      version: the engine version the profile was measured on (e.g. "0.24.0").
+      hardware_name: the hardware preset the profile was measured on.
+      profile: ``{field: value}`` of the fields in ``PROFILE_FIELDS`` (SI units).
+      precision_profile: ``{precision: {field: value}}`` of ``PRECISION_FIELDS`` per matmul
+        precision ("bf16", "fp8", "fp4").
+      provenance: where the numbers come from (source package and version, tables, row counts,
+        the fit's residual per kernel type), as read from the profile file.
+      scheduler: the scheduler settings (``Scheduler``).
+    """
+
+    name: str
+    version: str
+    hardware_name: str
+    profile: dict
+    precision_profile: dict
+    provenance: dict
+    scheduler: Scheduler
+
+    def __eq__(self, other):
+        return isinstance(other, Engine) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def _key(self):
+        return (
+            self.name,
+            self.version,
+            self.hardware_name,
+            _freeze(self.profile),
+            _freeze(self.precision_profile),
+            self.scheduler,
+        )
+
+    def __repr__(self) -> str:
+        return f"Engine({self.name} {self.version} on {self.hardware_name})"
+
+    @property
+    def label(self) -> str:
+        """``name-version`` (e.g. "vllm-0.24.0")."""
+        return f"{self.name}-{self.version}"
+
+    def precision_of(self, hardware: Hardware) -> str:
+        """The matmul precision a chip of this engine's hardware runs at: the card's rate whose
+        FLOP/s is nearest to ``hardware.flops`` (in log ratio), among the precisions the profile
+        was fitted for."""
+        from dcost import presets
+
+        card = presets.hardware_card(self.hardware_name)
+        flops = float(jnp.ravel(jnp.asarray(hardware.flops))[0])
+        best, gap = "bf16", math.inf
+        for p in self.precision_profile:
+            key = "flops" if p == "bf16" else f"flops_{p}"
+            if key not in card:
+                continue
+            rate = float(presets._value(card[key]))
+            if abs(math.log(flops / rate)) < gap:
+                best, gap = p, abs(math.log(flops / rate))
+        return best
+
+    def fields(self, hardware: Hardware, precision: str | None = None) -> dict[str, float]:
+        """The ``Hardware`` fields this engine sets on ``hardware`` (SI units): the shared profile,
+        the matmul precision's own fields, and ``attention_flops`` from ``attention_efficiency``
+        (see ``PROFILE_FIELDS``)."""
+        p = self.precision_of(hardware) if precision is None else precision
+        if p not in self.precision_profile:
+            raise EngineError(
+                f"engine {self.label} on {self.hardware_name} has no profile for precision {p!r}; "
+                f"it has: {', '.join(self.precision_profile)}"
+            )
+        values = {k: v for k, v in self.profile.items() if k != "attention_efficiency"}
+        values.update(self.precision_profile[p])
+        if "attention_efficiency" in self.profile:
+            # the chip's attention peak as set (the KV cache's rate), else its matmul peak
+            peak = hardware.get("attention_flops")
+            values["attention_flops"] = (
+                self.profile["attention_efficiency"] * peak / values["flops_efficiency"]
+            )
+        return values
+
+    def apply(self, hardware: Hardware, precision: str | None = None) -> Hardware:
+        """``hardware`` with this engine's profile set (its datasheet fields kept).
+
+        Args:
+          hardware: the chip (``dcost.hardware(name, precision=...)``).
+          precision: the matmul precision whose fields to use; None: the one whose peak FLOP/s
+            ``hardware.flops`` is (``precision_of``).
+
+        Returns:
+          A ``Hardware`` whose efficiency, overhead and link fields are the engine's.
+        """
+        if not isinstance(hardware, Hardware):
+            raise EngineError(
+                f"Engine.apply: hardware must be a dcost.Hardware, got {type(hardware).__name__}"
+            )
+        values = self.fields(hardware, precision)
+        names = tuple(values)
+        dtype = jnp.result_type(float)
+        return eqx.tree_at(
+            lambda h: tuple(getattr(h, n) for n in names),
+            hardware,
+            tuple(jnp.asarray(values[n], dtype=dtype) for n in names),
+            is_leaf=lambda x: x is None,
+        )
+
+    def with_profile(self, profile=None, precision_profile=None, provenance=None) -> Engine:
+        """A copy with some profile fields (or provenance) replaced; the rest kept."""
+        return Engine(
+            name=self.name,
+            version=self.version,
+            hardware_name=self.hardware_name,
+            profile={**self.profile, **(profile or {})},
+            precision_profile={
+                p: {**v, **((precision_profile or {}).get(p, {}))}
+                for p, v in self.precision_profile.items()
+            },
+            provenance=dict(provenance) if provenance is not None else self.provenance,
+            scheduler=self.scheduler,
+        )
+
+    def save(self, path) -> pathlib.Path:
+        """Write the profile file (TOML) that ``engine(..., profile=path)`` reads back."""
+        from dcost.calibrate.kernels import write_profile
+
+        return write_profile(self, path)
+
+
+def _freeze(d):
+    if isinstance(d, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in d.items()))
+    if isinstance(d, list):
+        return tuple(_freeze(v) for v in d)
+    return d
+
+
+_DIR = "profiles"
+
+
+def _profile_files() -> list[Any]:
+    root = resources.files(__name__).joinpath(_DIR)
+    if not root.is_dir():
+        return []
+    return sorted((f for f in root.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
+
+
+@functools.cache
+def _shipped() -> tuple[tuple[str, str, str, str], ...]:
+    """``(engine, version, hardware, file name)`` of every shipped profile."""
+    rows = []
+    for f in _profile_files():
+        head = tomllib.loads(f.read_text(encoding="utf-8"))["engine"]
+        rows.append((head["name"], head["version"], head["hardware"], f.name))
+    return tuple(rows)
+
+
+def engines() -> list[tuple[str, str, str]]:
+    """What ships: ``(engine, version, hardware preset)`` rows, sorted.
+
+    >>> import dcost
+    >>> ("vllm", "h100-sxm") in {(e, h) for e, _, h in dcost.engines()}
+    True
+    """
+    return sorted((e, v, h) for e, v, h, _ in _shipped())
+
+
+def _version_key(version: str) -> tuple:
+    parts = []
+    for piece in version.replace("-", ".").split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append((int(digits) if digits else -1, piece))
+    return tuple(parts)
+
+
+@functools.cache
+def _scheduler_defaults() -> dict:
+    text = resources.files(__name__).joinpath("schedulers.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _value(entry):
+    return entry["value"] if isinstance(entry, dict) else entry
+
+
+def default_scheduler(name: str, hardware_name: str) -> Scheduler:
+    """The engine's scheduler defaults on a chip (``schedulers.toml``, each with its source):
+    a per-chip table where the engine's defaults depend on the chip's memory, else the engine's
+    own."""
+    table = _scheduler_defaults()[name]
+    values = {k: _value(v) for k, v in table.items() if k not in ("by_hardware", "source")}
+    for k, v in table.get("by_hardware", {}).get(hardware_name, {}).items():
+        values[k] = _value(v)
+    return Scheduler(**values)
+
+
+def _parse_profile(data: Mapping, origin: str) -> tuple[dict, dict, dict]:
+    """The shared profile, the per-precision profiles and the provenance of a profile file's
+    data, checked: every value a finite number in its field's range (``EngineError`` naming the
+    file and the field)."""
+    prof = dict(data.get("profile", {}))
+    per_precision = prof.pop("precision", {})
+    shared = {}
+    for k, v in prof.items():
+        if k not in PROFILE_FIELDS:
+            raise EngineError(
+                f"{origin}: profile field {k!r} is not known; allowed: {', '.join(PROFILE_FIELDS)}"
+            )
+        shared[k] = _number(origin, f"profile.{k}", v)
+    precision: dict[str, dict[str, float]] = {}
+    for p, fields in per_precision.items():
+        precision[p] = {}
+        for k, v in fields.items():
+            if k not in PRECISION_FIELDS:
+                raise EngineError(
+                    f"{origin}: profile.precision.{p} field {k!r} is not known; allowed: "
+                    f"{', '.join(PRECISION_FIELDS)}"
+                )
+            precision[p][k] = _number(origin, f"profile.precision.{p}.{k}", v)
+    if not precision:
+        raise EngineError(f"{origin}: no [profile.precision.<p>] table; at least one is required")
+    _ranges(origin, shared, precision)
+    return shared, precision, dict(data.get("provenance", {}))
+
+
+_FRACTIONS = (
+    "bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "attention_efficiency",
+    "expert_flops_efficiency",
+    "scaleup_efficiency",
+    "scaleout_efficiency",
+    "flops_efficiency",
+)
+_UNIT = ("kernel_roofline_smoothness", "tree_collectives", "kernel_serialization")
+
+
+def _number(origin, field, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise EngineError(f"{origin}: {field} = {v!r} is not allowed: it must be a finite number")
+    return float(v)
+
+
+def _ranges(origin, shared, precision):
+    items = list(shared.items()) + [
+        (f"precision.{p}.{k}", v) for p, f in precision.items() for k, v in f.items()
+    ]
+    for field, v in items:
+        name = field.rsplit(".", 1)[-1]
+        if name in _FRACTIONS and not 0.0 < v <= 1.0:
+            raise EngineError(f"{origin}: profile.{field} = {v!r} must be in (0, 1]")
+        if name in _UNIT and not 0.0 <= v <= 1.0:
+            raise EngineError(f"{origin}: profile.{field} = {v!r} must be in [0, 1]")
+        if v < 0.0:
+            raise EngineError(f"{origin}: profile.{field} = {v!r} must be >= 0")
+
+
+def _read(text: str, origin: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise EngineError(f"{origin}: not a valid TOML file: {err}") from None
+
+
+def from_file(path, **scheduler) -> Engine:
+    """An engine read from a profile file (as ``Engine.save`` or ``dcost calibrate`` write)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise EngineError(f"engine profile {str(path)!r}: no such file")
+    data = _read(path.read_text(encoding="utf-8"), str(path))
+    return _engine_from(data, str(path), scheduler)
+
+
+def _engine_from(data: Mapping, origin: str, scheduler: Mapping) -> Engine:
+    head = data.get("engine")
+    if not isinstance(head, Mapping) or not {"name", "version", "hardware"} <= set(head):
+        raise EngineError(
+            f"{origin}: an [engine] table with name, version and hardware is required"
+        )
+    name = _name(str(head["name"]))
+    shared, precision, provenance = _parse_profile(data, origin)
+    base = default_scheduler(name, str(head["hardware"]))
+    return Engine(
+        name=name,
+        version=str(head["version"]),
+        hardware_name=str(head["hardware"]),
+        profile=shared,
+        precision_profile=precision,
+        provenance=provenance,
+        scheduler=_settings(base, scheduler),
+    )
+
+
+def _settings(base: Scheduler, overrides: Mapping) -> Scheduler:
+    allowed = [f.name for f in dataclasses.fields(Scheduler)]
+    for k in overrides:
+        if k not in allowed:
+            raise EngineError(f"unknown scheduler setting {k!r}; allowed: {', '.join(allowed)}")
+    return dataclasses.replace(base, **overrides)
+
+
+def _name(name: str) -> str:
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in ENGINE_NAMES:
+        raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    return key
+
+
+def _hardware_key(hardware) -> str:
+    if isinstance(hardware, str):
+        from dcost import presets
+
+        presets.hardware_card(hardware)  # an unknown name: PresetError listing the known ones
+        return hardware
+    raise EngineError(
+        f"engine: hardware must be a hardware preset name (see dcost.hardware_names()), got "
+        f"{type(hardware).__name__}"
+    )
+
+
+@functools.cache
+def _load_shipped(file_name: str) -> Engine:
+    f = resources.files(__name__).joinpath(_DIR).joinpath(file_name)
+    return _engine_from(_read(f.read_text(encoding="utf-8"), file_name), file_name, {})
+
+
+def engine(
+    name: str,
+    hardware: str,
+    version: str | None = None,
+    profile=None,
+    **scheduler,
+) -> Engine:
+    """A serving engine on a chip, from the shipped profiles (or a profile file).
+
+    Args:
+      name: "vllm", "sglang" or "trtllm" ("tensorrt-llm" too); "vllm-0.19" names a version.
+      hardware: a hardware preset name (``dcost.hardware_names()``).
+      version: the engine version; None: the latest shipped for that chip. A prefix selects the
+        latest version it starts ("0.19" -> "0.19.x"). An unshipped version raises
+        ``EngineError`` listing the shipped ones.
+      profile: a profile file written by ``Engine.save`` or ``dcost calibrate``; it replaces the
+        shipped one (the name and chip must match the file's).
+      **scheduler: scheduler settings (``Scheduler`` fields: ``max_num_seqs``,
+        ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``,
+        ``prefix_caching``) that override the engine's defaults.
+
+    Returns:
+      An ``Engine``.
+
+    >>> import dcost
+    >>> dcost.engine("sglang", hardware="b200", max_num_seqs=256).scheduler.max_num_seqs
+    256
+    """
+    if not isinstance(name, str):
+        raise EngineError(f"engine: name must be a string, got {type(name).__name__}")
+    if version is None and "-" in name and name.lower() not in _ALIASES:
+        name, version = name.split("-", 1)
+    key = _name(name)
+    chip = _hardware_key(hardware)
+    if profile is not None:
+        eng = from_file(profile, **scheduler)
+        if eng.name != key or eng.hardware_name != chip:
+            raise EngineError(
+                f"engine profile {str(profile)!r} is {eng.name} on {eng.hardware_name}, not "
+                f"{key} on {chip}"
+            )
+        return eng
+    rows = [r for r in _shipped() if r[0] == key and r[2] == chip]
+    if not rows:
+        have = sorted({r[2] for r in _shipped() if r[0] == key})
+        raise EngineError(
+            f"no shipped {key} profile for hardware {chip!r}; {key} ships profiles for: "
+            f"{', '.join(have) or 'none'} (pure physics: engine=None; a family profile: "
+            f"dcost.hardware({chip!r}, calibrated=True))"
+        )
+    if version is not None:
+        version = str(version)
+        match = [r for r in rows if r[1] == version or r[1].startswith(version + ".")]
+        if not match:
+            raise EngineError(
+                f"no shipped {key} {version} profile for {chip}; shipped versions: "
+                f"{', '.join(sorted({r[1] for r in rows}, key=_version_key))}"
+            )
+        rows = match
+    row = max(rows, key=lambda r: _version_key(r[1]))
+    eng = _load_shipped(row[3])
+    if scheduler:
+        eng = Engine(
+            name=eng.name,
+            version=eng.version,
+            hardware_name=eng.hardware_name,
+            profile=eng.profile,
+            precision_profile=eng.precision_profile,
+            provenance=eng.provenance,
+            scheduler=_settings(eng.scheduler, scheduler),
+        )
+    return eng
+
+
+def on_engine(engine, hardware: Hardware) -> Hardware:
+    """The chip a cost function evaluates: ``hardware`` itself when ``engine`` is None (pure
+    physics, or whatever profile the chip already carries), else ``engine.apply(hardware)``.
+
+    An engine is a value for what runs on the chip; a name alone does not say which chip's
+    profile to take, so it is refused with the call that does.
+    """
+    if engine is None:
+        return hardware
+    if isinstance(engine, Engine):
+        return engine.apply(hardware)
+    if isinstance(engine, str):
+        raise EngineError(
+            f"engine={engine!r}: pass dcost.engine({engine!r}, hardware=<preset name>) (a name "
+            "alone does not say which chip's profile to use)"
+        )
+    raise EngineError(f"engine must be None or a dcost.Engine, got {type(engine).__name__}")
+
+
+def resolve(value, hardware_name: str | None = None) -> Engine | None:
+    """An ``engine=`` argument as an ``Engine``: None stays None (pure physics), an ``Engine``
+    is itself, a string "vllm" or "vllm-0.24" is looked up on ``hardware_name``."""
+    if value is None or isinstance(value, Engine):
+        return value
+    if isinstance(value, str):
+        if hardware_name is None:
+            raise EngineError(
+                f"engine={value!r} names an engine but not its chip: pass "
+                f"dcost.engine({value!r}, hardware=...) instead"
+            )
+        return engine(value, hardware=hardware_name)
+    raise EngineError(
+        f"engine must be None, a dcost.Engine or an engine name, got {type(value).__name__}"
+    )
+
+
+class _CallableModule(types.ModuleType):
+    """This subpackage, callable: ``dcost.engines()`` is ``dcost.engines.engines()`` (the public
+    contract names both the listing and the subpackage ``dcost.engines``)."""
+
+    def __call__(self) -> list[tuple[str, str, str]]:
+        return engines()
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,394 @@
+"""AIConfigurator's measured silicon sample: end-to-end serving runs of three engines, as records.
+
+``silicon.csv.gz`` beside this module is ``systems/silicon_sample.csv`` of ``aiconfigurator-core``
+0.12.0 (ai-dynamo/aiconfigurator, Apache-2.0), unchanged: 5,221 runs of vLLM, SGLang and
+TensorRT-LLM (2025-2026 versions) on H100, H200, B200, B300, GB200 and GB300, each a benchmark
+client at a fixed concurrency with its layout, precisions, lengths, TTFT and TPOT.
+
+``records()`` turns every row dcost can express into measurement records (``dcost.validation``'s
+schema) and counts the rest with the reason. The mapping, with what the sample does not state
+marked assumed in each record:
+
+- chip: ``h100_sxm`` -> h100-sxm, ``h200_sxm`` -> h200, ``b200_sxm`` -> b200, ``b300_sxm`` -> b300,
+  ``gb200`` -> gb200-nvl72, ``gb300`` -> gb300-nvl72;
+- weights and matmuls: the MoE quantization for MoE models, the GEMM one for dense models
+  (fp8 and fp8_block -> fp8, nvfp4 -> fp4, none -> bf16); the KV cache is not stated: assumed fp8
+  under TensorRT-LLM (its default for fp8 and fp4 checkpoints) and bf16 under vLLM and SGLang
+  (``kv_cache_dtype="auto"``);
+- layout: ``tensor_parallel = tp``, ``attention_data_parallel = dp``, ``expert_parallel =
+  moe_ep``, ``pipeline_parallel = pp``, ``gpus = tp * dp * pp`` (the pool's for disaggregated rows);
+- concurrency: the client's (``silicon_concurrency`` in ``silicon_data_source``) for aggregated
+  rows; disaggregated decode rows divide it over the decode workers; disaggregated prefill rows
+  (TTFT) run the prefill pool's ``prefill_batch_size``;
+- metrics: aggregated rows give TPOT (a mixed step, ``dcost.mixed_step``) and, at concurrency 1,
+  the TTFT of a lone prefill; disaggregated rows give the decode pool's TPOT and the prefill
+  pool's TTFT. TTFT under load (concurrency > 1, aggregated) is queueing: not a record here.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import gzip
+import io
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "load_rows",
+    "records",
+    "MODELS",
+    "UNMODELLED",
+    "SYSTEMS",
+    "Skipped",
+    "concurrency_band",
+]
+
+SOURCE = (
+    "ai-dynamo/aiconfigurator: aiconfigurator-core 0.12.0 (PyPI, Apache-2.0), "
+    "systems/silicon_sample.csv"
+)
+
+SYSTEMS = {
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
+}
+
+MODELS = {
+    "meta-llama/Llama-3.1-70B": "llama-3.3-70b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
+    "deepseek-ai/DeepSeek-R1": "deepseek-r1",
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+    "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-v3",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "moonshotai/Kimi-K2.5": "kimi-k2",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+}
+"""The sample's checkpoints -> dcost model presets (Llama 3.1 70B is the Llama 3.3 70B
+architecture; Kimi K2.5's language model is Kimi K2's; DeepSeek-V3.1 is DeepSeek-V3's)."""
+
+UNMODELLED = {
+    "Qwen/Qwen3.5-397B-A17B": "Gated DeltaNet linear-attention layers are not modelled",
+    "zhipuai/GLM-5": "DeepSeek sparse attention (DSA) is not modelled",
+}
+
+_QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "": "bf16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A row (or one of its metrics) dcost does not express, and why."""
+
+    id: str
+    metric: str
+    reason: str
+
+
+@functools.cache
+def _text() -> str:
+    data = resources.files("dcost.validation").joinpath("silicon.csv.gz").read_bytes()
+    return gzip.decompress(data).decode("utf-8")
+
+
+def load_rows() -> list[dict]:
+    """The sample's rows as dicts of strings, in file order."""
+    return list(csv.DictReader(io.StringIO(_text())))
+
+
+def _field(source: str, key: str) -> str | None:
+    for part in source.split(";"):
+        k, _, v = part.strip().partition("=")
+        if k == key:
+            return v
+    return None
+
+
+def _int(row: Mapping, key: str, default: int | None = None) -> int | None:
+    v = row.get(key, "")
+    if v in ("", None):
+        return default
+    return int(float(v))
+
+
+@functools.cache
+def _precisions(hardware: str) -> tuple[str, ...]:
+    from dcost import presets
+
+    return tuple(presets.precisions(hardware))
+
+
+@functools.cache
+def _is_moe(model: str) -> bool:
+    from dcost import presets
+
+    return float(presets.model(model).n_experts) > 0
+
+
+def concurrency_band(c: float) -> str:
+    """The band of a concurrency the reports group by: "1", "2-8", "9-63", "64+"."""
+    return "1" if c <= 1 else "2-8" if c <= 8 else "9-63" if c < 64 else "64+"
+
+
+def _base(row: Mapping, metric: str, model: str, moe: bool) -> dict:
+    engine = row["backend"]
+    quant = row["moe_quant_mode"] if moe else row["gemm_quant_mode"]
+    weights = _QUANT[quant]
+    assumed = ["kv_cache"]
+    kv = "fp8" if (engine == "trtllm" and weights != "bf16") else "bf16"
+    out = {
+        "id": f"silicon-{row['id']}-{metric}",
+        "source": SOURCE,
+        "source_id": "aiconfigurator-silicon",
+        "family": "",
+        "quote": f"{row['id']}: ttft {float(row['silicon_ttft_ms']):.4g} ms, tpot "
+        f"{float(row['silicon_tpot_ms']):.4g} ms ({row['silicon_data_source'].split(';')[0]})",
+        "hardware": SYSTEMS[row["system"]],
+        "model": model,
+        "weights": weights,
+        "kv_cache": kv,
+        # a chip with no rate for the weights' format runs them weight-only, its matmuls in bf16
+        "compute": weights if weights in _precisions(SYSTEMS[row["system"]]) else "bf16",
+        "engine": engine,
+        "prompt_tokens": float(row["isl"]),
+        "output_tokens": float(row["osl"]),
+        "metric": metric,
+        "assumed": assumed,
+        "mode": row["mode"],
+    }
+    if row["backend_version"]:
+        out["engine_version"] = row["backend_version"]
+    else:
+        assumed.append("engine_version")
+    return out
+
+
+def _layout(row: Mapping, prefix: str) -> dict:
+    tp = _int(row, f"{prefix}tp_size", 1) or 1
+    pp = _int(row, f"{prefix}pp_size", 1) or 1
+    dp = _int(row, f"{prefix}attention_dp_size", 1) or 1
+    ep = _int(row, f"{prefix}moe_ep_size", 1) or 1
+    return {
+        "tensor_parallel": tp,
+        "pipeline_parallel": pp,
+        "attention_data_parallel": dp,
+        "expert_parallel": ep,
+        "gpus": tp * dp * pp,
+    }
+
+
+def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Skipped]]:
+    """The rows dcost can express as records (see the module docstring), and the rest with their
+    reason. Each record also carries ``mode`` ("agg" | "disagg") and ``engine`` (and
+    ``engine_version`` where the sample states it).
+
+    >>> recs, skipped = records()
+    >>> len(recs) > 1000 and {r["engine"] for r in recs} == {"vllm", "sglang", "trtllm"}
+    True
+    """
+    from dcost import presets
+
+    rows = load_rows() if rows is None else rows
+    out: list[dict] = []
+    skipped: list[Skipped] = []
+    for row in rows:
+        rid = row["id"]
+        path = row["model_path"]
+        if path in UNMODELLED:
+            skipped.append(Skipped(rid, "*", UNMODELLED[path]))
+            continue
+        if path not in MODELS:
+            skipped.append(Skipped(rid, "*", f"no preset for {path}"))
+            continue
+        if row["system"] not in SYSTEMS:
+            skipped.append(Skipped(rid, "*", f"no preset for system {row['system']}"))
+            continue
+        quant = {row["gemm_quant_mode"], row["moe_quant_mode"]}
+        if not quant <= set(_QUANT):
+            skipped.append(Skipped(rid, "*", f"quantization {sorted(quant)} is not modelled"))
+            continue
+        model = MODELS[path]
+        moe = _is_moe(model)
+        concurrency = _field(row["silicon_data_source"], "silicon_concurrency")
+        clients = int(concurrency) if concurrency else _int(row, "batch_size")
+        if row["mode"] == "agg":
+            layout = _layout(row, "")
+            if not moe and layout["attention_data_parallel"] > 1:
+                skipped.append(Skipped(rid, "*", "data-parallel attention of a dense model"))
+                continue
+            r = {**_base(row, "tpot", model, moe), **layout, "serving": "aggregated"}
+            r.update(concurrency=clients, value=float(row["silicon_tpot_ms"]) * 1e-3)
+            out.append(r)
+            if clients == 1:
+                t = {**_base(row, "ttft", model, moe), **layout, "serving": "aggregated"}
+                t.update(concurrency=1, value=float(row["silicon_ttft_ms"]) * 1e-3)
+                out.append(t)
+            else:
+                skipped.append(Skipped(rid, "ttft", "TTFT under load is queueing (issue 29)"))
+        else:
+            workers = _int(row, "decode_num_workers", 1) or 1
+            decode = _layout(row, "decode_")
+            per_worker = max(1, round(clients / workers)) if clients else None
+            if per_worker is None:
+                skipped.append(Skipped(rid, "*", "no concurrency"))
+                continue
+            r = {**_base(row, "tpot", model, moe), **decode, "serving": "decode"}
+            r.update(concurrency=per_worker, value=float(row["silicon_tpot_ms"]) * 1e-3)
+            if not moe and decode["attention_data_parallel"] > 1:
+                skipped.append(Skipped(rid, "tpot", "data-parallel attention of a dense model"))
+            else:
+                out.append(r)
+            prefill = _layout(row, "prefill_")
+            batch = _int(row, "prefill_batch_size", 1) or 1
+            t = {**_base(row, "ttft", model, moe), **prefill, "serving": "prefill"}
+            t.update(concurrency=batch, value=float(row["silicon_ttft_ms"]) * 1e-3)
+            if not moe and prefill["attention_data_parallel"] > 1:
+                skipped.append(Skipped(rid, "ttft", "data-parallel attention of a dense model"))
+            else:
+                out.append(t)
+    kept = []
+    for r in out:
+        # fewer sequences than attention groups: dcost's batch would fall below one
+        if r["concurrency"] < r["gpus"] / r["tensor_parallel"] / r["pipeline_parallel"]:
+            skipped.append(
+                Skipped(r["id"], r["metric"], "fewer sequences than attention-parallel groups")
+            )
+        else:
+            kept.append(r)
+    for r in kept:
+        r["family"] = presets.card_family(r["hardware"])
+    return kept, skipped
+
+
+def errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """``|pred/measured - 1|`` elementwise."""
+    return np.abs(np.asarray(pred) / np.asarray(measured) - 1.0)
+
+
+# ---- predictions ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Predictions:
+    """The sample's records predicted three ways, and the parts of the engine prediction that
+    host costs scale (so that they can be fitted, held out, without re-evaluating the model).
+
+    Attributes:
+      records: the records, in order.
+      measured: their values (s).
+      pure: pure physics (a bound: measured >= pure).
+      family: the family profile (``dcost.hardware(..., calibrated=True)``'s).
+      engine_base: the engine profile with no host cost per step or sequence (s).
+      per_step: seconds the metric gains per second of ``step_overhead``.
+      per_sequence: seconds it gains per second of ``sequence_overhead``.
+      engine_label: the profile each record ran ("vllm-0.24.0"; "" where no engine profile
+        ships for its chip: then ``engine_base`` is the family's).
+    """
+
+    records: list
+    measured: np.ndarray
+    pure: np.ndarray
+    family: np.ndarray
+    engine_base: np.ndarray
+    per_step: np.ndarray
+    per_sequence: np.ndarray
+    engine_label: list
+
+    def engine(self, step_overhead, sequence_overhead) -> np.ndarray:
+        """The engine prediction with host costs ``step_overhead`` and ``sequence_overhead``
+        (scalars or one value per record) (s)."""
+        return (
+            self.engine_base
+            + np.asarray(step_overhead) * self.per_step
+            + np.asarray(sequence_overhead) * self.per_sequence
+        )
+
+
+_PROBE_STEP = 1e-3
+_PROBE_SEQUENCE = 1e-5
+
+
+def _evaluate(cases: list, overheads: tuple[float, float] | None) -> np.ndarray:
+    """Each case's metric, evaluated in one vmapped call per kind of step; ``overheads`` sets
+    ``(step_overhead, sequence_overhead)`` on every chip (None: as the cases have them)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from dcost.specs import stack
+    from dcost.validation.cases import Case, evaluate_metrics
+
+    out = np.zeros(len(cases))
+    kinds: dict[tuple, list[int]] = {}
+    for i, c in enumerate(cases):
+        kinds.setdefault((c.step, c.metric, jax.tree.structure((c.hardware, c.model))), []).append(
+            i
+        )
+    for (step, metric, _), idx in kinds.items():
+        members = [cases[i] for i in idx]
+        hw = stack([c.hardware for c in members])
+        if overheads is not None:
+            hw = eqx.tree_at(
+                lambda h: (h.step_overhead, h.sequence_overhead),
+                hw,
+                tuple(jnp.full(len(idx), v) for v in overheads),
+                is_leaf=lambda x: x is None,
+            )
+        model = stack([c.model for c in members])
+        work = stack([c.workload for c in members])
+        design = stack([c.design for c in members])
+        chips = jnp.asarray([c.chips for c in members])
+        ipo = jnp.asarray([c.input_per_output for c in members])
+
+        def one(h, m, w, d, n, r, step=step, metric=metric):
+            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r), (metric,))[0]
+
+        out[idx] = np.asarray(jax.jit(jax.vmap(one))(hw, model, work, design, chips, ipo))
+    return out
+
+
+def predict_all(recs: Sequence[Mapping] | None = None) -> Predictions:
+    """Predict every record (``records()``) pure, with its family profile and with its
+    engine's profile (``dcost.validation.cases.record_engine``: the nearest shipped version).
+    """
+    from dcost.validation.cases import case, record_engine
+
+    recs = records()[0] if recs is None else list(recs)
+    plain = [{k: v for k, v in r.items() if k != "mode"} for r in recs]
+    engines: dict[tuple, Any] = {}
+    pure_cases, family_cases, engine_cases, labels = [], [], [], []
+    for r in plain:
+        key = (r["engine"], r.get("engine_version"), r["hardware"])
+        if key not in engines:
+            engines[key] = record_engine(r)[0]
+        eng = engines[key]
+        pure_cases.append(case(r, calibrated=False))
+        fam = case(r, calibrated=True)
+        family_cases.append(fam)
+        engine_cases.append(case(r, engine=eng) if eng is not None else fam)
+        labels.append(eng.label if eng is not None else "")
+    base = _evaluate(engine_cases, (0.0, 0.0))
+    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0))
+    seq = _evaluate(engine_cases, (0.0, _PROBE_SEQUENCE))
+    return Predictions(
+        records=list(recs),
+        measured=np.asarray([r["value"] for r in recs]),
+        pure=_evaluate(pure_cases, None),
+        family=_evaluate(family_cases, None),
+        engine_base=base,
+        per_step=(step - base) / _PROBE_STEP,
+        per_sequence=(seq - base) / _PROBE_SEQUENCE,
+        engine_label=labels,
+    )
