@@ -79,6 +79,16 @@ _LAZY = {
     "Sensitivity": "dcost.search.sensitivity",
     "sensitivity": "dcost.search.sensitivity",
     "Solution": "dcost.search.solution",
+    "TCO": "dcost.search.objectives",
+    "energy": "dcost.serving.power",
+    "Energy": "dcost.serving.power",
+    "PowerFit": "dcost.serving.power",
+    "power_cap": "dcost.serving.power",
+    "Ownership": "dcost.pricing.ownership",
+    "ownership": "dcost.pricing.ownership",
+    "owned": "dcost.pricing.ownership",
+    "tco_per_token": "dcost.pricing.ownership",
+    "breakeven": "dcost.pricing.ownership",
     "Traffic": "dcost.planning.traffic",
     "traffic": "dcost.planning.traffic",
     "plan": "dcost.planning.planner",
@@ -181,5 +191,7 @@ __all__ += [
     "sensitivity",
 ]
 __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simulate"]
+__all__ += ["TCO", "energy", "Energy", "PowerFit", "power_cap"]
+__all__ += ["Ownership", "ownership", "owned", "tco_per_token", "breakeven"]
 __all__ += ["Engine", "Scheduler", "engine", "engines"]
 __version__ = "0.1.0"

@@ -6,9 +6,11 @@ constraints bound (``tpot`` in s, ``ttft`` in s, ``memory`` in bytes per chip, `
 with their limits; the optimizer and the grid search only ever call ``problem.objective.evaluate``.
 
 The built-in objectives are the constants ``COST_PER_TOKEN`` ($ per output token, decode),
-``COST_PER_INPUT_TOKEN`` ($ per input token, prefill) and ``LIFETIME_COST`` ($ of pretraining + RL
-+ inference, ``dcost.search.lifetime_objective``); ``BUILTIN`` maps their names to them (read
-only), which is how ``Problem(objective="cost_per_token")`` resolves a string (``resolve``).
+``COST_PER_INPUT_TOKEN`` ($ per input token, prefill), ``LIFETIME_COST`` ($ of pretraining + RL
++ inference, ``dcost.search.lifetime_objective``) and ``TCO`` ($ per output token of owned chips,
+electricity at the step's own power, ``dcost.pricing.ownership``); ``BUILTIN`` maps their names
+to them (read only), which is how ``Problem(objective="cost_per_token")`` resolves a string
+(``resolve``).
 
 Writing an objective: ``evaluate(design, problem, smoothness) -> (cost, quantities, report)`` from
 pure JAX (``quantities`` holding every constraint it bounds, e.g. ``"loss"`` for ``loss_target``;
@@ -20,7 +22,7 @@ quantity ever falls as the batch grows (the integer search relies on it).
 >>> import dcost
 >>> from dcost.search import objectives
 >>> sorted(objectives.BUILTIN)
-['cost_per_input_token', 'cost_per_token', 'lifetime_cost']
+['cost_per_input_token', 'cost_per_token', 'lifetime_cost', 'tco']
 >>> objectives.resolve("cost_per_token") is objectives.COST_PER_TOKEN
 True
 >>> print(objectives.COST_PER_TOKEN)
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dcost.search import lifetime_objective
-from dcost.serving.roofline import decode, prefill
+from dcost.serving.roofline import SECONDS_PER_HOUR, decode, prefill
 from dcost.specs import SpecError
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "COST_PER_TOKEN",
     "COST_PER_INPUT_TOKEN",
     "LIFETIME_COST",
+    "TCO",
     "BUILTIN",
     "resolve",
 ]
@@ -162,8 +165,50 @@ LIFETIME_COST = Objective(
 """$ of pretraining + RL + inference (``dcost.search.lifetime_objective``); needs
 ``Problem(extras=dcost.LifetimeInputs(...))``; its report is a ``dcost.LifetimeReport``."""
 
+
+def _tco(design, problem, smoothness) -> tuple:
+    """Decode: $ per output token of owned chips (``dcost.pricing.ownership.tco_per_token``:
+    capital, hosting and the step's own electricity); bounds as ``cost_per_token``."""
+    from dcost.pricing.ownership import chip_hour_cost
+    from dcost.serving.power import energy
+
+    h, m, w = problem.hardware, problem.model, problem.workload
+    r = decode(design, h, m, w, smoothness)
+    e = energy(design, h, m, w, smoothness)
+    per_hour = chip_hour_cost(problem.extras, h, e.power_per_chip).total
+    cost = _replica_chips(design) * per_hour / SECONDS_PER_HOUR / r.tokens_per_s
+    q = {"tpot": r.tpot, "memory": r.memory_per_chip, "replica_chips": _replica_chips(design)}
+    if problem.ttft_slo is not None:
+        q["ttft"] = prefill(design, h, m, w, smoothness).ttft
+    return cost, q, r
+
+
+def _validate_tco(problem) -> None:
+    """A tco problem needs ``Problem(extras=dcost.Ownership(...))`` and a chip with power."""
+    from dcost.pricing.ownership import Ownership
+    from dcost.serving.power import require_power
+
+    if not isinstance(problem.extras, Ownership):
+        raise SpecError(
+            "Problem.extras must be a dcost.Ownership for objective 'tco' (e.g. "
+            f"dcost.ownership('h100-sxm')), got {type(problem.extras).__name__}"
+        )
+    require_power(problem.hardware, "objective 'tco'")
+
+
+TCO = Objective(
+    "tco",
+    "$ per output token (owned: capital, hosting, electricity)",
+    _tco,
+    _SERVING | _LAYOUT | {"draft_tokens"},
+    frozenset({"tpot", "ttft", "memory", "replica_chips"}),
+    validate=_validate_tco,
+)
+"""$ per output token of owned chips; needs ``Problem(extras=dcost.Ownership(...))``; its
+report is a ``dcost.Report`` (whose ``cost_per_token`` is still the rental price's)."""
+
 BUILTIN = MappingProxyType(
-    {o.name: o for o in (COST_PER_TOKEN, COST_PER_INPUT_TOKEN, LIFETIME_COST)}
+    {o.name: o for o in (COST_PER_TOKEN, COST_PER_INPUT_TOKEN, LIFETIME_COST, TCO)}
 )
 """The built-in objectives by name (read only)."""
 

@@ -227,7 +227,7 @@ def power_cap(hardware: Hardware, cap) -> Hardware:
     >>> h = dcost.hardware("h100-sxm")
     >>> capped = power_cap(h, 500.0)
     >>> round(float(capped.flops / h.flops), 3), float(capped.max_power)
-    (0.86, 500.0)
+    (0.802, 500.0)
     """
     s = clock_fraction(hardware, cap)
     attn = hardware.attention_flops
