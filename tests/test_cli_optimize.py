@@ -162,7 +162,7 @@ def test_help_offers_only_what_runs(capsys):
     with pytest.raises(SystemExit):
         main(["optimize", "--help"])
     out = capsys.readouterr().out
-    assert "{cost_per_token,cost_per_input_token}" in out
+    assert "{cost_per_token,cost_per_input_token,tco}" in out
 
 
 def test_prefill_objective_prints_ttft(capsys):

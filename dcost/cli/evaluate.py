@@ -24,6 +24,12 @@ from dcost.cli.common import (
     profile_error,
     whole,
 )
+from dcost.cli.energy import (
+    add_power_cap_argument,
+    apply_power_cap,
+    energy_fields,
+    energy_lines,
+)
 from dcost.cli.search import (
     add_layout_arguments,
     add_workload_arguments,
@@ -39,6 +45,7 @@ __all__ = ["add_parsers"]
 
 def _cmd_eval(args) -> int:
     h, m = hardware_and_model(args)
+    h = apply_power_cap(args, h)
     w = workload_from_args(args)
     layout = {n: getattr(args, n) for n in LAYOUT_VARIABLES if getattr(args, n) is not None}
     a = layout.get("attention_dp")
@@ -60,6 +67,7 @@ def _cmd_eval(args) -> int:
     )
     fn = prefill if args.phase == "prefill" else decode
     r = fn(d, h, m, w)
+    en = energy_fields(d, h, m, w, args.phase)
     fields = {k: float(getattr(r, k)) for k in r.__dataclass_fields__}
     binds = str(bottleneck(r))
     capacity = float(h.hbm_capacity)
@@ -84,6 +92,7 @@ def _cmd_eval(args) -> int:
                     "hbm_capacity": capacity,
                     "fits": fields["memory_per_chip"] <= capacity,
                     **fields,
+                    **({"energy": en} if en is not None else {}),
                     **(
                         {"calibration_error": {"family_name": calibration[0], **calibration[1]}}
                         if calibration
@@ -131,6 +140,8 @@ def _cmd_eval(args) -> int:
     print(f"cost:                  ${fields['cost_per_token'] * 1e6:.4g} per million {per} tokens")
     print(f"memory per chip:       {mem / 1e9:.2f} GB of {capacity / 1e9:.0f} GB ({fit})")
     print(f"MFU:                   {fields['mfu'] * 100:.1f} %")
+    for line in energy_lines(en, per):
+        print(line)
     if calibration:
         print(calibration_line(*calibration, width=23))
     return 0
@@ -163,5 +174,6 @@ def add_parsers(subparsers) -> None:
     add_workload_arguments(p)
     add_layout_arguments(p, free=False)
     add_precision_argument(p)
+    add_power_cap_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_eval)

@@ -47,6 +47,7 @@ from dcost.cli.common import (
     profile_error,
     whole,
 )
+from dcost.cli.energy import add_ownership_arguments, ownership_from_args
 from dcost.search._jit import prefer_fast_compile
 from dcost.search.envelope import envelope
 from dcost.search.grid import grid_search
@@ -66,10 +67,12 @@ __all__ = [
     "layout_text",
 ]
 
-CLI_OBJECTIVES = ("cost_per_token", "cost_per_input_token")
+CLI_OBJECTIVES = ("cost_per_token", "cost_per_input_token", "tco")
 """The objectives these commands can run: their inputs are all arguments. ``lifetime_cost``
 (``dcost.search.objectives.LIFETIME_COST``) also needs a ``dcost.LifetimeInputs`` (tokens served,
-RL tokens, training MFU, scaling fit) and a loss target, which the command line does not take."""
+RL tokens, training MFU, scaling fit) and a loss target, which the command line does not take.
+``tco`` takes the chip's assumed ownership inputs (``dcost.ownership``) with the overrides of
+``dcost.cli.energy.add_ownership_arguments``."""
 
 
 def add_parsers(subparsers) -> None:
@@ -147,9 +150,12 @@ def _common(p) -> None:
         metavar="{" + ",".join(CLI_OBJECTIVES) + "}",
         default="cost_per_token",
         help="what to minimize: $ per output token (decode, the default) or per input token "
-        "(prefill). lifetime_cost needs training inputs this command does not take: use "
+        "(prefill), or tco: $ per output token of owned chips (capital, hosting, electricity at "
+        "the step's own power; --electricity-price, --pue, --purchase-price, --years). "
+        "lifetime_cost needs training inputs this command does not take: use "
         "dcost.Problem(objective='lifetime_cost', extras=dcost.LifetimeInputs(...)) in Python",
     )
+    add_ownership_arguments(p)
     p.add_argument(
         "--tpot-slo",
         type=parse_duration,
@@ -319,6 +325,7 @@ def problem_from_args(args) -> Problem:
         ttft_slo=args.ttft_slo,
         chip_budget=args.chip_budget,
         memory_reserve=args.memory_reserve,
+        extras=ownership_from_args(args) if args.objective == "tco" else None,
         **kw,
     )
 

@@ -198,7 +198,7 @@ def _validate_tco(problem) -> None:
 
 TCO = Objective(
     "tco",
-    "$ per output token (owned: capital, hosting, electricity)",
+    "$ per output token",
     _tco,
     _SERVING | _LAYOUT | {"draft_tokens"},
     frozenset({"tpot", "ttft", "memory", "replica_chips"}),
