@@ -33,6 +33,12 @@ def float_max() -> float:
     return float(jnp.finfo(jnp.result_type(float)).max)
 
 
+def float_tiny() -> float:
+    """The smallest positive normal number of JAX's default float dtype (``1.18e-38`` in
+    float32): a nonzero value below it becomes 0 or keeps only a few digits."""
+    return float(jnp.finfo(jnp.result_type(float)).tiny)
+
+
 def whole_max() -> float:
     """The largest whole number below which JAX's default float holds every integer exactly.
 
@@ -111,6 +117,8 @@ def _float(x):
             x = x.astype(float)
         if np.any(np.isfinite(x) & (np.abs(x) > float_max())):
             return _Invalid(x, None)  # would become inf: ``check`` names the range
+        if np.any((x != 0) & (np.abs(x) < float_tiny())):
+            return _Invalid(x, None)  # would become 0 or lose its digits: ``check`` names it
         if x.dtype == np.float64 and jnp.result_type(float) != np.float64:
             x = x.astype(jnp.result_type(float))  # JAX's default float (float32 without x64)
         # a plain transfer: jnp.asarray would run an XLA program of its own (compiled, or loaded
@@ -144,6 +152,49 @@ def _show(v: np.ndarray) -> str:
     if v.ndim == 0:
         return repr(_scalar(v))
     return f"array of shape {v.shape} with {[_scalar(x) for x in v.ravel()[:3]]}..."
+
+
+def check_count(owner: str, name: str, x, low: int = 1) -> int:
+    """``x`` as an ``int``, or SpecError unless it is a whole number ``>= low`` (a Python or
+    NumPy integer, or a float with a whole value; never a boolean, a string or NaN): the one
+    check of a count given as an argument (requests, events, replicas, chunks, layouts).
+
+    >>> import numpy as np
+    >>> check_count("simulate", "requests", np.int64(1000))
+    1000
+    >>> try:
+    ...     check_count("simulate", "max_events", 0)
+    ... except SpecError as err:
+    ...     print(err)
+    simulate.max_events = 0 is not allowed: it must be a whole number >= 1
+    """
+    number = isinstance(x, (int, float, np.integer, np.floating))
+    if (
+        not number
+        or isinstance(x, (bool, np.bool_))
+        or not math.isfinite(float(x))
+        or float(x) != round(float(x))
+        or x < low
+    ):
+        raise SpecError(
+            f"{owner}.{name} = {x!r} is not allowed: it must be a whole number >= {low}"
+        )
+    return int(x)
+
+
+def check_flag(owner: str, name: str, x) -> None:
+    """Raise SpecError unless ``x`` is a boolean (``True``, ``False`` or a NumPy bool): a switch
+    is never read by truthiness (``calibrated="no"`` is a string, not False).
+
+    >>> check_flag("hardware", "calibrated", True)
+    >>> try:
+    ...     check_flag("hardware", "calibrated", "no")
+    ... except SpecError as err:
+    ...     print(err)
+    hardware.calibrated = 'no' is not allowed: it must be True or False
+    """
+    if not isinstance(x, (bool, np.bool_)):
+        raise SpecError(f"{owner}.{name} = {x!r} is not allowed: it must be True or False")
 
 
 def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integer=False):
@@ -193,6 +244,7 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
     if integer:
         bad |= np.isfinite(v) & (v != np.round(v))
     huge = np.isfinite(v) & (np.abs(v) > fmax)
+    huge |= (v != 0) & (np.abs(v) < float_tiny())
     if np.any(bad | huge):
         first = v[bad | huge].ravel()[0] if v.ndim else v
         note = ""
@@ -204,6 +256,12 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
         if np.isfinite(first) and abs(first) > fmax:
             dtype = np.dtype(jnp.result_type(float)).name
             note = f" (and at most {fmax:g}, the largest {dtype}; enable jax_enable_x64 for more)"
+        elif first != 0 and abs(first) < float_tiny():
+            dtype = np.dtype(jnp.result_type(float)).name
+            note = (
+                f" (and 0 or at least {float_tiny():g} in size, the smallest normal {dtype}: "
+                "smaller, it becomes 0; enable jax_enable_x64 for more)"
+            )
         raise SpecError(
             f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: "
             f"it must be finite and {allowed}{note}"
@@ -868,9 +926,9 @@ def with_experts(model: Model, design: Design) -> Model:
 
 
 def check_groups(owner: str, design: Design) -> None:
-    """Raise SpecError unless a concrete ``attention_dp`` and ``expert_parallel`` divide the
-    stage's chips when ``chips`` is a whole number (the groups split the stage's ``G`` chips
-    evenly; a relaxed, fractional ``G`` is left to the smooth model).
+    """Raise SpecError unless a concrete whole ``attention_dp`` and ``expert_parallel`` divide
+    the stage's chips when ``chips`` is a whole number too (the groups split the stage's ``G``
+    chips evenly; relaxed, fractional values are the smooth model's, left to it).
 
     The one check of the layout's groups, shared by ``decode``, ``prefill``, ``mixed_step``,
     ``Problem`` (its fixed design) and the CLI.
@@ -890,13 +948,13 @@ def check_groups(owner: str, design: Design) -> None:
         if v is None:
             continue
         a, b = np.broadcast_arrays(v, g)
-        bad = (a != np.round(a)) | (np.fmod(b, np.maximum(np.round(a), 1.0)) != 0)
+        bad = (a == np.round(a)) & (np.fmod(b, np.maximum(a, 1.0)) != 0)
         if np.any(bad):
             i = np.flatnonzero(bad.ravel())[0]
             raise SpecError(
                 f"{owner}: Design.{name} = {_show(a.ravel()[i])} is not allowed with chips = "
-                f"{_show(b.ravel()[i])}: its groups split a stage's chips evenly, so it must be a "
-                "whole number dividing Design.chips"
+                f"{_show(b.ravel()[i])}: its groups split a stage's chips evenly, so it must be "
+                "a whole number dividing Design.chips"
             )
 
 

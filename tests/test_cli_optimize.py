@@ -270,8 +270,8 @@ def test_eval_and_the_search_take_the_expert_parallel_groups(capsys):
         ("grid", ["--attention-dp", "1:99", "--max-chips", "8"], "at most the chips per stage"),
         ("grid", ["--attention-dp", "16", "--max-chips", "8"], "more attention groups"),
         ("grid", ["--expert-imbalance", "lots"], "--expert-imbalance: not a number"),
-        ("eval", ["--batch", "8", "--chips", "8", "--attention-dp", "3"], "dividing --chips 8"),
-        ("eval", ["--batch", "8", "--chips", "8", "--expert-parallel", "3"], "dividing --chips 8"),
+        ("eval", ["--batch", "8", "--chips", "8", "--attention-dp", "3"], "dividing Design"),
+        ("eval", ["--batch", "8", "--chips", "8", "--expert-parallel", "3"], "dividing Design"),
         ("grid", ["--expert-parallel", "16", "--max-chips", "8"], "from 1 to --max-chips 8"),
     ],
 )

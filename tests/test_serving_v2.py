@@ -457,11 +457,11 @@ def test_speculative_decode_by_hand():
     1e8 bf16 parameters adds one pass of 2e8 B / 1e12 = 0.2 ms: tpot = 2.2 ms / 1.8."""
     w = Workload(0, acceptance=0.8)
     d = Design(batch=1, draft_tokens=1)
-    r = dcost.decode(d, chip(), dense(), w)
+    with pytest.raises(dcost.SpecError, match="no draft"):  # a draft that costs nothing
+        dcost.decode(d, chip(), dense(), w)
+    r = dcost.decode(d, chip(), dense(draft_params=1e8), w)
     assert float(r.tokens_per_step) == pytest.approx(1.8, rel=1e-12)
     assert float(r.t_compute) == pytest.approx(4e-6, rel=1e-12)
-    assert float(r.tpot) == pytest.approx(2e-3 / 1.8, rel=1e-12)
-    r = dcost.decode(d, chip(), dense(draft_params=1e8), w)
     assert float(r.t_draft) == pytest.approx(2e-4, rel=1e-12)
     assert float(r.tpot) == pytest.approx(2.2e-3 / 1.8, rel=1e-12)
     assert float(r.tokens_per_s) == pytest.approx(1.8 / 2.2e-3, rel=1e-12)

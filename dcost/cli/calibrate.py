@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 
 import jax
 
 from dcost.calibrate import local
+from dcost.cli.common import json_text
 
 __all__ = ["add_parsers"]
 
@@ -35,7 +35,8 @@ def _cmd_calibrate(args) -> int:
         batches = [2**i for i in range(int(math.log2(args.max_batch)) + 1)]
     cal = local.calibrate(quick=args.quick, config=cfg, batches=batches)
     if args.json:
-        print(json.dumps(cal.to_dict(), indent=2, default=float))
+        knee = "no knee within the batches timed: the step time never turns compute-bound"
+        print(json_text(cal.to_dict(), {k: knee for k in ("knee_measured", "knee_calibrated")}))
         return 0
     cfg = cal.config
     print(f"device: {cal.device} ({jax.default_backend()})")

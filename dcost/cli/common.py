@@ -7,6 +7,9 @@ prints the API's field names in SI units. A bad argument prints one line and exi
 from __future__ import annotations
 
 import argparse
+import json
+import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -24,6 +27,7 @@ __all__ = [
     "Parser",
     "add_precision_argument",
     "hardware_and_model",
+    "json_text",
 ]
 
 _DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
@@ -71,6 +75,78 @@ def parse_duration(text: str) -> float:
     if not np.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"a duration must be > 0: {text!r}")
     return round(value, 12)
+
+
+def _null_reason(value: float) -> str:
+    if math.isnan(value):
+        return "undefined for this answer (the computation gives no number here)"
+    return f"unbounded ({'+' if value > 0 else '-'}infinity): no finite value exists here"
+
+
+def _plain(value):
+    """A JSON-ready Python value: numpy scalars and arrays become floats, ints, bools, lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist()) if value.ndim else _plain(value[()])
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if hasattr(value, "__array__"):  # a JAX array
+        return _plain(np.asarray(value))
+    return value
+
+
+def _strict(value, reasons: Mapping[str, str], path: tuple[str, ...] = ()):
+    """``value`` with every NaN or infinity made ``null``; beside each such entry of a mapping
+    (or a list holding one), a ``<key>_reason`` string: the reason given for its dotted path,
+    for the nearest enclosing key, or for its own key name; else a generic one."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            bad = [x for x in (v if isinstance(v, list) else [v]) if _non_finite(x)]
+            here = (*path, str(k))
+            out[k] = _strict(v, reasons, here)
+            if bad and f"{k}_reason" not in value:
+                keys = [".".join(here[:i]) for i in range(len(here), 0, -1)] + [str(k)]
+                why = next((reasons[c] for c in keys if c in reasons), None)
+                out[f"{k}_reason"] = why or _null_reason(bad[0])
+        return out
+    if isinstance(value, list):
+        return [_strict(v, reasons, path) for v in value]
+    return None if _non_finite(value) else value
+
+
+def _non_finite(x) -> bool:
+    return isinstance(x, float) and not math.isfinite(x)
+
+
+def json_text(value, reasons: Mapping[str, str] | None = None) -> str:
+    """The one way every subcommand writes ``--json``: text that a strict parser reads.
+
+    A number that does not exist (NaN, infinity) is written ``null`` with a ``<key>_reason``
+    string beside it: ``reasons[key]`` where the caller knows why, else a generic one. Numpy and
+    JAX scalars and arrays become plain numbers and lists.
+
+    Args:
+      value: a tree of mappings, lists, tuples, numbers, strings, booleans and None.
+      reasons: why a value can be missing, by dotted path (``"stats.smoothness"``), by an
+        enclosing key (``"multipliers"`` covers each multiplier) or by key name.
+
+    Returns:
+      Indented JSON (``json.dumps(..., allow_nan=False)`` holds).
+
+    >>> import json
+    >>> d = json.loads(json_text({"tpot": float("nan"), "x": [1.0, float("inf")]}, {"tpot": "-"}))
+    >>> d["tpot"], d["tpot_reason"], d["x"]
+    (None, '-', [1.0, None])
+    """
+    return json.dumps(_strict(_plain(value), reasons or {}), indent=2, allow_nan=False)
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:

@@ -12,14 +12,13 @@ per output token (decode) or per input token (prefill).
 
 from __future__ import annotations
 
-import json
-
 from dcost.cli.common import (
     add_precision_argument,
     calibration_line,
     fmt_time,
     format_table,
     hardware_and_model,
+    json_text,
     non_negative,
     profile_error,
     whole,
@@ -48,20 +47,11 @@ def _cmd_eval(args) -> int:
     h = apply_power_cap(args, h)
     w = workload_from_args(args)
     layout = {n: getattr(args, n) for n in LAYOUT_VARIABLES if getattr(args, n) is not None}
-    a = layout.get("attention_dp")
-    if a is not None and (a != round(a) or a < 1 or args.chips % a != 0):
-        raise ValueError(
-            f"--attention-dp {a:g} is not allowed: the attention groups split a stage's chips, "
-            f"so it must be a whole number dividing --chips {args.chips}"
-        )
-    e = args.expert_parallel
-    if e is not None:
-        if e != round(e) or e < 1 or args.chips % e != 0:
-            raise ValueError(
-                f"--expert-parallel {e:g} is not allowed: the expert-parallel groups split a "
-                f"stage's chips, so it must be a whole number dividing --chips {args.chips}"
-            )
-        layout["expert_parallel"] = e
+    # a group count that does not divide --chips, or draft tokens without a draft or an
+    # acceptance, is refused by decode/prefill themselves (dcost.specs.check_groups and
+    # check_speculation), with the same message the API gives
+    if args.expert_parallel is not None:
+        layout["expert_parallel"] = args.expert_parallel
     d = Design(
         batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts, **layout
     )
@@ -74,7 +64,7 @@ def _cmd_eval(args) -> int:
     calibration = profile_error(args)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "phase": args.phase,
                     "hardware": args.hardware,
@@ -99,7 +89,6 @@ def _cmd_eval(args) -> int:
                         else {}
                     ),
                 },
-                indent=2,
             )
         )
         return 0

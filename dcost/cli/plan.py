@@ -16,7 +16,6 @@ binding limit is printed), 2 a bad argument.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from dcost.cli.common import (
@@ -25,6 +24,7 @@ from dcost.cli.common import (
     fmt_time,
     format_table,
     hardware_and_model,
+    json_text,
     non_negative,
     parse_duration,
     positive,
@@ -208,10 +208,22 @@ def cmd_plan(args) -> int:
                 "ttft": [float(x) for x in sim.ttft_percentiles],
                 "tpot": [float(x) for x in sim.tpot_percentiles],
             }
-        print(json.dumps(out, indent=2))
+        print(json_text(out, _JSON_REASONS))
         return 0 if p.feasible else 1
     _print(args, p, sim, engines)
     return 0 if p.feasible else 1
+
+
+_JSON_REASONS = {
+    "decode_batch": "a prefill pool runs no decode batch",
+    "step_time": "a prefill pool runs no decode step",
+    "cost_per_hour": "no plan meets the targets (see message)",
+    "cost_per_million_input": "no plan meets the targets, or no input tokens arrive",
+    "cost_per_million_output": "no plan meets the targets, or no output tokens leave",
+    "shadow_price": "no binding latency target with a finite price",
+    "ttft": "no plan meets the targets (see message)",
+    "tpot": "no plan meets the targets (see message)",
+}
 
 
 def _plan_json(p) -> dict:
@@ -219,22 +231,18 @@ def _plan_json(p) -> dict:
         "mode": p.mode,
         "feasible": p.feasible,
         "message": p.message,
-        "pools": [vars(x) for x in p.pools],
+        "pools": [dict(vars(x)) for x in p.pools],
         "chips": p.chips,
-        "cost_per_hour": _num(p.cost_per_hour),
-        "cost_per_million_input": _num(p.cost_per_million_input),
-        "cost_per_million_output": _num(p.cost_per_million_output),
+        "cost_per_hour": p.cost_per_hour,
+        "cost_per_million_input": p.cost_per_million_input,
+        "cost_per_million_output": p.cost_per_million_output,
         "ttft": {str(q): v for q, v in p.ttft.items()},
         "tpot": {str(q): v for q, v in p.tpot.items()},
         "binding": p.binding,
-        "shadow_price": _num(p.shadow_price),
+        "shadow_price": p.shadow_price,
         "ttft_slo": list(p.ttft_slo),
         "tpot_slo": list(p.tpot_slo),
     }
-
-
-def _num(x: float):
-    return None if not math.isfinite(x) else x
 
 
 def _pcts(d: dict) -> str:

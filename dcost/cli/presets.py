@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from dcost import presets
-from dcost.cli.common import format_table
+from dcost.cli.common import format_table, json_text
 
 __all__ = ["add_parsers"]
 
@@ -37,7 +35,7 @@ def _cmd_presets(args) -> int:
                 "kv_bytes_per_token": float(m.kv_bytes_per_token),
                 "bytes_per_param": float(m.bytes_per_param),
             }
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
         return 0
     rows = []
     for name in presets.hardware_names():

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import time
 
@@ -42,6 +41,7 @@ from dcost.cli.common import (
     calibration_line,
     format_table,
     hardware_and_model,
+    json_text,
     parse_duration,
     parse_number,
     profile_error,
@@ -453,7 +453,13 @@ def _emit(args, problem, sol, sens, method) -> int:
             out["sensitivity"]["method"] = args.sensitivity
             if args.sensitivity == "kkt":
                 out["sensitivity"]["kkt"] = bool(sens.relaxed.kkt)
-        print(json.dumps(out, indent=2))
+        relaxation = (
+            "the exact grid solves no continuous relaxation, so it has none"
+            if method == "grid"
+            else "the continuous relaxation gives none here"
+        )
+        reasons = {"multipliers": relaxation, "stats": relaxation}
+        print(json_text(out, reasons))
         return 0 if feasible else 1
     _print_text(args, problem, sol, sens, unit)
     return 0 if feasible else 1

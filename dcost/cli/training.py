@@ -8,13 +8,12 @@ readable units here (B params, T tokens, days, GB, $M); ``--json`` prints SI fie
 
 from __future__ import annotations
 
-import json
 import math
 
 import jax
 
 import dcost
-from dcost.cli.common import non_negative, parse_number, positive, whole
+from dcost.cli.common import json_text, non_negative, parse_number, positive, whole
 from dcost.training.lifetime import lifetime_optimum
 from dcost.training.runs import RECOMPUTE, TrainingSetup, training_run
 from dcost.training.scaling import as_fit, scaling_fit_names
@@ -151,7 +150,7 @@ def _train(args) -> int:
         "fits": bool(run.fits),
     }
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
         return 0 if out["fits"] else 1
     gb = 1e9
     verdict = "fits" if out["fits"] else "does NOT fit"
@@ -179,11 +178,6 @@ def _train(args) -> int:
     return 0 if out["fits"] else 1
 
 
-def _finite(x):
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def lifetime_command(args) -> int:
     """``dcost lifetime``: the FLOP-optimal ``(N, D)`` for a target loss and inference demand.
 
@@ -202,20 +196,24 @@ def _lifetime(args) -> int:
         "target_loss": args.loss,
         "inference_tokens": args.inference_tokens,
         "reachable": bool(best.reachable),
-        "n_params": _finite(best.n_params),
-        "n_tokens": _finite(best.n_tokens),
-        "overtrain": _finite(best.overtrain),
-        "flops": _finite(best.flops),
-        "train_fraction": _finite(best.train_fraction),
+        "n_params": float(best.n_params),
+        "n_tokens": float(best.n_tokens),
+        "overtrain": float(best.overtrain),
+        "flops": float(best.flops),
+        "train_fraction": float(best.train_fraction),
         "compute_optimal": {
-            "n_params": _finite(ref.n_params),
-            "n_tokens": _finite(ref.n_tokens),
-            "overtrain": _finite(ref.overtrain),
-            "flops": _finite(ref.flops),
+            "n_params": float(ref.n_params),
+            "n_tokens": float(ref.n_tokens),
+            "overtrain": float(ref.overtrain),
+            "flops": float(ref.flops),
         },
     }
     if args.json:
-        print(json.dumps(out, indent=2))
+        why = (
+            f"unreachable: the loss {args.loss:g} needs more than --max-tokens "
+            f"{args.max_tokens:g} training tokens, or lies below the fit's floor"
+        )
+        print(json_text(out, {"compute_optimal": why, **{k: why for k in out}}))
         return 0 if out["reachable"] else 1
     head = (
         f"lifetime optimum for loss {args.loss:g} serving {_si(args.inference_tokens)} "

@@ -11,11 +11,10 @@ held-out summary; the fits and the overall summary still use every record.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 
-from dcost.cli.common import format_table, whole
+from dcost.cli.common import format_table, json_text, whole
 
 __all__ = ["add_parsers", "select"]
 
@@ -90,6 +89,12 @@ def _cmd_validate(args) -> int:
     from dcost.calibrate import families
     from dcost.validation import collectives
 
+    figure = pathlib.Path(args.figure) if args.figure else None
+    if figure is not None and figure != FIGURE and not figure.parent.is_dir():
+        raise ValueError(
+            f"--figure {args.figure}: the directory {str(figure.parent)!r} does not exist "
+            "(make it first; only the default's is made)"
+        )
     records = validation.load()
     keep = select(records, args.only) if args.only else [True] * len(records)
     start = time.perf_counter()
@@ -126,7 +131,7 @@ def _cmd_validate(args) -> int:
         }
         if args.only:
             out["selection"] = {"only": list(args.only), **_selection_summary(cv, keep)}
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
     else:
         table = []
         for r, p, h, q, k in zip(records, cv.pure, cv.held_out, cv.ratio, keep, strict=True):

@@ -31,7 +31,7 @@ import numpy as np
 from dcost.planning import search as S
 from dcost.planning._jit import jit
 from dcost.planning.designs import Layout, step_table, workload_of
-from dcost.specs import Hardware, Model, SpecError
+from dcost.specs import Hardware, Model, SpecError, check
 
 __all__ = ["plan_sensitivity", "PlanSensitivity", "relaxed_replicas"]
 
@@ -192,7 +192,9 @@ class PlanSensitivity:
         ...     "tpot_slo", 4.0)
         -0.5
         """
-        return float(factor ** self.elasticity(name) - 1.0)
+        e = self.elasticity(name)
+        check("what_if", "factor", factor, low_open=True)  # a ratio: 0 or below has no power
+        return float(float(factor) ** e - 1.0)
 
     def elasticity(self, name: str) -> float:
         """The elasticity of input ``name``."""

@@ -33,7 +33,7 @@ from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
 from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad
-from dcost.specs import Hardware, Model, SpecError, _concrete, check
+from dcost.specs import Hardware, Model, SpecError, _concrete, check, check_count, whole_max
 
 __all__ = [
     "plan",
@@ -57,7 +57,17 @@ REPORT_QUANTILES = (0.5, 0.9, 0.99)
 _ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
 
 
-class Options(NamedTuple):
+class _OptionFields(NamedTuple):
+    chips: tuple[int, ...] | None = None
+    max_chips: int = 72
+    stages: tuple[int, ...] = (1, 2, 4)
+    chunks: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    prefill_chunks: tuple[int, ...] = (4096, 8192, 16384)
+    draft_tokens: tuple[int, ...] = (0, 1, 2, 3)
+    attention: tuple[str, ...] = ("tp", "dp")
+
+
+class Options(_OptionFields):
     """The layouts a plan chooses from (static; every combination is tried).
 
     Attributes:
@@ -71,15 +81,70 @@ class Options(NamedTuple):
       draft_tokens: speculative lengths, where the model has a draft and ``acceptance`` is given.
       attention: for an MoE model, ``"tp"`` (tensor-parallel attention, ``A = 1``) and/or
         ``"dp"`` (data-parallel attention, ``A = G``); a dense model is tensor parallel.
+
+    Checked at construction (and again by ``plan``, for one made by ``_replace``): each tuple
+    non-empty, of whole numbers (``chips``, ``stages``, ``chunks``, ``prefill_chunks`` >= 1,
+    ``draft_tokens`` >= 0) or of ``"tp"`` / ``"dp"``; SpecError names the field.
+
+    >>> try:
+    ...     Options(chunks=(0,))
+    ... except SpecError as err:
+    ...     print(str(err)[:42])
+    Options.chunks[0] = 0 is not allowed: it m
     """
 
-    chips: tuple[int, ...] | None = None
-    max_chips: int = 72
-    stages: tuple[int, ...] = (1, 2, 4)
-    chunks: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
-    prefill_chunks: tuple[int, ...] = (4096, 8192, 16384)
-    draft_tokens: tuple[int, ...] = (0, 1, 2, 3)
-    attention: tuple[str, ...] = ("tp", "dp")
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        options = super().__new__(cls, *args, **kwargs)
+        check_options("Options", options)
+        return options
+
+
+def check_options(owner: str, options) -> None:
+    """Raise SpecError unless ``options`` is an ``Options`` whose fields a plan can use, naming
+    the field, its value and what is allowed (the one check of ``Options``, made at construction
+    and by ``plan`` and ``plan_grid``)."""
+    if not isinstance(options, _OptionFields):
+        raise SpecError(f"{owner}: options must be a dcost.planning.Options, got {options!r}")
+    counts = {
+        "chips": 1.0,
+        "stages": 1.0,
+        "chunks": 1.0,
+        "prefill_chunks": 1.0,
+        "draft_tokens": 0.0,
+    }
+    for name, low in counts.items():
+        values = getattr(options, name)
+        if name == "chips" and values is None:
+            continue
+        if not isinstance(values, (tuple, list)) or not values:
+            raise SpecError(
+                f"Options.{name} = {values!r} is not allowed: it must be a non-empty tuple of "
+                f"whole numbers >= {low:g}" + (" (or None)" if name == "chips" else "")
+            )
+        for i, v in enumerate(values):
+            _whole(f"Options.{name}[{i}]", v, low)
+    _whole("Options.max_chips", options.max_chips, 1.0)
+    kinds = options.attention
+    if (
+        not isinstance(kinds, (tuple, list))
+        or not kinds
+        or any(not isinstance(k, str) or k not in ("tp", "dp") for k in kinds)
+    ):
+        raise SpecError(
+            f"Options.attention = {kinds!r} is not allowed: it must be a non-empty tuple of "
+            '"tp" (tensor-parallel attention) and/or "dp" (data-parallel attention)'
+        )
+
+
+def _whole(name: str, v, low: float) -> None:
+    """Raise SpecError unless ``v`` is a whole number (not a boolean) >= ``low``, at most
+    ``whole_max()`` (a layout's count is a float in the program)."""
+    owner, _, field = name.partition(".")
+    check_count(owner, field, v, int(low))
+    if v > whole_max():
+        raise SpecError(f"{name} = {v!r} is not allowed: it must be at most {whole_max():g}")
 
 
 DEFAULT_OPTIONS = Options()
@@ -379,16 +444,45 @@ def _rho(max_utilisation) -> dict:
     return {k: float(max_utilisation) for k in S.MAX_UTILISATION}
 
 
-def _slo(name: str, slo) -> tuple[float, float]:
+def _check_question(
+    owner,
+    traffic,
+    mode,
+    ttft_slo,
+    tpot_slo,
+    acceptance,
+    memory_reserve,
+    slot_wait,
+    max_utilisation,
+    options,
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The checks of a planning question, shared by ``plan`` and ``plan_grid``: SpecError naming
+    the argument, its value and what is allowed; returns the two targets as ``(s, q)`` pairs."""
+    if not isinstance(traffic, Traffic):
+        raise SpecError(f"{owner}.traffic must be a dcost.Traffic, got {type(traffic).__name__}")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise SpecError(f"{owner}.mode = {mode!r} is not allowed: choose from {', '.join(MODES)}")
+    slos = _slo("ttft_slo", ttft_slo, owner), _slo("tpot_slo", tpot_slo, owner)
+    check(owner, "memory_reserve", memory_reserve, high=0.999)
+    check(owner, "slot_wait", slot_wait, low_open=True, high=0.5)
+    if max_utilisation is not None:
+        check(owner, "max_utilisation", max_utilisation, low_open=True, high=0.99)
+    if acceptance is not None:
+        check(owner, "acceptance", acceptance, high=0.999)
+    check_options(owner, options)
+    return slos
+
+
+def _slo(name: str, slo, owner: str = "plan") -> tuple[float, float]:
     try:
         limit, q = slo
     except (TypeError, ValueError):
         raise SpecError(
-            f"plan.{name} = {slo!r} is not allowed: it must be a pair (seconds, percentile), "
+            f"{owner}.{name} = {slo!r} is not allowed: it must be a pair (seconds, percentile), "
             "e.g. (2.0, 0.99)"
         ) from None
-    check("plan", f"{name}[0]", limit, low_open=True)
-    check("plan", f"{name}[1]", q, low=0.5, high=0.999)
+    check(owner, f"{name}[0]", limit, low_open=True)
+    check(owner, f"{name}[1]", q, low=0.5, high=0.999)
     return limit, float(q)
 
 
@@ -485,20 +579,19 @@ def plan(
     True
     """
     hardware, model = _specs(hardware, model)
-    if not isinstance(traffic, Traffic):
-        raise SpecError(f"plan.traffic must be a dcost.Traffic, got {type(traffic).__name__}")
-    if mode not in MODES:
-        raise SpecError(f"plan.mode = {mode!r} is not allowed: choose from {', '.join(MODES)}")
-    ttft_slo, tpot_slo = _slo("ttft_slo", ttft_slo), _slo("tpot_slo", tpot_slo)
-    check("plan", "memory_reserve", memory_reserve, high=0.999)
-    check("plan", "slot_wait", slot_wait, low_open=True, high=0.5)
-    if max_utilisation is not None:
-        check("plan", "max_utilisation", max_utilisation, low_open=True, high=0.99)
+    ttft_slo, tpot_slo = _check_question(
+        "plan",
+        traffic,
+        mode,
+        ttft_slo,
+        tpot_slo,
+        acceptance,
+        memory_reserve,
+        slot_wait,
+        max_utilisation,
+        options,
+    )
     rho = _rho(max_utilisation)
-    if acceptance is not None:
-        check("plan", "acceptance", acceptance, high=0.999)
-    if not isinstance(options, Options):
-        raise SpecError(f"plan.options must be a dcost.planning.Options, got {options!r}")
     n = _scenarios(traffic)
     modes = ("aggregated", "disaggregated") if mode == "best" else (mode,)
     kinds = tuple(k for k in S.KINDS if any(k in _ROLES[m] for m in modes))
@@ -840,11 +933,21 @@ def plan_grid(
     True
     """
     hardware, model = _specs(hardware, model)
-    if mode not in MODES:
-        raise SpecError(f"plan_grid.mode = {mode!r} is not allowed: choose from {MODES}")
+    ttft_slo, tpot_slo = _check_question(
+        "plan_grid",
+        traffic,
+        mode,
+        ttft_slo,
+        tpot_slo,
+        acceptance,
+        memory_reserve,
+        slot_wait,
+        max_utilisation,
+        options,
+    )
+    _whole("plan_grid.n_max", n_max, 1.0)
     if _scenarios(traffic) is not None:
         raise SpecError("plan_grid takes one traffic scenario")
-    ttft_slo, tpot_slo = _slo("ttft_slo", ttft_slo), _slo("tpot_slo", tpot_slo)
     modes = ("aggregated", "disaggregated") if mode == "best" else (mode,)
     targets = S.Targets(
         jnp.asarray(ttft_slo[0], jnp.result_type(float)),

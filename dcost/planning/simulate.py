@@ -33,7 +33,7 @@ import numpy as np
 
 from dcost.planning.pools import Pool
 from dcost.planning.traffic import Traffic
-from dcost.specs import SpecError
+from dcost.specs import SpecError, check_count
 
 __all__ = ["Simulation", "simulate_aggregated", "simulate_disaggregated"]
 
@@ -121,8 +121,9 @@ def _pool_ints(pool: Pool, name: str) -> tuple[int, int, int]:
 
 
 def _run(traffic, pools, transfer, requests, seed, warmup, quantiles, max_events):
-    if not (isinstance(requests, int) and requests >= 1):
-        raise SpecError(f"simulate: requests = {requests!r} is not allowed: a whole number >= 1")
+    requests = check_count("simulate", "requests", requests)
+    if max_events is not None:
+        max_events = check_count("simulate", "max_events", max_events)
     if not 0.0 <= warmup < 0.5:
         raise SpecError(f"simulate: warmup = {warmup!r} is not allowed: 0 <= warmup < 0.5")
     rate = float(np.asarray(traffic.rate))

@@ -12,7 +12,7 @@ import functools
 import tomllib
 from importlib import resources
 
-from dcost.specs import Hardware, Model
+from dcost.specs import Hardware, Model, check_flag
 
 __all__ = [
     "hardware",
@@ -200,6 +200,7 @@ def hardware(name: str, precision: str = "bf16", calibrated: bool = False, **ove
                 f"{', '.join(precisions(name))}"
             )
         fields["flops"] = float(_value(card[f"flops_{precision}"]))
+    check_flag("hardware", "calibrated", calibrated)
     if calibrated:
         fields.update(calibration_profile(card_family(name)))
     fields.update(overrides)

@@ -36,6 +36,8 @@ from dcost.specs import (
     _concrete,
     _float,
     check,
+    check_groups,
+    check_speculation,
     whole_max,
 )
 
@@ -453,6 +455,40 @@ def _least(x) -> float | None:
     return None if v is None else float(np.min(v))
 
 
+_WHOLE_FIELDS = (
+    "batch",
+    "chips",
+    "stages",
+    "experts",
+    "attention_dp",
+    "redundant_experts",
+    "expert_parallel",
+    "draft_tokens",
+    "prefill_chunk",
+)
+"""``Design`` fields that count things: a fixed one is a whole number (the search returns whole
+designs and calls them feasible by the exact model, which is meant for whole numbers)."""
+
+
+def _check_fixed(problem: Problem, bounds: dict) -> None:
+    """Refuse a fixed count that is not a whole number (``Design(chips=7.5)``), fixed groups that
+    do not divide fixed chips (``check_groups``) and fixed draft tokens without a draft or an
+    acceptance rate (``check_speculation``): the checks ``decode`` makes, made here too."""
+    f = problem.fixed
+    for name in _WHOLE_FIELDS:
+        v = _concrete(getattr(f, name)) if name not in bounds else None
+        if v is not None and np.any(v != np.round(v)):
+            bad = float(v.ravel()[np.flatnonzero(v.ravel() != np.round(v.ravel()))[0]])
+            raise SpecError(
+                f"Problem.fixed.{name} = {bad!r} is not allowed: a fixed {name} must be a whole "
+                f"number (free it, Problem.free[{name!r}] = (lo, hi), to search it)"
+            )
+    if "chips" not in bounds:
+        check_groups("Problem.fixed", f)
+    if "draft_tokens" not in bounds:
+        check_speculation("Problem.fixed", f, problem.model, problem.workload)
+
+
 def _check_layout(problem: Problem) -> None:
     """Refuse layout variables (``LAYOUT_VARIABLES``) the scenario cannot honour, naming the
     variable, its bounds and the field that rules it out."""
@@ -462,6 +498,7 @@ def _check_layout(problem: Problem) -> None:
     def refuse(name, why):
         raise SpecError(f"Problem.free[{name!r}] = {bounds[name]!r} is not allowed: {why}")
 
+    _check_fixed(problem, bounds)
     if "attention_dp" in bounds:
         most: float | None = _least(f.chips)
         where = "Problem.fixed.chips"

@@ -34,6 +34,8 @@ from dcost.specs import (
     SpecError,
     Workload,
     check,
+    check_groups,
+    check_speculation,
     float_max,
     with_experts,
 )
@@ -43,7 +45,9 @@ __all__ = ["check_types", "smoothness_argument", "jitted", "all_finite", "checke
 
 def check_types(owner: str, design, hardware, model, workload) -> None:
     """Raise SpecError unless the four arguments are a Design, Hardware, Model and Workload, and
-    unless a concrete ``design.experts`` suits the model (``dcost.specs.with_experts``)."""
+    unless a concrete ``design.experts`` suits the model (``dcost.specs.with_experts``), its
+    groups divide its chips (``check_groups``) and its draft tokens have a draft and, but in a
+    prefill, an acceptance rate (``check_speculation``)."""
     for name, value, cls in (
         ("design", design, Design),
         ("hardware", hardware, Hardware),
@@ -56,6 +60,9 @@ def check_types(owner: str, design, hardware, model, workload) -> None:
             )
     if design.experts is not None:
         with_experts(model, design)  # its checks; the body sets the experts again, traced
+    check_groups(owner, design)
+    # a prefill verifies no draft tokens: it needs no acceptance, but a draft all the same
+    check_speculation(owner, design, model, None if owner == "prefill" else workload)
 
 
 def smoothness_argument(owner: str, smoothness):

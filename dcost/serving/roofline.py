@@ -44,6 +44,7 @@ from dcost.specs import (
     Design,
     Hardware,
     Model,
+    SpecError,
     Workload,
     check,
     readable,
@@ -623,6 +624,11 @@ def bottleneck(report: Report | PrefillReport):
     """
     import numpy as np
 
+    if not isinstance(report, (Report, PrefillReport)):
+        raise SpecError(
+            f"bottleneck.report must be a dcost Report or PrefillReport (what decode, prefill "
+            f"and mixed_step return), got {type(report).__name__} {report!r}"
+        )
     terms = np.stack(
         [
             np.asarray(report.t_compute),

@@ -106,14 +106,26 @@ def _checks(owner, target_loss, inference_tokens, fit, max_tokens):
         )
 
 
-def _meaningful(owner, plan, target_loss):
+def _meaningful(owner, plan, target_loss, inference_tokens=None):
     """The plan, or SpecError when a concrete reachable plan overflowed or is smaller than one
-    parameter or one token (a target too close to ``E`` or too near ``E + A + B``)."""
+    parameter or one token (a target too close to ``E`` or too near ``E + A + B``), or when
+    only its lifetime FLOPs overflow (an ``inference_tokens`` beyond the dtype's reach)."""
     n, d, ok = (_concrete(x) for x in (plan.n_params, plan.n_tokens, plan.reachable))
     if n is None or d is None or ok is None:
         return plan
     ok = ok.astype(bool)
     over = ok & ~(np.isfinite(n) & np.isfinite(d))
+    flops = _concrete(getattr(plan, "flops", None))
+    if inference_tokens is not None and flops is not None:
+        serving = ok & ~over & ~np.isfinite(flops)
+        if np.any(serving):
+            dtype = np.dtype(jnp.result_type(float)).name
+            raise SpecError(
+                f"{owner}.inference_tokens = {_first(inference_tokens, serving)!r} is not "
+                f"allowed: the lifetime FLOPs of serving it, 2 N D_inf, overflow {dtype} "
+                f"(at most {float(jnp.finfo(jnp.result_type(float)).max):g}); serve fewer "
+                "tokens, or enable jax_enable_x64"
+            )
     small = ok & ~over & ((n < 1) | (d < 1))
     if np.any(over):
         dtype = np.dtype(jnp.result_type(float)).name
@@ -225,7 +237,7 @@ def lifetime_optimum(
     else:  # arrays of targets or traffic: the scalar solver mapped over them (one compiled call)
         flat = jax.vmap(lambda a, b, c: _lifetime_flops(a, b, fit, c))(*(x.ravel() for x in args))
         plan = jax.tree.map(lambda x: x.reshape(args[0].shape), flat)
-    return _meaningful("lifetime_optimum", plan, target_loss)
+    return _meaningful("lifetime_optimum", plan, target_loss, inference_tokens)
 
 
 def _flop_problem(target_loss, d_inf, fit, max_tokens):
@@ -281,6 +293,9 @@ def scale_model(model: Model, n_active) -> Model:
     >>> round(float(m.d_model / dcost.model("llama-3-70b").d_model), 3)  # 8**(1/3) x wider
     2.0
     """
+    if not isinstance(model, Model):
+        raise SpecError(f"scale_model.model must be a dcost.Model, got {type(model).__name__}")
+    check("scale_model", "n_active", n_active, low_open=True)
     f = n_active / model.params_active
     lin, area = f ** (1.0 / 3.0), f ** (2.0 / 3.0)
     out = eqx.tree_at(

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.specs import Hardware, Model, _concrete, check
+from dcost.specs import Hardware, Model, SpecError, _concrete, check
 
 __all__ = [
     "TrainingRun",
@@ -264,6 +264,11 @@ def training_run(
         raise ValueError(
             f"training_run.setup must be a dcost.TrainingSetup or None, got {type(s).__name__}"
         )
+    if not isinstance(hardware, Hardware):
+        hint = f" (e.g. dcost.hardware({hardware!r}))" if isinstance(hardware, str) else ""
+        raise ValueError(
+            f"training_run.hardware must be a dcost.Hardware{hint}, got {type(hardware).__name__}"
+        )
     n_total, n_active, layers, width = _shape(model)
     check("training_run", "n_tokens", n_tokens, low_open=True)
     check("training_run", "n_chips", n_chips, low=1.0, integer=True)
@@ -292,7 +297,7 @@ def training_run(
     )
     mem_act = per_layer * layers / stages * jnp.minimum(microbatches, stages)
     total = mem_w + mem_opt + mem_act
-    return TrainingRun(
+    run = TrainingRun(
         flops,
         seconds,
         cost,
@@ -304,3 +309,23 @@ def training_run(
         hardware.hbm_capacity,
         total <= hardware.hbm_capacity,
     )
+    _finite_run(run, n_tokens)
+    return run
+
+
+def _finite_run(run: TrainingRun, n_tokens) -> None:
+    """Raise SpecError when a concrete field of ``run`` is inf or NaN: inputs (a token count
+    near the float dtype's largest number) whose results overflow; traced runs pass."""
+    bad = []
+    for name in ("flops", "seconds", "cost", "memory_per_chip"):
+        v = _concrete(getattr(run, name))
+        if v is not None and not np.all(np.isfinite(v)):
+            bad.append(f"{name} = {float(np.ravel(v)[~np.isfinite(np.ravel(v))][0])}")
+    if bad:
+        dtype = np.dtype(jnp.result_type(float)).name
+        raise SpecError(
+            f"training_run: n_tokens = {float(np.max(np.asarray(n_tokens, dtype=float))):g} with "
+            f"this model and hardware is not allowed: its results overflow {dtype} "
+            f"({', '.join(bad)}); every result must be finite: train on fewer tokens or a "
+            "smaller model, or enable jax_enable_x64"
+        )

@@ -166,7 +166,8 @@ def case(record: Mapping, calibrated: bool = False, engine=None) -> Case:
     """
     check_record(record)
     if record["hardware"] not in presets.hardware_names():
-        _fail(record, "hardware", f"not a hardware preset; known: {presets.hardware_names()}")
+        known = ", ".join(presets.hardware_names())
+        _fail(record, "hardware", f"not a hardware preset; known: {known}")
     try:
         chip = _chip(
             record["hardware"],

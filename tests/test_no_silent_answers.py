@@ -1,0 +1,277 @@
+"""No silent wrong answers: strict JSON from every subcommand, and bad input refused by name.
+
+Issue 34. Every ``--json`` is parsed with a strict parser that refuses NaN and Infinity; a value
+that does not exist is ``null`` with a ``<key>_reason`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dcost
+from dcost.cli.app import main
+from dcost.cli.common import json_text
+from dcost.planning import Options, Pool, plan_grid, roofline_step, simulate_aggregated
+from dcost.planning.envelope import PlanSensitivity
+from dcost.training.lifetime import lifetime_optimum
+
+
+def strict_loads(text: str):
+    """``json.loads`` that refuses NaN, Infinity and -Infinity (what a strict reader does)."""
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _reasons(tree) -> int:
+    """The number of ``<key>_reason`` entries in ``tree``; each stands beside a null."""
+    count = 0
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            if k.endswith("_reason"):
+                held = tree[k[: -len("_reason")]]
+                assert None in (held if isinstance(held, list) else [held]), (k, tree)
+                assert isinstance(v, str) and v
+                count += 1
+            elif isinstance(v, (dict, list)):
+                count += _reasons(v)
+    elif isinstance(tree, list):
+        count += sum(_reasons(x) for x in tree)
+    return count
+
+
+def test_strict_loads_refuses_what_json_dumps_writes_by_default():
+    with pytest.raises(ValueError, match="NaN"):
+        strict_loads(json.dumps({"x": float("nan")}))
+    with pytest.raises(ValueError, match="Infinity"):
+        strict_loads(json.dumps([float("-inf")]))
+
+
+def test_json_text_writes_null_with_a_reason():
+    tree = {
+        "a": np.float32("nan"),
+        "m": {"tpot": float("nan"), "memory": 2.0},
+        "x": np.array([1.0, np.inf]),
+        "k": 3,
+        "ok": np.bool_(True),
+    }
+    got = strict_loads(json_text(tree, {"m": "no relaxation"}))
+    assert got["a"] is None and "undefined" in got["a_reason"]
+    assert got["m"] == {"tpot": None, "tpot_reason": "no relaxation", "memory": 2.0}
+    assert got["x"] == [1.0, None] and "infinity" in got["x_reason"]
+    assert got["k"] == 3 and got["ok"] is True
+    assert _reasons(got) == 3
+
+
+LLAMA = ["--hardware", "h100-sxm", "--model", "llama-3-70b"]
+SMALL = ["--hardware", "h100-sxm", "--model", "llama-3-8b", "--context", "2048",
+         "--max-batch", "256", "--max-chips", "8", "--max-stages", "2"]  # fmt: skip
+
+# one cheap run of each subcommand that has --json; the grid, plan and lifetime cases are the
+# ones that printed NaN / Infinity before (issue 34)
+CASES = {
+    "presets": ["presets"],
+    "eval": ["eval", *LLAMA, "--batch", "64", "--chips", "8"],
+    "train": ["train", "--params", "7B", "--tokens", "1T", "--hardware", "h100-sxm",
+              "--chips", "64"],
+    "lifetime-unreachable": ["lifetime", "--loss", "1.8", "--inference-tokens", "1e12",
+                             "--max-tokens", "1e10"],
+    "lifetime": ["lifetime", "--loss", "2.2", "--inference-tokens", "1e12"],
+    "optimize": ["optimize", *SMALL, "--tpot-slo", "30ms"],
+    "grid": ["grid", *SMALL, "--tpot-slo", "30ms"],
+    "plan-disaggregated": ["plan", *LLAMA, "--traffic", "chat", "--rate", "10",
+                           "--mode", "disaggregated", "--engine", "none"],
+    "plan-infeasible": ["plan", *LLAMA, "--traffic", "chat", "--rate", "10", "--tpot", "10us@p90",
+                        "--engine", "none"],
+}  # fmt: skip
+
+
+NAMES = [
+    *CASES,
+    "calibrate",
+    pytest.param("validate", marks=pytest.mark.slow),  # leave-one-source-out fits: ~45 s
+]
+CASES["calibrate"] = ["calibrate", "--quick", "--max-batch", "2"]  # a knee may be Infinity
+CASES["validate"] = ["validate", "--steps", "2", "--only", "family=hopper"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_json_output_is_strict_json(name, capsys, tmp_path):
+    extra = ["--figure", str(tmp_path / "v.png")] if name == "validate" else []
+    code = main([*CASES[name], *extra, "--json"])
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    got = strict_loads(out)
+    assert isinstance(got, dict) and got
+    reasons = _reasons(got)
+    if name == "grid":  # printed "multipliers": {"tpot": NaN, ...} before
+        assert {v for k, v in got["multipliers"].items() if "reason" not in k} == {None}
+        assert "no continuous relaxation" in got["multipliers"]["tpot_reason"]
+    elif name == "plan-disaggregated":  # printed "decode_batch": NaN before
+        prefill = next(x for x in got["pools"] if x["role"] == "prefill")
+        assert prefill["decode_batch"] is None and "prefill" in prefill["decode_batch_reason"]
+    elif name in ("plan-infeasible", "lifetime-unreachable"):
+        assert got.get("feasible", got.get("reachable")) is False and reasons > 0
+
+
+def test_the_cases_cover_every_subcommand_with_json():
+    from dcost.cli.app import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    with_json = {
+        name
+        for name, p in sub.choices.items()
+        if any("--json" in a.option_strings for a in p._actions)
+    }
+    # measurements writes its records with json.dumps(allow_nan=False) and is tested beside it
+    assert with_json - {"measurements"} == {argv[0] for argv in CASES.values()}
+
+
+# ------------------------------------------------------------------ bad input, by entry point
+
+H100 = dcost.hardware("h100-sxm")
+LLAMA70 = dcost.model("llama-3-70b")
+DSV3 = dcost.model("deepseek-v3")
+W = dcost.Workload(2048)
+TOY_POOL = Pool(roofline_step(0.02, 1e-4, 2e-5), replicas=2, batch_cap=256, chunk=1024)
+TOY_TRAFFIC = dcost.Traffic(4.0, 1000, 200)
+
+
+def _decode(design, model=LLAMA70, workload=W):
+    return lambda: dcost.decode(design, H100, model, workload)
+
+
+def _problem(fixed, model=LLAMA70, workload=W):
+    return lambda: dcost.Problem(H100, model, workload, free={"batch": (1, 64)}, fixed=fixed)
+
+
+def _grid(**kw):
+    return lambda: plan_grid(H100, LLAMA70, dcost.traffic("chat", rate=1.0), **kw)
+
+
+def _plan(**kw):
+    return lambda: dcost.plan(H100, LLAMA70, dcost.traffic("chat", rate=1.0), **kw)
+
+
+def _sim(**kw):
+    return lambda: simulate_aggregated(TOY_TRAFFIC, TOY_POOL, requests=200, **kw)
+
+
+def _what_if(factor):
+    return lambda: PlanSensitivity(None, None, None, {"rate": 0.9}, (), (), 0.0).what_if(
+        "rate", factor
+    )
+
+
+def _record(calibrated=False, **changes):
+    import dcost.validation as v
+
+    return lambda: v.predict({**v.load()[0], **changes}, calibrated=calibrated)
+
+
+# (case, call, what the message must say): each refused with SpecError/ValueError naming the
+# field; the issue-34 campaign found each of these answered silently, with NaN/inf or with a
+# traceback naming the wrong thing
+BAD = [
+    # speculation without a draft, or without an acceptance rate (API and CLI share one check)
+    ("decode-draft-no-model-draft", _decode(dcost.Design(64, chips=8, draft_tokens=3),
+        workload=dcost.Workload(2048, acceptance=0.8)), "no draft"),
+    ("decode-draft-no-acceptance", _decode(dcost.Design(64, chips=8, draft_tokens=1), DSV3),
+        "Workload.acceptance"),
+    ("problem-fixed-draft-no-model-draft", _problem(dcost.Design(1, chips=8, draft_tokens=2)),
+        "no draft"),
+    # groups that do not divide the chips: decode, prefill, mixed_step and Problem alike
+    ("decode-attention-dp-3-of-8", _decode(dcost.Design(64, chips=8, attention_dp=3), DSV3),
+        "attention_dp = 3.0 is not allowed with chips = 8.0"),
+    ("decode-expert-parallel-3-of-8", _decode(dcost.Design(64, chips=8, expert_parallel=3),
+        DSV3), "expert_parallel = 3.0"),
+    ("prefill-attention-dp-3-of-8", lambda: dcost.prefill(
+        dcost.Design(64, chips=8, attention_dp=3), H100, DSV3, W), "attention_dp"),
+    ("problem-fixed-attention-dp-3-of-8", _problem(dcost.Design(1, chips=8, attention_dp=3),
+        DSV3), "attention_dp"),
+    ("problem-fixed-chips-7.5", _problem(dcost.Design(1, chips=7.5)), "fixed.chips = 7.5"),
+    # planning: Options at construction, plan and plan_grid with one check
+    ("options-chips-negative", lambda: Options(chips=(-8,)), "Options.chips[0] = -8"),
+    ("options-max-chips-0", lambda: Options(max_chips=0), "Options.max_chips = 0"),
+    ("options-chunks-0", lambda: Options(chunks=(0,)), "Options.chunks[0] = 0"),
+    ("options-stages-empty", lambda: Options(stages=()), "Options.stages = ()"),
+    ("options-draft-bool", lambda: Options(draft_tokens=(True,)), "Options.draft_tokens[0]"),
+    ("options-attention-xx", lambda: Options(attention=("xx",)), "Options.attention"),
+    ("options-replaced", _plan(options=Options()._replace(chunks=(0,))), "Options.chunks[0]"),
+    ("plan-grid-n-max-0", _grid(n_max=0), "plan_grid.n_max = 0"),
+    ("plan-grid-slot-wait-0", _grid(slot_wait=0), "plan_grid.slot_wait"),
+    ("plan-grid-memory-reserve-neg", _grid(memory_reserve=-1), "plan_grid.memory_reserve"),
+    ("plan-grid-utilisation-2", _grid(max_utilisation=2), "plan_grid.max_utilisation"),
+    ("plan-grid-mode", _grid(mode="both"), "plan_grid.mode"),
+    ("plan-utilisation-2", _plan(max_utilisation=2), "plan.max_utilisation"),
+    # simulation
+    ("simulate-max-events-0", _sim(max_events=0), "max_events = 0"),
+    ("simulate-requests-0", lambda: simulate_aggregated(TOY_TRAFFIC, TOY_POOL, requests=0),
+        "requests = 0"),
+    ("simulate-requests-1.5", lambda: simulate_aggregated(TOY_TRAFFIC, TOY_POOL, requests=1.5),
+        "requests = 1.5"),
+    # booleans are booleans
+    ("hardware-calibrated-no", lambda: dcost.hardware("h100-sxm", calibrated="no"),
+        "calibrated = 'no'"),
+    ("predict-calibrated-no", _record(calibrated="no"), "calibrated = 'no'"),
+    # sizes beyond float32, named with their field
+    ("tpot-slo-1e-50", lambda: dcost.Problem(H100, LLAMA70, W, free={"batch": (1, 64)},
+        tpot_slo=1e-50), "tpot_slo = 1e-50"),
+    ("hbm-bandwidth-1e-39", lambda: dcost.Hardware(1e15, 1e-39, 8e10, 1e11, 1e10, 8, 3.0),
+        "hbm_bandwidth = 1e-39"),
+    ("lifetime-1e30-tokens", lambda: lifetime_optimum(1.95, 1e30), "inference_tokens = 1e+30"),
+    ("training-run-1e30", lambda: dcost.training_run(7e9, 1e30, H100, 64, 0.4),
+        "n_tokens = 1e+30"),
+    # types that ended in AttributeError
+    ("training-run-hardware-name", lambda: dcost.training_run(7e9, 1e12, "h100-sxm", 64, 0.4),
+        "dcost.hardware('h100-sxm')"),
+    ("bottleneck-string", lambda: dcost.bottleneck("memory"), "bottleneck.report"),
+    ("scale-model-negative", lambda: dcost.scale_model(LLAMA70, -1), "n_active = -1"),
+    ("what-if-rate-0", _what_if(0), "what_if.factor = 0"),
+    ("what-if-rate-negative", _what_if(-1), "what_if.factor = -1"),
+    ("record-unknown-hardware", _record(hardware="h900"), "hardware = 'h900'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, call, needle", BAD, ids=[c[0] for c in BAD])
+def test_bad_input_is_refused_by_name(case, call, needle):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert needle in str(err.value), str(err.value)
+
+
+def test_numpy_counts_are_counts():
+    """A NumPy integer is a whole number: ``requests=np.int64(300)`` runs (it was refused)."""
+    a = simulate_aggregated(TOY_TRAFFIC, TOY_POOL, requests=np.int64(300))
+    b = simulate_aggregated(TOY_TRAFFIC, TOY_POOL, requests=300)
+    assert np.array_equal(a.ttft_percentiles, b.ttft_percentiles)
+    assert Options(chips=(np.int64(8),), max_chips=np.int32(8)).chips == (8,)
+
+
+def test_relaxed_groups_stay_with_the_smooth_model():
+    """Fractional (relaxed) layouts are the smooth model's: only whole groups must divide."""
+    r = dcost.decode(dcost.Design(64, chips=8, attention_dp=2.5), H100, DSV3, W)
+    assert np.isfinite(float(r.tpot))
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["eval", *LLAMA, "--batch", "64", "--chips", "8", "--draft-tokens", "2",
+          "--acceptance", "0.8"], "no draft"),
+        (["eval", "--hardware", "h200", "--model", "deepseek-v3", "--batch", "64", "--chips",
+          "8", "--draft-tokens", "2"], "Workload.acceptance"),
+        (["validate", "--figure", "/no/such/dir/x.png"], "does not exist"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_with_one_line(argv, needle, capsys, tmp_path):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "no").exists()
