@@ -135,15 +135,28 @@ def test_power_cap_cube_root_clock_and_its_limits():
             power.power_cap(h, bad)
 
 
-def test_a_cap_slows_a_prefill_but_hardly_a_decode():
-    """Compute-bound steps lose clock; a memory-bound decode keeps its HBM bandwidth."""
+def test_a_cap_binds_on_a_prefill_and_not_on_a_light_decode():
+    """A prefill drawing more than the cap loses clock by the cube root and draws the cap; a
+    decode drawing less than the cap is untouched (time and power)."""
     h = dcost.hardware("h100-sxm")
-    capped = power.power_cap(h, 450.0)
     d, w = dcost.Design(batch=8), dcost.Workload(1024, prompt=2048, output=128)
-    slow_pf = float(dcost.prefill(d, capped, LLAMA8, w).ttft / dcost.prefill(d, h, LLAMA8, w).ttft)
-    slow_dec = float(dcost.decode(d, capped, LLAMA8, w).tpot / dcost.decode(d, h, LLAMA8, w).tpot)
-    assert slow_pf == pytest.approx(1.0 / float(power.clock_fraction(h, 450.0)), rel=0.02)
-    assert slow_dec == pytest.approx(1.0, abs=1e-6)
+    full = power.energy(d, h, LLAMA8, w, step="prefill")
+    assert float(full.power_per_chip) > 450.0
+    capped = power.power_cap(h, 450.0, d, LLAMA8, w, step="prefill")
+    f = float(power.clock_fraction(h, 450.0, full.power_per_chip))
+    want = ((450.0 - 287.0) / (float(full.power_per_chip) - 287.0)) ** (1 / 3)
+    assert f == pytest.approx(want, rel=1e-6) and f < 1
+    assert float(capped.flops) == pytest.approx(f * float(h.flops), rel=1e-6)
+    slow = float(dcost.prefill(d, capped, LLAMA8, w).ttft / dcost.prefill(d, h, LLAMA8, w).ttft)
+    assert slow == pytest.approx(1.0 / f, rel=0.02)  # compute-bound: time goes as 1/clock
+    drawn = float(power.energy(d, capped, LLAMA8, w, step="prefill").power_per_chip)
+    assert drawn == pytest.approx(450.0, rel=0.02)
+    light = power.energy(d, h, LLAMA8, w)
+    assert float(light.power_per_chip) < 450.0
+    dec = power.power_cap(h, 450.0, d, LLAMA8, w)
+    assert float(dec.flops) == float(h.flops) and float(dec.max_power) == float(h.max_power)
+    with pytest.raises(SpecError, match="together"):
+        power.power_cap(h, 450.0, d)
 
 
 def test_missing_and_bad_power_fields_are_named():

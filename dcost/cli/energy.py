@@ -27,19 +27,21 @@ def add_power_cap_argument(p) -> None:
         type=parse_number,
         default=None,
         metavar="W",
-        help="power cap per chip in W, between the chip's idle and board power: the clock, and so "
-        "the FLOP/s, it leaves (f ~ cap^(1/3) above idle); default: none",
+        help="power cap per chip in W, between the chip's idle and board power: a step that would "
+        "draw more runs at a lower clock, so fewer FLOP/s (f ~ cube root of the dynamic power "
+        "left); default: none",
     )
 
 
-def apply_power_cap(args, hardware):
-    """``hardware`` under ``--power-cap`` (unchanged without it)."""
+def apply_power_cap(args, hardware, design, model, workload):
+    """``hardware`` under ``--power-cap`` for the step ``args.phase`` of ``design`` (unchanged
+    without it, or where the step draws less than the cap): ``dcost.power_cap``."""
     cap = getattr(args, "power_cap", None)
     if cap is None:
         return hardware
     from dcost.serving.power import power_cap
 
-    return power_cap(hardware, cap)
+    return power_cap(hardware, cap, design, model, workload, step=args.phase)
 
 
 def energy_fields(design, hardware, model, workload, phase: str) -> dict | None:

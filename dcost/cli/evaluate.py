@@ -44,7 +44,6 @@ __all__ = ["add_parsers"]
 
 def _cmd_eval(args) -> int:
     h, m = hardware_and_model(args)
-    h = apply_power_cap(args, h)
     w = workload_from_args(args)
     layout = {n: getattr(args, n) for n in LAYOUT_VARIABLES if getattr(args, n) is not None}
     # a group count that does not divide --chips, or draft tokens without a draft or an
@@ -55,6 +54,7 @@ def _cmd_eval(args) -> int:
     d = Design(
         batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts, **layout
     )
+    h = apply_power_cap(args, h, d, m, w)
     fn = prefill if args.phase == "prefill" else decode
     r = fn(d, h, m, w)
     en = energy_fields(d, h, m, w, args.phase)

@@ -20,11 +20,12 @@ the coefficients ``c_F, c_M`` are fitted on AIConfigurator's measured kernel pow
 measurement of link power was found). Energy counts the chips only: host CPUs, NICs, switches and
 cooling come on top (``dcost.pricing.ownership`` multiplies by a PUE).
 
-A power cap below the board limit lowers the clock: dynamic power goes as ``C V^2 f`` and, in the
-range where voltage follows frequency, as ``f^3`` (Rabaey, Chandrakasan & Nikolic, *Digital
-Integrated Circuits*, 2nd ed., section 5.5; the ``f ~ P^(1/3)`` rule of DVFS), so a cap ``P_cap``
-leaves ``f/f_max = ((P_cap - P_idle)/(P_max - P_idle))^(1/3)`` of the FLOP/s; HBM runs on its own
-clock and keeps its bandwidth (``power_cap``).
+A power cap below what a step draws lowers the clock: dynamic power goes as ``C V^2 f`` and, in
+the range where voltage follows frequency, as ``f^3`` (Rabaey, Chandrakasan & Nikolic, *Digital
+Integrated Circuits*, 2nd ed., section 5.5; the ``f ~ P^(1/3)`` rule of DVFS), so a step drawing
+``P`` at full clock runs under a cap ``P_cap < P`` at ``f/f_max = ((P_cap - P_idle)/(P -
+P_idle))^(1/3)`` of its FLOP/s, and a cap above ``P`` does not bind; HBM runs on its own clock and
+keeps its bandwidth (``power_cap``).
 """
 
 from __future__ import annotations
@@ -170,25 +171,31 @@ def chip_power(hardware: Hardware, u_compute, u_memory, u_comm=0.0, fit: PowerFi
     return idle + (top - idle) * activity(u_compute, u_memory, u_comm, fit)
 
 
-def clock_fraction(hardware: Hardware, cap):
-    """``f/f_max = min(1, ((P_cap - P_idle)/(P_max - P_idle))^(1/3))`` under a power cap.
+def clock_fraction(hardware: Hardware, cap, power=None):
+    """``f/f_max = min(1, ((P_cap - P_idle)/(P - P_idle))^(1/3))`` under a power cap.
 
     Dynamic power ``C V^2 f`` with voltage following frequency grows as ``f^3`` (Rabaey et al.,
-    *Digital Integrated Circuits*, section 5.5), so the power left above idle buys the cube root
-    of it in clock.
+    *Digital Integrated Circuits*, section 5.5), so a step that would draw ``P`` at full clock
+    settles, under a cap below ``P``, at the clock whose dynamic power fits: the cube root of the
+    share of it left. A cap above ``P`` does not bind (1).
 
     Args:
       hardware: a chip with ``idle_power`` and ``max_power`` (W).
-      cap: the power cap (W), above ``idle_power``.
+      cap: the power cap (W), ``idle_power < cap <= max_power``.
+      power: what the step draws at full clock (W); None: ``max_power`` (a step that saturates
+        the chip).
 
     >>> import dcost
     >>> h = dcost.hardware("h100-sxm")
     >>> round(float(clock_fraction(h, h.idle_power + (h.max_power - h.idle_power) / 8)), 6)
     0.5
+    >>> float(clock_fraction(h, 500.0, power=450.0))   # the step draws less than the cap
+    1.0
     """
     idle, top = _watts(hardware, "clock_fraction")
     _check_cap(hardware, cap)
-    share = (cap - idle) / (top - idle)
+    drawn = top if power is None else power
+    share = safe_div(cap - idle, drawn - idle, 1.0)
     return jnp.minimum(share, 1.0) ** (1.0 / 3.0)
 
 
@@ -211,27 +218,65 @@ def _check_cap(hardware: Hardware, cap) -> None:
         )
 
 
-def power_cap(hardware: Hardware, cap) -> Hardware:
-    """The chip under a power cap: FLOP/s (and attention FLOP/s) times ``clock_fraction``,
-    ``max_power`` replaced by the cap; HBM bandwidth and links unchanged.
+def power_cap(
+    hardware: Hardware,
+    cap,
+    design: Design | None = None,
+    model: Model | None = None,
+    workload: Workload | None = None,
+    *,
+    step: str = "decode",
+    smoothness=0.0,
+    fit: PowerFit | None = None,
+) -> Hardware:
+    """The chip under a power cap, for one step: FLOP/s (and attention FLOP/s) times the clock
+    the step settles at (``clock_fraction`` of the power it draws uncapped, ``energy(...)
+    .power_per_chip``), and the dynamic power range shrunk by the cube of that clock,
+    ``max_power = P_idle + (P_max - P_idle) f^3``, so that the step draws the cap; HBM bandwidth
+    and links unchanged (HBM has its own clock). Without ``design``, ``model`` and ``workload``:
+    a step that saturates the chip (``power = max_power``), the most a cap can slow it.
 
     Args:
       hardware: a chip with ``idle_power`` and ``max_power`` (W).
       cap: the cap (W), ``idle_power < cap <= max_power``; anything else raises ``SpecError``
         naming it.
+      design, model, workload: the step the chip runs (all three, or none).
+      step, smoothness, fit: as ``energy``.
 
     Returns:
-      A ``Hardware`` to pass to ``dcost.decode``/``prefill``/``energy`` like any other.
+      A ``Hardware`` to pass to ``dcost.decode``/``prefill``/``energy`` for that step.
 
     >>> import dcost
-    >>> h = dcost.hardware("h100-sxm")
-    >>> capped = power_cap(h, 500.0)
-    >>> round(float(capped.flops / h.flops), 3), float(capped.max_power)
-    (0.802, 500.0)
+    >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3.1-8b")
+    >>> full = power_cap(h, 500.0)                      # a saturating step: 80 % of the clock
+    >>> round(float(full.flops / h.flops), 3)
+    0.802
+    >>> w = dcost.Workload(1024, prompt=2048, output=256)
+    >>> dec = power_cap(h, 500.0, dcost.Design(batch=8), m, w)   # draws less: the cap is idle
+    >>> float(dec.flops / h.flops)
+    1.0
     """
-    s = clock_fraction(hardware, cap)
+    idle, top = _watts(hardware, "power_cap")
+    given = [x is not None for x in (design, model, workload)]
+    if any(given) and not all(given):
+        raise SpecError(
+            "power_cap: give design, model and workload together (the step under the cap), "
+            "or none of them (a step that saturates the chip)"
+        )
+    if all(given):
+        assert design is not None and model is not None and workload is not None
+        drawn = energy(
+            design, hardware, model, workload, smoothness, step=step, fit=fit
+        ).power_per_chip
+    else:
+        drawn = top
+    s = clock_fraction(hardware, cap, drawn)
     attn = hardware.attention_flops
-    hw = eqx.tree_at(lambda h: (h.flops, h.max_power), hardware, (hardware.flops * s, cap * 1.0))
+    hw = eqx.tree_at(
+        lambda h: (h.flops, h.max_power),
+        hardware,
+        (hardware.flops * s, idle + (top - idle) * s**3),
+    )
     if attn is not None:
         hw = eqx.tree_at(lambda h: h.attention_flops, hw, attn * s)
     return hw
