@@ -1,15 +1,18 @@
 """The engine's host costs, fitted on end-to-end runs with the predicted row's model held out.
 
 Kernel tables (``dcost.calibrate.kernels``) cannot show what an engine's CPU does between
-kernels: scheduling, sampling, detokenizing, launching the step's graph. The model charges it as
-``step_overhead`` per step and ``sequence_overhead`` per sequence in the step (``Report.
-t_overhead``). A prediction is linear in both (``dcost.validation.silicon.Predictions``):
+kernels (scheduling, sampling, detokenizing, launching the step's graph) nor what a layer costs
+beyond its GEMMs and attention when they run back to back in a CUDA graph (norms, rotary
+embeddings, activations, kernel tails; the tables time each kernel alone, launch included). The
+model charges them as ``step_overhead`` per step, ``layer_overhead`` per layer and
+``sequence_overhead`` per sequence in the step (``Report.t_overhead``). A prediction is linear
+in the three (``dcost.validation.silicon.Predictions``):
 
-.. math:: \\hat y_i(s, q) = y^0_i + s\\,a_i + q\\,b_i
+.. math:: \\hat y_i(s, l, q) = y^0_i + s\\,a_i + l\\,c_i + q\\,b_i
 
-and the two are fitted per engine by least squares of ``log(y_hat/y)`` over the engine's runs of
+and they are fitted per engine by least squares of ``log(y_hat/y)`` over the engine's runs of
 *other* models (leave one model out): a row is never predicted with costs fitted on its own
-model's rows. Optax Adam on ``(log s, log q)``, all folds in one ``vmap``.
+model's rows. Optax Adam on their logarithms, all folds in one ``vmap``.
 """
 
 from __future__ import annotations
@@ -27,26 +30,28 @@ __all__ = ["HostFit", "fit_host", "held_out_host"]
 
 STEPS = 400
 LEARNING_RATE = 0.1
-_START = (math.log(2e-4), math.log(2e-6))  # 0.2 ms a step, 2 us a sequence
+FIELDS = ("step_overhead", "layer_overhead", "sequence_overhead")
+_START = (math.log(2e-4), math.log(2e-6), math.log(2e-6))  # 0.2 ms, 2 us, 2 us
 _FLOOR = 1e-12
 
 
 @dataclasses.dataclass(frozen=True)
 class HostFit:
-    """Host costs of one fit: ``step_overhead`` and ``sequence_overhead`` (s)."""
+    """Fixed costs of one fit (s): per step, per layer of a step, per sequence of a step."""
 
     step_overhead: float
+    layer_overhead: float
     sequence_overhead: float
 
 
-def _fit(base, per_step, per_seq, measured, weights) -> jax.Array:
-    """``(log s, log q)`` minimizing the weighted mean squared log error (weights 0 leave a row
-    out); ``weights`` may carry a leading fold axis."""
+def _fit(base, slopes, measured, weights) -> jax.Array:
+    """The logarithms of the costs minimizing the weighted mean squared log error (weights 0
+    leave a row out); ``weights`` may carry a leading fold axis. ``slopes``: ``(3, rows)``."""
     opt = optax.adam(LEARNING_RATE)
     log_y = jnp.log(measured)
 
     def loss(z, w):
-        pred = base + jnp.exp(z[0]) * per_step + jnp.exp(z[1]) * per_seq
+        pred = base + jnp.exp(z) @ slopes
         err = (jnp.log(jnp.maximum(pred, _FLOOR)) - log_y) ** 2
         return jnp.sum(w * err) / jnp.maximum(jnp.sum(w), 1.0)
 
@@ -66,56 +71,55 @@ def _fit(base, per_step, per_seq, measured, weights) -> jax.Array:
     return jax.jit(jax.vmap(solve))(weights)
 
 
-def _arrays(base, per_step, per_seq, measured) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def _arrays(base, slopes, measured) -> tuple[jax.Array, jax.Array, jax.Array]:
     return (
         jnp.asarray(np.asarray(base, float)),
-        jnp.asarray(np.asarray(per_step, float)),
-        jnp.asarray(np.asarray(per_seq, float)),
+        jnp.asarray(np.stack([np.asarray(x, float) for x in slopes])),
         jnp.asarray(np.asarray(measured, float)),
     )
 
 
-def fit_host(base, per_step, per_seq, measured, mask=None) -> HostFit:
-    """Host costs fitted to every row in ``mask`` (all rows when None).
+def fit_host(base, slopes, measured, mask=None) -> HostFit:
+    """Fixed costs fitted to every row in ``mask`` (all rows when None).
 
     Args:
-      base: predictions with no host cost (s).
-      per_step, per_seq: how the prediction grows per second of each cost.
+      base: predictions with no fixed cost (s).
+      slopes: ``(per_step, per_layer, per_sequence)``: how each prediction grows per second of
+        each cost.
       measured: the measured values (s).
       mask: rows to fit.
 
     >>> import numpy as np
-    >>> a = np.array([1.0, 1.0, 2.0]); b = np.array([8.0, 64.0, 256.0])
-    >>> y = 0.01 + 3e-3 * a + 2e-5 * b
-    >>> f = fit_host(np.full(3, 0.01), a, b, y)
-    >>> round(f.step_overhead * 1e3, 2), round(f.sequence_overhead * 1e6, 1)
-    (3.0, 20.0)
+    >>> a = np.array([1.0, 1.0, 2.0, 1.0]); c = np.array([32.0, 80.0, 160.0, 61.0])
+    >>> b = np.array([8.0, 64.0, 256.0, 1.0])
+    >>> y = 0.01 + 3e-3 * a + 1e-5 * c + 2e-5 * b
+    >>> f = fit_host(np.full(4, 0.01), (a, c, b), y)
+    >>> round(f.step_overhead * 1e3, 2), round(f.layer_overhead * 1e6, 1)
+    (3.0, 10.0)
     """
     w = np.ones(len(measured)) if mask is None else np.asarray(mask, float)
-    z = np.asarray(_fit(*_arrays(base, per_step, per_seq, measured), w))
-    return HostFit(float(np.exp(z[0])), float(np.exp(z[1])))
+    z = np.asarray(_fit(*_arrays(base, slopes, measured), w))
+    return HostFit(*(float(v) for v in np.exp(z)))
 
 
-def held_out_host(
-    base, per_step, per_seq, measured, group: Sequence, fold: Sequence, mask=None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row host costs fitted with the row's ``fold`` held out, within its ``group``.
+def held_out_host(base, slopes, measured, group, fold, mask=None) -> np.ndarray:
+    """Per-row fixed costs fitted with the row's ``fold`` held out, within its ``group``.
 
     Args:
+      base, slopes, measured: as ``fit_host``.
       group: the fit's unit per row (an engine): rows of other groups never enter its fit.
       fold: what is held out per row (a model): row ``i`` is predicted with costs fitted on the
         rows of ``group[i]`` whose fold differs from ``fold[i]``.
       mask: rows that may be fitted on (all when None); every row gets a prediction.
 
     Returns:
-      ``(step_overhead, sequence_overhead)`` per row (s).
+      ``(rows, 3)``: each row's ``FIELDS`` (s).
     """
     g_arr, f_arr = np.asarray(group), np.asarray(fold)
     ok = np.ones(len(g_arr), bool) if mask is None else np.asarray(mask, bool)
     pairs = list(zip(g_arr.tolist(), f_arr.tolist(), strict=True))
     keys = sorted(set(pairs))
     weights = np.stack([((g_arr == g) & (f_arr != f) & ok).astype(float) for g, f in keys])
-    z = np.asarray(_fit(*_arrays(base, per_step, per_seq, measured), weights))
+    z = np.asarray(_fit(*_arrays(base, slopes, measured), weights))
     index = {k: i for i, k in enumerate(keys)}
-    rows = np.asarray([index[p] for p in pairs])
-    return np.exp(z[rows, 0]), np.exp(z[rows, 1])
+    return np.exp(z[np.asarray([index[p] for p in pairs])])

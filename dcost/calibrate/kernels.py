@@ -25,8 +25,9 @@ Every fit is a smooth least-squares fit of log times (Optax Adam in an unconstra
 logistic for fractions, a log for positive numbers), on 80 % of the table's rows drawn at random;
 the residual reported per kernel type is on the other 20 % (held out). What kernels cannot show
 (the engine's host work per step and per sequence, the elementwise kernels between GEMMs) is fitted
-on end-to-end rows elsewhere (``dcost.validation.silicon``), never here. The per-layer intercept
-``layer_overhead`` is the kernels' own: four GEMM intercepts and one attention intercept a layer.
+on end-to-end rows elsewhere (``dcost.calibrate.host``), never here; so is ``layer_overhead``:
+the tables time each kernel alone, launch included (their intercepts, kept in the provenance),
+which a CUDA graph of a whole step does not pay kernel by kernel.
 
 Reference: AIConfigurator, "systems/data/<gpu>/<op>/<backend>/<version>/*.parquet" (the collected
 tables and their ``collection_meta.yaml``).
@@ -85,6 +86,9 @@ _ATTN_PRECISION = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8"}
 
 SAMPLE = 2400
 """Rows drawn per kernel type (per precision for GEMMs): a fit is seconds on 2 cores."""
+
+MIN_ROWS = 20
+"""Fewest rows of a kind (a precision's MoE rows) a fit takes."""
 
 MIN_WEIGHT_DIM = 1024
 """Smallest weight dimension (``n`` and ``k``) of the GEMM rows fitted: a layer's projections."""
@@ -199,6 +203,11 @@ def find_tables(root, gpu: str, engine: str) -> dict[str, pathlib.Path] | None:
     for name in ("generation_attention", "context_attention"):
         if (attn / f"{name}_perf.parquet").is_file():
             found[name] = attn / f"{name}_perf.parquet"
+    for v in [version] + list(reversed(_versions(root, gpu, "moe", engine))):
+        f = root / gpu / "moe" / engine / v / "moe_perf.parquet"
+        if f.is_file():
+            found["moe"] = f
+            break
     for v in reversed(_versions(root, gpu, "comm", engine)):
         f = root / gpu / "comm" / engine / v / "custom_allreduce_perf.parquet"
         if f.is_file():
@@ -527,6 +536,111 @@ def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0)
     return KernelFit("allreduce", values, len(y), rms, med, p90, ())
 
 
+# ---- grouped experts -----------------------------------------------------------------------
+
+_MOE_PRECISION = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+
+
+def fit_moe(
+    table: Mapping[str, np.ndarray],
+    hardware: str,
+    gemm: Mapping[str, float],
+    seed: int = 0,
+) -> KernelFit:
+    """Fit the grouped-expert efficiency, per precision, to a MoE layer table.
+
+    One MoE layer on one GPU of ``e = moe_ep`` expert-parallel groups, each expert's matrices split
+    ``t = moe_tp`` ways, for ``n`` tokens routed to ``k`` of ``E`` experts (balanced rows): the GPU
+    computes ``2 (3 h i / t) n k / e`` FLOP at matmul size ``n k / (E phi)`` (``phi = 1 - (1 -
+    k/E)^n``, ``dcost.serving.moe``) and reads ``(E/e) phi (3 h i / t) b_w`` bytes of weights:
+
+    .. math:: t = c_m + \\mathrm{smax}_r\\big(F (1 + n_{1/2}/n_{exp}) / (F_p \\eta_p
+              \\eta_{exp}),\\ W / (BW \\eta_{BW})\\big)
+
+    with the GEMM fit's ``eta_p``, ``n_half``, ``eta_BW`` and ``r`` held (``gemm``: its values);
+    ``eta_exp`` (``expert_flops_efficiency``, per precision) and ``c_m`` are fitted.
+
+    Args:
+      table: columns ``moe_dtype``, ``num_tokens``, ``hidden_size``, ``inter_size``, ``topk``,
+        ``num_experts``, ``moe_tp_size``, ``moe_ep_size``, ``distribution``, ``latency`` (ms).
+      hardware: the dcost hardware preset.
+      gemm: ``fit_gemm``'s values.
+    """
+    chip = _chip(hardware)
+    dtype = np.asarray(table["moe_dtype"]).astype(str)
+    dist = np.asarray(table["distribution"]).astype(str)
+    precisions = [
+        p
+        for p in ("bf16", "fp8", "fp4")
+        if f"precision.{p}.flops_efficiency" in gemm
+        and np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p]).any()
+    ]
+    masks = {
+        p: (dist == "balanced") & np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p])
+        for p in precisions
+    }
+    precisions = [p for p in precisions if masks[p].sum() >= MIN_ROWS]
+    if not precisions:
+        raise ValueError(f"MoE table for {hardware}: no balanced rows of a fitted GEMM precision")
+    parts = [
+        _sample(
+            (dist == "balanced") & np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p]),
+            SAMPLE,
+            seed + i,
+        )
+        for i, p in enumerate(precisions)
+    ]
+    idx = np.concatenate(parts)
+    prec = np.concatenate([np.full(len(part), i) for i, part in enumerate(parts)])
+    col = {
+        c: np.asarray(table[c], float)[idx]
+        for c in (
+            "num_tokens",
+            "hidden_size",
+            "inter_size",
+            "topk",
+            "num_experts",
+            "moe_tp_size",
+            "moe_ep_size",
+            "latency",
+        )
+    }
+    n, k, e_all = col["num_tokens"], col["topk"], col["num_experts"]
+    per_expert = 3.0 * col["hidden_size"] * col["inter_size"] / col["moe_tp_size"]
+    phi = 1.0 - (1.0 - k / e_all) ** n
+    flops = 2.0 * per_expert * n * k / col["moe_ep_size"]
+    size = n * k / (e_all * phi)
+    b_w = np.asarray([_BYTES[d] for d in dtype[idx]])
+    byts = e_all / col["moe_ep_size"] * phi * per_expert * b_w
+    y = col["latency"] * 1e-3
+    peak = np.asarray([_peak(chip, precisions[i]) for i in prec])
+    eta = np.asarray([gemm[f"precision.{precisions[i]}.flops_efficiency"] for i in prec])
+    half = np.asarray([gemm[f"precision.{precisions[i]}.matmul_half_tokens"] for i in prec])
+    bw = chip["hbm_bandwidth"] * gemm["bandwidth_efficiency"]
+    r = gemm["kernel_roofline_smoothness"]
+    fit_i, held_i = _split(len(y), seed)
+    n_prec = len(precisions)
+
+    def predict(z, rows):
+        eta_exp = 0.02 + 0.98 * _logistic(z[:n_prec])[prec[rows]]
+        hw = _bare(peak[rows], bw, 1.0, 1.0, 0.0, r)
+        t_f = flops[rows] * (1.0 + half[rows] / size[rows]) / (peak[rows] * eta[rows] * eta_exp)
+        return jnp.exp(z[n_prec]) + kernel_time(t_f, byts[rows] / bw, hw)
+
+    def loss(z):
+        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
+
+    zf = _minimize(loss, jnp.asarray([1.0] * n_prec + [math.log(2e-5)]))
+    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
+    z = np.asarray(zf)
+    values = {
+        f"precision.{p}.expert_flops_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[i])))
+        for i, p in enumerate(precisions)
+    }
+    values["moe_intercept"] = float(np.exp(z[n_prec]))
+    return KernelFit("moe", values, len(y), rms, med, p90, ())
+
+
 # ---- a whole profile -----------------------------------------------------------------------
 
 
@@ -542,19 +656,19 @@ def fit_tables(tables: Mapping[str, Mapping[str, np.ndarray]], hardware: str, se
         )
     if "allreduce" in tables:
         fits["allreduce"] = fit_allreduce(tables["allreduce"], hardware, seed)
+    if "moe" in tables:
+        try:
+            fits["moe"] = fit_moe(tables["moe"], hardware, fits["gemm"].values, seed)
+        except ValueError:
+            pass  # no usable rows: grouped experts at the GEMM's rate (profile_from_fits)
     return fits
-
-
-KERNELS_PER_LAYER = {"gemm": 4.0, "attention": 1.0}
-"""Kernels of one transformer layer's decode step whose measured intercepts make up
-``layer_overhead``: the QKV, output, gate-up and down projections, and attention."""
 
 
 def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str, float]):
     """``(shared profile, per-precision profile)`` from kernel fits. Fields the kernel tables
     cannot show come from ``family_profile`` (the chip family's fitted profile) and are named in
-    the provenance by ``rebuild``: scale-out links, and host costs until ``dcost.validation.
-    silicon`` fits them."""
+    the provenance by ``rebuild``: scale-out links, and the fixed costs until
+    ``dcost.calibrate.engines.rebuild`` fits them end to end (``layer_overhead`` starts at 0)."""
     shared: dict[str, float] = {}
     precision: dict[str, dict[str, float]] = {}
     for fit in fits.values():
@@ -564,9 +678,7 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
                 precision.setdefault(p, {})[field] = value
             elif not key.endswith("_intercept"):
                 shared[key] = value
-    g = fits["gemm"].values["gemm_intercept"]
-    a = fits["attention"].values["generation_intercept"] if "attention" in fits else g
-    shared["layer_overhead"] = KERNELS_PER_LAYER["gemm"] * g + KERNELS_PER_LAYER["attention"] * a
+    shared["layer_overhead"] = 0.0
     shared["kernel_serialization"] = 1.0
     shared["tree_collectives"] = 1.0
     for key in ("scaleout_efficiency", "scaleout_latency", "step_overhead", "sequence_overhead"):
@@ -575,7 +687,8 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
     if "scaleup_efficiency" not in shared:
         for key in ("scaleup_efficiency", "scaleup_latency"):
             shared[key] = float(family_profile[key])
-    shared.setdefault("expert_flops_efficiency", 1.0)
+    for p in precision:  # a precision without MoE rows: grouped experts at the GEMM's rate
+        precision[p].setdefault("expert_flops_efficiency", 1.0)
     return shared, precision
 
 
@@ -591,15 +704,22 @@ def _fmt(x) -> str:
     raise TypeError(type(x))
 
 
+def _key(k: str) -> str:
+    """A TOML key: bare when it can be, else quoted."""
+    import re
+
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _fmt(k)
+
+
 def _toml_table(name: str, table: Mapping, lines: list[str]) -> None:
     scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
     nested = {k: v for k, v in table.items() if isinstance(v, Mapping)}
     lines.append(f"[{name}]")
     for k, v in scalars.items():
-        lines.append(f"{k} = {_fmt(v)}")
+        lines.append(f"{_key(str(k))} = {_fmt(v)}")
     lines.append("")
     for k, v in nested.items():
-        _toml_table(f"{name}.{k}" if "." not in k else f'{name}."{k}"', v, lines)
+        _toml_table(f"{name}.{_key(str(k))}", v, lines)
 
 
 def write_profile(engine, path) -> pathlib.Path:

@@ -60,7 +60,7 @@ ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 
 _ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
 
-PRECISION_FIELDS = ("flops_efficiency", "matmul_half_tokens")
+PRECISION_FIELDS = ("flops_efficiency", "matmul_half_tokens", "expert_flops_efficiency")
 """Profile fields fitted per matmul precision (a GEMM's achieved rate and its size curve depend on
 the number format: ``[profile.precision.<p>]`` tables)."""
 
@@ -69,7 +69,6 @@ PROFILE_FIELDS = (
     "kv_bandwidth_efficiency",
     "kernel_roofline_smoothness",
     "attention_efficiency",
-    "expert_flops_efficiency",
     "scaleup_efficiency",
     "scaleup_latency",
     "scaleout_efficiency",
@@ -368,7 +367,6 @@ _FRACTIONS = (
     "bandwidth_efficiency",
     "kv_bandwidth_efficiency",
     "attention_efficiency",
-    "expert_flops_efficiency",
     "scaleup_efficiency",
     "scaleout_efficiency",
     "flops_efficiency",

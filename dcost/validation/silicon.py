@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import gzip
 import io
+import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -137,6 +138,32 @@ def _is_moe(model: str) -> bool:
     return float(presets.model(model).n_experts) > 0
 
 
+def _id_degree(rid: str, name: str) -> int | None:
+    """A parallel degree the run's id states (``..._tp8_ep8_...``), or None."""
+    import re
+
+    m = re.search(rf"_{name}(\d+)(?:_\d+)?_", rid + "_")
+    return int(m.group(1)) if m else None
+
+
+@functools.cache
+def _heads(model: str) -> int:
+    from dcost import presets
+
+    return int(presets.model_card(model)["arch"]["n_heads"])
+
+
+def _layout_problem(layout: Mapping, model: str, stated_tp: int | None) -> str | None:
+    """Why a stated layout cannot be the one that ran, or None: tensor parallelism that does not
+    divide the attention heads, or a degree that disagrees with the one the run's id states."""
+    tp = layout["tensor_parallel"]
+    if _heads(model) % tp:
+        return "tensor_parallel does not divide the attention heads: layout not as stated"
+    if stated_tp is not None and stated_tp != tp:
+        return "tp_size disagrees with the tp the run's id states"
+    return None
+
+
 def concurrency_band(c: float) -> str:
     """The band of a concurrency the reports group by: "1", "2-8", "9-63", "64+"."""
     return "1" if c <= 1 else "2-8" if c <= 8 else "9-63" if c < 64 else "64+"
@@ -223,8 +250,13 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
         moe = _is_moe(model)
         concurrency = _field(row["silicon_data_source"], "silicon_concurrency")
         clients = int(concurrency) if concurrency else _int(row, "batch_size")
+        stated = _id_degree(rid, "tp")
         if row["mode"] == "agg":
             layout = _layout(row, "")
+            why = _layout_problem(layout, model, stated)
+            if why:
+                skipped.append(Skipped(rid, "*", why))
+                continue
             if not moe and layout["attention_data_parallel"] > 1:
                 skipped.append(Skipped(rid, "*", "data-parallel attention of a dense model"))
                 continue
@@ -238,12 +270,17 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
             else:
                 skipped.append(Skipped(rid, "ttft", "TTFT under load is queueing (issue 29)"))
         else:
-            workers = _int(row, "decode_num_workers", 1) or 1
-            decode = _layout(row, "decode_")
-            per_worker = max(1, round(clients / workers)) if clients else None
-            if per_worker is None:
-                skipped.append(Skipped(rid, "*", "no concurrency"))
+            workers = _int(row, "decode_num_workers")
+            if not clients or workers is None:
+                # the decode pool's share of the clients is unknown: its batch is not stated
+                skipped.append(Skipped(rid, "*", "disaggregated: decode workers not stated"))
                 continue
+            decode = _layout(row, "decode_")
+            why = _layout_problem(decode, model, None)
+            if why:
+                skipped.append(Skipped(rid, "*", why))
+                continue
+            per_worker = max(1, round(clients / workers))
             r = {**_base(row, "tpot", model, moe), **decode, "serving": "decode"}
             r.update(concurrency=per_worker, value=float(row["silicon_tpot_ms"]) * 1e-3)
             if not moe and decode["attention_data_parallel"] > 1:
@@ -252,6 +289,11 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
                 out.append(r)
             prefill = _layout(row, "prefill_")
             batch = _int(row, "prefill_batch_size", 1) or 1
+            prefill_slots = batch * (_int(row, "prefill_num_workers", 1) or 1)
+            if clients > prefill_slots:
+                # more clients than prefill slots: their prompts queue, and the TTFT is a queue's
+                skipped.append(Skipped(rid, "ttft", "TTFT under load is queueing (issue 29)"))
+                continue
             t = {**_base(row, "ttft", model, moe), **prefill, "serving": "prefill"}
             t.update(concurrency=batch, value=float(row["silicon_ttft_ms"]) * 1e-3)
             if not moe and prefill["attention_data_parallel"] > 1:
@@ -292,6 +334,7 @@ class Predictions:
       family: the family profile (``dcost.hardware(..., calibrated=True)``'s).
       engine_base: the engine profile with no host cost per step or sequence (s).
       per_step: seconds the metric gains per second of ``step_overhead``.
+      per_layer: seconds it gains per second of ``layer_overhead``.
       per_sequence: seconds it gains per second of ``sequence_overhead``.
       engine_label: the profile each record ran ("vllm-0.24.0"; "" where no engine profile
         ships for its chip: then ``engine_base`` is the family's).
@@ -303,26 +346,30 @@ class Predictions:
     family: np.ndarray
     engine_base: np.ndarray
     per_step: np.ndarray
+    per_layer: np.ndarray
     per_sequence: np.ndarray
     engine_label: list
 
-    def engine(self, step_overhead, sequence_overhead) -> np.ndarray:
-        """The engine prediction with host costs ``step_overhead`` and ``sequence_overhead``
-        (scalars or one value per record) (s)."""
+    def engine(self, step_overhead, layer_overhead, sequence_overhead) -> np.ndarray:
+        """The engine prediction with fixed costs ``step_overhead``, ``layer_overhead`` and
+        ``sequence_overhead`` (scalars or one value per record) (s)."""
         return (
             self.engine_base
             + np.asarray(step_overhead) * self.per_step
+            + np.asarray(layer_overhead) * self.per_layer
             + np.asarray(sequence_overhead) * self.per_sequence
         )
 
 
 _PROBE_STEP = 1e-3
 _PROBE_SEQUENCE = 1e-5
+_PROBE_LAYER = 1e-5
 
 
-def _evaluate(cases: list, overheads: tuple[float, float] | None) -> np.ndarray:
+def _evaluate(cases: list, overheads: tuple[float, float, float] | None) -> np.ndarray:
     """Each case's metric, evaluated in one vmapped call per kind of step; ``overheads`` sets
-    ``(step_overhead, sequence_overhead)`` on every chip (None: as the cases have them)."""
+    ``(step_overhead, layer_overhead, sequence_overhead)`` on every chip (None: as the cases
+    have them)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -341,7 +388,7 @@ def _evaluate(cases: list, overheads: tuple[float, float] | None) -> np.ndarray:
         hw = stack([c.hardware for c in members])
         if overheads is not None:
             hw = eqx.tree_at(
-                lambda h: (h.step_overhead, h.sequence_overhead),
+                lambda h: (h.step_overhead, h.layer_overhead, h.sequence_overhead),
                 hw,
                 tuple(jnp.full(len(idx), v) for v in overheads),
                 is_leaf=lambda x: x is None,
@@ -359,36 +406,110 @@ def _evaluate(cases: list, overheads: tuple[float, float] | None) -> np.ndarray:
     return out
 
 
-def predict_all(recs: Sequence[Mapping] | None = None) -> Predictions:
-    """Predict every record (``records()``) pure, with its family profile and with its
-    engine's profile (``dcost.validation.cases.record_engine``: the nearest shipped version).
+def _with_chunk(c, chunk: float):
+    """The case with chunked prefill of ``chunk`` prompt tokens a step (the engine's token
+    budget, ``Scheduler.max_num_batched_tokens``)."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    design = eqx.tree_at(
+        lambda d: d.prefill_chunk, c.design, jnp.asarray(chunk, dtype=c.design.batch.dtype)
+    )
+    return dataclasses.replace(c, design=design)
+
+
+def running_sequences(c, record: Mapping, engine) -> int:
+    """Sequences an instance runs at once: the clients, at most the engine's ``max_num_seqs``
+    per replica, and at most what its KV cache holds.
+
+    The KV cache gets what HBM leaves after the weights: ``u M - W`` per chip under vLLM and
+    SGLang (``gpu_memory_utilization`` / ``mem_fraction_static`` of the whole), ``u (M - W)``
+    under TensorRT-LLM (``free_gpu_memory_fraction`` of what the weights leave); activations
+    and CUDA graphs are not counted (assumed small). A sequence holds its mean context's KV
+    (``Workload.context``: the prompt and half the output), from ``dcost.decode``'s
+    ``memory_per_chip``, which is linear in the batch. ``engine=None``: all of HBM and no
+    sequence cap (the most any engine could run).
+    """
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from dcost.serving.roofline import decode
+
+    def memory(b):
+        d = eqx.tree_at(lambda x: x.batch, c.design, jnp.asarray(b, dtype=c.design.batch.dtype))
+        return float(decode(d, c.hardware, c.model, c.workload).memory_per_chip)
+
+    m1, m2 = memory(1.0), memory(2.0)
+    per_seq, weights = m2 - m1, 2.0 * m1 - m2
+    hbm = float(c.hardware.hbm_capacity)
+    slots = int(round(float(record["concurrency"]) / float(c.design.batch)))  # replicas * P
+    if engine is None:
+        room, cap = hbm - weights, math.inf
+    else:
+        u = engine.scheduler.gpu_memory_utilization
+        room = u * (hbm - weights) if engine.name == "trtllm" else u * hbm - weights
+        cap = engine.scheduler.max_num_seqs
+    fits = math.floor(room / per_seq) if per_seq > 0 else math.inf
+    per_slot = min(float(c.design.batch), fits, cap)
+    return int(max(1, per_slot) * slots) if per_slot >= 1 else int(record["concurrency"])
+
+
+def predict_all(
+    recs: Sequence[Mapping] | None = None, engine_for=None, family: bool = True
+) -> Predictions:
+    """Predict every record (``records()``) pure, with its family profile (``family``) and with
+    its engine's profile.
+
+    Args:
+      recs: the records (default: every one ``records()`` gives).
+      engine_for: ``record -> dcost.Engine or None``; None: the shipped profile of the record's
+        engine, nearest version (``dcost.validation.cases.record_engine``).
+      family: also predict with the family profile (else ``Predictions.family`` is NaN).
+
+    Each case runs the sequences the engine can hold (``running_sequences``) and chunked
+    prefill at the engine's token budget; the engine prediction is returned without fixed costs,
+    with how it grows with each (``Predictions``).
     """
     from dcost.validation.cases import case, record_engine
 
     recs = records()[0] if recs is None else list(recs)
     plain = [{k: v for k, v in r.items() if k != "mode"} for r in recs]
-    engines: dict[tuple, Any] = {}
+    if engine_for is None:
+        cache: dict[tuple, Any] = {}
+
+        def engine_for(r):
+            key = (r["engine"], r.get("engine_version"), r["hardware"])
+            if key not in cache:
+                cache[key] = record_engine(r)[0]
+            return cache[key]
+
     pure_cases, family_cases, engine_cases, labels = [], [], [], []
     for r in plain:
-        key = (r["engine"], r.get("engine_version"), r["hardware"])
-        if key not in engines:
-            engines[key] = record_engine(r)[0]
-        eng = engines[key]
-        pure_cases.append(case(r, calibrated=False))
-        fam = case(r, calibrated=True)
-        family_cases.append(fam)
-        engine_cases.append(case(r, engine=eng) if eng is not None else fam)
+        eng = engine_for(r)
+        first = case(r, calibrated=False)
+        running = dict(r, concurrency=running_sequences(first, r, eng))
+        pure_cases.append(case(dict(r, concurrency=running_sequences(first, r, None))))
+        fam = case(running, calibrated=True) if (family or eng is None) else None
+        if family:
+            family_cases.append(fam)
+        if eng is not None:
+            c = case(running, engine=eng)
+            engine_cases.append(_with_chunk(c, float(eng.scheduler.max_num_batched_tokens)))
+        else:
+            engine_cases.append(fam)
         labels.append(eng.label if eng is not None else "")
-    base = _evaluate(engine_cases, (0.0, 0.0))
-    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0))
-    seq = _evaluate(engine_cases, (0.0, _PROBE_SEQUENCE))
+    base = _evaluate(engine_cases, (0.0, 0.0, 0.0))
+    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0, 0.0))
+    layer = _evaluate(engine_cases, (0.0, _PROBE_LAYER, 0.0))
+    seq = _evaluate(engine_cases, (0.0, 0.0, _PROBE_SEQUENCE))
     return Predictions(
         records=list(recs),
         measured=np.asarray([r["value"] for r in recs]),
         pure=_evaluate(pure_cases, None),
-        family=_evaluate(family_cases, None),
+        family=_evaluate(family_cases, None) if family else np.full(len(recs), np.nan),
         engine_base=base,
         per_step=(step - base) / _PROBE_STEP,
+        per_layer=(layer - base) / _PROBE_LAYER,
         per_sequence=(seq - base) / _PROBE_SEQUENCE,
         engine_label=labels,
     )

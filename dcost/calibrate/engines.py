@@ -1,0 +1,180 @@
+"""Rebuild every shipped engine profile: kernel fits, then fixed costs fitted end to end.
+
+``dcost calibrate --from-aiconfigurator [DATA]`` runs ``rebuild``:
+
+1. ``dcost.calibrate.kernels``: per (GPU, engine) the GEMM, attention, grouped-expert and
+   all-reduce fields, fitted to the engine's measured kernel tables alone;
+2. ``dcost.validation.silicon``: the silicon sample's TPOT rows predicted with those profiles, no
+   fixed costs yet;
+3. ``dcost.calibrate.host``: per engine, ``step_overhead``, ``layer_overhead`` and
+   ``sequence_overhead`` fitted on those rows (rows that pure physics does not bound, i.e. that ran
+   something the sample does not state, such as speculative decoding, are left out of the fit),
+   written into every profile of the engine; the same fit with each row's model held out gives
+   the held-out errors, written to ``dcost/engines/heldout.toml`` (``dcost validate`` prints them).
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from dcost.calibrate import host, kernels
+
+__all__ = ["rebuild", "summary", "write_summary", "HELDOUT"]
+
+HELDOUT = "heldout.toml"
+
+
+def _stats(ratio: np.ndarray) -> dict:
+    err = np.abs(ratio - 1.0)
+    return {
+        "rows": int(len(ratio)),
+        "median": float(np.median(err)),
+        "p90": float(np.quantile(err, 0.9)),
+        "bias": float(np.median(ratio)),
+    }
+
+
+def summary(pred, costs: np.ndarray, skipped: Sequence) -> dict:
+    """The held-out errors of the engine predictions ``pred`` (``silicon.Predictions``) with
+    per-row fixed costs ``costs`` (``(rows, 3)``, each fitted without the row's model): overall,
+    by engine, chip, mode, model and concurrency band, for TPOT and lone-prefill TTFT; pure
+    physics and (where predicted) the family profile beside them."""
+    from dcost.validation.silicon import concurrency_band
+
+    recs = pred.records
+    value = pred.engine(costs[:, 0], costs[:, 1], costs[:, 2])
+    ratio = value / pred.measured
+    out: dict = {
+        "source": recs[0]["source"] if recs else "",
+        "split": (
+            "kernel fields: the engine's kernel tables only; fixed costs: the engine's other "
+            "models' rows (leave one model out)"
+        ),
+        "skipped": dict(collections.Counter(s.reason for s in skipped)),
+    }
+    for metric in ("tpot", "ttft"):
+        sel = np.array([r["metric"] == metric for r in recs])
+        if not sel.any():
+            continue
+        block: dict = {"overall": _stats(ratio[sel])}
+        pure = pred.pure[sel] / pred.measured[sel]
+        block["pure"] = {**_stats(pure), "bound_holds": int(np.sum(pure <= 1.0 + 1e-6))}
+        if not np.isnan(pred.family).all():
+            block["family_profile"] = _stats(pred.family[sel] / pred.measured[sel])
+        keys = {
+            "engine": lambda r: r["engine"],
+            "hardware": lambda r: r["hardware"],
+            "mode": lambda r: r["mode"],
+            "model": lambda r: r["model"],
+            "concurrency": lambda r: concurrency_band(r["concurrency"]),
+        }
+        for name, key in keys.items():
+            groups: dict = collections.defaultdict(list)
+            for i, r in enumerate(recs):
+                if sel[i]:
+                    groups[key(r)].append(i)
+            block[f"by_{name}"] = {k: _stats(ratio[idx]) for k, idx in sorted(groups.items())}
+        out[metric] = block
+    return out
+
+
+def write_summary(table: dict, path) -> pathlib.Path:
+    """Write ``summary``'s table as TOML (``dcost/engines/heldout.toml``)."""
+    lines = [
+        "# Held-out error of the shipped engine profiles on AIConfigurator's silicon sample.",
+        "# Written by `dcost calibrate --from-aiconfigurator` (dcost.calibrate.engines); do not "
+        "edit by hand.",
+        "# |predicted/measured - 1|: median, p90; bias: the median of predicted/measured.",
+        "",
+    ]
+    kernels._toml_table("silicon", table, lines)
+    path = pathlib.Path(path)
+    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    return path
+
+
+def rebuild(
+    root,
+    out_dir=None,
+    package: str = "aiconfigurator-core",
+    seed: int = 0,
+    log=print,
+) -> list[pathlib.Path]:
+    """Rebuild every profile from AIConfigurator's data under ``root`` into ``out_dir`` (default:
+    the shipped ``dcost/engines/profiles``), with fixed costs fitted on the silicon sample, and
+    write the held-out summary beside the profiles' folder."""
+    from dcost import engines as eng_mod
+    from dcost.validation import silicon
+
+    t0 = time.perf_counter()
+    here = pathlib.Path(eng_mod.__file__).parent
+    out_dir = here / "profiles" if out_dir is None else pathlib.Path(out_dir)
+    paths = kernels.rebuild(root, out_dir, package=package, seed=seed, log=log)
+    fitted = {}
+    for p in paths:
+        e = eng_mod.from_file(p)
+        fitted[(e.name, e.hardware_name)] = e
+    t1 = time.perf_counter()
+    log(f"kernel fits: {len(paths)} profiles in {t1 - t0:.1f} s")
+
+    recs, skipped = silicon.records()
+    tpot = [r for r in recs if r["metric"] in ("tpot", "ttft")]
+    pred = silicon.predict_all(
+        tpot, engine_for=lambda r: fitted.get((r["engine"], r["hardware"])), family=False
+    )
+    t2 = time.perf_counter()
+    log(f"silicon sample: {len(tpot)} rows predicted in {t2 - t1:.1f} s")
+    slopes = (pred.per_step, pred.per_layer, pred.per_sequence)
+    is_tpot = np.array([r["metric"] == "tpot" for r in tpot])
+    bounded = pred.pure <= pred.measured * (1.0 + 1e-6)
+    fit_rows = is_tpot & bounded
+    engine = np.array([r["engine"] for r in tpot])
+    model = np.array([r["model"] for r in tpot])
+    costs = host.held_out_host(
+        pred.engine_base, slopes, pred.measured, engine, model, mask=fit_rows
+    )
+    table = summary(pred, costs, skipped)
+    write_summary(
+        table, out_dir.parent / HELDOUT if out_dir == here / "profiles" else out_dir / HELDOUT
+    )
+    for name in sorted(set(engine.tolist())):
+        mask = fit_rows & (engine == name)
+        f = host.fit_host(pred.engine_base, slopes, pred.measured, mask=mask)
+        for (e_name, _), e in fitted.items():
+            if e_name != name:
+                continue
+            prov = dict(e.provenance)
+            prov["fixed_costs"] = {
+                "source": "dcost.validation.silicon (AIConfigurator's silicon sample)",
+                "rows": int(mask.sum()),
+                "fit": "step_overhead, layer_overhead, sequence_overhead of every profile of "
+                "this engine, on its TPOT rows that pure physics bounds",
+                "heldout_median": table["tpot"]["by_engine"][name]["median"],
+                "heldout_p90": table["tpot"]["by_engine"][name]["p90"],
+            }
+            prov["from_family_profile"] = [
+                k for k in prov.get("from_family_profile", []) if k not in host.FIELDS
+            ]
+            new = e.with_profile(
+                profile={
+                    "step_overhead": f.step_overhead,
+                    "layer_overhead": f.layer_overhead,
+                    "sequence_overhead": f.sequence_overhead,
+                },
+                provenance=prov,
+            )
+            kernels.write_profile(new, out_dir / f"{e.name}-{e.version}-{e.hardware_name}.toml")
+        log(
+            f"{name}: step {f.step_overhead * 1e3:.3f} ms, layer {f.layer_overhead * 1e6:.1f} us, "
+            f"sequence {f.sequence_overhead * 1e6:.2f} us; held-out TPOT median "
+            f"{table['tpot']['by_engine'][name]['median']:.1%}"
+        )
+    eng_mod._shipped.cache_clear()
+    eng_mod._load_shipped.cache_clear()
+    log(f"rebuilt in {time.perf_counter() - t0:.1f} s")
+    return paths
