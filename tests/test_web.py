@@ -175,10 +175,33 @@ def test_calibrated_engine_uses_the_calibrated_profile(client):
     assert body["point"]["tpot"] > physics  # achieved rates are below the datasheet's
 
 
+def test_an_engine_profile_is_the_api_engine(client):
+    if not hasattr(dcost, "engines"):
+        pytest.skip("this dcost has no engine profiles (dcost.engines)")
+    choices = client.get("/api/choices").json()["engines"]
+    on_h100 = [e for e in choices if e["hardware"] and "h100-sxm" in e["hardware"]]
+    assert on_h100, "no engine profile for h100-sxm"
+    name, version = on_h100[0]["id"].split("@")
+    body = _get(client, "curve", engine=on_h100[0]["id"])
+    q = queries.parse(PARAMS)
+    eng = dcost.engine(name, hardware="h100-sxm", version=version)
+    direct = dcost.decode(
+        dcost.Design(batch=32, chips=2), q.hardware, q.model, q.workload, engine=eng
+    )
+    assert body["point"]["tpot"] == pytest.approx(float(direct.tpot), rel=1e-6)
+    assert body["point"]["t_overhead"] > 0  # an engine's step costs are in its profile
+    # an engine the chip has no profile for is a bad value naming the field
+    assert "tpu-v5e" not in on_h100[0]["hardware"]
+    bad = {**PARAMS, "hardware": "tpu-v5e", "engine": on_h100[0]["id"]}
+    r = client.get("/api/curve", params=bad)
+    assert r.status_code == 400 and r.json()["field"] == "engine"
+    assert "choose from physics, calibrated" in r.json()["error"]
+
+
 BAD = {
     "not a number": ("batch", "abc", "batch = 'abc' is not a number"),
     "not finite": ("rate", "inf", "must be finite"),
-    "negative context": ("context", "-1", "Workload.context = -1.0"),
+    "negative context": ("context", "-1", "Traffic.prompt_tokens = -1.0"),
     "zero output": ("output", "0", "Traffic.output_tokens = 0.0"),
     "zero batch": ("batch", "0", "Design.batch = 0.0"),
     "zero chips": ("chips", "0", "Design.chips = 0.0"),

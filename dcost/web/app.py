@@ -62,7 +62,7 @@ def create_app():
 
         def endpoint(request: Request) -> JSONResponse:
             try:
-                q = queries.parse(dict(request.query_params))
+                q = queries.parse_cached(request.query_params)
             except queries.QueryError as err:
                 return JSONResponse({"error": str(err), "field": err.field}, status_code=400)
             return JSONResponse(compute(q))

@@ -25,7 +25,10 @@ The decode context is the mean over a request's output, ``T = context + output/2
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +45,7 @@ __all__ = [
     "Query",
     "QueryError",
     "parse",
+    "parse_cached",
     "choices",
     "curve",
     "optimum",
@@ -103,9 +107,13 @@ class Query:
       context: prompt tokens; output: output tokens per request.
       batch: sequences per step ``B`` of the design on show; chips: chips per stage ``G``.
       tpot_slo: time per output token target (s); rate: arrivals (requests/s).
-      hardware, model, workload, design, traffic: the API's values.
-      engine: the engine value passed as ``engine=`` (None: pure physics or the calibrated
-        family profile, which live in ``hardware``).
+      hardware, model, workload, design, traffic: the API's values (``hardware``: the
+        datasheet, or the calibrated family profile).
+      engine: the ``dcost.Engine`` chosen (``dcost.engine(name, hardware=..., version=...)``),
+        or None (pure physics, or the calibrated family profile).
+      on_chip: ``hardware`` with the engine's profile applied (``Engine.apply``; ``hardware``
+        itself when ``engine`` is None): the chip a cost function evaluates, which the curve's
+        jitted program takes (an engine's profile is applied outside jit).
     """
 
     hardware_name: str
@@ -123,6 +131,7 @@ class Query:
     design: dcost.Design
     traffic: Any
     engine: Any = None
+    on_chip: Any = None
 
 
 def _engine_rows() -> list[tuple[str, str, str]]:
@@ -130,14 +139,8 @@ def _engine_rows() -> list[tuple[str, str, str]]:
     none when this dcost has no engines."""
     if not hasattr(dcost, "engines"):
         return []
-    rows = []
-    for row in dcost.engines():
-        if isinstance(row, Mapping):
-            rows.append((str(row["engine"]), str(row["version"]), str(row["hardware"])))
-        else:
-            name, version, hw = tuple(row)[:3]
-            rows.append((str(name), str(version), str(hw)))
-    return rows
+    listing: Any = dcost.engines  # a callable subpackage
+    return [(str(e), str(v), str(h)) for e, v, h in listing()]
 
 
 def choices() -> dict:
@@ -176,23 +179,51 @@ def _number(field: str, text) -> float:
     return value
 
 
+# the API's "Class.field = value is not allowed" messages, and the request field each comes from
+_FIELD_OF = {
+    "Traffic.prompt_tokens": "context",
+    "Traffic.output_tokens": "output",
+    "Traffic.rate": "rate",
+    "Workload.context": "context",
+    "Workload.prompt": "context",
+    "Workload.output": "output",
+    "Design.batch": "batch",
+    "Design.chips": "chips",
+    "Problem.tpot_slo": "tpot_slo",
+}
+
+
 def _api(field: str, make):
-    """``make()``, with the API's own error (SpecError, PresetError) tagged with ``field``."""
+    """``make()``, with the API's own error (SpecError, PresetError) tagged with the request's
+    field that the message names (``_FIELD_OF``), else ``field``."""
     try:
         return make()
     except (SpecError, PresetError) as err:
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        raise QueryError(field, str(msg)) from None
+        msg = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
+        named = next((f for key, f in _FIELD_OF.items() if msg.startswith(key + " ")), field)
+        raise QueryError(named, msg) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _hardware(name: str, calibrated: bool) -> dcost.Hardware:
+    """A hardware preset (a frozen value, so one copy serves every request)."""
+    return _api("hardware", lambda: dcost.hardware(name, calibrated=calibrated))
+
+
+@functools.lru_cache(maxsize=64)
+def _model(name: str) -> dcost.Model:
+    return _api("model", lambda: dcost.model(name))
 
 
 def _engine(name: str, hardware_name: str):
     """The hardware value and the ``engine=`` value an engine choice stands for."""
     if name == ENGINE_PHYSICS:
-        return _api("hardware", lambda: dcost.hardware(hardware_name)), None
+        return _hardware(hardware_name, False), None
     if name == ENGINE_CALIBRATED:
-        return _api("hardware", lambda: dcost.hardware(hardware_name, calibrated=True)), None
+        return _hardware(hardware_name, True), None
     rows = _engine_rows()
-    known = [ENGINE_PHYSICS, ENGINE_CALIBRATED] + sorted({f"{e}@{v}" for e, v, _ in rows})
+    known = [ENGINE_PHYSICS, ENGINE_CALIBRATED]
+    known += sorted(f"{e}@{v}" for e, v, hw in rows if hw == hardware_name)
     engine, _, version = name.partition("@")
     if (engine, version, hardware_name) not in rows:
         raise QueryError(
@@ -200,7 +231,7 @@ def _engine(name: str, hardware_name: str):
             f"engine = {name!r} is not allowed for hardware {hardware_name!r}: choose from "
             + ", ".join(known),
         )
-    hardware = _api("hardware", lambda: dcost.hardware(hardware_name))
+    hardware = _hardware(hardware_name, False)
     make: Any = getattr(dcost, "engine", None)  # dcost.engine, where this dcost has engines
     return hardware, _api("engine", lambda: make(engine, hardware=hardware_name, version=version))
 
@@ -212,10 +243,11 @@ def parse(params: Mapping[str, Any]) -> Query:
     >>> q = parse({"context": "4096", "batch": "32"})
     >>> q.batch, float(q.workload.context), q.hardware_name
     (32.0, 4224.0, 'h100-sxm')
-    >>> parse({"context": "-1"})
-    Traceback (most recent call last):
-    ...
-    dcost.web.queries.QueryError: Workload.context = -1.0 is not allowed: it must be finite and >= 0
+    >>> try:
+    ...     parse({"context": "-1"})
+    ... except QueryError as err:
+    ...     print(err.field, "|", err)
+    context | Traffic.prompt_tokens = -1.0 is not allowed: it must be finite and >= 1
     """
     unknown = sorted(set(params) - set(DEFAULTS))
     if unknown:
@@ -231,22 +263,21 @@ def parse(params: Mapping[str, Any]) -> Query:
         str(raw["engine"]),
     )
     hardware, engine = _engine(engine_name, hardware_name)
-    model = _api("model", lambda: dcost.model(model_name))
-    one = {"rate": 1.0, "prompt_tokens": 1.0, "output_tokens": 1.0}
-    _api("context", lambda: dcost.Workload(nums["context"]))
-    _api("context", lambda: dcost.Traffic(**{**one, "prompt_tokens": nums["context"]}))
-    _api("output", lambda: dcost.Traffic(**{**one, "output_tokens": nums["output"]}))
-    _api("rate", lambda: dcost.Traffic(**{**one, "rate": nums["rate"]}))
-    workload = dcost.Workload(
-        nums["context"] + nums["output"] / 2, prompt=nums["context"], output=nums["output"]
+    model = _model(model_name)
+    traffic = _api(
+        "context",
+        lambda: dcost.Traffic(
+            nums["rate"], prompt_tokens=nums["context"], output_tokens=nums["output"]
+        ),
     )
-    _api("batch", lambda: dcost.Design(batch=nums["batch"]))
-    _api("chips", lambda: dcost.Design(batch=1.0, chips=nums["chips"]))
-    design = dcost.Design(batch=nums["batch"], chips=nums["chips"])
+    workload = _api(
+        "context",
+        lambda: dcost.Workload(
+            nums["context"] + nums["output"] / 2, prompt=nums["context"], output=nums["output"]
+        ),
+    )
+    design = _api("batch", lambda: dcost.Design(batch=nums["batch"], chips=nums["chips"]))
     _api("tpot_slo", lambda: dcost.Limits(tpot_slo=nums["tpot_slo"]))
-    traffic = dcost.Traffic(
-        nums["rate"], prompt_tokens=nums["context"], output_tokens=nums["output"]
-    )
     return Query(
         hardware_name,
         model_name,
@@ -257,8 +288,30 @@ def parse(params: Mapping[str, Any]) -> Query:
         design=design,
         traffic=traffic,
         engine=engine,
+        on_chip=hardware if engine is None else _api("engine", lambda: engine.apply(hardware)),
         **nums,
     )
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_key(key: tuple) -> Query:
+    return parse(dict(key))
+
+
+def parse_cached(params: Mapping[str, Any]) -> Query:
+    """``parse``, remembered: the page asks its four answers at once with the same fields, and
+    building the specs is a good part of an answer's time (a lock makes the other three wait
+    for the first and reuse its ``Query``). Errors are not remembered.
+
+    >>> parse_cached({"batch": "8"}) is parse_cached({"batch": "8"})
+    True
+    """
+    key = tuple(sorted((str(k), str(v)) for k, v in params.items()))
+    with _PARSE_LOCK:
+        return _parse_key(key)
 
 
 def _finite(x) -> float | None:
@@ -271,8 +324,14 @@ def _list(x) -> list:
     return [_finite(v) for v in np.asarray(x, dtype=float).ravel()]
 
 
-def _engine_kw(q: Query) -> dict:
-    return {} if q.engine is None else {"engine": q.engine}
+def _with_engine(fn, q: Query) -> tuple[dcost.Hardware, dict]:
+    """The hardware and keywords to call ``fn`` with: ``engine=`` where ``fn`` takes it (with
+    the datasheet hardware), else the chip with the engine's profile applied."""
+    if q.engine is None:
+        return q.hardware, {}
+    if "engine" in inspect.signature(fn).parameters:
+        return q.hardware, {"engine": q.engine}
+    return q.on_chip, {}
 
 
 TRACES = [0]
@@ -280,13 +339,12 @@ TRACES = [0]
 
 
 @eqx.filter_jit
-def _curve_program(batches, chips, hardware, model, workload, engine):
+def _curve_program(batches, chips, hardware, model, workload):
     """One decode report per batch: ``vmap`` of ``dcost.decode`` over ``batches``."""
     TRACES[0] += 1
-    kw = {} if engine is None else {"engine": engine}
 
     def one(b):
-        return dcost.decode(dcost.Design(batch=b, chips=chips), hardware, model, workload, **kw)
+        return dcost.decode(dcost.Design(batch=b, chips=chips), hardware, model, workload)
 
     return jax.vmap(one)(batches)
 
@@ -316,10 +374,9 @@ def curve(q: Query) -> dict:
     r = _curve_program(
         jnp.asarray(batch_grid(q.batch)),
         jnp.float32(q.chips),
-        q.hardware,
+        q.on_chip,
         q.model,
         q.workload,
-        q.engine,
     )
     names = ("tpot", "cost_per_token", "memory_per_chip", *TERMS)
     arrays = {n: np.asarray(getattr(r, n), dtype=float) for n in names}
@@ -327,7 +384,7 @@ def curve(q: Query) -> dict:
     point["batch"] = float(q.batch)
     last = jax.tree.map(lambda x: x[-1], r)
     point["bottleneck"] = str(dcost.bottleneck(last))
-    memory_limit = float(q.hardware.hbm_capacity) * (1.0 - 0.1)
+    memory_limit = float(q.on_chip.hbm_capacity) * (1.0 - 0.1)
     fits = arrays["memory_per_chip"][:-1] <= memory_limit
     return {
         "batch": _list(batch_grid(q.batch)[:-1]),
@@ -351,14 +408,15 @@ def curve(q: Query) -> dict:
 def problem(q: Query):
     """The optimum's problem: batch free in ``[1, BATCH_MAX]`` at ``q.chips`` chips per stage and
     one stage, cost per output token, TPOT at most ``q.tpot_slo`` and HBM with a 10 % reserve."""
+    hardware, kw = _with_engine(dcost.Problem, q)
     return dcost.Problem(
-        q.hardware,
+        hardware,
         q.model,
         q.workload,
         free={"batch": (1, BATCH_MAX)},
         fixed=dcost.Design(batch=1.0, chips=q.chips),
         tpot_slo=q.tpot_slo,
-        **_engine_kw(q),
+        **kw,
     )
 
 
@@ -428,13 +486,14 @@ def _jsonable(v) -> bool:
 def fleet(q: Query) -> dict:
     """The cheapest fleet for ``q.rate`` requests/s (``dcost.plan``, aggregated or disaggregated)
     at TPOT ``q.tpot_slo`` at p90 and TTFT ``TTFT_SLO``; ``alternative`` is the other mode's."""
+    hardware, kw = _with_engine(dcost.plan, q)
     p = dcost.plan(
-        q.hardware,
+        hardware,
         q.model,
         q.traffic,
         ttft_slo=TTFT_SLO,
         tpot_slo=(q.tpot_slo, TPOT_PERCENTILE),
-        **_engine_kw(q),
+        **kw,
     )
     out = _plan_dict(p)
     out["alternative"] = None if p.alternative is None else _plan_dict(p.alternative)

@@ -1,0 +1,190 @@
+"""``dcost serve`` in a real browser: the page loads, a slider moves, the numbers follow the API.
+
+Starts ``dcost serve --port 0`` in a subprocess (it prints the address it bound), drives Debian's
+headless Chromium (``/usr/bin/chromium``, installed by ``make browser``; Playwright's own browser
+download is never used) with Playwright, and checks the page's numbers against dcost's API called
+here. Saves the page as ``docs/figures/explorer.png`` for the docs. Every wait is bounded; the
+server and the browser are always stopped. Skipped only when Chromium is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import dcost
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+START_S = 60.0  # for the server to print its address
+FIRST_S = 400.0  # for the first answers (compiling the programs, cold, on 2 busy cores)
+LATER_S = 60.0  # for an update after the first
+SCREENSHOT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "figures" / "explorer.png"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK),
+        reason=f"{CHROMIUM} is absent: `make browser` installs Debian's chromium package",
+    ),
+]
+
+
+def _address(proc: subprocess.Popen, deadline: float) -> str:
+    """The address ``dcost serve`` prints, read from its stdout within the deadline."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    seen = []
+    try:
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = proc.stdout.readline()
+            if not line:  # the process ended
+                break
+            seen.append(line)
+            if "http://" in line:
+                return line.split("http://", 1)[1].split()[0].rstrip("/")
+    finally:
+        sel.close()
+    raise AssertionError(f"dcost serve printed no address in {START_S} s: {''.join(seen)!r}")
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dcost", "serve", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+    )
+    try:
+        yield f"http://{_address(proc, time.monotonic() + START_S)}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright (the dev extra)")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=60_000)
+        try:
+            pg = browser.new_page(viewport={"width": 1500, "height": 820})
+            pg.set_default_timeout(LATER_S * 1000)
+            errors: list[str] = []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            pg.goto(server + "/", timeout=60_000)
+            _settled(pg, FIRST_S)
+            pg.errors = errors  # type: ignore[attr-defined]
+            yield pg
+        finally:
+            browser.close()
+
+
+def _settled(pg, seconds: float) -> None:
+    """Wait until no request is in flight and every answer has been drawn."""
+    pg.wait_for_function(
+        """() => document.body.dataset.pending === '0'
+               && document.getElementById('point-cost').textContent !== '–'
+               && document.getElementById('opt-batch').textContent !== '–'
+               && document.querySelector('#fleet tbody').children.length > 0
+               && document.getElementById('bars').children.length > 0""",
+        timeout=seconds * 1000,
+    )
+
+
+def _number(pg, selector: str) -> float:
+    return float(pg.inner_text(selector).replace(",", ""))
+
+
+def _api_cost_per_million(batch: float, d=None) -> float:
+    """The API's own answer for the page's default question at ``batch``: $ per M tokens."""
+    from dcost.web.queries import DEFAULTS
+
+    d = DEFAULTS if d is None else d
+    r = dcost.decode(
+        dcost.Design(batch=batch, chips=d["chips"]),
+        dcost.hardware(d["hardware"]),
+        dcost.model(d["model"]),
+        dcost.Workload(d["context"] + d["output"] / 2, prompt=d["context"], output=d["output"]),
+    )
+    return float(r.cost_per_token) * 1e6
+
+
+def test_page_shows_the_api_numbers_and_follows_a_slider(page, server):
+    from dcost.web.queries import DEFAULTS
+
+    assert page.errors == []
+    b0 = DEFAULTS["batch"]
+    assert _number(page, "#point-batch") == b0
+    # shown with 4 significant digits
+    assert _number(page, "#point-cost") == pytest.approx(_api_cost_per_million(b0), rel=1e-3)
+
+    # one step of the batch slider is 1/8 of an octave: eight steps right double the batch
+    slider = page.locator("#batch")
+    slider.focus()
+    for _ in range(8):
+        slider.press("ArrowRight")
+    assert page.inner_text("#batch-value") == f"{int(2 * b0)} sequences"
+    page.wait_for_function(
+        f"() => document.getElementById('point-batch').textContent === '{int(2 * b0)}'"
+    )
+    _settled(page, LATER_S)
+    cost = _number(page, "#point-cost")
+    assert cost == pytest.approx(_api_cost_per_million(2 * b0), rel=1e-3)
+    assert cost < _api_cost_per_million(b0)  # a larger batch shares the weight reads
+
+    # the optimum and the fleet shown are the server's JSON answers for the same controls
+    params = {**DEFAULTS, "batch": 2 * b0}
+    url = f"{server}/api/optimum?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=LATER_S) as r:
+        opt = json.load(r)
+    assert opt["feasible"]
+    assert _number(page, "#opt-batch") == opt["batch"]
+    assert page.inner_text("#opt-binding") == ", ".join(opt["binding"])
+    assert page.errors == []
+
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_bad_value_is_a_400_from_the_server(server):
+    url = f"{server}/api/curve?{urllib.parse.urlencode({'chips': '0'})}"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=LATER_S)
+    assert err.value.code == 400
+    body = json.loads(err.value.read())
+    assert body["field"] == "chips" and "Design.chips = 0.0" in body["error"]
