@@ -117,20 +117,28 @@ def test_owned_hardware_prices_tokens_by_ownership():
     assert ratio == pytest.approx(want / float(h.price_per_hour), rel=1e-5)
 
 
-def test_breakeven_closed_form_and_never():
+@pytest.mark.parametrize("scale", [1.0, 0.15])  # 0.15: one replica barely pays, gaps follow
+def test_breakeven_closed_form_and_never(scale):
     d, w = dcost.Design(batch=64), dcost.Workload(1024, prompt=1000, output=250)
     h, m = dcost.hardware("h100-sxm", calibrated=True), dcost.model("llama-3.1-8b")
-    prices = {"input": 0.2e-6, "output": 0.8e-6, "cache_hit": 0.05e-6}
+    prices = {"input": 0.2e-6 * scale, "output": 0.8e-6 * scale, "cache_hit": 0.05e-6 * scale}
     b = dcost.breakeven(d, h, m, w, OWN, prices, cached_share=0.5)
-    api = 0.8e-6 + 4.0 * (0.5 * 0.2e-6 + 0.5 * 0.05e-6)
+    api = scale * (0.8e-6 + 4.0 * (0.5 * 0.2e-6 + 0.5 * 0.05e-6))
     assert float(b.api_cost_per_output_token) == pytest.approx(api, rel=1e-6)
     assert float(b.traffic) == pytest.approx(float(b.replica_cost_per_hour) / 3600 / api, rel=1e-6)
     x_dec = float(dcost.decode(d, h, m, w).tokens_per_s)
     x_pre = float(dcost.prefill(d, h, m, w).tokens_per_s)
     cap = 1.0 / (1.0 / x_dec + 0.5 * 4.0 / x_pre)
     assert float(b.replica_capacity) == pytest.approx(cap, rel=1e-6)
+    # past the first replica, whole replicas against the API's linear bill, by brute force
+    lam, x, c = float(b.traffic), cap, float(b.replica_cost_per_hour)
+    grid = np.linspace(lam, 20 * x, 200001)
+    owned_wins = np.ceil(grid / x) * c <= grid * 3600 * api * (1 + 1e-9)
+    last_loss = grid[~owned_wins].max() if (~owned_wins).any() else lam
+    assert float(b.traffic_always) == pytest.approx(max(last_loss, lam), rel=1e-3)
+    assert (float(b.traffic_always) > 2 * lam) == (scale < 1)
     cheap = dcost.breakeven(d, h, m, w, OWN, {"input": 1e-12, "output": 1e-12})
-    assert np.isinf(float(cheap.traffic))
+    assert np.isinf(float(cheap.traffic)) and np.isinf(float(cheap.traffic_always))
     with pytest.raises(SpecError, match="cache_hit"):
         dcost.breakeven(d, h, m, w, OWN, {"input": 1e-7, "output": 1e-7}, cached_share=0.3)
     with pytest.raises(SpecError, match="cached_share"):

@@ -294,13 +294,26 @@ def test_energy_experiment_curves_and_generations():
     sys.path.insert(0, str(DOC.parents[2] / "experiments"))
     import energy as experiment
 
-    res = experiment.compute(max_batch=256.0, n=12)
+    res = experiment.compute(max_batch=256.0, n=12, n_caps=6)
     for name, c in res["curves"].items():
         j = c["energy_per_token"][c["fits"]]
         assert np.all(np.diff(j) < 0), name  # J/token falls with batch
         assert np.all(
             (c["power_per_chip"] >= c["idle_power"]) & (c["power_per_chip"] < c["max_power"])
         )
+    cap = res["cap"]
+    for step in ("decode", "prefill"):
+        c = cap[step]
+        assert c["relative_cost"][-1] == pytest.approx(1.0)  # the last cap is the board limit
+        assert np.all(np.diff(c["relative_speed"]) >= -1e-6)  # a looser cap is never slower
+    # the prefill draws the board limit: every cap below it slows it; the decode draws less
+    assert cap["prefill"]["relative_speed"][0] < 0.8 < cap["decode"]["relative_speed"][0]
+    a = res["api"]
+    lam, x = a["breakeven_traffic"], a["replica_capacity"]
+    assert lam == pytest.approx(
+        a["replica_cost_per_hour"] / 3.6e-3 / a["api_cost_per_million_output"]
+    )
+    assert lam < x and a["always_traffic"] >= lam
     for g in res["generations"].values():
         for row in g["rows"]:
             if row["feasible"]:

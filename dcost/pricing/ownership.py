@@ -200,7 +200,10 @@ class Breakeven(eqx.Module):
     """Owning against an API (``breakeven``).
 
     Attributes:
-      traffic: output tokens/s above which the owned fleet is the cheaper (inf: never).
+      traffic: output tokens/s from which one owned replica is cheaper than the API (inf: never).
+      traffic_always: output tokens/s from which the owned fleet is always the cheaper: a new
+        replica costs a whole one while its load is light, so just past ``k`` full replicas the
+        API can win again until ``(k + 1) * traffic`` (inf: never).
       replica_capacity: output tokens/s one replica serves, prefill of the uncached prompt
         included.
       replica_cost_per_hour: $ per hour of one owned replica at full load.
@@ -209,6 +212,7 @@ class Breakeven(eqx.Module):
     """
 
     traffic: jax.Array
+    traffic_always: jax.Array
     replica_capacity: jax.Array
     replica_cost_per_hour: jax.Array
     api_cost_per_output_token: jax.Array
@@ -233,7 +237,10 @@ def breakeven(
     ``p = p_out + (T_in/T_out) ((1 - h) p_in + h p_hit)`` per output token. A fleet for ``lambda``
     output tokens/s needs ``ceil(lambda/X)`` replicas of ``C`` $/hour, so owning is cheaper from
     ``lambda* = C / (3600 p)`` on when ``lambda* <= X`` (one replica pays for itself), and never
-    (inf) when even a full replica costs more per token than the API.
+    (inf) when even a full replica costs more per token than the API. Past ``k`` full replicas
+    the next one is paid whole: the API wins again on ``(k X, (k + 1) lambda*)`` while that is not
+    empty, ``k <= K = floor(lambda* / (X - lambda*))``, so owning is always cheaper from
+    ``(K + 1) lambda*`` on.
 
     Args:
       design, hardware, model, workload: one replica (``workload.prompt``, ``.output``: mean
@@ -270,8 +277,11 @@ def breakeven(
     api = prices["output"] + ratio * ((1.0 - h) * prices["input"] + h * hit)
     lam = per_hour / SECONDS_PER_HOUR / api
     owned_token = per_hour / SECONDS_PER_HOUR / capacity
+    wins = lam < capacity
+    k = jnp.floor(lam / jnp.where(wins, capacity - lam, 1.0))
     return Breakeven(
         traffic=jnp.where(lam <= capacity, lam, jnp.inf),
+        traffic_always=jnp.where(wins, (k + 1.0) * lam, jnp.inf),
         replica_capacity=capacity,
         replica_cost_per_hour=per_hour,
         api_cost_per_output_token=jnp.asarray(api),
