@@ -1,6 +1,6 @@
 """``dcost serve`` in a real browser: the page loads, a slider moves, the numbers follow the API.
 
-Starts ``dcost serve --port 0`` in a subprocess (it prints the address it bound), drives Debian's
+Starts ``dcost serve --port 0`` in a subprocess (``tests/serve_process.py``), drives Debian's
 headless Chromium (``/usr/bin/chromium``, installed by ``make browser``; Playwright's own browser
 download is never used) with Playwright, and checks the page's numbers against dcost's API called
 here. Saves the page as ``docs/figures/explorer.png`` for the docs. Every wait is bounded; the
@@ -12,16 +12,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import selectors
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
 import pytest
+import serve_process
 
 import dcost
 
@@ -36,7 +31,6 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-START_S = 60.0  # for the server to print its address
 FIRST_S = 400.0  # for the first answers (compiling the programs, cold, on 2 busy cores)
 LATER_S = 60.0  # for an update after the first
 SCREENSHOT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "figures" / "explorer.png"
@@ -50,48 +44,10 @@ pytestmark = [
 ]
 
 
-def _address(proc: subprocess.Popen, deadline: float) -> str:
-    """The address ``dcost serve`` prints, read from its stdout within the deadline."""
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    seen = []
-    try:
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            line = proc.stdout.readline()
-            if not line:  # the process ended
-                break
-            seen.append(line)
-            if "http://" in line:
-                return line.split("http://", 1)[1].split()[0].rstrip("/")
-    finally:
-        sel.close()
-    raise AssertionError(f"dcost serve printed no address in {START_S} s: {''.join(seen)!r}")
-
-
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dcost", "serve", "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        bufsize=1,
-    )
-    try:
-        yield f"http://{_address(proc, time.monotonic() + START_S)}"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    with serve_process.running() as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -179,12 +135,3 @@ def test_page_shows_the_api_numbers_and_follows_a_slider(page, server):
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 10_000
-
-
-def test_bad_value_is_a_400_from_the_server(server):
-    url = f"{server}/api/curve?{urllib.parse.urlencode({'chips': '0'})}"
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(url, timeout=LATER_S)
-    assert err.value.code == 400
-    body = json.loads(err.value.read())
-    assert body["field"] == "chips" and "Design.chips = 0.0" in body["error"]

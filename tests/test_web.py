@@ -9,9 +9,12 @@ field, with the API's message.
 
 from __future__ import annotations
 
+import json
 import math
 import pathlib
 import re
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -240,6 +243,21 @@ def test_page_and_static_files_are_served_and_offline(client):
         text = (static / f).read_text()
         assert not re.search(r"https?://", text), f"{f} refers to the network"
     assert "MIT License" in (static / "uPlot.LICENSE").read_text()
+
+
+def test_dcost_serve_prints_its_address_and_answers():
+    import serve_process
+
+    with serve_process.running() as base:
+        with urllib.request.urlopen(f"{base}/api/choices", timeout=30) as r:
+            assert json.load(r)["models"] == list(dcost.model_names())
+        with urllib.request.urlopen(f"{base}/", timeout=30) as r:
+            assert "<title>dcost explorer</title>" in r.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/api/curve?chips=0", timeout=30)
+        assert err.value.code == 400
+        body = json.loads(err.value.read())
+        assert body["field"] == "chips" and "Design.chips = 0.0" in body["error"]
 
 
 def test_serve_rejects_a_bad_port(capsys):

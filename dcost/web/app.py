@@ -37,13 +37,15 @@ ANSWERS: dict[str, Callable[[queries.Query], dict]] = {
 
 
 def create_app():
-    """The Starlette app serving the page and its JSON answers.
+    """The Starlette app serving the page and its JSON answers (needs the ``serve`` extra, so
+    the example is not a doctest: the quick tests run without it; ``tests/test_web.py`` runs it)::
 
-    >>> from starlette.testclient import TestClient
-    >>> with TestClient(create_app()) as client:
-    ...     r = client.get("/api/curve", params={"batch": "-3"})
-    >>> r.status_code, r.json()["field"]
-    (400, 'batch')
+        from starlette.testclient import TestClient
+        with TestClient(create_app()) as client:
+            r = client.get("/api/curve", params={"batch": "-3"})
+        r.status_code, r.json()["field"]        # (400, 'batch')
+
+    Serve it with any ASGI server: ``uvicorn.run(create_app())``, or ``dcost serve``.
     """
     from starlette.applications import Starlette
     from starlette.requests import Request
