@@ -32,6 +32,7 @@ _SUBCOMMANDS = {
     "warmup": "warmup",
     "validate": "validate",
     "measurements": "measurements",
+    "engines": "engines",
     "serve": "serve",
 }
 

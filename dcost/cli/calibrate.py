@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import pathlib
 
 import jax
 
@@ -18,7 +19,51 @@ def _fmt_knee(x: float) -> str:
     return "none (never compute bound)" if not math.isfinite(x) else f"{x:.1f}"
 
 
+def aiconfigurator_data(path: str | None) -> pathlib.Path:
+    """AIConfigurator's data root: ``path`` (a ``systems/data`` folder, or the unpacked package or
+    wheel holding one), else the installed ``aiconfigurator_core`` package's (the
+    ``aiconfigurator`` extra). A folder without kernel tables is refused by name."""
+    if path:
+        root = pathlib.Path(path)
+    else:
+        import importlib.util
+
+        spec = importlib.util.find_spec("aiconfigurator_core")
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(
+                "--from-aiconfigurator: aiconfigurator-core is not installed (pip install "
+                "'dcost[aiconfigurator]'), and no folder was given"
+            )
+        root = pathlib.Path(list(spec.submodule_search_locations)[0])
+    for candidate in (
+        root,
+        root / "systems" / "data",
+        root / "aiconfigurator_core" / "systems" / "data",
+    ):
+        if (candidate / "h100_sxm").is_dir() or any(candidate.glob("*/gemm")):
+            return candidate
+    raise ValueError(
+        f"--from-aiconfigurator {str(root)!r}: no kernel tables there (expected "
+        "<gpu>/gemm/<engine>/<version>/gemm_perf.parquet under systems/data)"
+    )
+
+
+def _package_version() -> str:
+    import importlib.metadata
+
+    try:
+        return f"aiconfigurator-core {importlib.metadata.version('aiconfigurator-core')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "aiconfigurator-core (version not installed; tables from a folder)"
+
+
 def _cmd_calibrate(args) -> int:
+    if args.from_aiconfigurator is not None:
+        from dcost.calibrate import engines
+
+        root = aiconfigurator_data(args.from_aiconfigurator)
+        engines.rebuild(root, args.out, package=_package_version())
+        return 0
     changes = {
         k: v
         for k, v in (
@@ -72,10 +117,26 @@ def _cmd_calibrate(args) -> int:
 
 
 def add_parsers(subparsers) -> None:
-    """Register ``dcost calibrate [--quick] [--json]`` on the CLI's subparsers."""
+    """Register ``dcost calibrate [--quick] [--json] [--from-aiconfigurator [DATA]]``."""
     p = subparsers.add_parser(
         "calibrate",
         help="measure this machine's F and BW and compare a real decode step with dcost.decode",
+    )
+    p.add_argument(
+        "--from-aiconfigurator",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DATA",
+        help="rebuild the shipped engine profiles from AIConfigurator's kernel tables (the "
+        "installed aiconfigurator-core, or a systems/data folder) and fit their fixed costs on "
+        "its silicon sample (about 2 minutes)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="with --from-aiconfigurator: write the profiles here instead of dcost/engines",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a few seconds)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")

@@ -27,6 +27,8 @@ __all__ = [
     "Parser",
     "add_precision_argument",
     "hardware_and_model",
+    "add_engine_argument",
+    "selected_engine",
     "json_text",
 ]
 
@@ -188,21 +190,56 @@ def add_precision_argument(parser) -> None:
     )
 
 
+def add_engine_argument(parser) -> None:
+    """``--engine NAME[-VERSION]``: the serving engine's measured profile on the chip."""
+    parser.add_argument(
+        "--engine",
+        metavar="NAME[-VERSION]",
+        help="a serving engine's profile on the chip (vllm, sglang, trtllm; e.g. vllm-0.24): "
+        "achieved rates from its kernel tables and its fixed costs (see `dcost engines`)",
+    )
+
+
+def selected_engine(args):
+    """The ``dcost.Engine`` that ``--engine`` names for ``--hardware`` (None: no single engine:
+    absent, or ``dcost plan``'s "all" / "none")."""
+    name = getattr(args, "engine", None)
+    if name is None or name in ("all", "none"):
+        return None
+    from dcost import engines
+
+    if getattr(args, "calibrated", False):
+        raise engines.EngineError(
+            "--calibrated and --engine choose two profiles for the chip: use one of them"
+        )
+    return engines.engine(name, hardware=args.hardware)
+
+
 def hardware_and_model(args):
     """The ``--hardware`` and ``--model`` presets at ``--precision`` (auto: the model's own, by
-    ``dcost.presets.serving_hardware``), calibrated with ``--calibrated``."""
+    ``dcost.presets.serving_hardware``), calibrated with ``--calibrated`` or running
+    ``--engine``'s profile."""
     m = presets.model(args.model)
     precision = getattr(args, "precision", "auto")
     calibrated = bool(getattr(args, "calibrated", False))
     chip = presets.serving_hardware(
         args.hardware, args.model, precision=precision, calibrated=calibrated
     )
+    eng = selected_engine(args)
+    if eng is not None:
+        chip = eng.apply(chip)
     return chip, m
 
 
 def profile_error(args) -> tuple[str, dict] | None:
-    """``(family, presets.calibration_error(family))`` of ``--hardware`` under ``--calibrated``,
+    """``(family, presets.calibration_error(family))`` of ``--hardware`` under ``--calibrated``;
+    ``("<engine> <version>", {"engine": dcost.engines.engine_error(name)})`` under ``--engine``;
     None for pure physics (a bound, not an estimate with an error)."""
+    eng = selected_engine(args)
+    if eng is not None:
+        from dcost import engines
+
+        return f"{eng.name} {eng.version}", {"engine": engines.engine_error(eng.name)}
     if not getattr(args, "calibrated", False):
         return None
     family = presets.card_family(args.hardware)
@@ -211,7 +248,15 @@ def profile_error(args) -> tuple[str, dict] | None:
 
 def calibration_line(family: str, error: dict, width: int = 17) -> str:
     """One line on how far off a calibrated answer is, held out (the family's records, a new
-    source), with the command that lists the records; its label padded to ``width``."""
+    source; or an engine's runs in the silicon sample), with the command that lists them; its
+    label padded to ``width``."""
+    if "engine" in error:
+        e = error["engine"]
+        return (
+            f"{'engine:':{width}s}{family} profile (kernel tables, fixed costs end to end); held "
+            f"out, its {e['rows']} runs in AIConfigurator's silicon sample are off by "
+            f"{100 * e['median']:.0f} % median ({100 * e['p90']:.0f} % p90): dcost engines"
+        )
     fam, new = error["family"], error["source_weighted"]
     return (
         f"{'calibrated:':{width}s}{family} profile; held out, its {fam['records']} records are "

@@ -13,6 +13,7 @@ per output token (decode) or per input token (prefill).
 from __future__ import annotations
 
 from dcost.cli.common import (
+    add_engine_argument,
     add_precision_argument,
     calibration_line,
     fmt_time,
@@ -163,6 +164,7 @@ def add_parsers(subparsers) -> None:
     add_workload_arguments(p)
     add_layout_arguments(p, free=False)
     add_precision_argument(p)
+    add_engine_argument(p)
     add_power_cap_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_cmd_eval)

@@ -140,7 +140,10 @@ def add_parsers(subparsers) -> None:
         "--engine",
         choices=(*ENGINES, "all", "none"),
         default="all",
-        help="launch settings to print (default all)",
+        help="one engine: plan with its profile on the chip (step times from its kernel "
+        "tables and fixed costs, `dcost engines`) and print its launch settings; all or none: "
+        "print every engine's launch settings or none, step times pure or --calibrated "
+        "(default all)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=cmd_plan)

@@ -37,6 +37,7 @@ import numpy as np
 
 from dcost import _programs
 from dcost.cli.common import (
+    add_engine_argument,
     add_precision_argument,
     calibration_line,
     format_table,
@@ -132,6 +133,7 @@ def _common(p) -> None:
     p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
     p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
     add_precision_argument(p)
+    add_engine_argument(p)
     p.add_argument(
         "--context",
         type=parse_number,

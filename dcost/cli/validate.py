@@ -84,6 +84,13 @@ def _selection_summary(cv, keep) -> dict:
     return out
 
 
+def _engines_heldout() -> dict:
+    """The engine profiles' held-out error on the silicon sample, as shipped."""
+    from dcost import engines
+
+    return engines.heldout()
+
+
 def _cmd_validate(args) -> int:
     from dcost import validation
     from dcost.calibrate import families
@@ -127,6 +134,7 @@ def _cmd_validate(args) -> int:
             "by_regime": regimes,
             "source_spread": spread,
             "collective_kernels": kernels,
+            "engine_profiles": _engines_heldout(),
             "seconds": seconds,
         }
         if args.only:
@@ -263,6 +271,18 @@ def _cmd_validate(args) -> int:
                 "fitted to serving steps, take up time the steps spend that the kernels alone "
                 "do not)"
             )
+        held = _engines_heldout()
+        o = held["tpot"]["overall"]
+        by = held["tpot"]["by_engine"]
+        engines_text = ", ".join(
+            f"{k} {100 * v['median']:.0f} % ({100 * v['p90']:.0f} %)" for k, v in by.items()
+        )
+        print(
+            f"Engine profiles (kernel tables, fixed costs leave-one-model-out) on "
+            f"AIConfigurator's silicon sample, {o['rows']} TPOT runs: held-out median "
+            f"{100 * o['median']:.0f} %, p90 {100 * o['p90']:.0f} %; by engine {engines_text} "
+            "(dcost engines)"
+        )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
         from dcost.plots import validation_figure

@@ -51,6 +51,8 @@ __all__ = [
     "PRECISION_FIELDS",
     "resolve",
     "on_engine",
+    "heldout",
+    "engine_error",
     "default_scheduler",
     "from_file",
 ]
@@ -554,6 +556,23 @@ def on_engine(engine, hardware: Hardware) -> Hardware:
             "alone does not say which chip's profile to use)"
         )
     raise EngineError(f"engine must be None or a dcost.Engine, got {type(engine).__name__}")
+
+
+@functools.cache
+def heldout() -> dict:
+    """The shipped profiles' held-out error on AIConfigurator's silicon sample
+    (``heldout.toml``, written by ``dcost calibrate --from-aiconfigurator``): ``{"tpot": {...},
+    ...}`` with ``overall`` and ``by_engine`` / ``by_hardware`` / ``by_mode`` / ``by_model`` /
+    ``by_concurrency`` tables of ``rows``, ``median``, ``p90`` and ``bias``."""
+    text = resources.files(__name__).joinpath("heldout.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)["silicon"]
+
+
+def engine_error(name: str) -> dict:
+    """Held-out TPOT error of engine ``name``'s profiles on the silicon sample (``heldout``):
+    ``{"rows", "median", "p90", "bias"}``; the overall figures when it has no rows there."""
+    table = heldout()["tpot"]
+    return dict(table["by_engine"].get(_name(name), table["overall"]))
 
 
 def resolve(value, hardware_name: str | None = None) -> Engine | None:
