@@ -322,3 +322,12 @@ def test_energy_experiment_curves_and_generations():
                     1e6 / row["energy_per_token"], rel=1e-4
                 )
                 assert row["tpot"] <= experiment.TPOT_SLO
+
+
+def test_energy_on_an_engine_is_energy_on_its_profile():
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    d, w = dcost.Design(batch=64), dcost.Workload(1024)
+    a = power.energy(d, H100, LLAMA8, w, engine=eng)
+    b = power.energy(d, eng.apply(H100), LLAMA8, w)
+    assert float(a.energy_per_token) == pytest.approx(float(b.energy_per_token), rel=1e-6)
+    assert float(a.power_per_chip) == pytest.approx(float(b.power_per_chip), rel=1e-6)

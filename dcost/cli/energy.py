@@ -33,7 +33,7 @@ def add_power_cap_argument(p) -> None:
     )
 
 
-def apply_power_cap(args, hardware, design, model, workload):
+def apply_power_cap(args, hardware, design, model, workload, engine=None):
     """``hardware`` under ``--power-cap`` for the step ``args.phase`` of ``design`` (unchanged
     without it, or where the step draws less than the cap): ``dcost.power_cap``."""
     cap = getattr(args, "power_cap", None)
@@ -41,17 +41,17 @@ def apply_power_cap(args, hardware, design, model, workload):
         return hardware
     from dcost.serving.power import power_cap
 
-    return power_cap(hardware, cap, design, model, workload, step=args.phase)
+    return power_cap(hardware, cap, design, model, workload, step=args.phase, engine=engine)
 
 
-def energy_fields(design, hardware, model, workload, phase: str) -> dict | None:
+def energy_fields(design, hardware, model, workload, phase: str, engine=None) -> dict | None:
     """``dcost.energy``'s fields as floats (SI: W, J, tokens/s per MW), or None for a chip with no
-    power fields (a preset always has them)."""
+    power fields (a preset always has them); ``engine`` times the step (``dcost.energy``)."""
     if hardware.idle_power is None or hardware.max_power is None:
         return None
     from dcost.serving.power import energy
 
-    e = energy(design, hardware, model, workload, step=phase)
+    e = energy(design, hardware, model, workload, step=phase, engine=engine)
     return {k: float(getattr(e, k)) for k in e.__dataclass_fields__}
 
 

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost._types import FloatLeaf
+from dcost.engines import on_engine
 from dcost.serving.roofline import decode, prefill
 from dcost.smooth import safe_div
 from dcost.specs import Design, Hardware, Model, SpecError, Workload, _float, check, readable
@@ -228,6 +229,7 @@ def power_cap(
     step: str = "decode",
     smoothness=0.0,
     fit: PowerFit | None = None,
+    engine=None,
 ) -> Hardware:
     """The chip under a power cap, for one step: FLOP/s (and attention FLOP/s) times the clock
     the step settles at (``clock_fraction`` of the power it draws uncapped, ``energy(...)
@@ -241,7 +243,8 @@ def power_cap(
       cap: the cap (W), ``idle_power < cap <= max_power``; anything else raises ``SpecError``
         naming it.
       design, model, workload: the step the chip runs (all three, or none).
-      step, smoothness, fit: as ``energy``.
+      step, smoothness, fit, engine: as ``energy`` (the engine times the uncapped step; pass
+        it again to the cost function that evaluates the capped chip).
 
     Returns:
       A ``Hardware`` to pass to ``dcost.decode``/``prefill``/``energy`` for that step.
@@ -266,7 +269,7 @@ def power_cap(
     if all(given):
         assert design is not None and model is not None and workload is not None
         drawn = energy(
-            design, hardware, model, workload, smoothness, step=step, fit=fit
+            design, hardware, model, workload, smoothness, step=step, fit=fit, engine=engine
         ).power_per_chip
     else:
         drawn = top
@@ -308,6 +311,7 @@ def energy(
     *,
     step: str = "decode",
     fit: PowerFit | None = None,
+    engine=None,
 ) -> Energy:
     """Power and energy of a decode step (or a prefill pass) of one replica.
 
@@ -321,6 +325,8 @@ def energy(
         time it takes in practice, hence lower utilisations than the pure roofline.
       step: ``"decode"`` (J per output token) or ``"prefill"`` (J per input token).
       fit: activity coefficients (``POWER_FIT`` when None).
+      engine: a ``dcost.Engine`` whose profile times the step (as ``dcost.decode``'s
+        ``engine``); None: ``hardware`` as given.
 
     Returns:
       An ``Energy``.
@@ -335,6 +341,7 @@ def energy(
     Distributed Inference of Next-Generation LLM models", 2024) and LLMServingSim 2.0; the
     coefficients: AIConfigurator's B200 kernel tables (``dcost.calibrate.power``).
     """
+    hardware = on_engine(engine, hardware)
     idle, top = _watts(hardware, "dcost.energy")
     if step not in ("decode", "prefill"):
         raise SpecError(f"energy: step = {step!r} is not allowed: it must be 'decode' or 'prefill'")
