@@ -70,6 +70,13 @@ def test_grid_objective_tco_is_tco_per_token(capsys):
         own,
     )
     assert got["cost"] == pytest.approx(float(want), rel=1e-5)
+    e = dcost.energy(
+        dcost.Design(batch=d["batch"]),
+        dcost.hardware("h100-sxm"),
+        dcost.model("llama-3.1-8b"),
+        dcost.Workload(1024),
+    )
+    assert got["energy"]["energy_per_token"] == pytest.approx(float(e.energy_per_token), rel=1e-6)
     code, _, err = run(
         capsys,
         "grid",

@@ -17,6 +17,7 @@ __all__ = [
     "energy_lines",
     "add_ownership_arguments",
     "ownership_from_args",
+    "solution_energy",
 ]
 
 
@@ -111,3 +112,12 @@ def ownership_from_args(args):
         return ownership(args.hardware, **overrides)
     except KeyError as err:
         raise SpecError(str(err).strip("'\"")) from None
+
+
+def solution_energy(problem, sol) -> dict | None:
+    """``energy_fields`` of a search's chosen design (decode, or prefill for a prefill objective);
+    None when it is not feasible or the chip has no power fields."""
+    if not bool(sol.feasible):
+        return None
+    phase = "prefill" if problem.objective.prefill else "decode"
+    return energy_fields(sol.design, problem.hardware, problem.model, problem.workload, phase)

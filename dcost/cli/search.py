@@ -48,7 +48,12 @@ from dcost.cli.common import (
     profile_error,
     whole,
 )
-from dcost.cli.energy import add_ownership_arguments, ownership_from_args
+from dcost.cli.energy import (
+    add_ownership_arguments,
+    energy_lines,
+    ownership_from_args,
+    solution_energy,
+)
 from dcost.search._jit import prefer_fast_compile
 from dcost.search.envelope import envelope
 from dcost.search.grid import grid_search
@@ -437,6 +442,7 @@ def _emit(args, problem, sol, sens, method) -> int:
             "message": sol.message,
             "multipliers": {k: _si(v) for k, v in sol.multipliers.items()},
             "report": _floats(sol.report),
+            **({"energy": en} if (en := solution_energy(problem, sol)) else {}),
             **(
                 {"calibration_error": {"family_name": c[0], **c[1]}}
                 if (c := profile_error(args))
@@ -548,6 +554,8 @@ def _print_text(args, problem, sol, sens, unit) -> None:
         f"memory per chip: {float(r.memory_per_chip) / 1e9:.3g} GB of "
         f"{float(problem.hardware.hbm_capacity) / 1e9:.3g} GB"
     )
+    for line in energy_lines(solution_energy(problem, sol), per.replace(" token", ""), 17):
+        print(line)
     binding = ", ".join(sol.binding + sol.at_bound) or "none (a flat optimum)"
     print(f"binding:         {binding}")
     for name in sol.binding:
