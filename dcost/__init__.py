@@ -95,6 +95,7 @@ _LAZY = {
     "Plan": "dcost.planning.planner",
     "PlanBatch": "dcost.planning.planner",
     "simulate": "dcost.planning.fleet",
+    "explore": "dcost.web.notebook",
     "Engine": "dcost.engines",
     "Scheduler": "dcost.engines",
     "engine": "dcost.engines",
@@ -194,4 +195,5 @@ __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simu
 __all__ += ["TCO", "energy", "Energy", "PowerFit", "power_cap"]
 __all__ += ["Ownership", "ownership", "owned", "tco_per_token", "breakeven"]
 __all__ += ["Engine", "Scheduler", "engine", "engines"]
+__all__ += ["explore"]
 __version__ = "0.1.0"

@@ -271,3 +271,31 @@ def test_serve_rejects_a_bad_port(capsys):
 def test_json_never_carries_nan():
     assert queries._finite(math.nan) is None and queries._finite(math.inf) is None
     assert queries._list([1.0, math.nan]) == [1.0, None]
+
+
+def test_explore_in_a_notebook_follows_its_sliders(client, query):
+    """``dcost.explore()``: the same answers, driven by ipywidgets (after the endpoints' tests, in
+    this process, so the programs are compiled)."""
+    pytest.importorskip("ipywidgets", reason="the explore extra (pip install 'dcost[explore]')")
+    from dcost.web import notebook
+
+    names = ("hardware", "model", "engine")
+    start = {k: v if k in names else float(v) for k, v in PARAMS.items()}
+    box = dcost.explore(**start)
+    assert box.answers["optimum"] == _get(client, "optimum")
+    assert box.answers["fleet"]["chips"] == _get(client, "fleet")["chips"]
+    box.controls["batch"].value = 64.0  # a slider moved
+    point = box.answers["curve"]["point"]
+    direct = dcost.decode(
+        dcost.Design(batch=64, chips=2), query.hardware, query.model, query.workload
+    )
+    assert point["batch"] == 64.0
+    assert point["cost_per_token"] == pytest.approx(float(direct.cost_per_token), rel=1e-6)
+    shown = f"{float(direct.cost_per_token) * 1e6:.4g} $ / M output tokens"
+    assert shown in box.children[2].value  # the summary the notebook shows
+    fig = notebook.figure(box.answers["curve"], box.answers["optimum"], box.answers["elasticities"])
+    assert [ax.get_xlabel() for ax in fig.axes[:2]] == ["batch B (sequences)"] * 2
+    assert "dimensionless" in fig.axes[2].get_xlabel()
+    with pytest.raises(queries.QueryError) as err:
+        dcost.explore(context=-1)
+    assert err.value.field == "context"
