@@ -10,6 +10,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import dcost
 from dcost.cli.app import main
@@ -275,3 +277,60 @@ def test_cli_refuses_with_one_line(argv, needle, capsys, tmp_path):
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1, err
     assert not (tmp_path / "no").exists()
+
+
+# ------------------------------------------------- plans hold in their own simulation (TTFT)
+
+
+def test_heavy_tailed_wait_against_lindley():
+    """M/G/1 with lognormal service of cv 3 at rho = 0.36 (the shape of a reasoning trace's
+    prompts): Lindley's recursion over 400,000 arrivals gives the wait's 99th percentile; the
+    exponential tail alone (``mgc_wait``) said 1.6x less, the heavy-tail form is within 12 %
+    and not below it by more than that."""
+    import jax.numpy as jnp
+
+    from dcost.planning import latency as lat
+    from dcost.serving.queueing import mgc_wait
+
+    rng = np.random.default_rng(0)
+    lam, es, cv = 7.43, 0.048, 3.124
+    sigma = np.sqrt(np.log(1 + cv**2))
+    n = 400_000
+    service = es * np.exp(-(sigma**2) / 2 + sigma * rng.standard_normal(n))
+    gaps = rng.exponential(1 / lam, n)
+    x = np.concatenate([[0.0], np.cumsum(service[:-1] - gaps[1:])])
+    wait = x - np.minimum.accumulate(x)  # W_n = X_n - min_{k <= n} X_k
+    measured = np.quantile(wait, 0.99)
+
+    nodes = es * np.exp(-(sigma**2) / 2 + sigma * lat._Z)
+    w = jnp.asarray(lat._W)
+    tail = mgc_wait(lam, 1.0, es, cv)
+    ys = np.linspace(0.0, 20.0, 40001)
+    queue = (w, jnp.asarray(nodes), lam * es, 1.0)
+    heavy = np.asarray(lat._wait_survival(tail, jnp.asarray(ys), queue))
+    light = np.asarray(lat._wait_survival(tail, jnp.asarray(ys), None))
+    p99_heavy, p99_light = (ys[np.argmax(s <= 0.01)] for s in (heavy, light))
+    assert p99_light < 0.7 * measured  # the cause: an exponential tail is optimistic
+    assert abs(p99_heavy / measured - 1) < 0.12, (p99_heavy, measured)
+
+
+@settings(max_examples=3, deadline=None, derandomize=True)
+@example(cv=3.0, replicas=1, load=0.8, chunk=2048)  # 0.38 s predicted before, 0.50-0.56 simulated
+@given(
+    cv=st.floats(0.5, 3.5),
+    replicas=st.integers(1, 2),
+    load=st.floats(0.3, 1.0),
+    chunk=st.sampled_from([512, 1024, 2048]),
+)
+def test_closed_form_ttft_tail_is_not_optimistic(cv, replicas, load, chunk):
+    """Random traffic on a toy pool (roofline steps): the closed form's TTFT p99 is at least the
+    simulated one (mean of two seeds of 6,000 requests) less 12 %, the spread of those seeds at
+    cv 3 (before the heavy-tail wait it was 28 % short at cv 3 on one replica)."""
+    pool = Pool(roofline_step(0.02, 1e-4, 2e-5), replicas=replicas, batch_cap=512, chunk=chunk)
+    t = dcost.Traffic(8.0 * load * replicas, 1000, 300, prompt_cv=cv, output_cv=1.0)
+    from dcost.planning import aggregated_latency
+
+    predicted = float(aggregated_latency(t, pool, (0.99,)).ttft[0])
+    sims = [simulate_aggregated(t, pool, requests=6000, seed=s, quantiles=(0.99,)) for s in (0, 1)]
+    simulated = float(np.mean([s.ttft_percentiles[0] for s in sims]))
+    assert predicted >= 0.88 * simulated, (predicted, simulated)
