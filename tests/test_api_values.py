@@ -36,7 +36,12 @@ def test_string_resolves_to_the_builtin_value():
 
 
 def test_builtin_table_is_read_only_and_has_no_register():
-    assert set(objectives.BUILTIN) == {"cost_per_token", "cost_per_input_token", "lifetime_cost"}
+    assert set(objectives.BUILTIN) == {
+        "cost_per_token",
+        "cost_per_input_token",
+        "lifetime_cost",
+        "tco",
+    }
     with pytest.raises(TypeError):
         objectives.BUILTIN["mine"] = dcost.COST_PER_TOKEN
     assert not hasattr(objectives, "register") and not hasattr(objectives, "OBJECTIVES")
