@@ -278,3 +278,67 @@ def test_silicon_predictions_are_linear_in_host_costs():
     )
     assert p.engine(2e-4, 5e-6, 3e-6)[0] == pytest.approx(float(direct), rel=1e-4)
     assert np.all(p.pure <= p.engine(0.0, 0.0, 0.0) * (1 + 1e-6))
+
+
+# ---- the searches and the CLI ---------------------------------------------------------------
+
+
+def test_problem_with_an_engine_is_the_applied_chip():
+    h, m = dcost.presets.pair("h100-sxm", "llama-3.3-70b")
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    free = {"batch": (1, 256)}
+    a = dcost.Problem(h, m, dcost.Workload(2048), free=free, tpot_slo=0.05, engine=eng)
+    b = dcost.Problem(eng.apply(h), m, dcost.Workload(2048), free=free, tpot_slo=0.05)
+    assert float(a.hardware.step_overhead) == float(b.hardware.step_overhead) > 0.0
+    # an engine is never faster than pure physics: its cheapest token costs at least as much
+    pure = dcost.grid_search(dcost.Problem(h, m, dcost.Workload(2048), free=free, tpot_slo=0.05))
+    assert float(dcost.grid_search(a).cost) >= float(pure.cost)
+
+
+def test_plan_takes_an_engine_name_with_preset_names():
+    t = dcost.traffic("chat", rate=5.0)
+    with pytest.raises(EngineError, match="names an engine but not its chip"):
+        dcost.plan(dcost.hardware("h100-sxm"), "llama-3-8b", t, engine="vllm")
+    p = dcost.plan("h100-sxm", "llama-3.1-8b", t, engine="vllm")
+    assert p.feasible and p.chips >= dcost.plan("h100-sxm", "llama-3.1-8b", t).chips
+
+
+def test_cli_engines_json_is_strict_and_matches_the_shipped_summary(capsys):
+    import json
+
+    from dcost.cli import main
+
+    assert main(["engines", "--engine", "vllm", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+    assert {p["engine"] for p in out["profiles"]} == {"vllm"}
+    assert out["silicon_heldout"] == dcost.engines.heldout()
+
+
+def test_cli_eval_with_an_engine(capsys):
+    from dcost.cli import main
+
+    args = ["eval", "--hardware", "h200", "--model", "llama-3.3-70b", "--batch", "8"]
+    assert main([*args, "--chips", "4", "--context", "1024", "--engine", "trtllm"]) == 0
+    text = capsys.readouterr().out
+    err = dcost.engines.engine_error("trtllm")
+    assert f"off by {100 * err['median']:.0f} % median" in text
+    assert main([*args, "--engine", "trtllm", "--calibrated"]) == 2
+    assert "two profiles" in capsys.readouterr().err
+
+
+def test_heldout_summary_is_the_code_s(tmp_path):
+    """The summary writer's table reads back as written, with the statistics of its rows."""
+    from dcost.calibrate import engines as rebuild
+
+    recs, skipped = silicon.records()
+    pick = [r for r in recs if r["engine"] == "sglang" and r["hardware"] == "h100-sxm"][:8]
+    p = silicon.predict_all(pick, family=False)
+    costs = np.tile([5e-4, 1e-5, 1e-6], (len(pick), 1))
+    table = rebuild.summary(p, costs, skipped)
+    path = rebuild.write_summary(table, tmp_path / "heldout.toml")
+    import tomllib
+
+    back = tomllib.loads(path.read_text())["silicon"]
+    ratio = p.engine(5e-4, 1e-5, 1e-6) / p.measured
+    assert back["tpot"]["overall"]["median"] == pytest.approx(np.median(np.abs(ratio - 1)), 1e-4)
+    assert back["tpot"]["by_engine"]["sglang"]["rows"] == len(pick)

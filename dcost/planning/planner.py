@@ -12,7 +12,9 @@ at their percentiles within the targets and enough KV memory for the batch slots
 
 Prices per million tokens split the bill between input and output: a disaggregated fleet's
 prefill pool is the input's, its decode pool the output's; an aggregated pool's share of input is
-the share of its step time that prefill chunks add, ``1 - t(B, 0)/t_bar``.
+the share of its step time that prefill chunks add, ``1 - t(B, 0)/t_bar``, against the decode
+time each sequence takes of its steps (``_input_share``: the same when the pool is busy, each
+request's own prefill and decode time when it is nearly idle).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.engines import on_engine
+from dcost.engines import resolve as resolve_engine
 from dcost.planning import search as S
 from dcost.planning.designs import Layout, step_table, workload_from_stats, workload_stats
 from dcost.planning.traffic import Traffic
@@ -535,6 +539,7 @@ def plan(
     max_utilisation: float | None = None,
     options: Options = DEFAULT_OPTIONS,
     settings: S.Settings = S.DEFAULT,
+    engine=None,
 ):
     """The cheapest fleet that serves ``traffic`` within the latency targets.
 
@@ -563,6 +568,9 @@ def plan(
         simulation).
       options: the layouts to choose from (``Options``).
       settings: search knobs (``dcost.planning.search.Settings``).
+      engine: a ``dcost.Engine`` (or, with ``hardware`` a preset name, an engine name such as
+        "vllm"): step times from that engine's profile on the chip (``Engine.apply``); None: the
+        chip as given.
 
     Returns:
       A ``Plan`` (or ``PlanBatch``): ``.mode .pools .chips .cost_per_hour
@@ -578,7 +586,9 @@ def plan(
     >>> p.cost_per_hour == p.chips * float(h100.price_per_hour)
     True
     """
+    chip_name = hardware if isinstance(hardware, str) else None
     hardware, model = _specs(hardware, model)
+    hardware = on_engine(resolve_engine(engine, chip_name), hardware)
     ttft_slo, tpot_slo = _check_question(
         "plan",
         traffic,
@@ -733,6 +743,28 @@ def _pool(kind, rows, found, i, price, question) -> PoolPlan:
     )
 
 
+def _input_share(t0: float, t_bar: float, batch: float) -> float:
+    """The input's share of an aggregated pool's bill,
+    ``x / (x + (t_0/t_bar)(1 - e^{-B}))`` with ``x = 1 - t_0/t_bar``.
+
+    Per second and replica, prefill chunks add ``lambda_r E[n] (t_c - t_0) = 1 - t_0/t_bar`` of
+    step time and decoding takes ``lambda_r E[K] t_0`` spread over the sequences of each step,
+    ``B / (1 - e^{-B})`` of them on average when the Poisson batch is not empty: ``(t_0/t_bar)
+    (1 - e^{-B})``. A busy pool (``B >> 1``) gives the step-time share ``1 - t_0/t_bar``; an
+    idle one (``B -> 0``) each request's own prefill and decode times, whatever the rate (the
+    step-time share alone gave the input nothing there: $0 per million input tokens at 1e-9
+    requests/s).
+
+    >>> round(_input_share(0.01, 0.0125, 1e3), 6)  # busy: 1 - t0/t_bar
+    0.2
+    >>> round(_input_share(0.01, 0.01 + 1e-12, 1e-9) / _input_share(0.01, 0.01 + 1e-9, 1e-6), 3)
+    1.0
+    """
+    x = min(max(1.0 - t0 / t_bar, 0.0), 1.0)
+    out = (1.0 - x) * -math.expm1(-max(batch, 0.0))
+    return x / (x + out) if x + out > 0 else 0.0
+
+
 def _percentiles(values, target_q) -> dict:
     qs = (target_q, *REPORT_QUANTILES)
     return {q: float(v) for q, v in sorted(zip(qs, np.asarray(values).tolist(), strict=True))}
@@ -759,7 +791,8 @@ def _assemble(modes, rows, found, i, traffic, question) -> Plan:
         if m == "aggregated":
             t_bar = float(found["aggregated"].info["step_time"][i])
             t0 = float(found["aggregated"].info["decode_step"][i])
-            share_in = min(max(1.0 - t0 / t_bar, 0.0), 1.0)
+            batch = float(found["aggregated"].info["batch"][i])
+            share_in = _input_share(t0, t_bar, batch)
             cost_in, cost_out = cost * share_in, cost * (1.0 - share_in)
         else:
             cost_in, cost_out = pools[0].cost_per_hour, pools[1].cost_per_hour

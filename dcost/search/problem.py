@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost.engines import on_engine
 from dcost.search.objectives import Objective, resolve
 from dcost.smooth import safe_log
 from dcost.specs import (
@@ -181,6 +182,8 @@ class Problem(eqx.Module):
         ``tpot_slo`` defaults to 0.05 s for objectives that bound it.
       extras: objective-specific inputs (a pytree), e.g. the training economics of lifetime_cost
         (a ``dcost.LifetimeInputs``).
+      engine: a ``dcost.Engine``: the problem's chip runs that engine's profile
+        (``Engine.apply``); None: the chip as given.
 
     >>> import dcost
     >>> p = dcost.Problem(dcost.hardware("h100-sxm"), dcost.model("llama-3-8b"),
@@ -209,6 +212,7 @@ class Problem(eqx.Module):
         *,
         limits=None,
         extras=None,
+        engine=None,
         **limit_fields,
     ):
         obj = resolve(objective)
@@ -224,6 +228,7 @@ class Problem(eqx.Module):
         fixed = Design(batch=1.0) if fixed is None else fixed
         if not isinstance(fixed, Design):
             raise SpecError(f"Problem.fixed must be a dcost.Design, got {type(fixed).__name__}")
+        hardware = on_engine(engine, hardware)  # the engine's profile on the chip (None: as is)
         self.hardware, self.model, self.workload, self.fixed = hardware, model, workload, fixed
         self.limits = _limits(limits, limit_fields, obj)
         self.extras = extras
