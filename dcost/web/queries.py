@@ -57,6 +57,7 @@ __all__ = [
     "TTFT_SLO",
     "TPOT_PERCENTILE",
     "TERMS",
+    "ELASTICITY_FLOOR",
     "ENGINE_PHYSICS",
     "ENGINE_CALIBRATED",
 ]
@@ -71,6 +72,9 @@ TPOT_PERCENTILE = 0.9
 """The percentile at which the fleet meets the page's TPOT target."""
 TERMS = ("t_compute", "t_weights", "t_kv", "t_comm", "t_overhead")
 """The roofline's terms of one stage step on the curve (``dcost.Report``, s)."""
+ELASTICITY_FLOOR = 1e-6
+"""Elasticities smaller in magnitude are not shown: the multiplier of a slack constraint comes
+out of the KKT solve as float32 rounding of zero (1e-19 and the like), a bar nobody could see."""
 ENGINE_PHYSICS = "physics"
 ENGINE_CALIBRATED = "calibrated"
 
@@ -445,13 +449,13 @@ def optimum(q: Query) -> dict:
 
 def elasticities(q: Query, top: int = 12) -> dict:
     """``d log(optimal cost) / d log(input)`` of the optimum's problem (``dcost.sensitivity``),
-    the ``top`` largest in magnitude; ``feasible`` False with the API's message when the optimum
-    does not exist (no elasticities there)."""
+    the ``top`` largest in magnitude at least ``ELASTICITY_FLOOR``; ``feasible`` False with the
+    API's message when the optimum does not exist (no elasticities there)."""
     try:
         sens = dcost.sensitivity(problem(q))
     except SpecError as err:  # values are checked by parse: this is an unreachable target
         return {"feasible": False, "message": str(err), "bars": []}
-    rows = sens.ranked(top)
+    rows = [(n, v) for n, v in sens.ranked(top) if abs(v) >= ELASTICITY_FLOOR]
     return {
         "feasible": bool(sens.feasible),
         "message": str(sens.message),

@@ -121,7 +121,10 @@ function marksPlugin(kind) {
         };
         vline(c.largest_batch_in_memory, "#ff7f0e", [6, 4], "HBM full", 2);
         const o = state.optimum;
-        if (o && o.feasible) vline(o.batch, "#2ca02c", [], `optimum B*=${fmtInt(o.batch)}`, 1);
+        if (o && o.feasible) {
+          const binds = o.binding.length ? ` (${o.binding.join(", ")})` : "";
+          vline(o.batch, "#2ca02c", [], `optimum B*=${fmtInt(o.batch)}${binds}`, 1);
+        }
         if (kind === "time") {
           const Y = u.valToPos(c.tpot_slo * 1e3, "y", true);
           if (Y >= top && Y <= top + height) {
