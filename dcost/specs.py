@@ -69,6 +69,8 @@ def _dtype_problem(x) -> str | None:
         except Exception:  # noqa: BLE001 - anything NumPy cannot hold is not a number
             return f"a {type(x).__name__}"
     if kind in "fiu":
+        if isinstance(x, (list, tuple, np.ndarray)) and np.size(x) == 0:
+            return "an empty array"  # no number at all (every check of it would pass)
         return None
     what = {"b": "booleans", "c": "complex numbers", "U": "strings", "S": "bytes"}
     if kind == "O":

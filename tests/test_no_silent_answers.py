@@ -334,3 +334,124 @@ def test_closed_form_ttft_tail_is_not_optimistic(cv, replicas, load, chunk):
     sims = [simulate_aggregated(t, pool, requests=6000, seed=s, quantiles=(0.99,)) for s in (0, 1)]
     simulated = float(np.mean([s.ttft_percentiles[0] for s in sims]))
     assert predicted >= 0.88 * simulated, (predicted, simulated)
+
+
+def test_an_idle_pool_bills_input_and_output_by_their_own_times():
+    """At 1e-9 requests/s the step-time share gave prompts $0 per million input tokens (the
+    chunks add nothing to a mean step that is nearly always a lone decode step). Nearly idle,
+    the split is each request's own prefill against decode time, so it does not move with the
+    rate; the bill is conserved at every rate."""
+    h = dcost.hardware("h100-sxm", calibrated=True)
+    ratios = []
+    for rate in (1e-9, 1e-6):
+        t = dcost.traffic("chat", rate=rate)
+        p = dcost.plan(h, LLAMA70, t, mode="aggregated")
+        tokens_in = rate * float(t.prompt_tokens) * 3600 / 1e6  # million tokens per hour
+        tokens_out = rate * float(t.output_tokens) * 3600 / 1e6
+        assert p.cost_per_million_input > 0
+        bill = p.cost_per_million_input * tokens_in + p.cost_per_million_output * tokens_out
+        assert bill == pytest.approx(p.cost_per_hour, rel=1e-6)
+        ratios.append(p.cost_per_million_input / p.cost_per_million_output)
+    assert ratios[0] == pytest.approx(ratios[1], rel=1e-3)
+
+
+# ------------------------------------------------ property sweeps: any value, by entry point
+
+ANY = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=3),
+    st.sampled_from([np.int64(4), np.float32(0.5), np.bool_(True), (), (0,), (-1.5,), ("tp",)]),
+)
+
+OPTION_FIELDS = ("chips", "max_chips", "stages", "chunks", "prefill_chunks", "draft_tokens")
+
+
+@settings(max_examples=40, deadline=None)
+@given(field=st.sampled_from(OPTION_FIELDS + ("attention",)), value=ANY, as_tuple=st.booleans())
+def test_any_option_is_usable_or_named(field, value, as_tuple):
+    """``Options(field=value)``: a SpecError naming ``Options.<field>``, or options whose every
+    count is a whole number a plan can enumerate."""
+    from dcost.specs import SpecError
+
+    value = (value,) if as_tuple and field != "max_chips" else value
+    try:
+        options = Options(**{field: value})
+    except SpecError as err:
+        assert f"Options.{field}" in str(err), str(err)
+        return
+    for name in OPTION_FIELDS:
+        held = getattr(options, name)
+        if held is None:
+            continue
+        for v in held if isinstance(held, tuple) else (held,):
+            assert not isinstance(v, (bool, np.bool_)) and float(v) == round(float(v)) >= 0
+    assert set(options.attention) <= {"tp", "dp"}
+
+
+QUESTION = {  # plan and plan_grid both check through planner._check_question
+    "memory_reserve": 0.1,
+    "slot_wait": 1e-3,
+    "max_utilisation": None,
+    "acceptance": None,
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(field=st.sampled_from(list(QUESTION) + ["ttft_slo", "tpot_slo", "mode"]), value=ANY)
+def test_any_planning_argument_is_in_range_or_named(field, value):
+    from dcost.planning.planner import _check_question
+    from dcost.specs import SpecError
+
+    args = {**QUESTION, "ttft_slo": (2.0, 0.99), "tpot_slo": (0.05, 0.9), "mode": "best"}
+    args[field] = value
+    for owner in ("plan", "plan_grid"):
+        try:
+            _check_question(owner, TOY_TRAFFIC, options=Options(), **args)
+        except SpecError as err:
+            assert f"{owner}.{field}" in str(err), str(err)
+            continue
+        if field in QUESTION and value is not None:
+            assert 0 <= float(value) <= 1  # every one of them a share
+
+
+ENTRY = {  # one raw number into a public entry point: a finite answer or the argument named
+    "check_count": lambda v: check_count_of(v),
+    "what_if.factor": _what_if,
+    "training_run.n_tokens": lambda v: dcost.training_run(7e9, v, H100, 64, 0.4),
+    "lifetime_optimum.inference_tokens": lambda v: lifetime_optimum(2.2, v),
+    "scale_model.n_active": lambda v: dcost.scale_model(LLAMA70, v),
+    "hardware.calibrated": lambda v: dcost.hardware("h100-sxm", calibrated=v),
+}
+
+
+def check_count_of(v):
+    from dcost.specs import check_count
+
+    return check_count("simulate", "requests", v)
+
+
+@pytest.mark.parametrize("name", list(ENTRY))
+@settings(max_examples=15, deadline=None)
+@given(value=ANY)
+def test_any_raw_value_gives_a_finite_answer_or_names_it(name, value):
+    import jax
+
+    from dcost.specs import SpecError
+
+    call = ENTRY[name] if name != "what_if.factor" else _what_if(value)
+    try:
+        out = call() if name == "what_if.factor" else call(value)
+    except SpecError as err:
+        field = name.split(".")[-1] if name != "check_count" else "requests"
+        assert field in str(err), str(err)
+        return
+    except ValueError as err:  # a plain ValueError must name the argument too
+        assert name.split(".")[-1] in str(err), str(err)
+        return
+    if name == "hardware.calibrated":
+        assert isinstance(value, (bool, np.bool_))
+    for leaf in jax.tree.leaves(out):
+        assert np.all(np.isfinite(np.asarray(leaf, dtype=float))), (name, value, out)

@@ -123,6 +123,12 @@ class Latency(eqx.Module):
         (TPOT) exceeds the given time: ``TTFT_q <= slo`` exactly when ``ttft_over <= 1 - q``,
         a verdict that costs one evaluation of the survival function where a percentile
         costs a bisection (1 for an unstable queue); None otherwise.
+      input_share: an aggregated pool's share of its time that serves prompts, ``x / (x +
+        (t_0/t_bar)(1 - e^{-B}))``: ``x = max(1 - t_0/t_bar, lambda_r E[n] (t_c - t_0))`` the
+        step time prefill chunks add, against the decode time each sequence takes of its steps
+        (``B/(1 - e^{-B})`` sequences share a step when the batch is not empty). A busy pool
+        gives ``1 - t_0/t_bar``; a nearly idle one each request's own prefill and decode
+        times, whatever the rate (None for the pools of a disaggregated fleet).
     """
 
     quantiles: tuple[float, ...] = eqx.field(static=True)
@@ -138,6 +144,7 @@ class Latency(eqx.Module):
     slot_load: jax.Array | None = None
     ttft_over: jax.Array | None = None
     tpot_over: jax.Array | None = None
+    input_share: jax.Array | None = None
 
 
 def _lengths(traffic: Traffic, which: str):
@@ -446,6 +453,10 @@ def aggregated_latency(
     tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot)
     load = traffic.rate * (es + mean_k * tbar)
     slot = _slot_wait(pool, load)
+    # input's share: no difference of near-equal step times when the pool idles (float32)
+    prefill = jnp.maximum(1.0 - t0 / tbar, lam_r * en * delta)
+    decode = (t0 / tbar) * -jnp.expm1(-jnp.maximum(batch, 0.0))
+    share = prefill / jnp.maximum(prefill + decode, 1e-30)
     return Latency(
         quantiles,
         ttft,
@@ -460,6 +471,7 @@ def aggregated_latency(
         load,
         ttft_over,
         tpot_over,
+        input_share=jnp.clip(share, 0.0, 1.0),
     )
 
 

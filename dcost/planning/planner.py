@@ -13,8 +13,8 @@ at their percentiles within the targets and enough KV memory for the batch slots
 Prices per million tokens split the bill between input and output: a disaggregated fleet's
 prefill pool is the input's, its decode pool the output's; an aggregated pool's share of input is
 the share of its step time that prefill chunks add, ``1 - t(B, 0)/t_bar``, against the decode
-time each sequence takes of its steps (``_input_share``: the same when the pool is busy, each
-request's own prefill and decode time when it is nearly idle).
+time each sequence takes of its steps (``Latency.input_share``: the same when the pool is busy,
+each request's own prefill and decode time when it is nearly idle).
 """
 
 from __future__ import annotations
@@ -467,6 +467,17 @@ def _check_question(
     if not isinstance(mode, str) or mode not in MODES:
         raise SpecError(f"{owner}.mode = {mode!r} is not allowed: choose from {', '.join(MODES)}")
     slos = _slo("ttft_slo", ttft_slo, owner), _slo("tpot_slo", tpot_slo, owner)
+    for name, value in (
+        ("memory_reserve", memory_reserve),
+        ("slot_wait", slot_wait),
+        ("max_utilisation", max_utilisation),
+        ("acceptance", acceptance),
+    ):
+        if value is not None and not isinstance(value, str) and np.ndim(value) != 0:
+            raise SpecError(
+                f"{owner}.{name} = {value!r} is not allowed: it must be one number (a plan "
+                "answers one question; traffic fields take arrays of scenarios)"
+            )
     check(owner, "memory_reserve", memory_reserve, high=0.999)
     check(owner, "slot_wait", slot_wait, low_open=True, high=0.5)
     if max_utilisation is not None:
@@ -743,28 +754,6 @@ def _pool(kind, rows, found, i, price, question) -> PoolPlan:
     )
 
 
-def _input_share(t0: float, t_bar: float, batch: float) -> float:
-    """The input's share of an aggregated pool's bill,
-    ``x / (x + (t_0/t_bar)(1 - e^{-B}))`` with ``x = 1 - t_0/t_bar``.
-
-    Per second and replica, prefill chunks add ``lambda_r E[n] (t_c - t_0) = 1 - t_0/t_bar`` of
-    step time and decoding takes ``lambda_r E[K] t_0`` spread over the sequences of each step,
-    ``B / (1 - e^{-B})`` of them on average when the Poisson batch is not empty: ``(t_0/t_bar)
-    (1 - e^{-B})``. A busy pool (``B >> 1``) gives the step-time share ``1 - t_0/t_bar``; an
-    idle one (``B -> 0``) each request's own prefill and decode times, whatever the rate (the
-    step-time share alone gave the input nothing there: $0 per million input tokens at 1e-9
-    requests/s).
-
-    >>> round(_input_share(0.01, 0.0125, 1e3), 6)  # busy: 1 - t0/t_bar
-    0.2
-    >>> round(_input_share(0.01, 0.01 + 1e-12, 1e-9) / _input_share(0.01, 0.01 + 1e-9, 1e-6), 3)
-    1.0
-    """
-    x = min(max(1.0 - t0 / t_bar, 0.0), 1.0)
-    out = (1.0 - x) * -math.expm1(-max(batch, 0.0))
-    return x / (x + out) if x + out > 0 else 0.0
-
-
 def _percentiles(values, target_q) -> dict:
     qs = (target_q, *REPORT_QUANTILES)
     return {q: float(v) for q, v in sorted(zip(qs, np.asarray(values).tolist(), strict=True))}
@@ -789,10 +778,7 @@ def _assemble(modes, rows, found, i, traffic, question) -> Plan:
         ttft = _percentiles(found[ttft_src].info["ttft"][i], q_ttft)
         tpot = _percentiles(found[tpot_src].info["tpot"][i], q_tpot)
         if m == "aggregated":
-            t_bar = float(found["aggregated"].info["step_time"][i])
-            t0 = float(found["aggregated"].info["decode_step"][i])
-            batch = float(found["aggregated"].info["batch"][i])
-            share_in = _input_share(t0, t_bar, batch)
+            share_in = float(found["aggregated"].info["input_share"][i])
             cost_in, cost_out = cost * share_in, cost * (1.0 - share_in)
         else:
             cost_in, cost_out = pools[0].cost_per_hour, pools[1].cost_per_hour

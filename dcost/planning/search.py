@@ -239,12 +239,14 @@ def evaluate(
     none = jnp.full((), jnp.nan)
     ttft_over: Any = none
     tpot_over: Any = none
+    input_share: Any = none  # an aggregated pool's (the planner's price split)
     if kind == "aggregated":
         pool = Pool(step, replicas=n, batch_cap=cap, chunk=layout.chunk / table.tokens_per_step)
         out = lat.aggregated_latency(traffic, pool, q_ttft, q_tpot, slo if by_tail else None)
         ttft, tpot, slot, load = out.ttft, out.tpot, out.slot_wait, out.slot_load
         batch, t_bar, rho = out.decode_batch, out.step_time, out.prefill_utilisation
         ttft_mean, ttft_over, tpot_over = out.ttft_mean, out.ttft_over, out.tpot_over
+        input_share = out.input_share
     elif kind == "prefill":
         pool = Pool(step, replicas=n, batch_cap=cap, chunk=layout.chunk)
         d = transfer_time(hardware, model, layout)
@@ -276,14 +278,13 @@ def evaluate(
         _log_ratio(rho, _rho_max(kind, targets)) if applies[3] else -_BIG,
     ]
     dtype = jnp.result_type(float)
-    decode_step = table(jnp.where(jnp.isnan(batch), 0.0, batch) + 1.0, 0.0)
     info = dict(
         ttft=ttft,
         tpot=tpot,
         load=load,
         batch=batch,
         step_time=t_bar,
-        decode_step=decode_step,
+        input_share=input_share,
         capacity=cap,
         memory=table.memory(cap),
     )

@@ -296,7 +296,7 @@ def scale_model(model: Model, n_active) -> Model:
     if not isinstance(model, Model):
         raise SpecError(f"scale_model.model must be a dcost.Model, got {type(model).__name__}")
     check("scale_model", "n_active", n_active, low_open=True)
-    f = n_active / model.params_active
+    f = _float(n_active) / model.params_active
     lin, area = f ** (1.0 / 3.0), f ** (2.0 / 3.0)
     out = eqx.tree_at(
         lambda m: (
