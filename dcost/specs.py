@@ -258,7 +258,7 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
         if np.isfinite(first) and abs(first) > fmax:
             dtype = np.dtype(jnp.result_type(float)).name
             note = f" (and at most {fmax:g}, the largest {dtype}; enable jax_enable_x64 for more)"
-        elif first != 0 and abs(first) < float_tiny():
+        elif 0 < abs(first) < float_tiny() and (first > low if low_open else first >= low):
             dtype = np.dtype(jnp.result_type(float)).name
             note = (
                 f" (and 0 or at least {float_tiny():g} in size, the smallest normal {dtype}: "

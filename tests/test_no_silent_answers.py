@@ -237,6 +237,14 @@ BAD = [
     ("scale-model-negative", lambda: dcost.scale_model(LLAMA70, -1), "n_active = -1"),
     ("what-if-rate-0", _what_if(0), "what_if.factor = 0"),
     ("what-if-rate-negative", _what_if(-1), "what_if.factor = -1"),
+    ("what-if-unknown-name", lambda: PlanSensitivity(None, None, TOY_TRAFFIC, {}, (), (), 0.0)
+        .what_if("rates", 2.0), "what_if.name = 'rates'"),
+    ("batch-tiny", lambda: dcost.Design(1e-40), "Design.batch = 1e-40"),
+    ("plan-reserve-tuple", _plan(memory_reserve=(0.1,)), "plan.memory_reserve = (0.1,)"),
+    ("workload-empty-array", lambda: dcost.Workload(()), "not an empty array"),
+    ("mixed-step-draft-no-acceptance", lambda: dcost.mixed_step(
+        dcost.Design(64, chips=8, draft_tokens=1), H100, DSV3,
+        dcost.Workload(1500, prompt=1000, output=500)), "Workload.acceptance"),
     ("record-unknown-hardware", _record(hardware="h900"), "hardware = 'h900'"),
 ]  # fmt: skip
 

@@ -203,7 +203,20 @@ class PlanSensitivity:
         for part in (self.hardware, self.traffic, self.model):
             if part is not None and hasattr(part, name) and getattr(part, name) is not None:
                 return float(getattr(part, name))
-        raise SpecError(f"no input named {name!r}")
+        known = sorted(
+            set(self.limits)
+            | {
+                k
+                for part in (self.hardware, self.model, self.traffic)
+                if part is not None
+                for k in vars(part)
+                if getattr(part, k) is not None
+            }
+        )
+        raise SpecError(
+            f"what_if.name = {name!r} is not allowed: no input of the plan has that name; "
+            f"known: {', '.join(known)}"
+        )
 
 
 def plan_sensitivity(plan) -> PlanSensitivity:
