@@ -42,17 +42,18 @@ def test_annuity_at_zero_rate_and_its_gradient_there():
 @pytest.mark.x64
 def test_tco_elasticities_match_finite_differences():
     d, w = dcost.Design(batch=64.0), dcost.Workload(1024.0)
-    h, m = dcost.hardware("h100-sxm", calibrated=True), dcost.model("llama-3.1-8b")
+    h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3.1-8b")
     own = dcost.Ownership(30000.0, 12000.0, 4.0, 0.08, 0.10, 1.25, 150.0)
-    el = own_mod.elasticities(d, h, m, w, own)
-    f0 = float(dcost.tco_per_token(d, h, m, w, own))
+    el = jax.jit(own_mod.elasticities)(d, h, m, w, own)
+    tco = jax.jit(dcost.tco_per_token)
+    f0 = float(tco(d, h, m, w, own))
     for name in ("purchase_price", "electricity_price_per_kwh", "pue", "years", "cost_of_capital"):
         x0 = float(getattr(own, name))
         s = 1e-6 * x0
 
         def at(x, name=name):
-            o = eqx.tree_at(lambda t: getattr(t, name), own, jnp.asarray(x))
-            return float(dcost.tco_per_token(d, h, m, w, o))
+            o = eqx.tree_at(lambda t: getattr(t, name), own, jnp.asarray(x, jnp.float64))
+            return float(tco(d, h, m, w, o))
 
         fd = (at(x0 + s) - at(x0 - s)) / (2 * s) * x0 / f0
         assert float(getattr(el, name)) == pytest.approx(fd, rel=1e-5), name
@@ -145,9 +146,9 @@ def test_breakeven_closed_form_and_never(scale):
         dcost.breakeven(d, h, m, w, OWN, prices, cached_share=1.5)
 
 
-def test_tco_objective_optimum_is_the_grid_optimum():
+def _tco_problem():
     h, m = dcost.hardware("h100-sxm", calibrated=True), dcost.model("llama-3.1-8b")
-    p = dcost.Problem(
+    return dcost.Problem(
         hardware=h,
         model=m,
         workload=dcost.Workload(1024),
@@ -156,10 +157,51 @@ def test_tco_objective_optimum_is_the_grid_optimum():
         tpot_slo=0.03,
         extras=OWN,
     )
-    grid, opt = dcost.grid_search(p), dcost.optimize(p)
-    assert bool(grid.feasible) and bool(opt.feasible)
-    assert float(opt.cost) == pytest.approx(float(grid.cost), rel=1e-6)
-    want = dcost.tco_per_token(grid.design, h, m, dcost.Workload(1024), OWN)
+
+
+def test_tco_objective_grid_optimum_is_tco_per_token():
+    p = _tco_problem()
+    grid = dcost.grid_search(p)
+    assert bool(grid.feasible)
+    want = dcost.tco_per_token(grid.design, p.hardware, p.model, p.workload, OWN)
     assert float(grid.cost) == pytest.approx(float(want), rel=1e-5)
+    # the cheapest owned design: no feasible batch in the bounds is cheaper
+    for b in (float(grid.design.batch) - 1, float(grid.design.batch) // 2):
+        other = dcost.tco_per_token(dcost.Design(batch=b), p.hardware, p.model, p.workload, OWN)
+        assert float(other) >= float(grid.cost)
     with pytest.raises(SpecError, match="Ownership"):
-        dcost.Problem(hardware=h, model=m, workload=dcost.Workload(1024), objective="tco")
+        dcost.Problem(hardware=p.hardware, model=p.model, workload=p.workload, objective="tco")
+
+
+@pytest.mark.slow
+def test_tco_objective_optimize_finds_the_grid_optimum():
+    p = _tco_problem()
+    grid, opt = dcost.grid_search(p), dcost.optimize(p)
+    assert bool(opt.feasible)
+    assert float(opt.cost) == pytest.approx(float(grid.cost), rel=1e-6)
+
+
+@pytest.mark.parametrize("field", ["purchase_price", "electricity_price_per_kwh"])
+def test_tco_optimum_sensitivity_matches_re_solving(field):
+    """The elasticity at the grid optimum against re-solving with the input 1 % higher."""
+    h, m, w = dcost.hardware("h100-sxm", calibrated=True), dcost.model("llama-3.1-8b"), None
+    w = dcost.Workload(1024)
+
+    def solve(own):
+        p = dcost.Problem(
+            hardware=h,
+            model=m,
+            workload=w,
+            objective="tco",
+            free={"batch": (1, 512)},
+            tpot_slo=0.03,
+            extras=own,
+        )
+        return dcost.grid_search(p)
+
+    base = solve(OWN)
+    el = float(getattr(own_mod.elasticities(base.design, h, m, w, OWN), field))
+    moved = eqx.tree_at(lambda o: getattr(o, field), OWN, getattr(OWN, field) * 1.01)
+    again = solve(moved)
+    measured = np.log(float(again.cost) / float(base.cost)) / np.log(1.01)
+    assert el == pytest.approx(measured, rel=0.01, abs=1e-4)

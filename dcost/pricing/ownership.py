@@ -187,7 +187,16 @@ def elasticities(
 ) -> Ownership:
     """``d log(tco_per_token) / d log(field)`` for every field of ``own`` (an ``Ownership`` of
     elasticities, by ``jax.grad``): e.g. ``.electricity_price_per_kwh`` is the share of the bill
-    that is electricity."""
+    that is electricity. At the optimal design of a ``tco`` problem these are the optimum's own
+    sensitivities: no constraint depends on the ownership inputs, so the design's own move does not
+    change the optimal cost to first order (envelope theorem).
+
+    >>> import dcost
+    >>> e = elasticities(dcost.Design(batch=64), dcost.hardware("h100-sxm", calibrated=True),
+    ...                  dcost.model("llama-3.1-8b"), dcost.Workload(1024), ownership("h100-sxm"))
+    >>> 0.0 < float(e.pue) < float(e.purchase_price) < 1.0
+    True
+    """
 
     def log_cost(o):
         return jnp.log(tco_per_token(design, hardware, model, workload, o))
