@@ -278,6 +278,10 @@ def test_relaxed_groups_stay_with_the_smooth_model():
         (["eval", "--hardware", "h200", "--model", "deepseek-v3", "--batch", "64", "--chips",
           "8", "--draft-tokens", "2"], "Workload.acceptance"),
         (["validate", "--figure", "/no/such/dir/x.png"], "does not exist"),
+        (["eval", "--hardware", "h200", "--model", "deepseek-v3", "--batch", "64", "--chips",
+          "8", "--attention-dp", "2.5"], "--attention-dp 2.5"),
+        (["eval", *LLAMA, "--batch", "64", "--chips", "8", "--attention-dp", "3"],
+          "dividing Design.chips"),
     ],
 )  # fmt: skip
 def test_cli_refuses_with_one_line(argv, needle, capsys, tmp_path):

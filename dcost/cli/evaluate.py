@@ -52,6 +52,17 @@ def _cmd_eval(args) -> int:
     # check_speculation), with the same message the API gives
     if args.expert_parallel is not None:
         layout["expert_parallel"] = args.expert_parallel
+    for name in (
+        "attention_dp",
+        "expert_parallel",
+        "redundant_experts",
+        "draft_tokens",
+        "prefill_chunk",
+    ):
+        v = layout.get(name)  # the exact model evaluates whole layouts (a relaxed one: the API)
+        if v is not None and v != round(v):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {v:g} is not allowed: it must be a whole number")
     d = Design(
         batch=args.batch, chips=args.chips, stages=args.stages, experts=args.experts, **layout
     )
