@@ -19,7 +19,9 @@ Four answers, each a function of a ``Query`` (SI units throughout; the page conv
   target of ``TTFT_SLO``.
 
 The decode context is the mean over a request's output, ``T = context + output/2`` (as
-``dcost.Workload`` describes it); the prompt is ``context``.
+``dcost.Workload`` describes it); the prompt is ``context``. The engine is "physics" (the
+datasheet: a bound), "calibrated" (``dcost.hardware(name, calibrated=True)``, the family profile)
+or a shipped engine profile ``"name@version"`` (``dcost.engines()``; ``dcost.engine``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "TPOT_PERCENTILE",
     "TERMS",
     "ELASTICITY_FLOOR",
+    "MEMORY_RESERVE",
     "ENGINE_PHYSICS",
     "ENGINE_CALIBRATED",
 ]
@@ -72,6 +75,9 @@ TPOT_PERCENTILE = 0.9
 """The percentile at which the fleet meets the page's TPOT target."""
 TERMS = ("t_compute", "t_weights", "t_kv", "t_comm", "t_overhead")
 """The roofline's terms of one stage step on the curve (``dcost.Report``, s)."""
+MEMORY_RESERVE = 0.1
+"""Share of HBM the optimum and the fleet keep free (``dcost.Limits``' and ``dcost.plan``'s
+default), and the curve's memory limit."""
 ELASTICITY_FLOOR = 1e-6
 """Elasticities smaller in magnitude are not shown: the multiplier of a slack constraint comes
 out of the KKT solve as float32 rounding of zero (1e-19 and the like), a bar nobody could see."""
@@ -388,7 +394,7 @@ def curve(q: Query) -> dict:
     point["batch"] = float(q.batch)
     last = jax.tree.map(lambda x: x[-1], r)
     point["bottleneck"] = str(dcost.bottleneck(last))
-    memory_limit = float(q.on_chip.hbm_capacity) * (1.0 - 0.1)
+    memory_limit = float(q.on_chip.hbm_capacity) * (1.0 - MEMORY_RESERVE)
     fits = arrays["memory_per_chip"][:-1] <= memory_limit
     return {
         "batch": _list(batch_grid(q.batch)[:-1]),
@@ -420,6 +426,7 @@ def problem(q: Query):
         free={"batch": (1, BATCH_MAX)},
         fixed=dcost.Design(batch=1.0, chips=q.chips),
         tpot_slo=q.tpot_slo,
+        memory_reserve=MEMORY_RESERVE,
         **kw,
     )
 
@@ -497,6 +504,7 @@ def fleet(q: Query) -> dict:
         q.traffic,
         ttft_slo=TTFT_SLO,
         tpot_slo=(q.tpot_slo, TPOT_PERCENTILE),
+        memory_reserve=MEMORY_RESERVE,
         **kw,
     )
     out = _plan_dict(p)
