@@ -44,6 +44,11 @@ pytestmark = [
 ]
 
 
+# installed by the dev extra (make test): absent only outside it, e.g. in `make floors`
+pytest.importorskip("uvicorn", reason="the serve extra (pip install 'dcost[serve]')")
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright (the dev extra)")
+
+
 @pytest.fixture(scope="module")
 def server():
     with serve_process.running() as address:
@@ -52,7 +57,6 @@ def server():
 
 @pytest.fixture(scope="module")
 def page(server):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright (the dev extra)")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=60_000)
         try:
