@@ -57,6 +57,7 @@ def summary(pred, costs: np.ndarray, skipped: Sequence) -> dict:
         ),
         "skipped": dict(collections.Counter(s.reason for s in skipped)),
     }
+    out["intervals"] = intervals(pred, value)
     for metric in ("tpot", "ttft"):
         sel = np.array([r["metric"] == metric for r in recs])
         if not sel.any():
@@ -80,6 +81,41 @@ def summary(pred, costs: np.ndarray, skipped: Sequence) -> dict:
                     groups[key(r)].append(i)
             block[f"by_{name}"] = {k: _stats(ratio[idx]) for k, idx in sorted(groups.items())}
         out[metric] = block
+    return out
+
+
+LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+"""Quantiles of the held-out log error kept per engine (``intervals``)."""
+
+
+def intervals(pred, value: np.ndarray) -> dict:
+    """Per engine, the quantiles of the held-out ``r = log(predicted/measured)`` of its TPOT
+    runs (``LEVELS``), and how often intervals built from them hold, held out once more: the
+    runs of each model are checked against quantiles of the engine's *other* models' runs.
+
+    A measurement lies in the ``a`` interval ``[p e^{-q_{(1+a)/2}}, p e^{-q_{(1-a)/2}}]`` around
+    a prediction ``p`` (``dcost.engines.interval``).
+    """
+    recs = pred.records
+    r = np.log(value / pred.measured)
+    tpot = np.array([x["metric"] == "tpot" for x in recs])
+    engine = np.array([x["engine"] for x in recs])
+    model = np.array([x["model"] for x in recs])
+    out = {}
+    for name in sorted(set(engine[tpot].tolist())):
+        mine = tpot & (engine == name)
+        q = {f"q{round(100 * lv):02d}": float(np.quantile(r[mine], lv)) for lv in LEVELS}
+        cover = {}
+        for a in (0.5, 0.8):
+            held = []
+            for m in sorted(set(model[mine].tolist())):
+                rows, others = mine & (model == m), mine & (model != m)
+                if not others.any():
+                    continue
+                lo, hi = np.quantile(r[others], [(1 - a) / 2, (1 + a) / 2])
+                held += ((r[rows] >= lo) & (r[rows] <= hi)).tolist()
+            cover[f"coverage_{round(100 * a)}"] = float(np.mean(held)) if held else float("nan")
+        out[name] = {"rows": int(mine.sum()), **q, **cover}
     return out
 
 
@@ -139,6 +175,21 @@ def rebuild(
         pred.engine_base, slopes, pred.measured, engine, model, mask=fit_rows
     )
     table = summary(pred, costs, skipped)
+    # each (engine, model)'s fixed costs fitted without that model: what a held-out prediction
+    # of a new model of the engine uses (experiments/own_measurements.py starts from them)
+    table["fixed_costs_held_out"] = {
+        name: {
+            m: dict(
+                zip(
+                    host.FIELDS,
+                    costs[np.flatnonzero((engine == name) & (model == m))[0]].tolist(),
+                    strict=True,
+                )
+            )
+            for m in sorted(set(model[engine == name].tolist()))
+        }
+        for name in sorted(set(engine.tolist()))
+    }
     write_summary(
         table, out_dir.parent / HELDOUT if out_dir == here / "profiles" else out_dir / HELDOUT
     )

@@ -57,7 +57,67 @@ def _package_version() -> str:
         return "aiconfigurator-core (version not installed; tables from a folder)"
 
 
+def _cmd_own(args) -> int:
+    """``dcost calibrate --from FILE... --hardware H --model M --engine E --out mine.toml``."""
+    from dcost import engines, measurements
+    from dcost.calibrate import user
+
+    for flag in ("hardware", "model", "engine"):
+        if not getattr(args, flag):
+            raise ValueError(f"--from needs --{flag} (what the result files do not say)")
+    name, _, version = args.engine.partition("-")
+    recs = []
+    for path in args.from_files:
+        recs += measurements.read(
+            path,
+            hardware=args.hardware,
+            model=args.model,
+            engine=name,
+            engine_version=version or None,
+            tensor_parallel=args.tensor_parallel,
+            on_unsupported="skip",
+        )
+    fitted = [r for r in recs if r["metric"] in ("tpot", "ttft", "output_throughput_per_gpu")]
+    if not fitted:
+        raise ValueError("--from: the files hold no TPOT, TTFT or throughput to fit")
+    prior = engines.engine(name, hardware=args.hardware, version=version or None)
+    cal = user.calibrate(fitted, prior, files=args.from_files)
+    out = pathlib.Path(args.out or "mine.toml")
+    cal.engine.save(out)
+    if args.json:
+        print(
+            json_text(
+                {
+                    "profile": str(out),
+                    "records": cal.records,
+                    "before": cal.before,
+                    "after": cal.after,
+                    "posterior_sd": cal.posterior_sd,
+                    "prior_sd": cal.prior_sd,
+                    "identified": list(cal.identified),
+                    "residual_rms_log_before": cal.residual_before,
+                    "residual_rms_log_after": cal.residual_after,
+                }
+            )
+        )
+        return 0
+    print(
+        f"{cal.records} records from {len(args.from_files)} file(s); prior {prior.label} on "
+        f"{args.hardware}; rms log error {cal.residual_before:.3f} -> {cal.residual_after:.3f}"
+    )
+    for f in user.FIELDS:
+        moved = "identified" if f in cal.identified else "not identified (kept near the prior)"
+        print(
+            f"  {f:24s} {cal.before[f]:11.4g} -> {cal.after[f]:11.4g}   posterior sd "
+            f"{cal.posterior_sd[f]:.2f} of prior {cal.prior_sd[f]:.2f}: {moved}"
+        )
+    print(f"profile: {out} (use it: --engine {args.engine} --profile {out})")
+    return 0
+
+
 def _cmd_calibrate(args) -> int:
+    if args.from_files:
+        return _cmd_own(args)
     if args.from_aiconfigurator is not None:
         from dcost.calibrate import engines
 
@@ -133,10 +193,27 @@ def add_parsers(subparsers) -> None:
         "its silicon sample (about 2 minutes)",
     )
     p.add_argument(
+        "--from",
+        dest="from_files",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="fit an engine profile to your own benchmark result files (vllm bench serve, "
+        "SGLang bench_serving, AIPerf, GenAI-Perf, guidellm, inference-perf; see `dcost "
+        "measurements`), starting from the shipped profile of --engine on --hardware",
+    )
+    p.add_argument("--hardware", help="with --from: the chip the runs used (a preset)")
+    p.add_argument("--model", help="with --from: the model the runs served (a preset)")
+    p.add_argument("--engine", help="with --from: the engine (vllm, sglang, trtllm[-VERSION])")
+    p.add_argument(
+        "--tensor-parallel", type=_positive_int, default=None, help="with --from: TP degree"
+    )
+    p.add_argument(
         "--out",
         default=None,
-        metavar="DIR",
-        help="with --from-aiconfigurator: write the profiles here instead of dcost/engines",
+        metavar="PATH",
+        help="with --from: the profile file to write (default mine.toml); with "
+        "--from-aiconfigurator: a folder for the profiles instead of dcost/engines",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a few seconds)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")

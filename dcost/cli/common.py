@@ -198,6 +198,11 @@ def add_engine_argument(parser) -> None:
         help="a serving engine's profile on the chip (vllm, sglang, trtllm; e.g. vllm-0.24): "
         "achieved rates from its kernel tables and its fixed costs (see `dcost engines`)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="with --engine: a profile file of your own (`dcost calibrate --from`)",
+    )
 
 
 def selected_engine(args):
@@ -212,7 +217,7 @@ def selected_engine(args):
         raise engines.EngineError(
             "--calibrated and --engine choose two profiles for the chip: use one of them"
         )
-    return engines.engine(name, hardware=args.hardware)
+    return engines.engine(name, hardware=args.hardware, profile=getattr(args, "profile", None))
 
 
 def hardware_and_model(args):

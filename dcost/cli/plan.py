@@ -29,6 +29,7 @@ from dcost.cli.common import (
     parse_duration,
     positive,
     profile_error,
+    selected_engine,
 )
 
 __all__ = ["add_parsers", "cmd_plan", "parse_slo", "launch_settings", "ENGINES"]
@@ -145,6 +146,15 @@ def add_parsers(subparsers) -> None:
         "print every engine's launch settings or none, step times pure or --calibrated "
         "(default all)",
     )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        choices=(0.5, 0.75, 0.9, 0.95),
+        default=None,
+        help="with one --engine: size the fleet so that its targets hold with this probability "
+        "under the engine profile's held-out error (the chips at the median prediction are "
+        "printed beside it)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=cmd_plan)
 
@@ -181,21 +191,53 @@ def cmd_plan(args) -> int:
         raise ValueError(f"--max-chips must be >= 1, got {args.max_chips}")
     if args.simulate < 0:
         raise ValueError(f"--simulate must be >= 0 requests, got {args.simulate}")
-    p = plan(
-        hardware,
-        model,
-        traffic,
-        ttft_slo=args.ttft,
-        tpot_slo=args.tpot,
-        mode=args.mode,
-        acceptance=args.acceptance,
-        max_utilisation=args.max_utilisation,
-        options=Options(max_chips=args.max_chips),
-    )
+
+    def planned(chip):
+        return plan(
+            chip,
+            model,
+            traffic,
+            ttft_slo=args.ttft,
+            tpot_slo=args.tpot,
+            mode=args.mode,
+            acceptance=args.acceptance,
+            max_utilisation=args.max_utilisation,
+            options=Options(max_chips=args.max_chips),
+        )
+
+    median = None
+    if args.confidence is not None:
+        from dcost.engines import EngineError, confidence_factor, slower
+
+        eng = selected_engine(args)
+        if eng is None:
+            raise EngineError(
+                "--confidence needs one --engine (its held-out error says how far off a step "
+                "time can be)"
+            )
+        median = planned(hardware)
+        hardware = slower(hardware, confidence_factor(eng.name, args.confidence))
+    p = planned(hardware)
     sim = simulate(p, requests=args.simulate) if p.feasible and args.simulate else None
     engines = () if args.engine == "none" else ENGINES if args.engine == "all" else (args.engine,)
+    if median is not None:
+        cost = (
+            f"{median.chips} chips at the median prediction"
+            if median.feasible
+            else ("infeasible at the median prediction")
+        )
+        if not args.json:
+            print(
+                f"confidence {args.confidence:g}: step times {args.engine} profile x "
+                f"{confidence_factor(eng.name, args.confidence):.2f} ({cost})"
+            )
     if args.json:
         out = _plan_json(p)
+        if median is not None:
+            out["confidence"] = {
+                "level": args.confidence,
+                "median_chips": median.chips if median.feasible else None,
+            }
         if p.alternative is not None:
             out["alternative"] = _plan_json(p.alternative)
         out["launch"] = (

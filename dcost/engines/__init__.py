@@ -53,6 +53,9 @@ __all__ = [
     "on_engine",
     "heldout",
     "engine_error",
+    "interval_factors",
+    "confidence_factor",
+    "slower",
     "default_scheduler",
     "from_file",
 ]
@@ -573,6 +576,87 @@ def engine_error(name: str) -> dict:
     ``{"rows", "median", "p90", "bias"}``; the overall figures when it has no rows there."""
     table = heldout()["tpot"]
     return dict(table["by_engine"].get(_name(name), table["overall"]))
+
+
+_LEVELS = {0.5: ("q25", "q75"), 0.8: ("q10", "q90"), 0.9: ("q05", "q95")}
+
+
+def interval_factors(name: str, level: float = 0.8) -> tuple[float, float]:
+    """``(low, high)`` factors on a prediction of engine ``name``'s profile that bound a
+    measurement with probability ``level`` (0.5, 0.8 or 0.9), from the held-out errors of its
+    runs in the silicon sample (``heldout()["intervals"]``; their coverage, held out by model,
+    is reported beside them).
+
+    With ``r = log(predicted/measured)``: ``low = exp(-q_{(1+a)/2}(r))``, ``high =
+    exp(-q_{(1-a)/2}(r))``.
+
+    >>> lo, hi = interval_factors("vllm", 0.8)
+    >>> lo < 1.0 < hi
+    True
+    """
+    if level not in _LEVELS:
+        raise EngineError(
+            f"interval level = {level!r} is not allowed: one of {', '.join(map(str, _LEVELS))}"
+        )
+    table = heldout()["intervals"].get(_name(name))
+    if table is None:
+        raise EngineError(f"no held-out spread for engine {name!r} in the shipped summary")
+    q_lo, q_hi = _LEVELS[level]
+    return math.exp(-table[q_hi]), math.exp(-table[q_lo])
+
+
+def confidence_factor(name: str, confidence: float) -> float:
+    """How much slower than predicted to plan so that step times hold with probability
+    ``confidence`` (0.5, 0.75, 0.9 or 0.95): ``exp(-q_{1-c}(r))`` of the engine's held-out
+    ``r = log(predicted/measured)``; below 1 where the profile is slow at that quantile.
+
+    >>> confidence_factor("vllm", 0.9) > confidence_factor("vllm", 0.5)
+    True
+    """
+    keys = {0.5: "q50", 0.75: "q25", 0.9: "q10", 0.95: "q05"}
+    if confidence not in keys:
+        raise EngineError(
+            f"confidence = {confidence!r} is not allowed: one of {', '.join(map(str, keys))}"
+        )
+    table = heldout()["intervals"].get(_name(name))
+    if table is None:
+        raise EngineError(f"no held-out spread for engine {name!r} in the shipped summary")
+    return math.exp(-table[keys[confidence]])
+
+
+def slower(hardware: Hardware, factor: float) -> Hardware:
+    """The chip ``factor`` times slower at everything: its rates divided by ``factor``, its
+    fixed costs and link latencies multiplied by it. Every step time of the serving model is
+    homogeneous of degree one in (1/rates, costs, latencies), so each scales by ``factor``
+    exactly (memory and prices are untouched).
+
+    >>> import dcost
+    >>> h = dcost.engine("vllm", hardware="h100-sxm").apply(dcost.hardware("h100-sxm"))
+    >>> d, m, w = dcost.Design(batch=8, chips=2), dcost.model("llama-3-8b"), dcost.Workload(512)
+    >>> a = float(dcost.decode(d, slower(h, 1.5), m, w).tpot)
+    >>> round(a / float(dcost.decode(d, h, m, w).tpot), 6)
+    1.5
+    """
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise EngineError(f"slower: factor = {factor!r} must be a number > 0")
+    rates = ("flops", "hbm_bandwidth", "scaleup_bandwidth", "scaleout_bandwidth")
+    times = (
+        "step_overhead",
+        "layer_overhead",
+        "sequence_overhead",
+        "scaleup_latency",
+        "scaleout_latency",
+    )
+    values = {n: getattr(hardware, n) / factor for n in rates}
+    if hardware.attention_flops is not None:
+        values["attention_flops"] = hardware.attention_flops / factor
+    values.update(
+        {n: getattr(hardware, n) * factor for n in times if getattr(hardware, n) is not None}
+    )
+    names = tuple(values)
+    return eqx.tree_at(
+        lambda h: tuple(getattr(h, n) for n in names), hardware, tuple(values[n] for n in names)
+    )
 
 
 def resolve(value, hardware_name: str | None = None) -> Engine | None:

@@ -551,6 +551,7 @@ def plan(
     options: Options = DEFAULT_OPTIONS,
     settings: S.Settings = S.DEFAULT,
     engine=None,
+    confidence: float | None = None,
 ):
     """The cheapest fleet that serves ``traffic`` within the latency targets.
 
@@ -582,6 +583,11 @@ def plan(
       engine: a ``dcost.Engine`` (or, with ``hardware`` a preset name, an engine name such as
         "vllm"): step times from that engine's profile on the chip (``Engine.apply``); None: the
         chip as given.
+      confidence: with an engine, plan so that its targets hold with this probability under
+        the model's own error (0.5, 0.75, 0.9 or 0.95): step times slowed by the engine's
+        held-out error at that quantile (``dcost.engines.confidence_factor``,
+        ``dcost.engines.slower``); None: the model's prediction as it is. Compare the chips of a
+        plan with and without it for what the confidence costs.
 
     Returns:
       A ``Plan`` (or ``PlanBatch``): ``.mode .pools .chips .cost_per_hour
@@ -599,7 +605,17 @@ def plan(
     """
     chip_name = hardware if isinstance(hardware, str) else None
     hardware, model = _specs(hardware, model)
-    hardware = on_engine(resolve_engine(engine, chip_name), hardware)
+    eng = resolve_engine(engine, chip_name)
+    hardware = on_engine(eng, hardware)
+    if confidence is not None:
+        from dcost.engines import EngineError, confidence_factor, slower
+
+        if eng is None:
+            raise EngineError(
+                f"plan: confidence = {confidence!r} needs an engine (its held-out error says how "
+                "far off a step time can be): pass engine=..."
+            )
+        hardware = slower(hardware, confidence_factor(eng.name, confidence))
     ttft_slo, tpot_slo = _check_question(
         "plan",
         traffic,

@@ -367,7 +367,13 @@ def _distance(a, b) -> tuple:
     return tuple(out)
 
 
-def predict(record: Mapping, calibrated: bool = False, engine=None, explain: bool = False):
+def predict(
+    record: Mapping,
+    calibrated: bool = False,
+    engine=None,
+    explain: bool = False,
+    interval: float | None = None,
+):
     """The record's metric as dcost predicts it (SI units: seconds or tokens/s per GPU).
 
     ``calibrated=False``: pure physics, a bound (a measured time is never shorter, a measured
@@ -377,6 +383,11 @@ def predict(record: Mapping, calibrated: bool = False, engine=None, explain: boo
     with ``requests`` is a finite run: its throughput combines its ``waves``.
 
     ``explain=True`` returns ``(value, why)``, ``why`` naming the profile used.
+
+    ``interval`` (0.5, 0.8 or 0.9; needs an engine profile, given or the record's): the value is
+    ``(low, mid, high)``, a band that holds a measurement with that probability, from the
+    engine's held-out errors on the silicon sample (``dcost.engines.interval_factors``; a time
+    metric scales by the factors, a throughput by their inverses).
 
     >>> import dcost.validation as v
     >>> r = v.load()[0]
@@ -397,6 +408,19 @@ def predict(record: Mapping, calibrated: bool = False, engine=None, explain: boo
         value = 1.0 / sum(
             share / float(evaluate_case(case(run, calibrated, engine))) for share, run in parts
         )
+    if interval is not None:
+        if engine is None:
+            raise SpecError(
+                "predict: interval needs an engine profile (engine=dcost.engine(...), or "
+                "calibrated=True on a record whose engine ships a profile for its chip)"
+            )
+        from dcost.engines import interval_factors
+
+        lo, hi = interval_factors(engine.name, interval)
+        if record["metric"] not in TIME_METRICS:
+            lo, hi = 1.0 / hi, 1.0 / lo
+        band = (value * lo, value, value * hi)
+        return (band, why) if explain else band
     return (value, why) if explain else value
 
 

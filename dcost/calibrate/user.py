@@ -1,0 +1,367 @@
+"""Calibrate an engine profile to your own measurements, and say how sure the answer is.
+
+``fit(records, engine)`` starts from a shipped engine profile (the prior) and moves the fields
+your measurements can identify, by gradient through the same serving model that predicts them
+(one code path): the maximum a posteriori of
+
+.. math:: \\mathcal{L}(z) = \\tfrac12 \\sum_i \\big(\\log \\hat y_i(z) - \\log y_i\\big)^2/\\sigma^2
+          + \\tfrac12 \\sum_j z_j^2/s_j^2
+
+over offsets ``z`` of the fields in ``FIELDS`` (a logit offset for a fraction, a log offset for a
+time), ``sigma = SIGMA`` the run-to-run spread of one measurement and ``s_j`` each field's prior
+spread (``PRIOR_SD``). The Laplace approximation (the inverse Hessian of the loss at its minimum;
+MacKay, "A practical Bayesian framework for backpropagation networks", Neural Computation 4(3),
+1992) gives each field's posterior spread: a field whose spread stays near its prior's was not
+identified by the data (``Calibration.identified``).
+
+Each record runs as the silicon sample's do (``dcost.validation.silicon``): the sequences the
+engine's KV cache holds, prefill chunked at its token budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dcost.specs import stack
+
+__all__ = ["fit", "calibrate", "Calibration", "FIELDS", "PRIOR_SD", "SIGMA", "prepare", "Prepared"]
+
+FIELDS = (
+    "flops_efficiency",
+    "bandwidth_efficiency",
+    "kv_bandwidth_efficiency",
+    "step_overhead",
+    "layer_overhead",
+    "sequence_overhead",
+)
+"""The profile fields a calibration moves; the rest stay at the prior engine's."""
+
+_FRACTION = frozenset({"flops_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency"})
+
+PRIOR_SD = {
+    "flops_efficiency": 0.5,
+    "bandwidth_efficiency": 0.5,
+    "kv_bandwidth_efficiency": 0.5,
+    "step_overhead": 1.0,
+    "layer_overhead": 1.0,
+    "sequence_overhead": 1.0,
+}
+"""Prior spread of each field's offset (logit units for fractions, log units for times): an
+engine build may reach a GEMM rate a few tens of percent off the shipped one, and fixed costs
+that differ by a factor of a few (host CPU, flags, driver)."""
+
+SIGMA = 0.1
+"""Spread of one measurement's log around the model's (10 %: repeated benchmark runs)."""
+
+STEPS = 300
+LEARNING_RATE = 0.05
+_TIME_FLOOR = 1e-7  # a time field at 0 in the prior is moved from here (s)
+_EPS = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What a fit moved and how sure it is.
+
+    Attributes:
+      engine: the calibrated ``dcost.Engine``.
+      before, after: each field's value (SI units; fractions of the chip's precision for
+        ``flops_efficiency``: the first record's) before and after.
+      prior_sd, posterior_sd: each field's spread in the fit's units (Laplace approximation).
+      identified: fields whose posterior spread fell below half the prior's.
+      residual_before, residual_after: root-mean-square of ``log(pred/measured)`` over the
+        records.
+      records: how many records the fit saw.
+    """
+
+    engine: Any
+    before: dict
+    after: dict
+    prior_sd: dict
+    posterior_sd: dict
+    identified: tuple
+    residual_before: float
+    residual_after: float
+    records: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    step: str
+    metric: str
+    index: np.ndarray  # positions in the records
+    cases: object  # a Case with stacked specs (padded to a bucket)
+    weight: np.ndarray  # 1 for a real row, 0 for padding
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """Records turned into stacked cases on an engine, ready to fit or predict many times."""
+
+    kinds: tuple
+    measured: np.ndarray
+    n: int
+
+
+def _bucket(n: int) -> int:
+    """The padded size of ``n`` rows: the next power of 2 (one compiled program a size)."""
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def prepare(records: Sequence[Mapping], engine) -> Prepared:
+    """The records as the engine runs them, stacked per kind of step (``dcost.validation``)."""
+    from dcost.validation.cases import Case, case
+    from dcost.validation.silicon import _with_chunk, running_sequences
+
+    cases = []
+    for r in records:
+        plain = {k: v for k, v in r.items() if k != "mode"}
+        first = case(plain, calibrated=False)
+        running = dict(plain, concurrency=running_sequences(first, plain, engine))
+        c = case(running, engine=engine)
+        if c.step in ("decode", "mixed"):
+            c = _with_chunk(c, float(engine.scheduler.max_num_batched_tokens))
+        cases.append(c)
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(cases):
+        key = (c.step, c.metric, jax.tree.structure((c.hardware, c.model, c.workload, c.design)))
+        groups.setdefault(key, []).append(i)
+    kinds = []
+    for (step, metric, _), idx in groups.items():
+        size = _bucket(len(idx))
+        members = [cases[i] for i in idx] + [cases[idx[0]]] * (size - len(idx))
+        stacked = Case(
+            hardware=stack([c.hardware for c in members]),
+            model=stack([c.model for c in members]),
+            workload=stack([c.workload for c in members]),
+            design=stack([c.design for c in members]),
+            step=step,
+            metric=metric,
+            chips=np.array([c.chips for c in members]),  # type: ignore[arg-type]
+            input_per_output=np.array([c.input_per_output for c in members]),  # type: ignore[arg-type]
+        )
+        weight = np.r_[np.ones(len(idx)), np.zeros(size - len(idx))]
+        kinds.append(_Kind(step, metric, np.array(idx), stacked, weight))
+    measured = np.array([float(r["value"]) for r in records])
+    return Prepared(tuple(kinds), measured, len(records))
+
+
+def _apply(hardware, z):
+    """The stacked chips with the offsets ``z`` (``FIELDS`` order) applied."""
+    values = []
+    for j, name in enumerate(FIELDS):
+        v0 = hardware.get(name)
+        if name in _FRACTION:
+            p = jnp.clip(v0, _EPS, 1.0 - _EPS)
+            values.append(jax.nn.sigmoid(jnp.log(p) - jnp.log1p(-p) + z[j]))
+        else:
+            values.append(jnp.maximum(v0, _TIME_FLOOR) * jnp.exp(z[j]))
+    return eqx.tree_at(
+        lambda h: tuple(getattr(h, n) for n in FIELDS),
+        hardware,
+        tuple(values),
+        is_leaf=lambda x: x is None,
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _log_predictions(meta, specs, z):
+    """``log`` of each kind's predictions under offsets ``z`` (a tuple, one array a kind);
+    ``meta``: each kind's ``(step, metric)``; ``specs``: its stacked
+    ``(hardware, model, workload, design, chips, input_per_output)``."""
+    from dcost.validation.cases import Case, evaluate_metrics
+
+    out = []
+    for (step, metric), (h, m, w, d, n, r) in zip(meta, specs, strict=True):
+
+        def one(h, m, w, d, n, r, step=step, metric=metric):
+            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r), (metric,))[0]
+
+        out.append(jnp.log(jax.vmap(one)(_apply(h, z), m, w, d, n, r)))
+    return tuple(out)
+
+
+def _prior_sd() -> np.ndarray:
+    return np.array([PRIOR_SD[n] for n in FIELDS])
+
+
+def _loss(meta, specs, logs_y, weights, z):
+    logs = _log_predictions(meta, specs, z)
+    data = sum(jnp.sum(w * (lp - ly) ** 2) for lp, ly, w in zip(logs, logs_y, weights, strict=True))
+    return 0.5 * data / SIGMA**2 + 0.5 * jnp.sum((z / _prior_sd()) ** 2)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _map(meta, specs, logs_y, weights):
+    """The MAP offsets (Adam from the prior) and the loss's Hessian there."""
+    opt = optax.adam(LEARNING_RATE)
+
+    def loss(z):
+        return _loss(meta, specs, logs_y, weights, z)
+
+    def step(carry, _):
+        z, state = carry
+        updates, state = opt.update(jax.grad(loss)(z), state, z)
+        return (optax.apply_updates(z, updates), state), None
+
+    z0 = jnp.zeros(len(FIELDS))
+    (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=STEPS)
+    return z, jax.hessian(loss)(z)
+
+
+def _specs(prep: Prepared):
+    meta = tuple((k.step, k.metric) for k in prep.kinds)
+    specs = tuple(
+        (
+            k.cases.hardware,
+            k.cases.model,
+            k.cases.workload,
+            k.cases.design,
+            jnp.asarray(k.cases.chips),
+            jnp.asarray(k.cases.input_per_output),
+        )
+        for k in prep.kinds
+    )
+    return meta, specs
+
+
+def _arrays(prep: Prepared, rows=None):
+    """The fit's inputs; ``rows``: a mask over the records to fit on (all when None)."""
+    meta, specs = _specs(prep)
+    use = np.ones(prep.n) if rows is None else np.asarray(rows, float)
+    logs_y, weights = [], []
+    for k in prep.kinds:
+        pad = len(k.weight) - len(k.index)
+        y = prep.measured[k.index]
+        logs_y.append(jnp.asarray(np.log(np.r_[y, np.full(pad, y[0])])))
+        weights.append(jnp.asarray(k.weight * np.r_[use[k.index], np.zeros(pad)]))
+    return meta, specs, tuple(logs_y), tuple(weights)
+
+
+def fit_offsets(prep: Prepared, rows=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(z, posterior covariance)`` fitted to the prepared records (``rows``: a mask of those to
+    fit on; all when None)."""
+    z, hess = _map(*_arrays(prep, rows))
+    return np.asarray(z), np.linalg.inv(np.asarray(hess))
+
+
+def predict_offsets(prep: Prepared, z) -> np.ndarray:
+    """Each record's prediction (SI units) under offsets ``z``."""
+    meta, specs = _specs(prep)
+    logs = _log_predictions(meta, specs, jnp.asarray(z))
+    out = np.zeros(prep.n)
+    for k, lp in zip(prep.kinds, logs, strict=True):
+        out[k.index] = np.exp(np.asarray(lp))[: len(k.index)]
+    return out
+
+
+def _field_values(engine, z) -> dict:
+    """The engine profile's fields with offsets ``z``, as the profile stores them."""
+    shared, precision = (
+        dict(engine.profile),
+        {p: dict(v) for p, v in engine.precision_profile.items()},
+    )
+    for j, name in enumerate(FIELDS):
+        if name in _FRACTION:
+
+            def move(v, j=j):
+                p = min(max(v, _EPS), 1.0 - _EPS)
+                return float(1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + z[j]))))
+
+            if name == "flops_efficiency":
+                for p in precision:
+                    precision[p][name] = move(precision[p][name])
+            else:
+                shared[name] = move(shared.get(name, 1.0))
+        else:
+            shared[name] = float(max(shared.get(name, 0.0), _TIME_FLOOR) * math.exp(z[j]))
+    return {"profile": shared, "precision_profile": precision}
+
+
+def fit(records: Sequence[Mapping], engine, files: Sequence[str] = ()):
+    """``engine``'s profile fitted to ``records``: the calibrated ``dcost.Engine`` of
+    ``calibrate`` (what moved, and how sure, in its ``provenance``).
+
+    >>> import dcost
+    >>> dcost.calibrate.fit is fit
+    True
+    """
+    return calibrate(records, engine, files).engine
+
+
+def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> Calibration:
+    """Fit ``engine``'s profile to ``records`` (your measurements; ``dcost.measurements.read``).
+
+    Args:
+      records: measurement records (their ``engine`` need not match: they run on ``engine``).
+      engine: the prior, a shipped ``dcost.Engine`` (``dcost.engine("vllm", hardware=...)``).
+      files: the files the records came from, for the provenance.
+
+    Returns:
+      A ``Calibration``; ``.engine`` is the calibrated engine (``.save(path)`` writes it,
+      ``dcost.engine(name, hardware=..., profile=path)`` reads it back).
+    """
+    from dcost import engines
+    from dcost.validation import check_record
+
+    if not isinstance(engine, engines.Engine):
+        raise engines.EngineError(
+            f"calibrate.fit: engine must be a dcost.Engine, got {type(engine).__name__}"
+        )
+    records = list(records)
+    if not records:
+        raise ValueError("calibrate.fit: no records to fit")
+    for r in records:
+        check_record({k: v for k, v in r.items() if k != "mode"})
+    prep = prepare(records, engine)
+    z, cov = fit_offsets(prep)
+    before = predict_offsets(prep, np.zeros(len(FIELDS)))
+    after = predict_offsets(prep, z)
+    rms = [float(np.sqrt(np.mean(np.log(p / prep.measured) ** 2))) for p in (before, after)]
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    identified = tuple(n for n, s, p in zip(FIELDS, sd, _prior_sd(), strict=True) if s < 0.5 * p)
+    moved = _field_values(engine, z)
+    prov = {
+        "source": "dcost.calibrate.fit: your measurements, from the shipped profile as the prior",
+        "prior": f"{engine.label} on {engine.hardware_name}",
+        "files": [str(f) for f in files],
+        "records": len(records),
+        "residual_rms_log_before": rms[0],
+        "residual_rms_log_after": rms[1],
+        "identified": list(identified),
+        "not_identified": [n for n in FIELDS if n not in identified],
+        "posterior_sd": dict(zip(FIELDS, sd.tolist(), strict=True)),
+        "prior_sd": dict(zip(FIELDS, _prior_sd().tolist(), strict=True)),
+    }
+    calibrated = engine.with_profile(
+        profile=moved["profile"], precision_profile=moved["precision_profile"], provenance=prov
+    )
+    first = next(iter(engine.precision_profile))
+
+    def read(e) -> dict:
+        return {
+            n: (e.precision_profile[first][n] if n == "flops_efficiency" else e.profile.get(n, 0.0))
+            for n in FIELDS
+        }
+
+    return Calibration(
+        engine=calibrated,
+        before=read(engine),
+        after=read(calibrated),
+        prior_sd=dict(zip(FIELDS, _prior_sd().tolist(), strict=True)),
+        posterior_sd=dict(zip(FIELDS, sd.tolist(), strict=True)),
+        identified=identified,
+        residual_before=rms[0],
+        residual_after=rms[1],
+        records=len(records),
+    )
