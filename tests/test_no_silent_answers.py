@@ -78,6 +78,7 @@ SMALL = ["--hardware", "h100-sxm", "--model", "llama-3-8b", "--context", "2048",
 # ones that printed NaN / Infinity before (issue 34)
 CASES = {
     "presets": ["presets"],
+    "engines": ["engines", "--engine", "vllm", "--hardware", "h100-sxm"],
     "eval": ["eval", *LLAMA, "--batch", "64", "--chips", "8"],
     "train": ["train", "--params", "7B", "--tokens", "1T", "--hardware", "h100-sxm",
               "--chips", "64"],
@@ -353,11 +354,11 @@ def test_an_idle_pool_bills_input_and_output_by_their_own_times():
     chunks add nothing to a mean step that is nearly always a lone decode step). Nearly idle,
     the split is each request's own prefill against decode time, so it does not move with the
     rate; the bill is conserved at every rate."""
-    h = dcost.hardware("h100-sxm", calibrated=True)
     ratios = []
     for rate in (1e-9, 1e-6):
         t = dcost.traffic("chat", rate=rate)
-        p = dcost.plan(h, LLAMA70, t, mode="aggregated")
+        best = dcost.plan(H100, LLAMA70, t)  # the program the CLI cases above compiled
+        p = best if best.mode == "aggregated" else best.alternative
         tokens_in = rate * float(t.prompt_tokens) * 3600 / 1e6  # million tokens per hour
         tokens_out = rate * float(t.output_tokens) * 3600 / 1e6
         assert p.cost_per_million_input > 0

@@ -124,9 +124,10 @@ class Latency(eqx.Module):
         a verdict that costs one evaluation of the survival function where a percentile
         costs a bisection (1 for an unstable queue); None otherwise.
       input_share: an aggregated pool's share of its time that serves prompts, ``x / (x +
-        (t_0/t_bar)(1 - e^{-B}))``: ``x = max(1 - t_0/t_bar, lambda_r E[n] (t_c - t_0))`` the
-        step time prefill chunks add, against the decode time each sequence takes of its steps
-        (``B/(1 - e^{-B})`` sequences share a step when the batch is not empty). A busy pool
+        (t_0/t_bar)(1 - e^{-B}))``: ``x = 1 - t_0/t_bar`` the step time prefill chunks add
+        (``lambda_r E[n] (t_c - t_0)`` below 1e-3, where float32 loses the difference), against
+        the decode time each sequence takes of its steps (``B/(1 - e^{-B})`` sequences share a
+        step when the batch is not empty). A busy pool
         gives ``1 - t_0/t_bar``; a nearly idle one each request's own prefill and decode
         times, whatever the rate (None for the pools of a disaggregated fleet).
     """
@@ -454,7 +455,8 @@ def aggregated_latency(
     load = traffic.rate * (es + mean_k * tbar)
     slot = _slot_wait(pool, load)
     # input's share: no difference of near-equal step times when the pool idles (float32)
-    prefill = jnp.maximum(1.0 - t0 / tbar, lam_r * en * delta)
+    busy_share = 1.0 - t0 / tbar  # below 1e-3 float32 rounds it: the first picture's own then
+    prefill = jnp.where(busy_share > 1e-3, busy_share, lam_r * en * delta)
     decode = (t0 / tbar) * -jnp.expm1(-jnp.maximum(batch, 0.0))
     share = prefill / jnp.maximum(prefill + decode, 1e-30)
     return Latency(
