@@ -393,7 +393,8 @@ def test_optimize_help_offers_only_objectives_it_can_run(capsys):
     with pytest.raises(SystemExit):
         main(["optimize", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "{cost_per_token,cost_per_input_token}" in text  # lifetime_cost only as a note
+    # lifetime_cost only as a note; tco (the owned chip's cost, dcost.pricing.ownership) runs
+    assert "{cost_per_token,cost_per_input_token,tco}" in text
 
 
 def test_train_exits_1_when_the_run_does_not_fit(capsys):
