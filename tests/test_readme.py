@@ -16,6 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 VALIDATION = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
 HELD = tomllib.loads((ROOT / "dcost/presets/calibration.toml").read_text())["heldout"]
+ENGINES = tomllib.loads((ROOT / "dcost/engines/heldout.toml").read_text())["silicon"]
+OWN = tomllib.loads((ROOT / "dcost/engines/own_measurements.toml").read_text())["own"]
 FAMILIES = ("ampere", "blackwell", "cdna3", "cdna4", "hopper", "tpu")
 
 
@@ -48,6 +50,12 @@ def _shipped(name: str) -> tuple[int, str, str] | None:
         s = HELD["bare_kernels"]
     elif name.startswith("time to first token under load"):
         return HELD["queueing"]["records"], _pct(HELD["queueing"]["median"]), "-"
+    elif name.startswith("engine profiles on AIConfigurator's silicon sample"):
+        s = ENGINES["tpot"]["overall"]
+        return s["rows"], _pct(s["median"]), _pct(s["p90"])
+    elif name.startswith("the same runs, each deployment calibrated on 3"):
+        s = OWN["k"]["3"]
+        return s["rows"], _pct(s["median"]), _pct(s["p90"])
     else:
         return None
     return s["records"], _pct(s["median"]), _pct(s["p90"])
@@ -67,11 +75,18 @@ def test_accuracy_table_is_the_shipped_summary():
     rows = _rows(README)
     quoted = {name: _shipped(name) for name in rows}
     ours = {name: s for name, s in quoted.items() if s is not None}
-    # every family, the overall figure both ways, dcost's own steps and the queueing records
-    assert len(ours) == len(FAMILIES) + 4, sorted(rows)
+    # every family, the overall figure both ways, dcost's own steps, the queueing records, the
+    # engine profiles and the same calibrated on a deployment's own runs
+    assert len(ours) == len(FAMILIES) + 6, sorted(rows)
+    splits = {
+        "dcost": "never fitted",
+        "time": "never fitted",
+        "engine": "kernel tables; fixed costs leave one model out",
+        "the same runs": "the deployment's other runs",
+    }
     for name, (n, med, p90) in ours.items():
-        never_fitted = name.startswith(("dcost", "time"))
-        assert rows[name][0] == ("never fitted" if never_fitted else "leave one source out")
+        split = next((v for k, v in splits.items() if name.startswith(k)), "leave one source out")
+        assert rows[name][0] == split, name
         assert rows[name][1:] == (n, med, p90), name
     # the rows that go against us (measured runs the model never saw) are in the same table
     assert any("never fitted" == rows[name][0] and "issue" in name for name in rows)
@@ -119,3 +134,16 @@ def test_collective_kernel_ratios_are_the_shipped_profiles():
     text = " ".join(VALIDATION.split())
     assert pure in text, pure
     assert profile in text, profile
+
+
+def test_engine_figures_are_the_shipped_summary():
+    """The Engines paragraph's per-engine figures are ``dcost/engines/heldout.toml``'s."""
+    text = " ".join(README.split())
+    names = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang"}
+    for key, s in ENGINES["tpot"]["by_engine"].items():
+        quoted = f"{names[key]} {_pct(s['median'])} ({_pct(s['p90'])})"
+        alt = f"{names[key]} is off by {_pct(s['median'])} (p90 {_pct(s['p90'])})"
+        assert quoted in text or alt in text, key
+    o = ENGINES["tpot"]["overall"]
+    assert f"is off by {_pct(o['median'])} on {o['rows']:,} such runs" in text
+    assert f"by {_pct(OWN['k']['3']['median'])} once three of the deployment's own runs" in text
