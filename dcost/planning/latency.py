@@ -16,7 +16,8 @@ replica.
 
 seconds. The pool's replicas take requests from one FCFS queue: an M/G/c queue with ``c = n``
 (``dcost.serving.queueing.mgc_wait``: Erlang-C for ``P(wait)``, Allen-Cunneen for the mean, an
-exponential tail).
+exponential tail, or where prompts are heavy-tailed the subexponential one of ``_wait_survival``,
+whichever is larger: one long prompt holds a replica's prefill for all behind it).
 
 **TTFT** (arrival to first token) is the wait plus the request's own prefill, plus the KV
 transfer ``d(T_in)`` when disaggregated. In an aggregated pool an arrival that finds the prefill
