@@ -168,6 +168,32 @@ def test_fleet_is_the_api_plan(client, query):
     assert body["alternative"]["mode"] != body["mode"]
 
 
+# a value of every numeric field other than PARAMS'
+MOVED = {
+    "context": "4096",
+    "output": "512",
+    "batch": "100",
+    "chips": "4",
+    "tpot_slo": "0.05",
+    "rate": "50",
+}
+
+
+@pytest.mark.parametrize("name", list(queries.ANSWERS))
+def test_an_answer_reads_only_the_fields_it_is_remembered_by(client, name):
+    """``queries.answer`` remembers an answer by ``DEPENDS[name]``: the answer computed afresh
+    with every other field moved must be the same, and so must the served one."""
+    others = {f: v for f, v in MOVED.items() if f not in queries.DEPENDS[name]}
+    assert others, "every answer leaves some slider alone"
+    base = queries.ANSWERS[name](queries.parse(PARAMS))
+    moved = queries.ANSWERS[name](queries.parse({**PARAMS, **others}))
+    assert moved == base
+    assert _get(client, name, **others) == _get(client, name)
+    # and a field it reads does change it
+    read = queries.DEPENDS[name][0]
+    assert queries.answer(name, queries.parse({**PARAMS, read: MOVED[read]})) != base
+
+
 def test_calibrated_engine_uses_the_calibrated_profile(client):
     body = _get(client, "curve", engine="calibrated")
     h = dcost.hardware("h100-sxm", calibrated=True)

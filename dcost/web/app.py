@@ -20,7 +20,6 @@ compilation of one answer does not hold up the others.
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable
 
 from dcost.web import queries
 
@@ -28,12 +27,8 @@ __all__ = ["create_app", "STATIC", "ANSWERS"]
 
 STATIC = pathlib.Path(__file__).parent / "static"
 """The page's files, shipped as package data."""
-ANSWERS: dict[str, Callable[[queries.Query], dict]] = {
-    "curve": queries.curve,
-    "optimum": queries.optimum,
-    "elasticities": queries.elasticities,
-    "fleet": queries.fleet,
-}
+ANSWERS = queries.ANSWERS
+"""The JSON answers by route name (``dcost.web.queries.ANSWERS``)."""
 
 
 def create_app():
@@ -60,14 +55,12 @@ def create_app():
         return JSONResponse(queries.choices())
 
     def answer(name: str):
-        compute = ANSWERS[name]
-
         def endpoint(request: Request) -> JSONResponse:
             try:
                 q = queries.parse_cached(request.query_params)
             except queries.QueryError as err:
                 return JSONResponse({"error": str(err), "field": err.field}, status_code=400)
-            return JSONResponse(compute(q))
+            return JSONResponse(queries.answer(name, q))
 
         return endpoint
 

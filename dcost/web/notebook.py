@@ -268,7 +268,7 @@ def explore(**values: Any):
             error.value = f"<b style='color:#b00020'>{err.field}: {html.escape(str(err))}</b>"
             return
         error.value = ""
-        answers = {name: fn(q) for name, fn in _ANSWERS.items()}
+        answers = {name: queries.answer(name, q) for name in queries.ANSWERS}
         box.answers = answers
         summary.value = summary_html(answers["curve"], answers["optimum"])
         fleet_box.value = fleet_html(answers["fleet"])
@@ -294,11 +294,3 @@ def explore(**values: Any):
     box.update = update
     update()
     return box
-
-
-_ANSWERS = {
-    "curve": queries.curve,
-    "optimum": queries.optimum,
-    "elasticities": queries.elasticities,
-    "fleet": queries.fleet,
-}

@@ -31,7 +31,8 @@ import functools
 import inspect
 import math
 import threading
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
@@ -53,6 +54,9 @@ __all__ = [
     "optimum",
     "elasticities",
     "fleet",
+    "answer",
+    "ANSWERS",
+    "DEPENDS",
     "DEFAULTS",
     "BATCH_MAX",
     "GRID_POINTS",
@@ -519,3 +523,48 @@ def fleet(q: Query) -> dict:
         "tpot": "s",
     }
     return out
+
+
+ANSWERS: dict[str, Callable[[Query], dict]] = {
+    "curve": curve,
+    "optimum": optimum,
+    "elasticities": elasticities,
+    "fleet": fleet,
+}
+"""The four answers, by the name the page asks them by (``/api/<name>``)."""
+DEPENDS = {
+    "curve": ("context", "output", "batch", "chips", "tpot_slo"),
+    "optimum": ("context", "output", "chips", "tpot_slo"),
+    "elasticities": ("context", "output", "chips", "tpot_slo"),
+    "fleet": ("context", "output", "tpot_slo", "rate"),
+}
+"""The numeric fields each answer reads (besides hardware, model and engine, which all read):
+the optimum frees the batch and has no traffic; the fleet chooses its own layouts. A slider
+move recomputes only the answers that read it (``answer``); ``tests/test_web.py`` checks that
+the others do not change."""
+_CACHE_SIZE = 512
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def answer(name: str, q: Query) -> dict:
+    """``ANSWERS[name](q)``, remembered by the fields it reads (``DEPENDS``; the last
+    ``_CACHE_SIZE`` answers): moving the batch slider recomputes the curve alone, the rate the
+    fleet alone. The answers are plain dicts; do not change one you are given.
+
+    >>> q = parse({"batch": "8"})
+    >>> answer("curve", q) is answer("curve", q)
+    True
+    """
+    key = (name, q.hardware_name, q.model_name, q.engine_name)
+    key += tuple(getattr(q, f) for f in DEPENDS[name])
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    value = ANSWERS[name](q)
+    with _CACHE_LOCK:
+        _CACHE[key] = value
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return value
