@@ -96,6 +96,9 @@ _LAZY = {
     "PlanBatch": "dcost.planning.planner",
     "simulate": "dcost.planning.fleet",
     "explore": "dcost.web.notebook",
+    "Server": "dcost.planning.server",
+    "Load": "dcost.planning.server",
+    "Bursty": "dcost.planning.server",
     "Engine": "dcost.engines",
     "Scheduler": "dcost.engines",
     "engine": "dcost.engines",
@@ -194,6 +197,6 @@ __all__ += [
 __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simulate"]
 __all__ += ["TCO", "energy", "Energy", "PowerFit", "power_cap"]
 __all__ += ["Ownership", "ownership", "owned", "tco_per_token", "breakeven"]
-__all__ += ["Engine", "Scheduler", "engine", "engines"]
+__all__ += ["Engine", "Scheduler", "engine", "engines", "Server", "Load", "Bursty"]
 __all__ += ["explore"]
 __version__ = "0.1.0"

@@ -90,8 +90,12 @@ def simulate(
     come from the serving model (``exact_step``), the KV transfer of a disaggregated fleet from
     ``dcost.kv_transfer_time`` over the prefill replica's chips.
 
+    ``dcost.simulate(server, load, seed=...)`` runs one deployment (a ``dcost.Server``) under a
+    ``dcost.Load`` instead, with its engine's scheduler (``dcost.planning.server``), and returns
+    a ``ServerRun``.
+
     Args:
-      plan: a feasible ``dcost.Plan``.
+      plan: a feasible ``dcost.Plan`` (or a ``dcost.Server``).
       traffic: the requests (default: the plan's own); another rate or mix shows how the same
         fleet copes.
       requests, seed, warmup, max_events: as ``dcost.planning.simulate_aggregated``.
@@ -108,9 +112,19 @@ def simulate(
     (False, True)
     """
     from dcost.planning.planner import Plan
+    from dcost.planning.server import Load, Server, simulate_server
 
+    if isinstance(plan, Server):
+        # one deployment under a load: the engine's scheduler (dcost.planning.server)
+        if not isinstance(traffic, Load):
+            raise SpecError(
+                f"simulate(server, load): load must be a dcost.Load, got {type(traffic).__name__}"
+            )
+        return simulate_server(plan, traffic, seed=seed, warmup=warmup)  # type: ignore[return-value]
     if not isinstance(plan, Plan):
-        raise SpecError(f"simulate.plan must be a dcost.Plan, got {type(plan).__name__}")
+        raise SpecError(
+            f"simulate.plan must be a dcost.Plan or a dcost.Server, got {type(plan).__name__}"
+        )
     if not plan.feasible:
         raise SpecError(f"simulate: the plan is infeasible ({plan.message}); nothing to run")
     traffic = plan.traffic if traffic is None else traffic

@@ -418,18 +418,11 @@ def _with_chunk(c, chunk: float):
     return dataclasses.replace(c, design=design)
 
 
-def running_sequences(c, record: Mapping, engine) -> int:
-    """Sequences an instance runs at once: the clients, at most the engine's ``max_num_seqs``
-    per replica, and at most what its KV cache holds.
-
-    The KV cache gets what HBM leaves after the weights: ``u M - W`` per chip under vLLM and
-    SGLang (``gpu_memory_utilization`` / ``mem_fraction_static`` of the whole), ``u (M - W)``
-    under TensorRT-LLM (``free_gpu_memory_fraction`` of what the weights leave); activations
-    and CUDA graphs are not counted (assumed small). A sequence holds its mean context's KV
-    (``Workload.context``: the prompt and half the output), from ``dcost.decode``'s
-    ``memory_per_chip``, which is linear in the batch. ``engine=None``: all of HBM and no
-    sequence cap (the most any engine could run).
-    """
+def kv_room(c, engine) -> tuple[float, float]:
+    """``(bytes, bytes a sequence)`` of one chip's KV cache: what HBM leaves after the weights
+    (``u M - W`` under vLLM and SGLang, ``u (M - W)`` under TensorRT-LLM; all of it with no
+    engine), and what one sequence of the case's mean context holds there (``dcost.decode``'s
+    ``memory_per_chip`` is linear in the batch)."""
     import equinox as eqx
     import jax.numpy as jnp
 
@@ -442,13 +435,27 @@ def running_sequences(c, record: Mapping, engine) -> int:
     m1, m2 = memory(1.0), memory(2.0)
     per_seq, weights = m2 - m1, 2.0 * m1 - m2
     hbm = float(c.hardware.hbm_capacity)
-    slots = int(round(float(record["concurrency"]) / float(c.design.batch)))  # replicas * P
     if engine is None:
-        room, cap = hbm - weights, math.inf
-    else:
-        u = engine.scheduler.gpu_memory_utilization
-        room = u * (hbm - weights) if engine.name == "trtllm" else u * hbm - weights
-        cap = engine.scheduler.max_num_seqs
+        return hbm - weights, per_seq
+    u = engine.scheduler.gpu_memory_utilization
+    return (u * (hbm - weights) if engine.name == "trtllm" else u * hbm - weights), per_seq
+
+
+def running_sequences(c, record: Mapping, engine) -> int:
+    """Sequences an instance runs at once: the clients, at most the engine's ``max_num_seqs``
+    per replica, and at most what its KV cache holds.
+
+    The KV cache gets what HBM leaves after the weights: ``u M - W`` per chip under vLLM and
+    SGLang (``gpu_memory_utilization`` / ``mem_fraction_static`` of the whole), ``u (M - W)``
+    under TensorRT-LLM (``free_gpu_memory_fraction`` of what the weights leave); activations
+    and CUDA graphs are not counted (assumed small). A sequence holds its mean context's KV
+    (``Workload.context``: the prompt and half the output), from ``dcost.decode``'s
+    ``memory_per_chip``, which is linear in the batch. ``engine=None``: all of HBM and no
+    sequence cap (the most any engine could run).
+    """
+    room, per_seq = kv_room(c, engine)
+    slots = int(round(float(record["concurrency"]) / float(c.design.batch)))  # replicas * P
+    cap = math.inf if engine is None else engine.scheduler.max_num_seqs
     fits = math.floor(room / per_seq) if per_seq > 0 else math.inf
     per_slot = min(float(c.design.batch), fits, cap)
     return int(max(1, per_slot) * slots) if per_slot >= 1 else int(record["concurrency"])

@@ -1,0 +1,551 @@
+"""One deployment under a load: the engine's scheduler in a discrete-event simulation.
+
+``Server`` is a fixed deployment (chip, model, engine, layout, replicas); ``Load`` what a
+benchmark or a service sends (open-loop stages of a rate with Poisson, evenly spaced or bursty
+arrivals, or a closed loop of clients at a fixed concurrency); ``simulate_server`` runs one
+through the other with the engine's scheduler, step by step:
+
+- a step carries one decode token of every running sequence that has its first token, and
+  prompt tokens (chunked prefill) up to the engine's token budget
+  (``Scheduler.max_num_batched_tokens``, decode tokens counted first, as vLLM's scheduler does);
+- new requests join, first come first served, while fewer than ``max_num_seqs`` run and the KV
+  cache has room for their chunk; the KV cache holds what HBM leaves after the weights
+  (``dcost.validation.silicon.running_sequences``'s rule: ``gpu_memory_utilization``);
+- a decode step that would overflow the KV cache preempts the newest running sequence (vLLM's
+  recompute policy: its KV is dropped and its prompt and generated tokens are prefilled again);
+- with prefix caching on, a shared prefix (``Load.shared_prefix``) is computed once per replica
+  and hit after;
+- a step lasts ``t(B, x)`` of the serving model with the engine's profile (``dcost.mixed_step``'s
+  step of ``B`` decode tokens and ``x`` prompt tokens), tabulated once per deployment.
+
+TTFT is arrival to the end of the step that completes the prompt; TPOT ``(e2e - ttft)/(output -
+1)``; ITL the time between a request's consecutive tokens; e2e arrival to the last token. API
+server and tokenizer time are not modelled (a TTFT here is the engine's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from dcost.specs import SpecError
+
+__all__ = ["Load", "Bursty", "Server", "ServerRun", "simulate_server"]
+
+ARRIVALS = ("poisson", "constant")
+
+
+def _fail(owner, field, value, allowed):
+    raise SpecError(f"{owner}.{field} = {value!r} is not allowed: {allowed}")
+
+
+def _number(owner, field, value, low=0.0, low_open=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        _fail(owner, field, value, "it must be a number")
+    v = float(value)
+    if not math.isfinite(v) or (v <= low if low_open else v < low):
+        _fail(
+            owner, field, value, f"it must be a finite number {'>' if low_open else '>='} {low:g}"
+        )
+    return v
+
+
+def _count(owner, field, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        _fail(owner, field, value, "it must be a whole number >= 1")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bursty:
+    """Arrivals with a coefficient of variation ``cv`` of their gaps (gamma-distributed gaps:
+    1 is Poisson, above 1 bursty, below 1 more even)."""
+
+    cv: float
+
+    def __post_init__(self):
+        _number("Bursty", "cv", self.cv, low_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """What a benchmark or a service sends.
+
+    Attributes:
+      prompt, output: mean prompt and output lengths (tokens).
+      stages: open loop: ``((requests/s, seconds), ...)`` in turn.
+      arrival: "poisson", "constant" (evenly spaced) or ``Bursty(cv)``.
+      clients: closed loop: this many clients, each sending its next request when its last one
+        ends (what ``vllm bench serve --max-concurrency`` and SGLang's ``bench_serving`` run).
+      requests: closed loop: requests in all (default ``max(4 clients, 200)``).
+      stagger: closed loop: clients start at independent, uniformly spread times over one
+        request's duration, as in a benchmark's steady state (True), or all at once (False:
+        with identical lengths their requests then stay in lockstep, waves of prefills that a
+        measured run's jitter breaks up).
+      shared_prefix: tokens of every prompt that are the same (a system prompt).
+      prompt_cv, output_cv: coefficients of variation of the lengths (gamma; 0: fixed).
+
+    >>> Load(prompt=1000, output=200, clients=32).closed
+    True
+    """
+
+    prompt: float
+    output: float
+    stages: tuple = ()
+    arrival: str | Bursty = "poisson"
+    clients: int | None = None
+    requests: int | None = None
+    stagger: bool = True
+    shared_prefix: float = 0.0
+    prompt_cv: float = 0.0
+    output_cv: float = 0.0
+
+    def __post_init__(self):
+        _number("Load", "prompt", self.prompt, 1.0)
+        _number("Load", "output", self.output, 1.0)
+        _number("Load", "shared_prefix", self.shared_prefix)
+        if self.shared_prefix >= self.prompt:
+            _fail("Load", "shared_prefix", self.shared_prefix, "it must be below the prompt")
+        if not isinstance(self.stagger, bool):
+            _fail("Load", "stagger", self.stagger, "True or False")
+        _number("Load", "prompt_cv", self.prompt_cv)
+        _number("Load", "output_cv", self.output_cv)
+        if not (isinstance(self.arrival, Bursty) or self.arrival in ARRIVALS):
+            _fail("Load", "arrival", self.arrival, f"one of {ARRIVALS} or dcost.Bursty(cv)")
+        if self.clients is None:
+            if not self.stages:
+                _fail("Load", "stages", self.stages, "give stages (open loop) or clients")
+            if self.requests is not None:
+                _fail("Load", "requests", self.requests, "an open loop's stages set its requests")
+            for i, stage in enumerate(self.stages):
+                if not isinstance(stage, Sequence) or len(stage) != 2:
+                    _fail("Load", f"stages[{i}]", stage, "a (requests/s, seconds) pair")
+                _number("Load", f"stages[{i}] rate", stage[0], low_open=True)
+                _number("Load", f"stages[{i}] seconds", stage[1], low_open=True)
+        else:
+            _count("Load", "clients", self.clients)
+            if self.stages:
+                _fail("Load", "stages", self.stages, "a closed loop (clients) has no stages")
+            if self.requests is not None:
+                _count("Load", "requests", self.requests)
+
+    @property
+    def closed(self) -> bool:
+        """Whether clients keep a fixed concurrency (closed loop)."""
+        return self.clients is not None
+
+    def total(self) -> int:
+        """Requests the load sends (the closed loop's, or the stages' expected count)."""
+        if self.closed:
+            return self.requests or max(4 * int(self.clients or 1), 200)
+        return int(round(sum(r * s for r, s in self.stages)))
+
+    def lengths(self, rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` prompt and output lengths (tokens, whole, at least 1)."""
+
+        def draw(mean, cv):
+            if cv == 0:
+                return np.full(n, max(1, round(mean)))
+            shape = 1.0 / cv**2
+            return np.maximum(1, np.rint(rng.gamma(shape, mean / shape, n))).astype(int)
+
+        return draw(self.prompt, self.prompt_cv), draw(self.output, self.output_cv)
+
+    def arrivals(self, rng) -> np.ndarray:
+        """An open loop's arrival times (s), stage after stage."""
+        times, start = [], 0.0
+        for rate, seconds in self.stages:
+            t = start
+            while True:
+                if self.arrival == "constant":
+                    gap = 1.0 / rate
+                elif isinstance(self.arrival, Bursty):
+                    shape = 1.0 / self.arrival.cv**2
+                    gap = rng.gamma(shape, 1.0 / (rate * shape))
+                else:
+                    gap = rng.exponential(1.0 / rate)
+                t += gap
+                if t > start + seconds:
+                    break
+                times.append(t)
+            start += seconds
+        return np.asarray(times)
+
+
+@dataclasses.dataclass(frozen=True)
+class Server:
+    """One deployment: a chip, a model, an engine, its layout and its replicas.
+
+    Attributes:
+      hardware, model: preset names.
+      engine: a ``dcost.Engine``, an engine name ("vllm"), or None (pure physics, default
+        scheduler of vLLM).
+      tensor_parallel, expert_parallel, attention_data_parallel, pipeline_parallel: degrees;
+        ``expert_parallel=None`` is the engine's default for an MoE model (experts split by
+        tensor parallelism: one expert-parallel group).
+      replicas: independent copies; requests go to the least busy.
+      weights, kv_cache: number formats (default: the model's serving precision, bf16 cache).
+    """
+
+    hardware: str
+    model: str
+    engine: object = None
+    tensor_parallel: int = 1
+    expert_parallel: int | None = None
+    attention_data_parallel: int = 1
+    pipeline_parallel: int = 1
+    replicas: int = 1
+    weights: str | None = None
+    kv_cache: str = "bf16"
+
+    def __post_init__(self):
+        from dcost import presets
+
+        presets.hardware_card(self.hardware)
+        presets.model_card(self.model)
+        for f in ("tensor_parallel", "attention_data_parallel", "pipeline_parallel", "replicas"):
+            _count("Server", f, getattr(self, f))
+        if self.expert_parallel is not None:
+            _count("Server", "expert_parallel", self.expert_parallel)
+
+    def resolved_engine(self):
+        from dcost import engines
+
+        if self.engine is None:
+            return None
+        return engines.resolve(self.engine, self.hardware)
+
+    def record(self, load: Load, concurrency: int) -> dict:
+        """The deployment as a measurement record (``dcost.validation``'s mapping of layouts)."""
+        from dcost import presets
+
+        weights = self.weights or presets.serving_precision(self.model)
+        gpus = self.tensor_parallel * self.attention_data_parallel * self.pipeline_parallel
+        compute = weights if weights in presets.precisions(self.hardware) else "bf16"
+        return {
+            "id": "server",
+            "source": "dcost.Server",
+            "source_id": "server",
+            "family": presets.card_family(self.hardware),
+            "quote": "-",
+            "hardware": self.hardware,
+            "model": self.model,
+            "weights": weights,
+            "kv_cache": self.kv_cache,
+            "compute": compute,
+            "gpus": gpus,
+            "tensor_parallel": self.tensor_parallel,
+            "expert_parallel": self.expert_parallel or 1,
+            "attention_data_parallel": self.attention_data_parallel,
+            "pipeline_parallel": self.pipeline_parallel,
+            "serving": "aggregated",
+            "concurrency": max(concurrency, gpus // self.tensor_parallel // self.pipeline_parallel),
+            "prompt_tokens": float(load.prompt),
+            "output_tokens": float(load.output),
+            "metric": "tpot",
+            "value": 1.0,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerRun:
+    """Per-request outcome of ``simulate_server`` (NumPy arrays over requests, seconds)."""
+
+    arrival: np.ndarray
+    ttft: np.ndarray
+    tpot: np.ndarray
+    e2e: np.ndarray
+    itl: np.ndarray  # every gap between consecutive tokens of every request
+    output_tokens: float
+    duration: float
+    preemptions: int
+    prefix_hit_rate: float
+    kv_peak: float  # most KV tokens held at once over the KV capacity (one replica)
+    measured: np.ndarray
+    times: np.ndarray  # a time series: step end times (s) of replica 0
+    running: np.ndarray  # and its running sequences after each step
+
+    def summary(self) -> dict:
+        """``{"ttft" | "tpot" | "itl" | "e2e": {"mean", "p50", "p90", "p99"}, "throughput",
+        "preemptions", "prefix_hit_rate", "kv_peak"}`` (seconds; output tokens/s)."""
+
+        def stats(x):
+            x = x[np.isfinite(x)]
+            if not x.size:
+                return {k: None for k in ("mean", "p50", "p90", "p99")}
+            return {
+                "mean": float(np.mean(x)),
+                "p50": float(np.quantile(x, 0.5)),
+                "p90": float(np.quantile(x, 0.9)),
+                "p99": float(np.quantile(x, 0.99)),
+            }
+
+        m = self.measured
+        return {
+            "ttft": stats(self.ttft[m]),
+            "tpot": stats(self.tpot[m]),
+            "itl": stats(self.itl),
+            "e2e": stats(self.e2e[m]),
+            "throughput": self.output_tokens / self.duration if self.duration > 0 else 0.0,
+            "preemptions": self.preemptions,
+            "prefix_hit_rate": self.prefix_hit_rate,
+            "kv_peak": self.kv_peak,
+        }
+
+
+_X_POINTS = 40
+
+
+def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
+    """``t(B, x)`` for ``B = 0..cap`` decode tokens and ``x`` on a log grid to ``budget``
+    prompt tokens, from one vmapped evaluation; and the replica's KV capacity (tokens)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from dcost.serving.mixed import _mixed_step
+    from dcost.validation.cases import case
+    from dcost.validation.silicon import kv_room
+
+    rec = server.record(load, cap)
+    c = case(rec, engine=eng) if eng is not None else case(rec)
+    b = np.arange(cap + 1, dtype=float)
+    x = np.unique(np.r_[0.0, np.rint(np.geomspace(1.0, max(budget, 1), _X_POINTS))])
+    bb, xx = np.meshgrid(b, x, indexing="ij")
+    slots = float(c.design.batch) and round(float(rec["concurrency"]) / float(c.design.batch))
+
+    def one(bv, xv):
+        d = eqx.tree_at(lambda d: d.batch, c.design, bv)
+        return _mixed_step(d, c.hardware, c.model, c.workload, 0.0, chunk_tokens=xv).tpot
+
+    dtype = jnp.result_type(float)
+    t = jax.jit(jax.vmap(one))(
+        jnp.asarray(np.maximum(bb.ravel() / max(slots, 1), 1e-3), dtype),
+        jnp.asarray(xx.ravel() / max(slots, 1), dtype),
+    )
+    table = np.asarray(t, float).reshape(bb.shape)
+    table[~np.isfinite(table)] = np.nan
+    table[0, 0] = 0.0
+    if np.isnan(table).any():
+        raise SpecError("simulate: the serving model gave no step time for some batch/chunk")
+    room, per_seq = kv_room(c, eng)
+    # KV tokens one replica holds: sequences of the mean context that fit, times that context
+    kv_tokens = room / per_seq * float(c.workload.context) if per_seq > 0 else math.inf
+    if kv_tokens < float(load.prompt) + float(load.output):
+        raise SpecError(
+            f"simulate: the KV cache holds {kv_tokens:.0f} tokens a replica, fewer than one "
+            f"request's {load.prompt + load.output:.0f}: the deployment cannot serve this load"
+        )
+    return x, table, kv_tokens
+
+
+def simulate_server(
+    server: Server, load: Load, *, seed: int = 0, warmup: float = 0.1, max_steps: int = 2_000_000
+) -> ServerRun:
+    """Run ``load`` through ``server`` (see the module docstring).
+
+    Args:
+      server: the deployment.
+      load: the requests.
+      seed: NumPy seed of arrivals and lengths.
+      warmup: share of requests (by arrival) left out of the statistics at each end.
+      max_steps: a bound on the engine steps simulated (an error past it, never a hang).
+
+    Returns:
+      ``ServerRun`` (``.summary()`` for the figures).
+    """
+    if not isinstance(server, Server):
+        raise SpecError(f"simulate: server must be a dcost.Server, got {type(server).__name__}")
+    if not isinstance(load, Load):
+        raise SpecError(f"simulate: load must be a dcost.Load, got {type(load).__name__}")
+    if not 0.0 <= warmup < 0.5:
+        raise SpecError(f"simulate: warmup = {warmup!r} is not allowed: 0 <= warmup < 0.5")
+    from dcost import engines
+
+    eng = server.resolved_engine()
+    sched = eng.scheduler if eng is not None else engines.default_scheduler("vllm", server.hardware)
+    cap, budget = sched.max_num_seqs, sched.max_num_batched_tokens
+    rng = np.random.default_rng(seed)
+    x_grid, table, kv_cap = _step_table(server, load, eng, cap, budget)
+    if load.closed:
+        n = load.total()
+        arrival = np.full(n, np.inf)
+        arrival[: min(int(load.clients or 1), n)] = 0.0
+        if load.stagger:
+            # one request's duration at the clients' concurrency: its prefill and its decode
+            b = min(int(load.clients or 1), cap)
+            chunks = math.ceil(load.prompt / budget)
+            cycle = chunks * float(np.interp(min(load.prompt, budget), x_grid, table[b])) + (
+                load.output * table[b, 0]
+            )
+            k = min(int(load.clients or 1), n)
+            arrival[:k] = rng.uniform(0.0, cycle, k)
+    else:
+        arrival = load.arrivals(rng)
+        n = len(arrival)
+    if n == 0:
+        raise SpecError("simulate: the load sends no request (raise its rate or its seconds)")
+    prompt, output = load.lengths(rng, n)
+
+    def step_time(b, x):
+        if x == 0:
+            return table[b, 0]
+        return float(np.interp(x, x_grid, table[b]))
+
+    prefix = int(round(load.shared_prefix)) if sched.prefix_caching else 0
+    reps = server.replicas
+    waiting = [deque() for _ in range(reps)]
+    running: list[list[int]] = [[] for _ in range(reps)]
+    busy = [False] * reps
+    kv = [0.0] * reps
+    cached = [False] * reps
+    kv_peak = 0.0
+    left = np.zeros(n, int)  # prompt tokens still to prefill
+    done_tokens = np.zeros(n, int)  # tokens generated
+    kv_of = np.zeros(n, float)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    last_token = np.full(n, np.nan)
+    itl: list[float] = []
+    hits = 0
+    preemptions = 0
+    events: list = []
+    for j in range(n):
+        if math.isfinite(arrival[j]):
+            heapq.heappush(events, (arrival[j], 0, j, 0))
+    next_client = min(int(load.clients or 0), n) if load.closed else n
+    steps = 0
+    times, running_series = [], []
+    counter = n
+
+    def admit_tokens(j, r):
+        nonlocal hits
+        need = int(prompt[j])
+        if prefix and cached[r]:
+            need -= prefix
+            hits += 1
+        cached[r] = cached[r] or bool(prefix)
+        return max(need, 1)
+
+    def start(r, now):
+        nonlocal counter, preemptions, kv_peak
+        run = running[r]
+        decoding = [j for j in run if left[j] == 0]
+        # a decode step that would overflow the cache preempts the newest sequences
+        while decoding and kv[r] + len(decoding) > kv_cap:
+            victim = run.pop()
+            kv[r] -= kv_of[victim]
+            kv_of[victim] = 0.0
+            left[victim] = int(prompt[victim]) + int(done_tokens[victim])
+            waiting[r].appendleft(victim)
+            preemptions += 1
+            decoding = [j for j in run if left[j] == 0]
+        kv[r] += len(decoding)  # the decode tokens' KV first, then the prompts' chunks
+        room = budget - len(decoding)
+        plan = []
+        for j in run:
+            if room <= 0:
+                break
+            if left[j] > 0:
+                take = min(int(left[j]), room)
+                if kv[r] + take > kv_cap:
+                    break
+                plan.append((j, take))
+                room -= take
+                kv[r] += take
+        while waiting[r] and room > 0 and len(run) < cap:
+            j = waiting[r][0]
+            if left[j] == 0:
+                left[j] = admit_tokens(j, r)
+            take = min(int(left[j]), room)
+            if kv[r] + take > kv_cap:
+                break
+            waiting[r].popleft()
+            run.append(j)
+            plan.append((j, take))
+            room -= take
+            kv[r] += take
+        x = sum(t for _, t in plan)
+        if not decoding and x == 0:
+            busy[r] = False
+            return
+        busy[r] = True
+        kv_peak = max(kv_peak, kv[r])
+        counter += 1
+        heapq.heappush(events, (now + step_time(len(decoding), x), 1, counter, r, decoding, plan))
+
+    while events:
+        ev = heapq.heappop(events)
+        now, kind = ev[0], ev[1]
+        if kind == 0:  # an arrival: to the replica with the least work
+            j = ev[2]
+            r = min(range(reps), key=lambda q: len(running[q]) + len(waiting[q]))
+            waiting[r].append(j)
+            if not busy[r]:
+                start(r, now)
+            continue
+        steps += 1
+        if steps > max_steps:
+            raise SpecError(
+                f"simulate: more than max_steps = {max_steps} engine steps; shorten the load"
+            )
+        _, _, _, r, decoding, plan = ev
+        for j in decoding:
+            done_tokens[j] += 1
+            kv_of[j] += 1.0
+            itl.append(now - last_token[j])
+            last_token[j] = now
+        for j, take in plan:
+            left[j] -= take
+            kv_of[j] += take
+            if left[j] == 0 and done_tokens[j] == 0:
+                done_tokens[j] = 1
+                first[j] = now
+                last_token[j] = now
+        finished = [j for j in running[r] if left[j] == 0 and done_tokens[j] >= output[j]]
+        for j in finished:
+            running[r].remove(j)
+            kv[r] -= kv_of[j]
+            finish[j] = now
+            if load.closed and next_client < n:
+                arrival[next_client] = now
+                heapq.heappush(events, (now, 0, next_client, 0))
+                next_client += 1
+        if r == 0:
+            times.append(now)
+            running_series.append(len(running[0]))
+        start(r, now)
+        for q in range(reps):
+            if not busy[q] and (waiting[q] or running[q]):
+                start(q, now)
+
+    ttft = first - arrival
+    e2e = finish - arrival
+    k = output - 1.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(k > 0, (finish - first) / np.where(k > 0, k, 1.0), np.nan)
+    order = np.argsort(arrival)
+    cut = int(warmup * n)
+    measured = np.zeros(n, bool)
+    measured[order[cut : n - cut]] = True
+    end = float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0
+    return ServerRun(
+        arrival=arrival,
+        ttft=ttft,
+        tpot=tpot,
+        e2e=e2e,
+        itl=np.asarray(itl),
+        output_tokens=float(np.sum(output[np.isfinite(finish)])),
+        duration=end - float(np.min(arrival)),
+        preemptions=preemptions,
+        prefix_hit_rate=hits / n if prefix else 0.0,
+        kv_peak=float(kv_peak / kv_cap) if math.isfinite(kv_cap) else 0.0,
+        measured=measured,
+        times=np.asarray(times),
+        running=np.asarray(running_series),
+    )
