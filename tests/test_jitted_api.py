@@ -72,7 +72,8 @@ def test_a_step_traces_once_per_structure(monkeypatch, name):
     assert all(v.cost_per_token.shape == (13,) for v in (first, *variants))
     if name == "decode":  # a new structure traces anew: the counter counts (once is enough)
         w = dcost.Workload(4096, acceptance=0.5)
-        step(dcost.Design(batch=batch, draft_tokens=1.0), *pair(), w)
+        drafted = dcost.model("llama-3-70b", draft_params=1e9, draft_layers=1)  # needs a draft
+        step(dcost.Design(batch=batch, draft_tokens=1.0), dcost.hardware("h100-sxm"), drafted, w)
         assert traces.calls == 2
 
 
