@@ -120,7 +120,7 @@ def simulate(
             raise SpecError(
                 f"simulate(server, load): load must be a dcost.Load, got {type(traffic).__name__}"
             )
-        return simulate_server(plan, traffic, seed=seed, warmup=warmup)  # type: ignore[return-value]
+        return simulate_server(plan, traffic, seed=seed, warmup=warmup)
     if not isinstance(plan, Plan):
         raise SpecError(
             f"simulate.plan must be a dcost.Plan or a dcost.Server, got {type(plan).__name__}"

@@ -399,7 +399,7 @@ def simulate_server(
 
     prefix = int(round(load.shared_prefix)) if sched.prefix_caching else 0
     reps = server.replicas
-    waiting = [deque() for _ in range(reps)]
+    waiting: list[deque] = [deque() for _ in range(reps)]
     running: list[list[int]] = [[] for _ in range(reps)]
     busy = [False] * reps
     kv = [0.0] * reps
@@ -526,9 +526,9 @@ def simulate_server(
 
     ttft = first - arrival
     e2e = finish - arrival
-    k = output - 1.0
+    later = output - 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(k > 0, (finish - first) / np.where(k > 0, k, 1.0), np.nan)
+        tpot = np.where(later > 0, (finish - first) / np.where(later > 0, later, 1.0), np.nan)
     order = np.argsort(arrival)
     cut = int(warmup * n)
     measured = np.zeros(n, bool)
