@@ -83,9 +83,9 @@ def predict(record: Mapping) -> float:
 def errors(records: list[Mapping] | None = None) -> list[dict]:
     """Per record: ``id``, ``hardware``, ``model``, ``metric``, measured, predicted and
     ``ratio = predicted / measured``."""
-    records = load() if records is None else records
+    chosen: list = load() if records is None else list(records)
     out = []
-    for r in records:
+    for r in chosen:
         p = predict(r)
         out.append(
             {
