@@ -108,18 +108,20 @@ def _number(pg, selector: str) -> float:
     return float(pg.inner_text(selector).replace(",", ""))
 
 
-def _api_cost_per_million(batch: float, d=None) -> float:
-    """The API's own answer for the page's default question at ``batch``: $ per M tokens."""
-    from dcost.web.queries import DEFAULTS
+def _api_report(batch: float):
+    """The API's own answer (a ``dcost.Report``) for the page's default question at ``batch``."""
+    from dcost.web.queries import DEFAULTS as d
 
-    d = DEFAULTS if d is None else d
-    r = dcost.decode(
+    return dcost.decode(
         dcost.Design(batch=batch, chips=d["chips"]),
         dcost.hardware(d["hardware"]),
         dcost.model(d["model"]),
         dcost.Workload(d["context"] + d["output"] / 2, prompt=d["context"], output=d["output"]),
     )
-    return float(r.cost_per_token) * 1e6
+
+
+def _api_cost_per_million(batch: float) -> float:
+    return float(_api_report(batch).cost_per_token) * 1e6
 
 
 def test_page_shows_the_api_numbers_and_follows_a_slider(page, server):
@@ -144,6 +146,12 @@ def test_page_shows_the_api_numbers_and_follows_a_slider(page, server):
     cost = _number(page, "#point-cost")
     assert cost == pytest.approx(_api_cost_per_million(2 * b0), rel=1e-3)
     assert cost < _api_cost_per_million(b0)  # a larger batch shares the weight reads
+    r = _api_report(2 * b0)
+    hbm = float(dcost.hardware(DEFAULTS["hardware"]).hbm_capacity)
+    fits = float(r.memory_per_chip) <= 0.9 * hbm
+    meets = float(r.tpot) <= DEFAULTS["tpot_slo"]
+    assert fits and meets  # the default question's design is a valid one, and the page says so
+    assert page.inner_text("#point-check") == "fits HBM and meets the TPOT target"
 
     # the optimum and the fleet shown are the server's JSON answers for the same controls
     params = {**DEFAULTS, "batch": 2 * b0}

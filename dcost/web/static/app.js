@@ -125,15 +125,16 @@ function marksPlugin(kind) {
           const binds = o.binding.length ? ` (${o.binding.join(", ")})` : "";
           vline(o.batch, "#2ca02c", [], `optimum B*=${fmtInt(o.batch)}${binds}`, 1);
         }
-        if (kind === "time") {
-          const Y = u.valToPos(c.tpot_slo * 1e3, "y", true);
-          if (Y >= top && Y <= top + height) {
-            ctx.strokeStyle = "#555"; ctx.setLineDash([3 * px, 3 * px]); ctx.lineWidth = 1.5 * px;
-            ctx.beginPath(); ctx.moveTo(left, Y); ctx.lineTo(left + width, Y); ctx.stroke();
-            ctx.setLineDash([]);
-            text("TPOT target", left + 6 * px, Y - 5 * px, "#555");
-          }
-        }
+        const hline = (y, label, below) => {
+          const Y = u.valToPos(y, "y", true);
+          if (Y < top || Y > top + height) return;
+          ctx.strokeStyle = "#555"; ctx.setLineDash([3 * px, 3 * px]); ctx.lineWidth = 1.5 * px;
+          ctx.beginPath(); ctx.moveTo(left, Y); ctx.lineTo(left + width, Y); ctx.stroke();
+          ctx.setLineDash([]);
+          text(label, left + 6 * px, below ? Y + 15 * px : Y - 5 * px, "#555");
+        };
+        if (kind === "time") hline(c.tpot_slo * 1e3, "TPOT target");
+        if (kind === "memory") hline(c.memory_limit / 1e9, "HBM limit (10 % kept free)", true);
         const p = c.point;
         const yv = { time: p.tpot * 1e3, cost: p.cost_per_token * 1e6, memory: p.memory_per_chip / 1e9 }[kind];
         if (yv > 0) {
@@ -146,13 +147,23 @@ function marksPlugin(kind) {
   };
 }
 
+// the memory plot's range always holds the HBM limit, so that its line shows
+function yRange(kind) {
+  if (kind !== "memory") return undefined;
+  return (u, min, max) => {
+    const lim = state.curve ? state.curve.memory_limit / 1e9 : null;
+    if (lim) { min = Math.min(min ?? lim, lim / 1.5); max = Math.max(max ?? lim, lim * 1.5); }
+    return uPlot.rangeLog(min, max, 10, true);
+  };
+}
+
 function makePlot(id, kind, yLabel, series) {
   const el = $(id);
   const width = Math.max(320, el.clientWidth || 420);
   const opts = {
     width, height: 280,
     plugins: [marksPlugin(kind)],
-    scales: { x: { time: false, distr: 3, log: 10 }, y: { distr: 3, log: 10 } },
+    scales: { x: { time: false, distr: 3, log: 10 }, y: { distr: 3, log: 10, range: yRange(kind) } },
     axes: [
       { label: "batch B (sequences)", labelSize: 20, size: 40 },
       { label: yLabel, labelSize: 20, size: 64 },
@@ -196,6 +207,12 @@ function draw(name, body, q) {
     $("point-tpot").textContent = fmt(p.tpot * 1e3);
     $("point-cost").textContent = fmt(p.cost_per_token * 1e6);
     $("point-bottleneck").textContent = p.bottleneck;
+    const fits = p.memory_per_chip <= body.memory_limit, meets = p.tpot <= body.tpot_slo;
+    const check = $("point-check");
+    check.textContent = fits && meets ? "fits HBM and meets the TPOT target"
+      : [fits ? "" : `needs ${fmt(p.memory_per_chip / 1e9, 3)} GB of HBM per chip, over the ${fmt(body.memory_limit / 1e9, 3)} GB limit`,
+        meets ? "" : "misses the TPOT target"].filter(Boolean).join("; ");
+    check.className = fits && meets ? "ok" : "bad";
   } else if (name === "optimum") {
     state.optimum = body;
     $("opt-batch").textContent = body.feasible ? fmtInt(body.batch) : "none";
