@@ -15,7 +15,7 @@ alone); the others come back remembered. Target: every update after the first wi
 speed at that moment. dcost's persistent compilation cache is off (``DCOST_CACHE=0``) so that the
 first update is a cold start, unless ``--warm-cache`` (then it loads what an earlier run stored).
 Wall times on a shared machine include other processes' load. The whole run is bounded by
-``--timeout`` seconds: past it, the traceback of every thread and exit status 3; a request
+``--timeout`` seconds: past it, the traceback of every thread and exit status 1; a request
 past its own bound (the same) fails the run rather than hang it.
 """
 
