@@ -74,6 +74,7 @@ from importlib import metadata
 from aiconfigurator.cli.api import cli_estimate
 
 SUB = json.loads(sys.argv[1])
+ROWS = sys.argv[2]
 
 
 def i(row, key):
@@ -113,7 +114,7 @@ def kwargs(row):
 
 print(json.dumps({"version": metadata.version("aiconfigurator")}), flush=True)
 warm = False
-for line in sys.stdin:
+for line in open(ROWS):
     row = json.loads(line)
     out = {"id": row["id"], "model_path_used": SUB.get(row["model_path"], row["model_path"])}
     try:
@@ -226,38 +227,43 @@ def aic_predictions(python: Path, rows: list[dict], row_timeout: float, budget: 
         driver = Path(tmp) / "aic_driver.py"
         driver.write_text(DRIVER)
         while pending and time.monotonic() < deadline:
+            todo = Path(tmp) / "rows.jsonl"
+            todo.write_text("".join(json.dumps(r) + "\n" for r in pending))
+            # rows from a file, answers on a pipe read as they come: no pipe can fill up
             proc = subprocess.Popen(
-                [str(python), str(driver), json.dumps(SUBSTITUTE)],
-                stdin=subprocess.PIPE,
+                [str(python), str(driver), json.dumps(SUBSTITUTE), str(todo)],
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                text=True,
-                bufsize=1,
                 env={**os.environ, "PYTHONWARNINGS": "ignore"},
             )
-            assert proc.stdin is not None and proc.stdout is not None
-            for r in pending:
-                proc.stdin.write(json.dumps(r) + "\n")
-            proc.stdin.close()
+            assert proc.stdout is not None
+            fd, buf = proc.stdout.fileno(), b""
             started = False
             current = 0
             # the import and the first (warm-up) call may take longer than one row
             limit = time.monotonic() + 4 * row_timeout
             while current < len(pending):
-                left = min(limit, deadline) - time.monotonic()
-                ready = select.select([proc.stdout], [], [], max(0.0, left))[0] if left > 0 else []
-                if not ready:
+                while b"\n" not in buf:  # unbuffered reads: select sees every byte
+                    left = min(limit, deadline) - time.monotonic()
+                    if left <= 0 or not select.select([fd], [], [], left)[0]:
+                        break
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    buf += chunk
+                if b"\n" not in buf:
                     break
-                line = proc.stdout.readline()
-                if not line:
-                    break
+                line, buf = buf.split(b"\n", 1)
                 msg = json.loads(line)
                 if not started:
                     version, started = msg["version"], True
                 else:
                     results[msg["id"]] = msg
                     current += 1
-                limit = time.monotonic() + (4 if current == 1 else 1) * row_timeout
+                    if len(results) % 25 == 0:
+                        print(f"  {len(results)} rows answered", flush=True)
+                limit = time.monotonic() + (4 if current <= 1 else 1) * row_timeout
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
