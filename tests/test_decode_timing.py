@@ -132,8 +132,8 @@ def test_engine_field_is_checked():
     import dcost.validation as v
 
     bare = next(r for r in v.load() if r.get("engine") == "bare-xla")
-    with pytest.raises(ValueError, match="'engine' = 'vllm'"):
-        check_record(dict(bare, engine="vllm"))
+    with pytest.raises(ValueError, match="'engine' = 'tgi'"):
+        check_record(dict(bare, engine="tgi"))
 
 
 def test_bare_kernel_records_are_reported_apart_and_not_fitted():
