@@ -67,7 +67,7 @@ SUBSTITUTE = {
 }
 
 DRIVER = r"""
-import json, logging, sys, time, warnings
+import json, logging, sys, sysconfig, time, warnings
 logging.disable(logging.CRITICAL)
 warnings.filterwarnings("ignore")
 from importlib import metadata
@@ -75,6 +75,7 @@ from aiconfigurator.cli.api import cli_estimate
 
 SUB = json.loads(sys.argv[1])
 ROWS = sys.argv[2]
+SITE = sysconfig.get_paths()["purelib"]  # kept out of the messages: no local path in results
 
 
 def i(row, key):
@@ -116,8 +117,9 @@ print(json.dumps({"version": metadata.version("aiconfigurator")}), flush=True)
 warm = False
 for line in open(ROWS):
     row = json.loads(line)
-    out = {"id": row["id"], "model_path_used": SUB.get(row["model_path"], row["model_path"])}
+    out = {"id": row["id"]}
     try:
+        out["model_path_used"] = SUB.get(row["model_path"], row["model_path"])
         kw = kwargs(row)
         if not warm:  # first call loads the databases: not timed
             try:
@@ -132,7 +134,7 @@ for line in open(ROWS):
         out["ttft_ms"] = float(r.ttft)
         out["backend_version_used"] = getattr(r, "backend_version", None)
     except Exception as err:  # a refused row: counted and reported with its error
-        msg = " ".join(str(err).split())
+        msg = " ".join(str(err).split()).replace(SITE, "<site-packages>")
         out["error"] = f"{type(err).__name__}: {msg[:300]}"
     print(json.dumps(out), flush=True)
 """
@@ -275,7 +277,9 @@ def aic_predictions(python: Path, rows: list[dict], row_timeout: float, budget: 
                         results[r["id"]] = {"id": r["id"], "error": why}
                     pending = []
                 else:
-                    why = f"no answer within {row_timeout:.0f} s (driver killed)"
+                    why = f"no answer within {row_timeout:g} s (driver killed)"
+                    if proc.returncode not in (0, -9):
+                        why = f"the driver exited with status {proc.returncode}"
                     if not started:
                         why = f"the driver did not start (exit {proc.returncode})"
                     results[stuck["id"]] = {"id": stuck["id"], "error": why}
