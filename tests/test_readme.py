@@ -147,3 +147,16 @@ def test_engine_figures_are_the_shipped_summary():
     o = ENGINES["tpot"]["overall"]
     assert f"is off by {_pct(o['median'])} on {o['rows']:,} such runs" in text
     assert f"by {_pct(OWN['k']['3']['median'])} once three of the deployment's own runs" in text
+
+
+def test_aiconfigurator_comparison_is_the_benchmark_s():
+    """The README's side-by-side figures are the committed benchmark result's."""
+    import json
+
+    table = json.loads((ROOT / "benchmarks/results/aiconfigurator_silicon.json").read_text())
+    both = table["table"]["all"]
+    aic, ours = both["aiconfigurator"], both["dcost"]
+    text = " ".join(README.split())
+    assert f"On the {aic['rows']} runs of a stratified {aic['of']}" in text
+    assert f"off by {_pct(aic['median_abs_err'])} ({_pct(aic['p90_abs_err'])})" in text
+    assert f"by {_pct(ours['median_abs_err'])} ({_pct(ours['p90_abs_err'])})" in text
