@@ -147,7 +147,7 @@ def read_table(path) -> dict[str, np.ndarray]:
                 out[k] = np.asarray(col)
         return out
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq
     except ImportError:
         raise ImportError(
             "reading AIConfigurator's Parquet tables needs pyarrow: "
