@@ -221,10 +221,11 @@ def cmd_plan(args) -> int:
     sim = simulate(p, requests=args.simulate) if p.feasible and args.simulate else None
     engines = () if args.engine == "none" else ENGINES if args.engine == "all" else (args.engine,)
     if median is not None:
+        plural = "" if median.chips == 1 else "s"
         cost = (
-            f"{median.chips} chips at the median prediction"
+            f"{median.chips} chip{plural} at the median prediction"
             if median.feasible
-            else ("infeasible at the median prediction")
+            else "infeasible at the median prediction"
         )
         if not args.json:
             print(
