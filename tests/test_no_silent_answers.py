@@ -91,6 +91,8 @@ CASES = {
                            "--mode", "disaggregated", "--engine", "none"],
     "plan-infeasible": ["plan", *LLAMA, "--traffic", "chat", "--rate", "10", "--tpot", "10us@p90",
                         "--engine", "none"],
+    "simulate": ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine",
+                 "vllm", "--clients", "4", "--requests", "8", "--prompt", "256", "--output", "8"],
 }  # fmt: skip
 
 

@@ -88,3 +88,20 @@ def test_bad_servers_and_calls_are_named():
         Server("h100-sxm", "llama-9")
     with pytest.raises(dcost.SpecError, match="load must be a dcost.Load"):
         dcost.simulate(Server("h100-sxm", "llama-3.1-8b"), dcost.traffic("chat", rate=1.0))
+
+
+def test_cli_simulate_is_the_api_s(capsys):
+    import json
+
+    from dcost.cli import main
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+    load = ["--clients", "8", "--requests", "24", "--prompt", "512", "--output", "32", "--json"]
+    assert main([*args, *load]) == 0
+    got = json.loads(capsys.readouterr().out)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine="vllm")
+    want = simulate_server(srv, Load(prompt=512, output=32, clients=8, requests=24)).summary()
+    assert got["ttft"]["mean"] == pytest.approx(want["ttft"]["mean"])
+    assert got["throughput"] == pytest.approx(want["throughput"])
+    assert main([*args, "--prompt", "5", "--output", "5"]) == 2
+    assert "--clients N" in capsys.readouterr().err

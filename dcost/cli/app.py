@@ -33,6 +33,7 @@ _SUBCOMMANDS = {
     "validate": "validate",
     "measurements": "measurements",
     "engines": "engines",
+    "simulate": "simulate",
     "serve": "serve",
 }
 

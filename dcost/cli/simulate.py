@@ -1,0 +1,98 @@
+"""``dcost simulate``: one deployment under a load, with its engine's scheduler.
+
+    dcost simulate --hardware h100-sxm --model llama-3.1-8b --engine vllm --clients 64 \\
+        --prompt 1024 --output 256
+    dcost simulate --hardware h100-sxm --model llama-3.1-8b --engine vllm --rate 8 --seconds 600 \\
+        --rate 20 --seconds 600 --arrival constant --json
+
+Prints TTFT, TPOT, ITL and end-to-end latency (mean and percentiles), throughput, preemptions,
+the prefix-cache hit rate and the KV cache's peak (``dcost.planning.server``).
+"""
+
+from __future__ import annotations
+
+from dcost.cli.common import format_table, json_text, positive
+
+__all__ = ["add_parsers"]
+
+
+def _cmd_simulate(args) -> int:
+    from dcost.planning.server import Bursty, Load, Server, simulate_server
+
+    if args.clients is None and not args.rate:
+        raise ValueError("give --clients N (closed loop) or --rate R --seconds S (open loop)")
+    if args.clients is not None and args.rate:
+        raise ValueError("--clients (closed loop) and --rate (open loop) exclude each other")
+    if args.rate and len(args.rate) != len(args.seconds or []):
+        raise ValueError("give one --seconds for each --rate (a stage each)")
+    arrival = Bursty(args.burstiness) if args.burstiness else args.arrival
+    load = Load(
+        prompt=args.prompt,
+        output=args.output,
+        stages=tuple(zip(args.rate or (), args.seconds or (), strict=True)),
+        arrival=arrival,
+        clients=args.clients,
+        requests=args.requests,
+        shared_prefix=args.shared_prefix,
+    )
+    srv = Server(
+        args.hardware,
+        args.model,
+        engine=None if args.engine in (None, "none") else args.engine,
+        tensor_parallel=args.tensor_parallel,
+        expert_parallel=args.expert_parallel,
+        attention_data_parallel=args.attention_data_parallel,
+        replicas=args.replicas,
+    )
+    s = simulate_server(srv, load, seed=args.seed).summary()
+    if args.json:
+        print(json_text(s))
+        return 0
+    rows = []
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        st = s[metric]
+        rows.append(
+            [metric.upper()]
+            + [
+                ("-" if st[k] is None else f"{1e3 * st[k]:.1f}")
+                for k in ("mean", "p50", "p90", "p99")
+            ]
+        )
+    loop = f"{args.clients} clients" if args.clients else f"{len(args.rate)} stage(s)"
+    print(
+        f"{args.model} on {args.replicas} x {args.hardware} (TP{args.tensor_parallel}), "
+        f"{args.engine or 'pure physics'}: {loop}, prompts {args.prompt:g}, outputs {args.output:g}"
+    )
+    print(format_table(rows, ["ms", "mean", "p50", "p90", "p99"]))
+    print(
+        f"throughput {s['throughput']:.0f} output tokens/s; {s['preemptions']} preemptions; "
+        f"prefix hits {100 * s['prefix_hit_rate']:.0f} %; KV peak {100 * s['kv_peak']:.0f} %"
+    )
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="one deployment under a load, with its engine's scheduler",
+        description=__doc__,
+    )
+    p.add_argument("--hardware", required=True, help="hardware preset")
+    p.add_argument("--model", required=True, help="model preset")
+    p.add_argument("--engine", help="vllm, sglang, trtllm (-VERSION); none: pure physics")
+    p.add_argument("--tensor-parallel", type=int, default=1)
+    p.add_argument("--expert-parallel", type=int, default=None)
+    p.add_argument("--attention-data-parallel", type=int, default=1)
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--prompt", type=positive, required=True, help="prompt tokens (mean)")
+    p.add_argument("--output", type=positive, required=True, help="output tokens (mean)")
+    p.add_argument("--clients", type=int, default=None, help="closed loop: concurrent clients")
+    p.add_argument("--requests", type=int, default=None, help="closed loop: requests in all")
+    p.add_argument("--rate", type=positive, action="append", help="open loop: requests/s")
+    p.add_argument("--seconds", type=positive, action="append", help="open loop: stage length")
+    p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
+    p.add_argument("--burstiness", type=positive, default=None, help="gap CV (bursty arrivals)")
+    p.add_argument("--shared-prefix", type=float, default=0.0, help="shared prompt tokens")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.set_defaults(func=_cmd_simulate)
