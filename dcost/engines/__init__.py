@@ -235,6 +235,11 @@ class Engine:
 
         Returns:
           A ``Hardware`` whose efficiency, overhead and link fields are the engine's.
+
+        Apply it to a datasheet chip (``dcost.hardware(name, precision=...)``), once: its
+        ``attention_flops`` is derived from the chip's own, so a chip that already carries an
+        engine's profile would be derated twice (``engine=`` on the cost functions applies it
+        for you).
         """
         if not isinstance(hardware, Hardware):
             raise EngineError(
