@@ -405,12 +405,14 @@ def simulate_server(
     kv = [0.0] * reps
     cached = [False] * reps
     kv_peak = 0.0
-    left = np.zeros(n, int)  # prompt tokens still to prefill
-    done_tokens = np.zeros(n, int)  # tokens generated
-    kv_of = np.zeros(n, float)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    last_token = np.full(n, np.nan)
+    # per-request state as Python lists: the loop touches single elements, which NumPy makes slow
+    left = [0] * n  # prompt tokens still to prefill
+    done_tokens = [0] * n  # tokens generated
+    kv_of = [0.0] * n
+    first = [math.nan] * n
+    finish = [math.nan] * n
+    last_token = [math.nan] * n
+    prompt_l, output_l = prompt.tolist(), output.tolist()
     itl: list[float] = []
     hits = 0
     preemptions = 0
@@ -425,7 +427,7 @@ def simulate_server(
 
     def admit_tokens(j, r):
         nonlocal hits
-        need = int(prompt[j])
+        need = int(prompt_l[j])
         if prefix and cached[r]:
             need -= prefix
             hits += 1
@@ -441,7 +443,7 @@ def simulate_server(
             victim = run.pop()
             kv[r] -= kv_of[victim]
             kv_of[victim] = 0.0
-            left[victim] = int(prompt[victim]) + int(done_tokens[victim])
+            left[victim] = int(prompt_l[victim]) + int(done_tokens[victim])
             waiting[r].appendleft(victim)
             preemptions += 1
             decoding = [j for j in run if left[j] == 0]
@@ -507,7 +509,7 @@ def simulate_server(
                 done_tokens[j] = 1
                 first[j] = now
                 last_token[j] = now
-        finished = [j for j in running[r] if left[j] == 0 and done_tokens[j] >= output[j]]
+        finished = [j for j in running[r] if left[j] == 0 and done_tokens[j] >= output_l[j]]
         for j in finished:
             running[r].remove(j)
             kv[r] -= kv_of[j]
@@ -524,23 +526,24 @@ def simulate_server(
             if not busy[q] and (waiting[q] or running[q]):
                 start(q, now)
 
-    ttft = first - arrival
-    e2e = finish - arrival
+    first_a, finish_a = np.asarray(first), np.asarray(finish)
+    ttft = first_a - arrival
+    e2e = finish_a - arrival
     later = output - 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(later > 0, (finish - first) / np.where(later > 0, later, 1.0), np.nan)
+        tpot = np.where(later > 0, (finish_a - first_a) / np.where(later > 0, later, 1.0), np.nan)
     order = np.argsort(arrival)
     cut = int(warmup * n)
     measured = np.zeros(n, bool)
     measured[order[cut : n - cut]] = True
-    end = float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0
+    end = float(np.nanmax(finish_a)) if np.isfinite(finish_a).any() else 0.0
     return ServerRun(
         arrival=arrival,
         ttft=ttft,
         tpot=tpot,
         e2e=e2e,
         itl=np.asarray(itl),
-        output_tokens=float(np.sum(output[np.isfinite(finish)])),
+        output_tokens=float(np.sum(output[np.isfinite(finish_a)])),
         duration=end - float(np.min(arrival)),
         preemptions=preemptions,
         prefix_hit_rate=hits / n if prefix else 0.0,
