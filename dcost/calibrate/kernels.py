@@ -112,7 +112,6 @@ class KernelFit:
       rms_log: root-mean-square of ``log(pred/measured)`` on the held-out rows.
       median_abs: median of ``|pred/measured - 1|`` on the held-out rows.
       p90_abs: its 90th percentile.
-      tables: the table paths (relative to the data root) the rows come from.
     """
 
     kind: str
@@ -121,7 +120,6 @@ class KernelFit:
     rms_log: float
     median_abs: float
     p90_abs: float
-    tables: tuple
 
 
 # ---- reading tables ------------------------------------------------------------------------
@@ -378,7 +376,7 @@ def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> K
     values["bandwidth_efficiency"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[2 * n_prec])))
     values["kernel_roofline_smoothness"] = float(1.0 / (1.0 + np.exp(-z[2 * n_prec + 1])))
     values["gemm_intercept"] = float(np.exp(z[2 * n_prec + 2]))
-    return KernelFit("gemm", values, len(y), rms, med, p90, ())
+    return KernelFit("gemm", values, len(y), rms, med, p90)
 
 
 # ---- attention -----------------------------------------------------------------------------
@@ -474,7 +472,7 @@ def fit_attention(
         "context_intercept": float(np.exp(z[3])),
         "attention_sequence_intercept": float(np.exp(z[4])),
     }
-    return KernelFit("attention", values, len(y), rms, med, p90, ())
+    return KernelFit("attention", values, len(y), rms, med, p90)
 
 
 # ---- all-reduce ----------------------------------------------------------------------------
@@ -533,7 +531,7 @@ def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0)
         "scaleup_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[0]))),
         "scaleup_latency": float(np.exp(z[1])),
     }
-    return KernelFit("allreduce", values, len(y), rms, med, p90, ())
+    return KernelFit("allreduce", values, len(y), rms, med, p90)
 
 
 # ---- grouped experts -----------------------------------------------------------------------
@@ -638,7 +636,7 @@ def fit_moe(
         for i, p in enumerate(precisions)
     }
     values["moe_intercept"] = float(np.exp(z[n_prec]))
-    return KernelFit("moe", values, len(y), rms, med, p90, ())
+    return KernelFit("moe", values, len(y), rms, med, p90)
 
 
 # ---- a whole profile -----------------------------------------------------------------------

@@ -314,11 +314,6 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
     return kept, skipped
 
 
-def errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    """``|pred/measured - 1|`` elementwise."""
-    return np.abs(np.asarray(pred) / np.asarray(measured) - 1.0)
-
-
 # ---- predictions ---------------------------------------------------------------------------
 
 
