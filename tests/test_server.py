@@ -105,3 +105,127 @@ def test_cli_simulate_is_the_api_s(capsys):
     assert got["throughput"] == pytest.approx(want["throughput"])
     assert main([*args, "--prompt", "5", "--output", "5"]) == 2
     assert "--clients N" in capsys.readouterr().err
+
+
+# --- the client's side, the scheduling order, traces and the prefix cache (issue 29) ---
+
+TRACES = __import__("pathlib").Path(__file__).parent / "data" / "traces"
+
+
+def _steps(server, load):
+    """The simulation's own step time t(B, x) of ``server`` (B decode tokens, x prompt tokens)."""
+    from dcost.planning.server import _step_table
+
+    eng = server.resolved_engine()
+    s = eng.scheduler
+    x, table, _ = _step_table(server, load, eng, s.max_num_seqs, s.max_num_batched_tokens)
+    return lambda b, n: table[b, 0] if n == 0 else float(np.interp(n, x, table[b]))
+
+
+def _trace(tmp_path, rows):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival,prompt,output\n" + "".join(f"{a},{p},{o}\n" for a, p, o in rows))
+    return Load.from_trace(f)
+
+
+def test_lone_requests_of_a_trace_pay_the_frontend_and_one_prefill(vllm_8b, tmp_path):
+    """Requests far apart: TTFT = frontend_time + t(0, prompt); e2e adds a batch-1 decode step
+    per later token. The frontend time is the engine's (vLLM's measured 11 ms)."""
+    load = _trace(tmp_path, [(0, 700, 5), (20, 3000, 5), (40, 150, 5)])
+    run = simulate_server(vllm_8b, load)
+    t = _steps(vllm_8b, load)
+    front = vllm_8b.resolved_engine().scheduler.frontend_time
+    assert front == pytest.approx(0.011)
+    assert run.arrival.tolist() == [0.0, 20.0, 40.0]
+    assert run.ttft == pytest.approx([front + t(0, p) for p in (700, 3000, 150)], rel=1e-9)
+    assert run.e2e == pytest.approx(run.ttft + 4 * t(1, 0), rel=1e-9)
+    bare = Server(
+        "h100-sxm",
+        "llama-3.1-8b",
+        engine=dcost.engine("vllm", hardware="h100-sxm", frontend_time=0.0),
+    )
+    assert simulate_server(bare, load).ttft == pytest.approx(run.ttft - front, rel=1e-9)
+
+
+def test_a_benchmark_s_clients_start_at_once(vllm_8b):
+    """C clients in lockstep whose prompts fit one step: every request's TTFT is the frontend
+    time and one prefill step of all C prompts, wave after wave."""
+    load = Load(prompt=512, output=8, clients=4, requests=12, stagger=False)
+    run = simulate_server(vllm_8b, load, warmup=0.0)
+    t = _steps(vllm_8b, load)
+    front = vllm_8b.resolved_engine().scheduler.frontend_time
+    assert run.ttft == pytest.approx(np.full(12, front + t(0, 4 * 512)), rel=1e-9)
+
+
+@pytest.mark.parametrize("prefill_first", [False, True])
+def test_the_engine_s_order_of_prefill_and_decode(tmp_path, prefill_first):
+    """A prompt arriving while one request decodes: decode first (vLLM) computes it beside the
+    decode token, t(1, x); prefill first (SGLang) alone, t(0, x), the decode waiting for the
+    next step t(2, 0). The longest gap between the first request's tokens is that step."""
+    eng = dcost.engine("vllm", hardware="h100-sxm", prefill_first=prefill_first)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+    load = _trace(tmp_path, [(0, 512, 400), (0.5, 2048, 5)])
+    run = simulate_server(srv, load)
+    t = _steps(srv, load)
+    gap = t(0, 2048) + t(2, 0) if prefill_first else t(1, 2048)
+    assert run.itl.max() == pytest.approx(gap, rel=1e-9)
+    own = t(0, 2048) if prefill_first else t(1, 2048)
+    front = eng.scheduler.frontend_time
+    assert front + own <= run.ttft[1] <= front + own + t(1, 0) + 1e-12
+
+
+def test_mooncake_block_hashes_hit_the_prefix_cache(vllm_8b):
+    """Mooncake's hash ids are 512-token blocks: a prompt computes only the blocks its replica
+    does not hold (and at least one token)."""
+    load = Load.from_trace(TRACES / "mooncake.jsonl")
+    run = simulate_server(vllm_8b, load)
+    t = _steps(vllm_8b, load)
+    front = vllm_8b.resolved_engine().scheduler.frontend_time
+    computed = [1500, 1400 - 2 * 512, 700, 1]  # the last holds all of its 3 blocks
+    assert run.ttft == pytest.approx([front + t(0, x) for x in computed], rel=1e-9)
+    assert run.summary()["prefix_hit_rate"] == pytest.approx(2 / 4)
+
+
+def test_a_session_s_later_turns_hit_its_earlier_context(vllm_8b):
+    """Turn k of a session holds turn k-1's prompt and output as its prefix: it computes the rest,
+    the hit in whole KV blocks (16 tokens under vLLM)."""
+    load = Load.from_trace(TRACES / "sessions.csv")
+    run = simulate_server(vllm_8b, load)
+    t = _steps(vllm_8b, load)
+    front = vllm_8b.resolved_engine().scheduler.frontend_time
+    later = {2: 900 - (600 + 100) // 16 * 16, 3: 500 - 350 // 16 * 16, 4: 1200 - 980 // 16 * 16}
+    for j, x in later.items():
+        assert run.ttft[j] == pytest.approx(front + t(0, x), rel=1e-9), j
+    assert run.summary()["prefix_hit_rate"] == pytest.approx(3 / 5)
+
+
+def test_cli_replays_a_trace(capsys):
+    import json
+
+    from dcost.cli import main
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+    assert main([*args, "--trace", str(TRACES / "burstgpt.csv"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine="vllm")
+    want = simulate_server(srv, Load.from_trace(TRACES / "burstgpt.csv")).summary()
+    assert got["ttft"]["mean"] == pytest.approx(want["ttft"]["mean"])
+    assert main([*args, "--trace", str(TRACES / "burstgpt.csv"), "--clients", "3"]) == 2
+    assert "--trace sets the requests" in capsys.readouterr().err
+
+
+def test_scheduler_order_and_frontend_are_data_with_sources():
+    import tomllib
+    from importlib import resources
+
+    text = resources.files("dcost.engines").joinpath("schedulers.toml").read_text()
+    table = tomllib.loads(text)
+    for name in ("vllm", "sglang", "trtllm"):
+        for field in ("prefill_first", "frontend_time"):
+            assert table[name][field]["source"], (name, field)
+    assert dcost.engine("sglang", hardware="h100-sxm").scheduler.prefill_first
+    assert not dcost.engine("vllm", hardware="h100-sxm").scheduler.prefill_first
+    with pytest.raises(dcost.engines.EngineError, match="Scheduler.frontend_time = -0.1"):
+        dcost.engine("vllm", hardware="h100-sxm", frontend_time=-0.1)
+    with pytest.raises(dcost.engines.EngineError, match="Scheduler.prefill_first = 1"):
+        dcost.engine("vllm", hardware="h100-sxm", prefill_first=1)

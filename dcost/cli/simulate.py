@@ -4,9 +4,12 @@
         --prompt 1024 --output 256
     dcost simulate --hardware h100-sxm --model llama-3.1-8b --engine vllm --rate 8 --seconds 600 \\
         --rate 20 --seconds 600 --arrival constant --json
+    dcost simulate --hardware h100-sxm --model llama-3.1-8b --engine vllm --trace trace.csv
 
-Prints TTFT, TPOT, ITL and end-to-end latency (mean and percentiles), throughput, preemptions,
-the prefix-cache hit rate and the KV cache's peak (``dcost.planning.server``).
+``--trace FILE`` replays a trace (dcost's CSV or JSON Lines, the Azure LLM inference traces,
+BurstGPT, Mooncake: ``dcost.planning.traces``). Prints TTFT, TPOT, ITL and end-to-end latency
+(mean and percentiles), throughput, preemptions, the prefix-cache hit rate and the KV cache's
+peak (``dcost.planning.server``).
 """
 
 from __future__ import annotations
@@ -19,22 +22,34 @@ __all__ = ["add_parsers"]
 def _cmd_simulate(args) -> int:
     from dcost.planning.server import Bursty, Load, Server, simulate_server
 
-    if args.clients is None and not args.rate:
-        raise ValueError("give --clients N (closed loop) or --rate R --seconds S (open loop)")
-    if args.clients is not None and args.rate:
-        raise ValueError("--clients (closed loop) and --rate (open loop) exclude each other")
-    if args.rate and len(args.rate) != len(args.seconds or []):
-        raise ValueError("give one --seconds for each --rate (a stage each)")
-    arrival = Bursty(args.burstiness) if args.burstiness else args.arrival
-    load = Load(
-        prompt=args.prompt,
-        output=args.output,
-        stages=tuple(zip(args.rate or (), args.seconds or (), strict=True)),
-        arrival=arrival,
-        clients=args.clients,
-        requests=args.requests,
-        shared_prefix=args.shared_prefix,
-    )
+    kinds = [k for k, v in (("--clients", args.clients), ("--rate", args.rate)) if v]
+    if args.trace:
+        if kinds or args.prompt or args.output:
+            raise ValueError(
+                f"--trace sets the requests; drop {', '.join(kinds) or '--prompt/--output'}"
+            )
+        load = Load.from_trace(args.trace, shared_prefix=args.shared_prefix)
+    else:
+        if not kinds:
+            raise ValueError(
+                "give --clients N (closed loop), --rate R --seconds S (open loop) or --trace FILE"
+            )
+        if len(kinds) > 1:
+            raise ValueError("--clients (closed loop) and --rate (open loop) exclude each other")
+        if args.rate and len(args.rate) != len(args.seconds or []):
+            raise ValueError("give one --seconds for each --rate (a stage each)")
+        if not (args.prompt and args.output):
+            raise ValueError("give --prompt and --output (mean tokens)")
+        arrival = Bursty(args.burstiness) if args.burstiness else args.arrival
+        load = Load(
+            prompt=args.prompt,
+            output=args.output,
+            stages=tuple(zip(args.rate or (), args.seconds or (), strict=True)),
+            arrival=arrival,
+            clients=args.clients,
+            requests=args.requests,
+            shared_prefix=args.shared_prefix,
+        )
     srv = Server(
         args.hardware,
         args.model,
@@ -58,10 +73,13 @@ def _cmd_simulate(args) -> int:
                 for k in ("mean", "p50", "p90", "p99")
             ]
         )
-    loop = f"{args.clients} clients" if args.clients else f"{len(args.rate)} stage(s)"
+    if load.trace is not None:
+        loop = f"trace {load.trace.source}, {load.total()} requests"
+    else:
+        loop = f"{args.clients} clients" if args.clients else f"{len(args.rate)} stage(s)"
     print(
         f"{args.model} on {args.replicas} x {args.hardware} (TP{args.tensor_parallel}), "
-        f"{args.engine or 'pure physics'}: {loop}, prompts {args.prompt:g}, outputs {args.output:g}"
+        f"{args.engine or 'pure physics'}: {loop}, prompts {load.prompt:g}, outputs {load.output:g}"
     )
     print(format_table(rows, ["ms", "mean", "p50", "p90", "p99"]))
     print(
@@ -84,8 +102,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--expert-parallel", type=int, default=None)
     p.add_argument("--attention-data-parallel", type=int, default=1)
     p.add_argument("--replicas", type=int, default=1)
-    p.add_argument("--prompt", type=positive, required=True, help="prompt tokens (mean)")
-    p.add_argument("--output", type=positive, required=True, help="output tokens (mean)")
+    p.add_argument("--prompt", type=positive, help="prompt tokens (mean)")
+    p.add_argument("--output", type=positive, help="output tokens (mean)")
+    p.add_argument("--trace", help="replay a trace file (CSV or JSON Lines)")
     p.add_argument("--clients", type=int, default=None, help="closed loop: concurrent clients")
     p.add_argument("--requests", type=int, default=None, help="closed loop: requests in all")
     p.add_argument("--rate", type=positive, action="append", help="open loop: requests/s")

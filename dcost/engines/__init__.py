@@ -110,6 +110,13 @@ class Scheduler:
         ``kv_cache_free_gpu_memory_fraction`` is of the memory left after the weights).
       block_size: tokens per KV-cache block (page).
       prefix_caching: whether the engine reuses cached KV blocks of shared prefixes.
+      prefill_first: whether a step that has prompt tokens to compute runs them alone, the
+        running decodes waiting (SGLang without ``enable_mixed_chunk``), rather than decode
+        tokens first and prompt chunks in what is left of the token budget (vLLM V1,
+        TensorRT-LLM's in-flight batching).
+      frontend_time: seconds a client's time to first token carries beyond the engine's own
+        (HTTP, API server, tokenizer, detokenizing and streaming the token back), on every
+        request.
     """
 
     max_num_seqs: int
@@ -117,6 +124,8 @@ class Scheduler:
     gpu_memory_utilization: float
     block_size: int
     prefix_caching: bool
+    prefill_first: bool = False
+    frontend_time: float = 0.0
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -131,10 +140,17 @@ class Scheduler:
                 f"Scheduler.gpu_memory_utilization = {u!r} is not allowed: it must be a number "
                 "in (0, 1]"
             )
-        if not isinstance(self.prefix_caching, bool):
+        for name in ("prefix_caching", "prefill_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise EngineError(
+                    f"Scheduler.{name} = {getattr(self, name)!r} is not allowed: it must be "
+                    "True or False"
+                )
+        f = self.frontend_time
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f < math.inf:
             raise EngineError(
-                f"Scheduler.prefix_caching = {self.prefix_caching!r} is not allowed: it must be "
-                "True or False"
+                f"Scheduler.frontend_time = {f!r} is not allowed: it must be a finite number of "
+                "seconds >= 0"
             )
 
 

@@ -13,14 +13,24 @@ through the other with the engine's scheduler, step by step:
   (``dcost.validation.silicon.running_sequences``'s rule: ``gpu_memory_utilization``);
 - a decode step that would overflow the KV cache preempts the newest running sequence (vLLM's
   recompute policy: its KV is dropped and its prompt and generated tokens are prefilled again);
-- with prefix caching on, a shared prefix (``Load.shared_prefix``) is computed once per replica
-  and hit after;
+- with prefix caching on, prompts hit the KV blocks a replica holds (least recently used out
+  first, up to the KV cache's size): a shared prefix (``Load.shared_prefix``) after its first
+  request, a trace's equal block hashes (Mooncake), a session's earlier turns (prompt and output)
+  in its later turns; hits are whole KV blocks and leave at least one prompt token to compute;
+- with ``Scheduler.prefill_first`` (SGLang) a step with prompt tokens to compute runs them alone
+  and the running decodes wait for the next;
 - a step lasts ``t(B, x)`` of the serving model with the engine's profile (``dcost.mixed_step``'s
   step of ``B`` decode tokens and ``x`` prompt tokens), tabulated once per deployment.
 
-TTFT is arrival to the end of the step that completes the prompt; TPOT ``(e2e - ttft)/(output -
-1)``; ITL the time between a request's consecutive tokens; e2e arrival to the last token. API
-server and tokenizer time are not modelled (a TTFT here is the engine's).
+A request reaches the engine ``Scheduler.frontend_time`` after its client sends it (HTTP, API
+server, tokenizer and the first token's way back, charged on the way in). TTFT is the client's
+send to the end of the step that completes the prompt; TPOT ``(e2e - ttft)/(output - 1)``; ITL
+the time between a request's consecutive tokens; e2e the client's send to the last token.
+
+A benchmark client at a fixed concurrency (``vllm bench serve --max-concurrency``, AIPerf
+``--concurrency``) sends its first ``clients`` requests at once and reports the mean over all
+its requests, the first wave included: ``Load(clients=C, requests=N, stagger=False)`` simulated
+with ``warmup=0`` is that protocol.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dcost.planning.traces import Trace
 from dcost.specs import SpecError
 
 __all__ = ["Load", "Bursty", "Server", "ServerRun", "simulate_server"]
@@ -89,6 +100,8 @@ class Load:
         measured run's jitter breaks up).
       shared_prefix: tokens of every prompt that are the same (a system prompt).
       prompt_cv, output_cv: coefficients of variation of the lengths (gamma; 0: fixed).
+      trace: a replayed trace (``Load.from_trace``): its arrivals and lengths replace the
+        stages and the means.
 
     >>> Load(prompt=1000, output=200, clients=32).closed
     True
@@ -104,6 +117,28 @@ class Load:
     shared_prefix: float = 0.0
     prompt_cv: float = 0.0
     output_cv: float = 0.0
+    trace: Trace | None = None
+
+    @classmethod
+    def from_trace(cls, path, *, shared_prefix: float = 0.0) -> Load:
+        """A trace file replayed: its arrival times and lengths (``dcost.planning.traces``: dcost's
+        CSV or JSON Lines, the Azure LLM inference traces, BurstGPT, Mooncake).
+
+        >>> import pathlib, tempfile
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+        >>> _ = f.write_text("arrival,prompt,output\\n0,100,10\\n0.5,300,30\\n")
+        >>> Load.from_trace(f).prompt
+        200.0
+        """
+        from dcost.planning import traces
+
+        t = traces.read(path)
+        return cls(
+            prompt=float(np.mean(t.prompt)),
+            output=float(np.mean(t.output)),
+            shared_prefix=shared_prefix,
+            trace=t,
+        )
 
     def __post_init__(self):
         _number("Load", "prompt", self.prompt, 1.0)
@@ -117,7 +152,15 @@ class Load:
         _number("Load", "output_cv", self.output_cv)
         if not (isinstance(self.arrival, Bursty) or self.arrival in ARRIVALS):
             _fail("Load", "arrival", self.arrival, f"one of {ARRIVALS} or dcost.Bursty(cv)")
-        if self.clients is None:
+        if self.trace is not None:
+            if not isinstance(self.trace, Trace):
+                _fail("Load", "trace", self.trace, "a dcost.planning.traces.Trace")
+            for f in ("stages", "clients", "requests"):
+                if getattr(self, f):
+                    _fail("Load", f, getattr(self, f), "a replayed trace sets its own requests")
+            if self.shared_prefix >= float(np.min(self.trace.prompt)):
+                _fail("Load", "shared_prefix", self.shared_prefix, "it must be below every prompt")
+        elif self.clients is None:
             if not self.stages:
                 _fail("Load", "stages", self.stages, "give stages (open loop) or clients")
             if self.requests is not None:
@@ -141,6 +184,8 @@ class Load:
 
     def total(self) -> int:
         """Requests the load sends (the closed loop's, or the stages' expected count)."""
+        if self.trace is not None:
+            return len(self.trace)
         if self.closed:
             return self.requests or max(4 * int(self.clients or 1), 200)
         return int(round(sum(r * s for r, s in self.stages)))
@@ -372,7 +417,19 @@ def simulate_server(
     cap, budget = sched.max_num_seqs, sched.max_num_batched_tokens
     rng = np.random.default_rng(seed)
     x_grid, table, kv_cap = _step_table(server, load, eng, cap, budget)
-    if load.closed:
+    front = float(sched.frontend_time) if eng is not None else 0.0
+    trace = load.trace
+    if trace is not None:
+        arrival = np.asarray(trace.arrival, float).copy()
+        n = len(arrival)
+        prompt, output = np.asarray(trace.prompt, int), np.asarray(trace.output, int)
+        longest = int(np.argmax(prompt + output))
+        if prompt[longest] + output[longest] > kv_cap:
+            raise SpecError(
+                f"simulate: request {longest} of the trace ({trace.source}) needs "
+                f"{prompt[longest] + output[longest]} KV tokens; a replica holds {kv_cap:.0f}"
+            )
+    elif load.closed:
         n = load.total()
         arrival = np.full(n, np.inf)
         arrival[: min(int(load.clients or 1), n)] = 0.0
@@ -390,20 +447,61 @@ def simulate_server(
         n = len(arrival)
     if n == 0:
         raise SpecError("simulate: the load sends no request (raise its rate or its seconds)")
-    prompt, output = load.lengths(rng, n)
+    if trace is None:
+        prompt, output = load.lengths(rng, n)
 
     def step_time(b, x):
         if x == 0:
             return table[b, 0]
         return float(np.interp(x, x_grid, table[b]))
 
-    prefix = int(round(load.shared_prefix)) if sched.prefix_caching else 0
+    # prefix caching: the KV segments a request's prompt starts with, as (key, tokens) pairs; a
+    # replica's cache holds segments (least recently used out first) up to its KV tokens
+    caching = sched.prefix_caching
+    block = int(sched.block_size)
+    segments: list[list] = [[] for _ in range(n)]
+    turn_key: list = [None] * n  # the key a session's turn leaves in the cache when it ends
+    if caching:
+        prefix = int(round(load.shared_prefix))
+        if prefix:
+            for j in range(n):
+                segments[j].append((("shared",), prefix))
+        if trace is not None and trace.hash_ids is not None:
+            for j in range(n):
+                p = int(prompt[j])
+                segments[j].extend(
+                    (("hash", h), min(trace.hash_block, p - i * trace.hash_block))
+                    for i, h in enumerate(trace.hash_ids[j])
+                )
+        if trace is not None and trace.session is not None:
+            turns: dict = {}
+            for j in range(n):
+                s = trace.session[j]
+                if s is None:
+                    continue
+                k = turns.get(s, 0)
+                turns[s] = k + 1
+                turn_key[j] = ("turn", s, k)
+                if k:  # the session's context as the previous turn left it
+                    segments[j] = [(("turn", s, k - 1), None)]
+    cache: list = [dict() for _ in range(server.replicas)]  # insertion order is LRU order
+    cache_tokens = [0.0] * server.replicas
+
+    def remember(r, key, tokens):
+        c = cache[r]
+        if key in c:
+            cache_tokens[r] -= c.pop(key)
+        c[key] = tokens
+        cache_tokens[r] += tokens
+        while cache_tokens[r] > kv_cap and c:
+            old = next(iter(c))
+            cache_tokens[r] -= c.pop(old)
+
     reps = server.replicas
     waiting: list[deque] = [deque() for _ in range(reps)]
     running: list[list[int]] = [[] for _ in range(reps)]
     busy = [False] * reps
     kv = [0.0] * reps
-    cached = [False] * reps
     kv_peak = 0.0
     # per-request state as Python lists: the loop touches single elements, which NumPy makes slow
     left = [0] * n  # prompt tokens still to prefill
@@ -419,36 +517,34 @@ def simulate_server(
     events: list = []
     for j in range(n):
         if math.isfinite(arrival[j]):
-            heapq.heappush(events, (arrival[j], 0, j, 0))
+            heapq.heappush(events, (arrival[j] + front, 0, j, 0))
     next_client = min(int(load.clients or 0), n) if load.closed else n
     steps = 0
     times, running_series = [], []
     counter = n
 
     def admit_tokens(j, r):
+        """Prompt tokens left to compute after the cache's hits (whole blocks, >= 1)."""
         nonlocal hits
         need = int(prompt_l[j])
-        if prefix and cached[r]:
-            need -= prefix
+        hit = 0
+        for key, tokens in segments[j]:
+            if key not in cache[r]:
+                break
+            got = cache[r].pop(key)
+            cache[r][key] = got  # most recently used
+            hit += got if tokens is None else tokens
+        hit = min(hit // block * block, need - 1)
+        if hit > 0:
             hits += 1
-        cached[r] = cached[r] or bool(prefix)
-        return max(need, 1)
+        for key, tokens in segments[j]:
+            if tokens is not None:
+                remember(r, key, tokens)
+        return need - hit
 
-    def start(r, now):
-        nonlocal counter, preemptions, kv_peak
+    def plan_prompts(r, room):
+        """Prompt chunks in ``room`` tokens: running prompts first, then new requests (FCFS)."""
         run = running[r]
-        decoding = [j for j in run if left[j] == 0]
-        # a decode step that would overflow the cache preempts the newest sequences
-        while decoding and kv[r] + len(decoding) > kv_cap:
-            victim = run.pop()
-            kv[r] -= kv_of[victim]
-            kv_of[victim] = 0.0
-            left[victim] = int(prompt_l[victim]) + int(done_tokens[victim])
-            waiting[r].appendleft(victim)
-            preemptions += 1
-            decoding = [j for j in run if left[j] == 0]
-        kv[r] += len(decoding)  # the decode tokens' KV first, then the prompts' chunks
-        room = budget - len(decoding)
         plan = []
         for j in run:
             if room <= 0:
@@ -472,14 +568,40 @@ def simulate_server(
             plan.append((j, take))
             room -= take
             kv[r] += take
-        x = sum(t for _, t in plan)
-        if not decoding and x == 0:
-            busy[r] = False
-            return
+        return plan
+
+    def launch(r, now, decoding, plan):
+        nonlocal counter, kv_peak
         busy[r] = True
         kv_peak = max(kv_peak, kv[r])
         counter += 1
+        x = sum(t for _, t in plan)
         heapq.heappush(events, (now + step_time(len(decoding), x), 1, counter, r, decoding, plan))
+
+    def start(r, now):
+        nonlocal preemptions
+        run = running[r]
+        if sched.prefill_first:
+            plan = plan_prompts(r, budget)
+            if plan:  # a prompt step alone: the running decodes wait
+                launch(r, now, [], plan)
+                return
+        decoding = [j for j in run if left[j] == 0]
+        # a decode step that would overflow the cache preempts the newest sequences
+        while decoding and kv[r] + len(decoding) > kv_cap:
+            victim = run.pop()
+            kv[r] -= kv_of[victim]
+            kv_of[victim] = 0.0
+            left[victim] = int(prompt_l[victim]) + int(done_tokens[victim])
+            waiting[r].appendleft(victim)
+            preemptions += 1
+            decoding = [j for j in run if left[j] == 0]
+        kv[r] += len(decoding)  # the decode tokens' KV first, then the prompts' chunks
+        plan = plan_prompts(r, budget - len(decoding))
+        if not decoding and not plan:
+            busy[r] = False
+            return
+        launch(r, now, decoding, plan)
 
     while events:
         ev = heapq.heappop(events)
@@ -488,8 +610,12 @@ def simulate_server(
             j = ev[2]
             r = min(range(reps), key=lambda q: len(running[q]) + len(waiting[q]))
             waiting[r].append(j)
-            if not busy[r]:
-                start(r, now)
+            if not busy[r]:  # an idle replica starts once every arrival of this instant is in
+                busy[r] = True
+                heapq.heappush(events, (now, 2, r))
+            continue
+        if kind == 2:
+            start(ev[2], now)
             continue
         steps += 1
         if steps > max_steps:
@@ -514,9 +640,14 @@ def simulate_server(
             running[r].remove(j)
             kv[r] -= kv_of[j]
             finish[j] = now
+            if caching and turn_key[j] is not None:  # the session's context, for its next turn
+                _, s, k = turn_key[j]
+                if ("turn", s, k - 1) in cache[r]:  # held within the longer context now
+                    cache_tokens[r] -= cache[r].pop(("turn", s, k - 1))
+                remember(r, turn_key[j], int(prompt_l[j]) + int(output_l[j]))
             if load.closed and next_client < n:
                 arrival[next_client] = now
-                heapq.heappush(events, (now, 0, next_client, 0))
+                heapq.heappush(events, (now + front, 0, next_client, 0))
                 next_client += 1
         if r == 0:
             times.append(now)
@@ -532,7 +663,7 @@ def simulate_server(
     later = output - 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(later > 0, (finish_a - first_a) / np.where(later > 0, later, 1.0), np.nan)
-    order = np.argsort(arrival)
+    order = np.argsort(arrival, kind="stable")
     cut = int(warmup * n)
     measured = np.zeros(n, bool)
     measured[order[cut : n - cut]] = True
@@ -546,7 +677,7 @@ def simulate_server(
         output_tokens=float(np.sum(output[np.isfinite(finish_a)])),
         duration=end - float(np.min(arrival)),
         preemptions=preemptions,
-        prefix_hit_rate=hits / n if prefix else 0.0,
+        prefix_hit_rate=hits / n if caching else 0.0,
         kv_peak=float(kv_peak / kv_cap) if math.isfinite(kv_cap) else 0.0,
         measured=measured,
         times=np.asarray(times),
