@@ -229,3 +229,81 @@ def test_scheduler_order_and_frontend_are_data_with_sources():
         dcost.engine("vllm", hardware="h100-sxm", frontend_time=-0.1)
     with pytest.raises(dcost.engines.EngineError, match="Scheduler.prefill_first = 1"):
         dcost.engine("vllm", hardware="h100-sxm", prefill_first=1)
+
+
+def test_latency_against_time_marks_the_stages(vllm_8b, tmp_path):
+    """The figure of a staged load: TTFT and TPOT in ms at each request's arrival, the running
+    sequences, a shaded span per stage named by its rate; dcost simulate --plot writes it."""
+    load = Load(prompt=256, output=16, stages=[(5.0, 4.0), (10.0, 4.0)], arrival="constant")
+    fig = simulate_server(vllm_8b, load).plot(load)
+    top, mid, low = fig.axes[:3]
+    assert (top.get_ylabel(), mid.get_ylabel()) == ("TTFT (ms)", "TPOT (ms)")
+    assert low.get_xlabel() == "time since the first request (s)"
+    labels = top.get_legend_handles_labels()[1]
+    assert "stage 1: 5 requests/s" in labels and "stage 2: 10 requests/s" in labels
+    from dcost.cli import main
+
+    out = tmp_path / "t.png"
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+    load_args = ["--prompt", "256", "--output", "16", "--rate", "5", "--seconds", "4"]
+    assert main([*args, *load_args, "--plot", str(out), "--json"]) == 0
+    assert out.stat().st_size > 10_000
+
+
+def test_sessions_grow_their_prompt_and_hit_their_own_context(vllm_8b):
+    """Three turns, five seconds of thinking: turn k's prompt is the conversation so far plus
+    200 new tokens; it computes what the cache does not hold (whole 16-token blocks)."""
+    from dcost.planning.server import Sessions
+
+    load = Load(
+        prompt=200,
+        output=50,
+        stages=[(0.1, 10.0)],
+        arrival="constant",
+        sessions=Sessions(turns=3, think_time=5.0),
+    )
+    run = simulate_server(vllm_8b, load)
+    t = _steps(vllm_8b, load)
+    front = vllm_8b.resolved_engine().scheduler.frontend_time
+    assert run.arrival[1] == pytest.approx(run.arrival[0] + run.e2e[0] + 5.0)
+    assert run.arrival[2] == pytest.approx(run.arrival[1] + run.e2e[1] + 5.0)
+    computed = [200, 450 - 250 // 16 * 16, 700 - 500 // 16 * 16]
+    assert run.ttft == pytest.approx([front + t(0, x) for x in computed], rel=1e-9)
+    closed = Load(prompt=100, output=20, clients=4, requests=8, sessions=Sessions(turns=2))
+    assert len(simulate_server(vllm_8b, closed).ttft) == 16
+    with pytest.raises(dcost.SpecError, match="Sessions.turns = 0"):
+        Sessions(turns=0)
+
+
+def test_the_docs_quote_the_under_load_experiment():
+    """README's row and the engines page's table are experiments/results/serving_under_load.json
+    (python experiments/serving_under_load.py writes it)."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    res = json.loads((root / "experiments/results/serving_under_load.json").read_text())
+    held, seen = res["splits"]["held_out"], res["splits"]["seen"]
+
+    def pct(x):
+        return f"{100 * x:.1f} %"
+
+    readme = (root / "README.md").read_text()
+    row = (
+        f"| never fitted | {held['runs']} | **{pct(held['ttft']['median'])}** | "
+        f"**{pct(held['ttft']['p90'])}** |"
+    )
+    assert "silicon sample under load: mean TTFT" in readme and row in readme
+    page = (root / "docs/engines.md").read_text()
+    for name, s in ((f"held out ({held['runs']})", held), (f"diagnosis ({seen['runs']};", seen)):
+        line = next(x for x in page.splitlines() if name in x)
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")][1:]
+        t, p = s["ttft"], s["tpot"]
+        want = [
+            pct(t["median"]),
+            pct(t["p90"]),
+            f"{t['bias']:.2f}",
+            pct(p["median"]),
+            pct(p["p90"]),
+        ]
+        assert cells == want, name

@@ -9,7 +9,8 @@
 ``--trace FILE`` replays a trace (dcost's CSV or JSON Lines, the Azure LLM inference traces,
 BurstGPT, Mooncake: ``dcost.planning.traces``). Prints TTFT, TPOT, ITL and end-to-end latency
 (mean and percentiles), throughput, preemptions, the prefix-cache hit rate and the KV cache's
-peak (``dcost.planning.server``).
+peak (``dcost.planning.server``); ``--plot FILE`` saves each request's TTFT and TPOT against
+time with the stages shaded.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def _cmd_simulate(args) -> int:
         attention_data_parallel=args.attention_data_parallel,
         replicas=args.replicas,
     )
-    s = simulate_server(srv, load, seed=args.seed).summary()
+    run = simulate_server(srv, load, seed=args.seed)
+    s = run.summary()
+    if args.plot:
+        run.plot(load).savefig(args.plot, dpi=110)
     if args.json:
         print(json_text(s))
         return 0
@@ -114,4 +118,5 @@ def add_parsers(sub) -> None:
     p.add_argument("--shared-prefix", type=float, default=0.0, help="shared prompt tokens")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.add_argument("--plot", help="save latency against time (stages shaded) to this PNG/SVG")
     p.set_defaults(func=_cmd_simulate)

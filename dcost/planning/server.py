@@ -46,7 +46,7 @@ import numpy as np
 from dcost.planning.traces import Trace
 from dcost.specs import SpecError
 
-__all__ = ["Load", "Bursty", "Server", "ServerRun", "simulate_server"]
+__all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server"]
 
 ARRIVALS = ("poisson", "constant")
 
@@ -84,6 +84,30 @@ class Bursty:
 
 
 @dataclasses.dataclass(frozen=True)
+class Sessions:
+    """Multi-turn conversations: every request a load sends opens a session of ``turns`` turns.
+
+    Turn k+1 is sent ``think_time`` seconds after turn k's last token; its prompt is turn k's
+    prompt and output (the conversation so far, a prefix the replica may still hold) and
+    ``Load.prompt`` new tokens; every turn answers ``Load.output`` tokens.
+
+    Attributes:
+      turns: turns per session (>= 1).
+      think_time: seconds between an answer and the next turn (>= 0).
+
+    >>> Sessions(turns=3, think_time=5.0).turns
+    3
+    """
+
+    turns: int
+    think_time: float = 0.0
+
+    def __post_init__(self):
+        _count("Sessions", "turns", self.turns)
+        _number("Sessions", "think_time", self.think_time)
+
+
+@dataclasses.dataclass(frozen=True)
 class Load:
     """What a benchmark or a service sends.
 
@@ -102,6 +126,9 @@ class Load:
       prompt_cv, output_cv: coefficients of variation of the lengths (gamma; 0: fixed).
       trace: a replayed trace (``Load.from_trace``): its arrivals and lengths replace the
         stages and the means.
+      sessions: ``Sessions(turns, think_time)``: each request the stages or the clients send
+        opens a conversation whose later turns carry the earlier ones as their prompt's prefix;
+        ``requests`` and the stages' counts are sessions then.
 
     >>> Load(prompt=1000, output=200, clients=32).closed
     True
@@ -118,6 +145,7 @@ class Load:
     prompt_cv: float = 0.0
     output_cv: float = 0.0
     trace: Trace | None = None
+    sessions: Sessions | None = None
 
     @classmethod
     def from_trace(cls, path, *, shared_prefix: float = 0.0) -> Load:
@@ -152,7 +180,11 @@ class Load:
         _number("Load", "output_cv", self.output_cv)
         if not (isinstance(self.arrival, Bursty) or self.arrival in ARRIVALS):
             _fail("Load", "arrival", self.arrival, f"one of {ARRIVALS} or dcost.Bursty(cv)")
+        if self.sessions is not None and not isinstance(self.sessions, Sessions):
+            _fail("Load", "sessions", self.sessions, "None or dcost.planning.server.Sessions")
         if self.trace is not None:
+            if self.sessions is not None:
+                _fail("Load", "sessions", self.sessions, "a trace's session ids set its sessions")
             if not isinstance(self.trace, Trace):
                 _fail("Load", "trace", self.trace, "a dcost.planning.traces.Trace")
             for f in ("stages", "clients", "requests"):
@@ -315,8 +347,61 @@ class ServerRun:
     times: np.ndarray  # a time series: step end times (s) of replica 0
     running: np.ndarray  # and its running sequences after each step
 
+    def plot(self, load: Load | None = None):
+        """Latency against time: each request's TTFT and TPOT at its arrival, and the sequences
+        replica 0 runs; an open loop's stages shaded (``load``'s). Times in seconds from the first
+        arrival, latencies in milliseconds.
+
+        Returns:
+          a ``matplotlib.figure.Figure`` (no pyplot: the caller's backend is left alone).
+        """
+        from matplotlib.figure import Figure
+
+        from dcost.plots import readable_log
+
+        fig = Figure(figsize=(7.5, 6.0))
+        axes = fig.subplots(3, 1, sharex=True)
+        t0 = float(np.min(self.arrival))
+        when = self.arrival - t0
+        ok = np.isfinite(self.ttft)
+        for ax, y, name in ((axes[0], self.ttft, "TTFT"), (axes[1], self.tpot, "TPOT")):
+            good = ok & np.isfinite(y)
+            ax.scatter(when[good], 1e3 * y[good], s=3, alpha=0.4, color="#1f77b4", label=name)
+            if good.sum() > 20:  # a running median over 2 % of the requests
+                order = np.argsort(when[good])
+                k = max(5, good.sum() // 50)
+                yy = 1e3 * y[good][order]
+                med = np.array([np.median(yy[max(0, i - k) : i + k + 1]) for i in range(len(yy))])
+                ax.plot(when[good][order], med, color="#d62728", lw=1.2, label="running median")
+            ax.set_yscale("log")
+            readable_log(ax.yaxis)
+            ax.set_ylabel(f"{name} (ms)")
+        axes[2].step(
+            self.times - t0, self.running, where="post", color="#2ca02c", lw=0.8, label="replica 0"
+        )
+        axes[2].set_ylabel("running sequences")
+        axes[2].set_xlabel("time since the first request (s)")
+        if load is not None and load.stages and load.trace is None:
+            start = 0.0
+            top = max(rate for rate, _ in load.stages)
+            for i, (rate, seconds) in enumerate(load.stages):
+                grey = str(round(0.97 - 0.22 * rate / top, 3))  # the higher the rate, the darker
+                for ax in axes:
+                    ax.axvspan(
+                        start,
+                        start + seconds,
+                        color=grey,
+                        zorder=0,
+                        label=f"stage {i + 1}: {rate:g} requests/s" if ax is axes[0] else None,
+                    )
+                start += seconds
+        for ax in axes:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        fig.tight_layout()
+        return fig
+
     def summary(self) -> dict:
-        """``{"ttft" | "tpot" | "itl" | "e2e": {"mean", "p50", "p90", "p99"}, "throughput",
+        """``{"ttft' | "tpot" | "itl" | "e2e": {"mean", "p50", "p90", "p99"}, "throughput",
         "preemptions", "prefix_hit_rate", "kv_peak"}`` (seconds; output tokens/s)."""
 
         def stats(x):
@@ -447,8 +532,24 @@ def simulate_server(
         n = len(arrival)
     if n == 0:
         raise SpecError("simulate: the load sends no request (raise its rate or its seconds)")
+    turns = load.sessions.turns if load.sessions is not None else 1
+    session_of: list = list(trace.session) if trace is not None and trace.session else [None] * n
     if trace is None:
-        prompt, output = load.lengths(rng, n)
+        prompt, output = load.lengths(rng, n * turns)
+        if turns > 1:  # turn k's prompt: the conversation so far and its own new tokens
+            first_turns, arrival = arrival, np.full(n * turns, np.inf)
+            arrival[::turns] = first_turns
+            context = np.zeros(n, int)
+            for k in range(turns):
+                prompt[k::turns] += context
+                context = prompt[k::turns] + output[k::turns]
+            n *= turns
+            session_of = [j // turns for j in range(n)]
+            if int(np.max(context)) > kv_cap:
+                raise SpecError(
+                    f"simulate: a session's last turn needs {int(np.max(context))} KV tokens; a "
+                    f"replica holds {kv_cap:.0f} (fewer Sessions.turns or shorter turns)"
+                )
 
     def step_time(b, x):
         if x == 0:
@@ -473,14 +574,14 @@ def simulate_server(
                     (("hash", h), min(trace.hash_block, p - i * trace.hash_block))
                     for i, h in enumerate(trace.hash_ids[j])
                 )
-        if trace is not None and trace.session is not None:
-            turns: dict = {}
+        if any(x is not None for x in session_of):
+            seen: dict = {}
             for j in range(n):
-                s = trace.session[j]
+                s = session_of[j]
                 if s is None:
                     continue
-                k = turns.get(s, 0)
-                turns[s] = k + 1
+                k = seen.get(s, 0)
+                seen[s] = k + 1
                 turn_key[j] = ("turn", s, k)
                 if k:  # the session's context as the previous turn left it
                     segments[j] = [(("turn", s, k - 1), None)]
@@ -518,7 +619,8 @@ def simulate_server(
     for j in range(n):
         if math.isfinite(arrival[j]):
             heapq.heappush(events, (arrival[j] + front, 0, j, 0))
-    next_client = min(int(load.clients or 0), n) if load.closed else n
+    next_client = min(int(load.clients or 0) * turns, n) if load.closed else n
+    think = load.sessions.think_time if load.sessions is not None else 0.0
     steps = 0
     times, running_series = [], []
     counter = n
@@ -645,10 +747,13 @@ def simulate_server(
                 if ("turn", s, k - 1) in cache[r]:  # held within the longer context now
                     cache_tokens[r] -= cache[r].pop(("turn", s, k - 1))
                 remember(r, turn_key[j], int(prompt_l[j]) + int(output_l[j]))
-            if load.closed and next_client < n:
+            if turns > 1 and j % turns < turns - 1:  # the session's next turn
+                arrival[j + 1] = now + think
+                heapq.heappush(events, (now + think + front, 0, j + 1, 0))
+            elif load.closed and next_client < n:  # the client's next request (or session)
                 arrival[next_client] = now
                 heapq.heappush(events, (now + front, 0, next_client, 0))
-                next_client += 1
+                next_client += turns
         if r == 0:
             times.append(now)
             running_series.append(len(running[0]))
