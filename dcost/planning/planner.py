@@ -31,6 +31,7 @@ import numpy as np
 from dcost.engines import on_engine
 from dcost.engines import resolve as resolve_engine
 from dcost.planning import search as S
+from dcost.planning._jit import jit as _small_jit
 from dcost.planning.designs import Layout, step_table, workload_from_stats, workload_stats
 from dcost.planning.traffic import Traffic
 from dcost.presets import model as model_preset
@@ -536,6 +537,13 @@ def _scenarios(traffic: Traffic) -> int | None:
     return next(iter(shapes))[0]
 
 
+@_small_jit
+def _workload_stats(traffic):
+    """``workload_stats`` of each scenario: one small program (op by op, its two dozen
+    operations cost a warm ``dcost plan`` about a second of dispatching)."""
+    return jax.vmap(workload_stats)(traffic)
+
+
 def plan(
     hardware,
     model,
@@ -669,7 +677,7 @@ def plan(
         ]
         return plans[0] if n is None else PlanBatch(tuple(plans))
     traffic_p = jax.tree.map(lambda x: jnp.asarray(x, dtype), pad(traffic_b, batch, size))
-    stats = np.asarray(jax.vmap(workload_stats)(traffic_p))
+    stats = np.asarray(_workload_stats(traffic_p))
     unique, index = np.unique(stats, axis=0, return_inverse=True)
     # distinct length mixes padded too (step tables are per mix, a few ms each): 1 to 8 mixes
     # share the program of 8, then powers of two
