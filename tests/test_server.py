@@ -307,3 +307,17 @@ def test_the_docs_quote_the_under_load_experiment():
             pct(p["p90"]),
         ]
         assert cells == want, name
+
+
+def test_frontend_time_varies_by_its_cv(tmp_path):
+    """Lone requests: TTFT less the prefill step is each request's frontend time, of the
+    scheduler's mean and coefficient of variation (gamma draws)."""
+    eng = dcost.engine("vllm", hardware="h100-sxm", frontend_cv=0.5)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+    load = _trace(tmp_path, [(2.0 * i, 300, 3) for i in range(400)])
+    run = simulate_server(srv, load)
+    front = run.ttft - _steps(srv, load)(0, 300)
+    assert front.mean() == pytest.approx(0.011, rel=0.08)
+    assert front.std() / front.mean() == pytest.approx(0.5, rel=0.12)
+    with pytest.raises(dcost.engines.EngineError, match="Scheduler.frontend_cv = -1"):
+        dcost.engine("vllm", hardware="h100-sxm", frontend_cv=-1)

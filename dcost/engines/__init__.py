@@ -115,8 +115,10 @@ class Scheduler:
         tokens first and prompt chunks in what is left of the token budget (vLLM V1,
         TensorRT-LLM's in-flight batching).
       frontend_time: seconds a client's time to first token carries beyond the engine's own
-        (HTTP, API server, tokenizer, detokenizing and streaming the token back), on every
-        request.
+        (HTTP, API server, tokenizer, detokenizing and streaming the token back): its mean
+        over requests.
+      frontend_cv: coefficient of variation of that time from request to request (gamma; 0:
+        the same for every request).
     """
 
     max_num_seqs: int
@@ -126,6 +128,7 @@ class Scheduler:
     prefix_caching: bool
     prefill_first: bool = False
     frontend_time: float = 0.0
+    frontend_cv: float = 0.0
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -146,12 +149,12 @@ class Scheduler:
                     f"Scheduler.{name} = {getattr(self, name)!r} is not allowed: it must be "
                     "True or False"
                 )
-        f = self.frontend_time
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f < math.inf:
-            raise EngineError(
-                f"Scheduler.frontend_time = {f!r} is not allowed: it must be a finite number of "
-                "seconds >= 0"
-            )
+        for name in ("frontend_time", "frontend_cv"):
+            f = getattr(self, name)
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f < math.inf:
+                raise EngineError(
+                    f"Scheduler.{name} = {f!r} is not allowed: it must be a finite number >= 0"
+                )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -616,9 +616,14 @@ def simulate_server(
     hits = 0
     preemptions = 0
     events: list = []
+    cv = float(sched.frontend_cv) if eng is not None else 0.0
+    if front > 0 and cv > 0:  # each request's own frontend time, the scheduler's mean
+        fronts = (rng.gamma(1.0 / cv**2, front * cv**2, n)).tolist()
+    else:
+        fronts = [front] * n
     for j in range(n):
         if math.isfinite(arrival[j]):
-            heapq.heappush(events, (arrival[j] + front, 0, j, 0))
+            heapq.heappush(events, (arrival[j] + fronts[j], 0, j, 0))
     next_client = min(int(load.clients or 0) * turns, n) if load.closed else n
     think = load.sessions.think_time if load.sessions is not None else 0.0
     steps = 0
@@ -749,10 +754,10 @@ def simulate_server(
                 remember(r, turn_key[j], int(prompt_l[j]) + int(output_l[j]))
             if turns > 1 and j % turns < turns - 1:  # the session's next turn
                 arrival[j + 1] = now + think
-                heapq.heappush(events, (now + think + front, 0, j + 1, 0))
+                heapq.heappush(events, (now + think + fronts[j + 1], 0, j + 1, 0))
             elif load.closed and next_client < n:  # the client's next request (or session)
                 arrival[next_client] = now
-                heapq.heappush(events, (now + front, 0, next_client, 0))
+                heapq.heappush(events, (now + fronts[next_client], 0, next_client, 0))
                 next_client += turns
         if r == 0:
             times.append(now)
