@@ -321,3 +321,14 @@ def test_frontend_time_varies_by_its_cv(tmp_path):
     assert front.std() / front.mean() == pytest.approx(0.5, rel=0.12)
     with pytest.raises(dcost.engines.EngineError, match="Scheduler.frontend_cv = -1"):
         dcost.engine("vllm", hardware="h100-sxm", frontend_cv=-1)
+
+
+def test_cli_sessions(capsys):
+    import json
+
+    from dcost.cli import main
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+    load = ["--prompt", "200", "--output", "20", "--clients", "2", "--requests", "4"]
+    assert main([*args, *load, "--turns", "3", "--think-time", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prefix_hit_rate"] == pytest.approx(2 / 3)

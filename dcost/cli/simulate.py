@@ -21,7 +21,7 @@ __all__ = ["add_parsers"]
 
 
 def _cmd_simulate(args) -> int:
-    from dcost.planning.server import Bursty, Load, Server, simulate_server
+    from dcost.planning.server import Bursty, Load, Server, Sessions, simulate_server
 
     kinds = [k for k, v in (("--clients", args.clients), ("--rate", args.rate)) if v]
     if args.trace:
@@ -50,6 +50,7 @@ def _cmd_simulate(args) -> int:
             clients=args.clients,
             requests=args.requests,
             shared_prefix=args.shared_prefix,
+            sessions=Sessions(args.turns, args.think_time) if args.turns > 1 else None,
         )
     srv = Server(
         args.hardware,
@@ -116,6 +117,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
     p.add_argument("--burstiness", type=positive, default=None, help="gap CV (bursty arrivals)")
     p.add_argument("--shared-prefix", type=float, default=0.0, help="shared prompt tokens")
+    p.add_argument("--turns", type=int, default=1, help="turns per conversation (sessions)")
+    p.add_argument("--think-time", type=float, default=0.0, help="s between an answer and a turn")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.add_argument("--plot", help="save latency against time (stages shaded) to this PNG/SVG")
