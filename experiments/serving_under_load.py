@@ -15,7 +15,8 @@ stagger=False)``, the engine's scheduler (decode first in the token budget for v
 TensorRT-LLM, prefill first for SGLang) and its ``frontend_time`` (vLLM's measured 11 ms); the
 mean over 20*C requests weighs the first wave C/(20*C) and the later requests the rest, the
 later ones simulated for ``max(4*C, 60)`` requests where 20*C would take long (their pattern
-repeats once the first wave has passed).
+repeats once the first wave has passed: on the 30 runs of the seen sample small enough to
+simulate all 20*C, the extrapolated mean TTFT is within 3.4 % of the full run's, median 0.0 %).
 
 Nothing is fitted to the runs. Two disjoint stratified samples of 90 (30 per engine): seed 0,
 the runs the issue's diagnosis looked at, and seed 1, runs it did not see (the held-out figure).
