@@ -19,6 +19,7 @@ each request's own prefill and decode time when it is nearly idle).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -28,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost import _programs
 from dcost.engines import on_engine
 from dcost.engines import resolve as resolve_engine
 from dcost.planning import search as S
@@ -242,10 +244,10 @@ def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
     return out
 
 
-@functools.partial(jit, static_argnames=("kinds", "settings", "width"))
-def _search(kinds, tables, index, traffic, targets, hardware, model, settings, width):
-    """Every scenario's search (``search.search`` over the batch, advancing ``width``
-    scenarios that still search per round)."""
+def _search_all(kinds, tables, index, traffic, targets, hardware, model, settings, width):
+    """Every kind's search of every scenario (``search.search`` over the batch, advancing
+    ``width`` scenarios that still search per round): ``_search``'s function, one program
+    when jitted whole (``dcost.planning.sweep`` does, as ``_search.__wrapped__``)."""
     return {
         k: S.search(
             k,
@@ -261,6 +263,38 @@ def _search(kinds, tables, index, traffic, targets, hardware, model, settings, w
         )
         for k in kinds
     }
+
+
+@functools.partial(jit, static_argnames=("kind", "settings", "width"))
+def _search_kind(kind, tables, index, traffic, targets, hardware, model, settings, width):
+    """One kind's search (``_search_all`` of one kind, its tables alone)."""
+    return _search_all(
+        (kind,), {kind: tables}, index, traffic, targets, hardware, model, settings, width
+    )[kind]
+
+
+def _search(kinds, tables, index, traffic, targets, hardware, model, settings, width):
+    """``_search_all``, each kind's search its own program: on an empty cache the later kinds'
+    programs trace and compile on other threads while the first one's compiles (XLA compiles
+    without Python's lock: ``dcost._programs.during_compile``), and a later process loads each
+    one while it runs the one before (``dcost._programs``' successors)."""
+
+    def args(kind):
+        return (kind, tables[kind], index, traffic, targets, hardware, model, settings, width)
+
+    first, *rest = kinds
+    with contextlib.ExitStack() as stack:
+        for kind in rest:
+            stack.enter_context(
+                _programs.during_compile(functools.partial(_search_kind.prepare, *args(kind)))
+            )
+        out = {first: _search_kind(*args(first))}
+    for kind in rest:
+        out[kind] = _search_kind(*args(kind))
+    return out
+
+
+_search.__wrapped__ = _search_all  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------ the answer
