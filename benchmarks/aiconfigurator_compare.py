@@ -3,6 +3,8 @@
     python benchmarks/aiconfigurator_compare.py               # 300 TPOT rows, seed 0
     python benchmarks/aiconfigurator_compare.py --rows 60     # a smaller subset
     python benchmarks/aiconfigurator_compare.py --no-install  # never create the venv
+    python benchmarks/aiconfigurator_compare.py --aiconfigurator-from \
+        benchmarks/results/aiconfigurator_silicon.json        # its answers of an earlier run
 
 **The rows.** ``dcost.validation.silicon.records()`` turns AIConfigurator's measured silicon sample
 (``systems/silicon_sample.csv`` of aiconfigurator-core 0.12.0) into records; of its TPOT records a
@@ -33,6 +35,11 @@ after a first warm-up call on the first row). A row AIConfigurator refuses is co
 reported with its error; a row that takes longer than ``--row-timeout`` is abandoned (the
 driver process is killed and restarted on the remaining rows), and the whole run stops at
 ``--budget`` seconds, so the script never hangs.
+
+``--aiconfigurator-from RESULT`` takes AIConfigurator's answers (TPOT, TTFT, seconds, error) per
+row from an earlier run's result file instead of running it again, so that dcost's side can be
+redone after its profiles change (AIConfigurator's own answers do not depend on dcost); the rows
+must be the same (same ``--rows`` and ``--seed``), and the result names the file it reused.
 
 Writes ``benchmarks/results/aiconfigurator_silicon.json``: per row the ids, the measured TPOT,
 both predictions (s), AIConfigurator's TTFT and error if any, and the summary table.
@@ -330,6 +337,12 @@ def main() -> None:
     ap.add_argument("--row-timeout", type=float, default=60.0, help="s per AIConfigurator row")
     ap.add_argument("--budget", type=float, default=1200.0, help="s for all AIConfigurator rows")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--aiconfigurator-from",
+        type=Path,
+        default=None,
+        help="reuse AIConfigurator's per-row answers of an earlier result file",
+    )
     args = ap.parse_args()
 
     from dcost.validation import silicon
@@ -341,7 +354,12 @@ def main() -> None:
     subset = [tp[k] for k in pick]
     print(f"{len(tp)} TPOT records; subset of {len(subset)} (seed {args.seed})", flush=True)
 
-    python, why = ensure_aic(args.venv, install=not args.no_install)
+    earlier = None
+    if args.aiconfigurator_from is not None:
+        earlier = json.loads(args.aiconfigurator_from.read_text())
+        python, why = None, None
+    else:
+        python, why = ensure_aic(args.venv, install=not args.no_install)
     aic_rows = []
     for r in subset:
         rid = r["id"][len("silicon-") : -len("-tpot")]
@@ -350,7 +368,30 @@ def main() -> None:
             silicon._field(row["silicon_data_source"], "silicon_concurrency") or (row["batch_size"])
         )
         aic_rows.append(row)
-    if python is None:
+    if earlier is not None:
+        by_id = {row["id"]: row for row in earlier["rows"]}
+        missing = [r["id"] for r in subset if r["id"] not in by_id]
+        if missing:
+            raise SystemExit(
+                f"--aiconfigurator-from {args.aiconfigurator_from}: {len(missing)} of the "
+                f"{len(subset)} rows are not in it (e.g. {missing[0]}); use its --rows and --seed"
+            )
+        theirs = []
+        for r in subset:
+            old = by_id[r["id"]]
+            t = {"id": old["row_id"], "seconds": old["aiconfigurator_seconds"]}
+            if old["aiconfigurator_error"] is not None:
+                t = {"id": old["row_id"], "error": old["aiconfigurator_error"]}
+            else:
+                t["tpot_ms"] = old["aiconfigurator_tpot_s"] * 1e3
+                if old["aiconfigurator_ttft_s"] is not None:
+                    t["ttft_ms"] = old["aiconfigurator_ttft_s"] * 1e3
+                t["model_path_used"] = old["aiconfigurator_model_path"]
+            theirs.append(t)
+        version = earlier["aiconfigurator"]["version"]
+        aic_wall = earlier["aiconfigurator_wall_seconds"]
+        print(f"AIConfigurator: its answers of {args.aiconfigurator_from}", flush=True)
+    elif python is None:
         print(f"AIConfigurator: {why}", flush=True)
         theirs, version = [{"id": row["id"], "error": why} for row in aic_rows], None
         aic_wall = 0.0
@@ -415,7 +456,20 @@ def main() -> None:
         "command": "python benchmarks/aiconfigurator_compare.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-        "aiconfigurator": {"version": version, "install": AIC, "unavailable": why},
+        "aiconfigurator": {
+            "version": version,
+            "install": AIC,
+            "unavailable": why,
+            **(
+                {
+                    "answers_from": str(args.aiconfigurator_from),
+                    "answers_run": earlier["date"],
+                    "answers_command": earlier["command"],
+                }
+                if earlier is not None
+                else {}
+            ),
+        },
         "seed": args.seed,
         "tpot_records": len(tp),
         "subset": len(subset),

@@ -313,7 +313,7 @@ def _get(self, name):
     if value is not None:
         return value
     off = self.OFF[name]
-    return getattr(self, off) if isinstance(off, str) else off
+    return _get(self, off) if isinstance(off, str) else off
 
 
 class Hardware(eqx.Module):
@@ -371,6 +371,20 @@ class Hardware(eqx.Module):
         experts' grouped matmuls, ``eta_e`` in (0, 1]: their FLOPs take ``1/eta_e`` times as long
         as a dense matmul's of the same size (tokens scattered to experts and gathered back,
         many small groups in one launch, each padded to the kernel's tile) (1).
+      expert_half_tokens: the routed experts' own ``matmul_half_tokens``: tokens through one
+        expert at which a grouped matmul reaches half of its rate; None: ``matmul_half_tokens``
+        (tokens).
+      expert_overhead: time a chip spends per routed expert a step touches in one MoE layer,
+        beyond its weight read and arithmetic (the expert's small GEMM launched, its tile
+        filled, its tokens gathered and scattered): a stage step pays it for each of the
+        ``E phi(B)/e`` experts its group touches, per MoE layer (s, 0).
+      hierarchical_collectives: how an all-reduce over a group spanning several scale-up
+        domains runs, ``h`` in [0, 1]: 0 every step over scale-out (v1), 1 inside each domain
+        over scale-up and across domains over scale-out, as NCCL does across nodes
+        (``dcost.serving.collectives.group_all_reduce``); between: that mix (1, 0).
+      moe_layer_overhead: time of an MoE layer's kernels beside the expert matmuls (routing,
+        sorting tokens by expert, the gather and the weighted combine), paid per MoE layer of a
+        stage step whatever its tokens (s, 0).
 
     Power (``dcost.serving.power``; None: no power model, and ``dcost.energy`` says which field
     it needs). Neither changes a step's time or its cost:
@@ -411,6 +425,10 @@ class Hardware(eqx.Module):
     sequence_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     kernel_roofline_smoothness: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     expert_flops_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_half_tokens: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    moe_layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    hierarchical_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     idle_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     max_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
@@ -429,6 +447,10 @@ class Hardware(eqx.Module):
         "sequence_overhead": 0.0,
         "kernel_roofline_smoothness": 0.0,
         "expert_flops_efficiency": 1.0,
+        "expert_half_tokens": "matmul_half_tokens",
+        "expert_overhead": 0.0,
+        "moe_layer_overhead": 0.0,
+        "hierarchical_collectives": 0.0,
     }
     get = _get
 
@@ -453,6 +475,9 @@ class Hardware(eqx.Module):
             "scaleout_latency",
             "matmul_half_tokens",
             "sequence_overhead",
+            "expert_half_tokens",
+            "expert_overhead",
+            "moe_layer_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
@@ -464,7 +489,12 @@ class Hardware(eqx.Module):
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
-        for name in ("kernel_serialization", "tree_collectives", "kernel_roofline_smoothness"):
+        for name in (
+            "kernel_serialization",
+            "tree_collectives",
+            "kernel_roofline_smoothness",
+            "hierarchical_collectives",
+        ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), high=1.0)
         if self.attention_flops is not None:

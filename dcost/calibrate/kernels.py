@@ -18,6 +18,10 @@ same functions the serving model evaluates (one code path):
   ``F_attn = 4 b s h d`` (generation) or ``2 b s^2 h d`` (context, half of the square),
   ``bytes_kv = 2 b s h_kv d b_kv`` (generation) or ``b s (h + 2 h_kv) d b`` (context):
   ``attention_efficiency`` and ``kv_bandwidth_efficiency``.
+- **grouped experts** (``moe_layer_time``): the touched experts' weights read, their FLOPs at
+  ``expert_flops_efficiency`` and ``expert_half_tokens`` per precision, ``expert_overhead`` per
+  touched expert and ``moe_layer_overhead`` per layer (routing, sorting, combining), on the
+  fastest kernel the table timed for each shape (``fastest_kernels``).
 - **all-reduce** (``n`` GPUs, ``V`` bytes): ``dcost.serving.collectives.all_reduce(V, n, U eta_U,
   alpha, tree=1)``: ``scaleup_efficiency`` and ``scaleup_latency``.
 
@@ -27,7 +31,9 @@ the residual reported per kernel type is on the other 20 % (held out). What kern
 (the engine's host work per step and per sequence, the elementwise kernels between GEMMs) is fitted
 on end-to-end rows elsewhere (``dcost.calibrate.host``), never here; so is ``layer_overhead``:
 the tables time each kernel alone, launch included (their intercepts, kept in the provenance),
-which a CUDA graph of a whole step does not pay kernel by kernel.
+which a CUDA graph of a whole step does not pay kernel by kernel. The MoE table's intercept is
+the exception: it times the layer's routing, sorting and combining kernels with the experts, work
+a dense layer does not do, and is kept as ``moe_layer_overhead``.
 
 Reference: AIConfigurator, "systems/data/<gpu>/<op>/<backend>/<version>/*.parquet" (the collected
 tables and their ``collection_meta.yaml``).
@@ -58,6 +64,9 @@ __all__ = [
     "fit_gemm",
     "fit_attention",
     "fit_allreduce",
+    "fit_moe",
+    "moe_layer_time",
+    "fastest_kernels",
     "fit_tables",
     "read_table",
     "find_tables",
@@ -539,59 +548,139 @@ def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0)
 _MOE_PRECISION = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 
 
+def fastest_kernels(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The MoE table's rows of gated experts (three matrices, ``3 h i`` weights: the
+    ``*nongated*`` kernel sources, two matrices, are left out), one row per shape: the fastest
+    of the kernel sources measured for it (an engine picks among its MoE kernels per shape; the
+    tables time several, e.g. TensorRT-LLM's min-latency and CUTLASS kernels, vLLM's Triton
+    and FlashInfer ones). A table without ``kernel_source`` is returned as it is.
+
+    >>> t = {"kernel_source": np.array(["a", "b", "a_nongated"]), "num_tokens": np.ones(3),
+    ...      "latency": np.array([2.0, 1.0, 0.5])}
+    >>> fastest_kernels(t)["latency"].tolist()
+    [1.0]
+    """
+    if "kernel_source" not in table:
+        return dict(table)
+    src = np.asarray(table["kernel_source"]).astype(str)
+    lat = np.asarray(table["latency"], float)
+    gated = np.flatnonzero(np.char.find(src, "nongated") < 0)
+    codes = np.stack(
+        [
+            np.unique(np.asarray(table[c])[gated], return_inverse=True)[1].ravel()
+            for c in _MOE_SHAPE
+            if c in table
+        ],
+        axis=1,
+    )
+    key = np.unique(codes, axis=0, return_inverse=True)[1].ravel()
+    order = np.lexsort((lat[gated], key))  # by shape, the fastest first
+    first = np.ones(len(order), bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    rows = np.sort(gated[order[first]])
+    return {c: np.asarray(v)[rows] for c, v in table.items()}
+
+
+_MOE_SHAPE = (
+    "moe_dtype",
+    "num_tokens",
+    "hidden_size",
+    "inter_size",
+    "topk",
+    "num_experts",
+    "moe_tp_size",
+    "moe_ep_size",
+    "distribution",
+)
+
+
+def moe_layer_time(tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, values, gemm):
+    """One MoE layer's grouped-expert time on one GPU (s), the serving model's form
+    (``dcost.serving.roofline``: ``f_expert``, ``w_expert`` and ``expert_overhead``).
+
+    ``e = ep`` expert-parallel groups, each expert's matrices split ``t = tp`` ways, ``n``
+    tokens routed to ``k`` of ``E`` experts: the GPU touches ``E phi / e`` experts
+    (``phi = 1 - (1 - k/E)^n``, ``dcost.serving.moe``), reads their ``3 h i / t`` weights
+    each, and computes ``2 (3 h i / t) n k / e`` FLOP at ``n k / (E phi)`` tokens an expert:
+
+    .. math:: t = c_m + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
+              \\frac{F (1 + n_e/n_{exp})}{F_p \\eta_p \\eta_{exp}},\\ \\frac{W}{BW \\eta_{BW}}\\Big)
+
+    Args:
+      tokens, hidden, inter, topk, experts, tp, ep: the layer's shape (arrays or numbers).
+      b_w: bytes per weight; peak: the precision's peak FLOP/s.
+      values: ``expert_flops_efficiency`` ``eta_exp``, ``expert_half_tokens`` ``n_e``,
+        ``expert_overhead`` ``c_e`` (s) and ``moe_layer_overhead`` ``c_m`` (s: the layer's
+        routing, sorting and combining kernels, timed with it).
+      gemm: ``fit_gemm``'s ``flops_efficiency`` ``eta_p``, ``bandwidth_efficiency``,
+        ``kernel_roofline_smoothness`` ``r`` and ``hbm_bandwidth`` (bytes/s).
+
+    >>> v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "expert_overhead": 1e-6,
+    ...      "moe_layer_overhead": 0.0}
+    >>> g = {"flops_efficiency": 1.0, "bandwidth_efficiency": 1.0,
+    ...      "kernel_roofline_smoothness": 0.0, "hbm_bandwidth": 1e12}
+    >>> # one token, top-1 of 1 expert of 1000 x 1000: 3e6 B read (3 us), 1 us per expert
+    >>> round(float(moe_layer_time(1.0, 1e3, 1e3, 1.0, 1.0, 1.0, 1.0, 1.0, 1e15, v, g)) * 1e6, 6)
+    4.0
+    """
+    per_expert = 3.0 * hidden * inter / tp
+    phi = -jnp.expm1(tokens * jnp.log1p(-jnp.minimum(topk / experts, 1.0 - 1e-7)))
+    touched = experts * phi / ep
+    flops = 2.0 * per_expert * tokens * topk / ep
+    size = tokens * topk / (experts * phi)
+    bw = gemm["hbm_bandwidth"] * gemm["bandwidth_efficiency"]
+    rate = peak * gemm["flops_efficiency"] * values["expert_flops_efficiency"]
+    t_f = flops * (1.0 + values["expert_half_tokens"] / size) / rate
+    t_w = touched * per_expert * b_w / bw
+    hw = _bare(peak, bw, 1.0, 1.0, 0.0, gemm["kernel_roofline_smoothness"])
+    fixed = values["moe_layer_overhead"] + values["expert_overhead"] * touched
+    return fixed + kernel_time(t_f, t_w, hw)
+
+
 def fit_moe(
     table: Mapping[str, np.ndarray],
     hardware: str,
     gemm: Mapping[str, float],
     seed: int = 0,
 ) -> KernelFit:
-    """Fit the grouped-expert efficiency, per precision, to a MoE layer table.
+    """Fit the grouped experts' fields to a MoE layer table (``moe_layer_time``).
 
-    One MoE layer on one GPU of ``e = moe_ep`` expert-parallel groups, each expert's matrices split
-    ``t = moe_tp`` ways, for ``n`` tokens routed to ``k`` of ``E`` experts (balanced rows): the GPU
-    computes ``2 (3 h i / t) n k / e`` FLOP at matmul size ``n k / (E phi)`` (``phi = 1 - (1 -
-    k/E)^n``, ``dcost.serving.moe``) and reads ``(E/e) phi (3 h i / t) b_w`` bytes of weights:
-
-    .. math:: t = c_m + \\mathrm{smax}_r\\big(F (1 + n_{1/2}/n_{exp}) / (F_p \\eta_p
-              \\eta_{exp}),\\ W / (BW \\eta_{BW})\\big)
-
-    with the GEMM fit's ``eta_p``, ``n_half``, ``eta_BW`` and ``r`` held (``gemm``: its values);
-    ``eta_exp`` (``expert_flops_efficiency``, per precision) and ``c_m`` are fitted.
+    The table's balanced rows of gated experts, the fastest kernel per shape
+    (``fastest_kernels``), are fitted with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held
+    (``gemm``: its values): per precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e``
+    (``expert_half_tokens``); shared, ``c_e`` (``expert_overhead``, s per touched expert) and
+    ``c_m`` (``moe_layer_overhead``, s per layer).
 
     Args:
       table: columns ``moe_dtype``, ``num_tokens``, ``hidden_size``, ``inter_size``, ``topk``,
-        ``num_experts``, ``moe_tp_size``, ``moe_ep_size``, ``distribution``, ``latency`` (ms).
+        ``num_experts``, ``moe_tp_size``, ``moe_ep_size``, ``distribution``, ``latency`` (ms);
+        ``kernel_source`` where several kernels were timed.
       hardware: the dcost hardware preset.
       gemm: ``fit_gemm``'s values.
     """
     chip = _chip(hardware)
+    balanced = np.asarray(table["distribution"]).astype(str) == "balanced"
+    table = fastest_kernels({c: np.asarray(v)[balanced] for c, v in table.items()})
     dtype = np.asarray(table["moe_dtype"]).astype(str)
     dist = np.asarray(table["distribution"]).astype(str)
+
+    def rows_of(p):
+        return (dist == "balanced") & np.isin(
+            dtype, [d for d, q in _MOE_PRECISION.items() if q == p]
+        )
+
     precisions = [
         p
         for p in ("bf16", "fp8", "fp4")
-        if f"precision.{p}.flops_efficiency" in gemm
-        and np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p]).any()
+        if f"precision.{p}.flops_efficiency" in gemm and rows_of(p).sum() >= MIN_ROWS
     ]
-    masks = {
-        p: (dist == "balanced") & np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p])
-        for p in precisions
-    }
-    precisions = [p for p in precisions if masks[p].sum() >= MIN_ROWS]
     if not precisions:
         raise ValueError(f"MoE table for {hardware}: no balanced rows of a fitted GEMM precision")
-    parts = [
-        _sample(
-            (dist == "balanced") & np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p]),
-            SAMPLE,
-            seed + i,
-        )
-        for i, p in enumerate(precisions)
-    ]
+    parts = [_sample(rows_of(p), SAMPLE, seed + i) for i, p in enumerate(precisions)]
     idx = np.concatenate(parts)
     prec = np.concatenate([np.full(len(part), i) for i, part in enumerate(parts)])
-    col = {
-        c: np.asarray(table[c], float)[idx]
+    shape = [
+        np.asarray(table[c], float)[idx]
         for c in (
             "num_tokens",
             "hidden_size",
@@ -600,42 +689,53 @@ def fit_moe(
             "num_experts",
             "moe_tp_size",
             "moe_ep_size",
-            "latency",
         )
-    }
-    n, k, e_all = col["num_tokens"], col["topk"], col["num_experts"]
-    per_expert = 3.0 * col["hidden_size"] * col["inter_size"] / col["moe_tp_size"]
-    phi = 1.0 - (1.0 - k / e_all) ** n
-    flops = 2.0 * per_expert * n * k / col["moe_ep_size"]
-    size = n * k / (e_all * phi)
+    ]
+    y = np.asarray(table["latency"], float)[idx] * 1e-3
     b_w = np.asarray([_BYTES[d] for d in dtype[idx]])
-    byts = e_all / col["moe_ep_size"] * phi * per_expert * b_w
-    y = col["latency"] * 1e-3
     peak = np.asarray([_peak(chip, precisions[i]) for i in prec])
-    eta = np.asarray([gemm[f"precision.{precisions[i]}.flops_efficiency"] for i in prec])
-    half = np.asarray([gemm[f"precision.{precisions[i]}.matmul_half_tokens"] for i in prec])
-    bw = chip["hbm_bandwidth"] * gemm["bandwidth_efficiency"]
-    r = gemm["kernel_roofline_smoothness"]
+    held_gemm = {
+        "flops_efficiency": np.asarray(
+            [gemm[f"precision.{precisions[i]}.flops_efficiency"] for i in prec]
+        ),
+        "bandwidth_efficiency": gemm["bandwidth_efficiency"],
+        "kernel_roofline_smoothness": gemm["kernel_roofline_smoothness"],
+        "hbm_bandwidth": chip["hbm_bandwidth"],
+    }
     fit_i, held_i = _split(len(y), seed)
     n_prec = len(precisions)
 
+    def unpack(z):
+        return {
+            "expert_flops_efficiency": 0.02 + 0.98 * _logistic(z[:n_prec]),
+            "expert_half_tokens": jnp.exp(z[n_prec : 2 * n_prec]),
+            "expert_overhead": jnp.exp(z[2 * n_prec]),
+            "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1]),
+        }
+
     def predict(z, rows):
-        eta_exp = 0.02 + 0.98 * _logistic(z[:n_prec])[prec[rows]]
-        hw = _bare(peak[rows], bw, 1.0, 1.0, 0.0, r)
-        t_f = flops[rows] * (1.0 + half[rows] / size[rows]) / (peak[rows] * eta[rows] * eta_exp)
-        return jnp.exp(z[n_prec]) + kernel_time(t_f, byts[rows] / bw, hw)
+        v = unpack(z)
+        v = {
+            k: (x[prec[rows]] if k.startswith("expert_") and k != "expert_overhead" else x)
+            for k, x in v.items()
+        }
+        g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
+        n, h, i, k, e, tp, ep = (a[rows] for a in shape)
+        return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g)
 
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
 
-    zf = _minimize(loss, jnp.asarray([1.0] * n_prec + [math.log(2e-5)]))
+    z0 = jnp.asarray([1.0] * n_prec + [math.log(32.0)] * n_prec + [math.log(1e-6), math.log(2e-5)])
+    zf = _minimize(loss, z0)
     rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
-    z = np.asarray(zf)
-    values = {
-        f"precision.{p}.expert_flops_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[i])))
-        for i, p in enumerate(precisions)
-    }
-    values["moe_intercept"] = float(np.exp(z[n_prec]))
+    v = {k: np.asarray(x) for k, x in unpack(zf).items()}
+    values = {}
+    for i, p in enumerate(precisions):
+        values[f"precision.{p}.expert_flops_efficiency"] = float(v["expert_flops_efficiency"][i])
+        values[f"precision.{p}.expert_half_tokens"] = float(v["expert_half_tokens"][i])
+    values["expert_overhead"] = float(v["expert_overhead"])
+    values["moe_layer_overhead"] = float(v["moe_layer_overhead"])
     return KernelFit("moe", values, len(y), rms, med, p90)
 
 
@@ -679,6 +779,7 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
     shared["layer_overhead"] = 0.0
     shared["kernel_serialization"] = 1.0
     shared["tree_collectives"] = 1.0
+    shared["hierarchical_collectives"] = 1.0
     for key in ("scaleout_efficiency", "scaleout_latency", "step_overhead", "sequence_overhead"):
         if key in family_profile:
             shared[key] = float(family_profile[key])

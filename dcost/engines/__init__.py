@@ -65,7 +65,12 @@ ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 
 _ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
 
-PRECISION_FIELDS = ("flops_efficiency", "matmul_half_tokens", "expert_flops_efficiency")
+PRECISION_FIELDS = (
+    "flops_efficiency",
+    "matmul_half_tokens",
+    "expert_flops_efficiency",
+    "expert_half_tokens",
+)
 """Profile fields fitted per matmul precision (a GEMM's achieved rate and its size curve depend on
 the number format: ``[profile.precision.<p>]`` tables)."""
 
@@ -83,6 +88,9 @@ PROFILE_FIELDS = (
     "step_overhead",
     "layer_overhead",
     "sequence_overhead",
+    "expert_overhead",
+    "moe_layer_overhead",
+    "hierarchical_collectives",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
@@ -400,7 +408,12 @@ _FRACTIONS = (
     "scaleout_efficiency",
     "flops_efficiency",
 )
-_UNIT = ("kernel_roofline_smoothness", "tree_collectives", "kernel_serialization")
+_UNIT = (
+    "kernel_roofline_smoothness",
+    "tree_collectives",
+    "kernel_serialization",
+    "hierarchical_collectives",
+)
 
 
 def _number(origin, field, v) -> float:
@@ -670,6 +683,8 @@ def slower(hardware: Hardware, factor: float) -> Hardware:
         "sequence_overhead",
         "scaleup_latency",
         "scaleout_latency",
+        "expert_overhead",
+        "moe_layer_overhead",
     )
     values = {n: getattr(hardware, n) / factor for n in rates}
     if hardware.attention_flops is not None:

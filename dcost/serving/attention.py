@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from dcost.serving.collectives import all_reduce, group_link
+from dcost.serving.collectives import group_all_reduce
 from dcost.smooth import safe_div
 
 __all__ = ["attention_groups", "kv_replication", "attention_comm_time", "attention_weight_params"]
@@ -105,8 +105,11 @@ def attention_comm_time(tokens, layers_per_stage, chips, groups, hardware, model
       (each then dispatches its share to the experts) and all-gathered after the combine:
       ``t_layer = AR_t(V/A)``; 0 for data-parallel attention (``t = 1``, v1's convention).
 
-    Each group of ``n`` chips uses scale-up links when ``n <= S``, else scale-out (v1's rule).
-    Latencies are paid once per pass: ``t = L/P * t_layer`` with ``alpha -> passes*alpha``.
+    Each group of ``n`` chips uses scale-up links when ``n <= S``; a group spanning several
+    scale-up domains runs over scale-out (v1) or, with ``Hardware.hierarchical_collectives``,
+    inside each domain over scale-up and across domains over scale-out
+    (``collectives.group_all_reduce``). Latencies are paid once per pass:
+    ``t = L/P * t_layer`` with ``alpha -> passes*alpha``.
 
     >>> import dcost
     >>> h = dcost.Hardware(1e15, 1e12, 1e11, 1e11, 1e10, 8, 3.6)
@@ -118,10 +121,7 @@ def attention_comm_time(tokens, layers_per_stage, chips, groups, hardware, model
     g, a = chips, groups
     t = g / a
     volume = tokens * model.d_model * model.act_bytes
-    bw_t, alpha_t = group_link(t, hardware)
-    bw_g, alpha_g = group_link(g, hardware)
-    tree = hardware.get("tree_collectives")
-    group = all_reduce(volume / a, t, bw_t, passes * alpha_t, tree)
-    stage = all_reduce(volume, g, bw_g, passes * alpha_g, tree)
+    group = group_all_reduce(volume / a, t, hardware, passes)
+    stage = group_all_reduce(volume, g, hardware, passes)
     per_layer = jnp.where(model.n_experts > 0, group, group + stage)
     return layers_per_stage * per_layer

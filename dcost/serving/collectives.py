@@ -27,6 +27,7 @@ __all__ = [
     "all_to_all",
     "all_to_all_rounds",
     "group_link",
+    "group_all_reduce",
 ]
 
 
@@ -130,3 +131,53 @@ def group_link(n, hardware):
     bw = jnp.where(fits, hardware.scaleup_achieved, hardware.scaleout_achieved)
     alpha = jnp.where(fits, hardware.get("scaleup_latency"), hardware.get("scaleout_latency"))
     return bw, alpha
+
+
+def group_all_reduce(volume, n, hardware, passes=1.0):
+    """All-reduce of ``volume`` bytes over a group of ``n`` chips on the chip's own links (s).
+
+    Inside one scale-up domain (``n <= S``) the all-reduce of ``all_reduce`` on the scale-up
+    link. A group spanning ``D = n/S`` domains runs, with ``h = Hardware.hierarchical_collectives``,
+    a mix of v1's form, every step over scale-out (``group_link``; ``h = 0``), and the
+    hierarchical one (``h = 1``), as NCCL runs across nodes: a reduce-scatter and an all-gather
+    inside each domain over its ``S`` chips (one scale-up all-reduce's traffic), and between them
+    an all-reduce of each chip's ``V/S`` shard with its peers in the other ``D - 1`` domains over
+    scale-out (the message counts of ``all_reduce`` for each part; Thakur et al. 2005, section 4;
+    Jeaugey, "Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA blog 2019, for
+    the two-level trees):
+
+    .. math:: t = (1 - h)\\,AR_n(V; O', \\alpha_{out})
+              + h\\,[AR_S(V; U', \\alpha_{up}) + AR_D(V/S; O', \\alpha_{out})]
+
+    The hierarchical form agrees with the scale-up one at ``n = S`` (its second part is 0 for one
+    domain) and is never slower than v1's. ``passes`` multiplies the latencies (one collective
+    per pass).
+
+    >>> import dcost
+    >>> h = dcost.Hardware(1e15, 1e12, 8e10, 4e11, 5e10, 8, 3.6, scaleup_latency=1e-6,
+    ...                    scaleout_latency=1e-5, tree_collectives=1.0,
+    ...                    hierarchical_collectives=1.0)
+    >>> round(float(group_all_reduce(8e6, 8.0, h)) * 1e6, 3)  # 2*3*1 us + 2*(7/8)*8e6/4e11
+    41.0
+    >>> # 16 chips, 2 domains: 41 us inside + 2*1*10 us + 2*(1/2)*1e6/5e10 s across
+    >>> round(float(group_all_reduce(8e6, 16.0, h)) * 1e6, 3)
+    81.0
+    """
+    import jax.numpy as jnp
+
+    s = hardware.scaleup_size
+    tree = hardware.get("tree_collectives")
+    up, alpha_up = hardware.scaleup_achieved, passes * hardware.get("scaleup_latency")
+    inside = all_reduce(volume, jnp.minimum(n, s), up, alpha_up, tree)
+    domains = jnp.maximum(n / s, 1.0)
+    across = all_reduce(
+        volume / s,
+        domains,
+        hardware.scaleout_achieved,
+        passes * hardware.get("scaleout_latency"),
+        tree,
+    )
+    bw, alpha = group_link(n, hardware)
+    flat = all_reduce(volume, n, bw, passes * alpha, tree)
+    h = hardware.get("hierarchical_collectives")
+    return jnp.where(n <= s, inside, (1.0 - h) * flat + h * (inside + across))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dcost.serving.collectives import all_reduce, all_to_all, all_to_all_rounds, group_link
+from dcost.serving.collectives import all_to_all, all_to_all_rounds, group_all_reduce
 from dcost.smooth import safe_div, safe_sqrt, smax, smin
 from dcost.specs import SpecError, _concrete, _float, check
 
@@ -306,7 +306,9 @@ def expert_tensor_parallel_time(
         t = \\frac{L_{moe}}{P}\\,AR_{t_e}\\Big(\\text{tokens}\\,d\\,b_a\\,
             \\frac{n_{grp}}{e}\\,\\text{imb}\\Big)
 
-    over scale-up links when ``t_e <= S``, else scale-out, latencies paid once per pass. At
+    over scale-up links when ``t_e <= S``, else over scale-out or, with
+    ``Hardware.hierarchical_collectives``, inside each scale-up domain and across them over
+    scale-out (``collectives.group_all_reduce``), latencies paid once per pass. At
     ``e = 1`` this is a dense tensor-parallel MLP's all-reduce of ``V = tokens d b_a`` over the
     stage; at ``e = G`` (every expert whole on one chip, v1) it is 0 and the all-to-all
     (``all_to_all_time`` over ``e`` groups) carries the traffic.
@@ -332,6 +334,4 @@ def expert_tensor_parallel_time(
     t_e = chips / groups
     reached = domains_reached(model.experts_active, groups)
     volume = tokens * model.d_model * model.act_bytes * reached / groups * imbalance
-    bw, alpha = group_link(t_e, hardware)
-    tree = hardware.get("tree_collectives")
-    return moe_layers_per_stage * all_reduce(volume, t_e, bw, passes * alpha, tree)
+    return moe_layers_per_stage * group_all_reduce(volume, t_e, hardware, passes)

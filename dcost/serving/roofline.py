@@ -90,8 +90,11 @@ class Report(eqx.Module):
       memory_per_chip: HBM bytes per chip (weights + KV + the draft's).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
       t_overhead: host and launch time of one stage step,
-        ``n_p (step_overhead + layer_overhead L/P + sequence_overhead B/A)``
-        over its ``n_p`` passes (s; 0 in v1).
+        ``n_p (step_overhead + layer_overhead L/P + sequence_overhead B/A
+        + expert_overhead (E' phi) (L_moe/P) / e + moe_layer_overhead L_moe/P)`` over its
+        ``n_p`` passes, with ``E' phi``
+        the routed experts a pass touches (``E'`` with the redundant ones) and ``e`` the
+        expert-parallel groups (s; 0 in v1).
       t_draft: the draft's passes of one step (speculative decoding; s; 0 in v1).
       tokens_per_step: tokens a sequence advances per decode step (accepted length; 1 in v1).
     """
@@ -289,10 +292,15 @@ def _assemble(
     expert_active = model.experts_active * model.params_per_expert
     f_attn_proj = _flop_seconds(2.0 * n_attn * tokens, phi_tokens / groups, hardware)
     f_dense = _flop_seconds(2.0 * (model.params_multiplied - n_attn) * tokens, phi_tokens, hardware)
-    f_expert = _flop_seconds(
-        2.0 * expert_active * tokens * imb / hardware.get("expert_flops_efficiency"),
+    # the grouped matmuls at their own size curve (``expert_half_tokens``, else the GEMMs')
+    expert_slowdown = 1.0 + safe_div(
+        hardware.get("expert_half_tokens"),
         tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
-        hardware,
+    )
+    f_expert = (
+        (2.0 * expert_active * tokens * imb / hardware.get("expert_flops_efficiency"))
+        * expert_slowdown
+        / hardware.flops_achieved
     )
     f_context = attn_ctx_flops / hardware.attention_flops_achieved
     flop_time = f_attn_proj + f_dense + f_expert + f_context
@@ -313,10 +321,15 @@ def _assemble(
     layout = attention_comm_time(tokens, model.n_layers / p, g, groups, hardware, model, passes)
     t_comm = jnp.where(model.n_experts > 0, a2a + layout, layout)
 
+    # the routed experts a pass touches, per MoE layer, on one chip's expert-parallel group
+    touched_experts = safe_div(expert_params_touched, model.params_per_expert)
+    expert_groups = design.expert_parallel if design.expert_parallel is not None else g
     t_overhead = passes * (
         hardware.get("step_overhead")
         + hardware.get("layer_overhead") * model.n_layers / p
         + hardware.get("sequence_overhead") * scheduled / groups
+        + hardware.get("expert_overhead") * touched_experts * moe_layers / expert_groups
+        + hardware.get("moe_layer_overhead") * moe_layers
     )
     overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
     serial = stage_time(
@@ -452,7 +465,8 @@ def decode(
     **v2 terms** (``docs/serving_v2.md``; each off at its default): with ``k_d`` draft tokens the
     verify pass runs ``B' = B(k_d + 1)`` tokens (``B`` in every term above but the KV read, which
     happens once), ``phi(B')``; the routed-expert compute is multiplied by the imbalance ``imb``
-    and divided by the grouped matmuls' ``expert_flops_efficiency``; the input embedding's
+    and divided by the grouped matmuls' ``expert_flops_efficiency``, at their own size curve
+    ``expert_half_tokens`` where set; the input embedding's
     lookup table (``Model.params_embedding``) is in neither the FLOPs nor the weight read;
     each compute part runs at ``eta(n)`` for its matmul size ``n`` (``matmul_efficiency``);
     weight reads add ``(A-1) N_attn`` for ``A`` data-parallel attention groups holding attention
@@ -463,7 +477,10 @@ def decode(
     run over the ``e`` groups and ``t_comm`` adds the groups' gathers
     (``moe.expert_tensor_parallel_time``); ``t_stage`` adds
     ``t_overhead = step_overhead + layer_overhead L/P + sequence_overhead B/A`` (``A`` attention
-    groups, each scheduling its share of the ``B`` sequences); and
+    groups, each scheduling its share of the ``B`` sequences) ``+ expert_overhead E phi(B')
+    L_moe/(P e)`` (each routed expert the step touches costs its group a small GEMM's launch
+    and tile, whatever its tokens) ``+ moe_layer_overhead L_moe/P`` (each MoE layer's routing,
+    sorting and combining kernels); and
 
     .. math:: tpot = (P t_{stage} + (P-1) t_{hop} + t_{draft}) / \\tau(a, k_d)
 

@@ -1,0 +1,281 @@
+"""The routed experts' per-touched-expert cost and size curve, their kernel fit, and the
+hierarchical all-reduce of groups spanning several scale-up domains (issue 28).
+
+Each term is held against a closed form written out here, the kernel fit against a synthetic
+table whose generating fields it must recover, and the gradients against finite differences.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import dcost
+from dcost.calibrate import kernels
+from dcost.serving.collectives import all_reduce, group_all_reduce
+
+E, K, L_MOE = 64.0, 4.0, 6.0
+
+
+def moe_model():
+    """A small MoE model: 8 layers, 6 of them MoE, 64 experts of 2.5e7 parameters over
+    those layers, top-4."""
+    return dcost.Model(
+        8, 1024, 2e9, 2.5e7, E, K, 3e4, 2.0, n_moe_layers=L_MOE, params_attention=5e7
+    )
+
+
+def chip(**fields):
+    return dcost.Hardware(1e15, 3e12, 8e10, 4e11, 5e10, 8, 3.0, **fields)
+
+
+def phi(b):
+    return 1.0 - (1.0 - K / E) ** b
+
+
+# ---- expert_overhead -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("batch", "chips", "expert_parallel"), [(1.0, 1.0, None), (16.0, 4.0, None), (64.0, 8.0, 2.0)]
+)
+def test_expert_overhead_by_hand(batch, chips, expert_parallel):
+    """The step pays ``c_e E phi(B) L_moe / e`` beside what it paid without the term."""
+    m, w = moe_model(), dcost.Workload(512.0)
+    d = dcost.Design(batch=batch, chips=chips, expert_parallel=expert_parallel)
+    c_e = 3e-6
+    a = dcost.decode(d, chip(), m, w)
+    b = dcost.decode(d, chip(expert_overhead=c_e), m, w)
+    e = chips if expert_parallel is None else expert_parallel
+    expected = c_e * E * phi(batch) * L_MOE / e
+    assert float(b.t_overhead - a.t_overhead) == pytest.approx(expected, rel=1e-6)
+    assert float(b.tpot - a.tpot) == pytest.approx(expected, rel=1e-6)
+
+
+def test_expert_overhead_is_nothing_for_a_dense_model():
+    m, w, d = dcost.model("llama-3.1-8b"), dcost.Workload(512.0), dcost.Design(batch=8, chips=2)
+    a = dcost.decode(d, chip(), m, w)
+    b = dcost.decode(d, chip(expert_overhead=1e-5), m, w)
+    assert float(a.tpot) == float(b.tpot)
+
+
+def test_expert_overhead_in_prefill_touches_every_expert():
+    """A prefill reads every expert: ``c_e E L_moe / e`` per pass."""
+    m, w = moe_model(), dcost.Workload(0.0, prompt=2048.0)
+    d = dcost.Design(batch=1, chips=4)
+    c_e = 2e-6
+    a = dcost.prefill(d, chip(), m, w)
+    b = dcost.prefill(d, chip(expert_overhead=c_e), m, w)
+    assert float(b.ttft - a.ttft) == pytest.approx(c_e * E * L_MOE / 4.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("stages", [1.0, 2.0])
+def test_moe_layer_overhead_by_hand(stages):
+    """Each of a stage's ``L_moe/P`` MoE layers pays ``moe_layer_overhead``; a dense model none."""
+    m, w = moe_model(), dcost.Workload(512.0)
+    d = dcost.Design(batch=8, chips=2, stages=stages)
+    a = dcost.decode(d, chip(), m, w)
+    b = dcost.decode(d, chip(moe_layer_overhead=4e-5), m, w)
+    assert float(b.t_overhead - a.t_overhead) == pytest.approx(4e-5 * L_MOE / stages, rel=1e-6)
+    dense = dcost.model("llama-3.1-8b")
+    x = dcost.decode(d, chip(), dense, w).tpot
+    assert float(dcost.decode(d, chip(moe_layer_overhead=4e-5), dense, w).tpot) == float(x)
+
+
+@pytest.mark.parametrize("field", ["expert_overhead", "moe_layer_overhead", "expert_half_tokens"])
+def test_new_fields_refuse_a_negative_value(field):
+    with pytest.raises(dcost.SpecError, match=rf"Hardware\.{field}"):
+        chip(**{field: -1e-6})
+
+
+# ---- expert_half_tokens --------------------------------------------------------------------
+
+
+def test_expert_half_tokens_defaults_to_the_gemms():
+    m, w, d = moe_model(), dcost.Workload(512.0), dcost.Design(batch=32, chips=2)
+    a = dcost.decode(d, chip(matmul_half_tokens=48.0), m, w)
+    b = dcost.decode(d, chip(matmul_half_tokens=48.0, expert_half_tokens=48.0), m, w)
+    assert float(a.tpot) == float(b.tpot)
+    assert chip(matmul_half_tokens=48.0).get("expert_half_tokens") == 48.0
+
+
+def test_expert_half_tokens_by_hand():
+    """Only the routed experts' compute moves: by ``2 k n_e B (n_h / n_exp) / (F G)`` with
+    ``n_exp = B k / (E phi(B))``."""
+    m, w = moe_model(), dcost.Workload(512.0, expert_imbalance=1.0)
+    batch, g, half = 32.0, 2.0, 40.0
+    d = dcost.Design(batch=batch, chips=g)
+    a = dcost.decode(d, chip(), m, w)
+    b = dcost.decode(d, chip(expert_half_tokens=half), m, w)
+    n_exp = batch * K / (E * phi(batch))
+    expected = 2.0 * K * 2.5e7 * batch * (half / n_exp) / (1e15 * g)
+    assert float(b.t_compute - a.t_compute) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.x64
+def test_new_fields_have_finite_difference_gradients():
+    m, w, d = moe_model(), dcost.Workload(512.0), dcost.Design(batch=24.0, chips=2.0)
+    base = chip(expert_half_tokens=30.0, expert_overhead=2e-6, kernel_roofline_smoothness=0.4)
+
+    def tpot(x):
+        h = eqx.tree_at(lambda h: (h.expert_half_tokens, h.expert_overhead), base, (x[0], x[1]))
+        return dcost.decode(d, h, m, w).tpot
+
+    check_grads(tpot, (jnp.asarray([30.0, 2e-6]),), order=1, modes=["rev"], eps=1e-7)
+
+
+# ---- the kernel fit ------------------------------------------------------------------------
+
+
+GEMM = {
+    "precision.bf16.flops_efficiency": 0.8,
+    "bandwidth_efficiency": 0.9,
+    "kernel_roofline_smoothness": 0.4,
+}
+
+
+def synthetic_moe_table(values, rng):
+    """A MoE table of the H100's shape generated by ``moe_layer_time`` from ``values``, with 3 %
+    log-normal noise, and a slower duplicate kernel and a two-matrix kernel that the fit must
+    leave out."""
+    grid = [
+        (n, h, i, k, e, tp, ep)
+        for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+        for (h, i, k, e) in ((4096, 1536, 8, 128), (7168, 2048, 8, 256), (2880, 2880, 4, 128))
+        for (tp, ep) in ((1, 1), (1, 8), (8, 1), (2, 4))
+    ]
+    cols = np.asarray(grid, float).T
+    chip_ = kernels._chip("h100-sxm")
+    gemm = {
+        "flops_efficiency": GEMM["precision.bf16.flops_efficiency"],
+        "bandwidth_efficiency": GEMM["bandwidth_efficiency"],
+        "kernel_roofline_smoothness": GEMM["kernel_roofline_smoothness"],
+        "hbm_bandwidth": chip_["hbm_bandwidth"],
+    }
+    t = np.asarray(kernels.moe_layer_time(*cols, 2.0, chip_["flops"], values, gemm))
+    t = t * np.exp(rng.normal(0.0, 0.03, t.shape))
+    n = len(t)
+    table = {
+        "moe_dtype": np.array(["bfloat16"] * 3 * n),
+        "num_tokens": np.tile(cols[0], 3),
+        "hidden_size": np.tile(cols[1], 3),
+        "inter_size": np.tile(cols[2], 3),
+        "topk": np.tile(cols[3], 3),
+        "num_experts": np.tile(cols[4], 3),
+        "moe_tp_size": np.tile(cols[5], 3),
+        "moe_ep_size": np.tile(cols[6], 3),
+        "distribution": np.array(["balanced"] * 3 * n),
+        "kernel_source": np.array(["fast"] * n + ["slow"] * n + ["fast_nongated"] * n),
+        "latency": np.concatenate([t, 1.7 * t, 0.5 * t]) * 1e3,  # ms
+    }
+    return table
+
+
+def test_fit_moe_recovers_the_generating_fields():
+    truth = {
+        "expert_flops_efficiency": 0.55,
+        "expert_half_tokens": 24.0,
+        "expert_overhead": 1.5e-6,
+        "moe_layer_overhead": 2.5e-5,
+    }
+    table = synthetic_moe_table(truth, np.random.default_rng(0))
+    fit = kernels.fit_moe(table, "h100-sxm", GEMM)
+    v = fit.values
+    assert v["precision.bf16.expert_flops_efficiency"] == pytest.approx(0.55, rel=0.1)
+    assert v["precision.bf16.expert_half_tokens"] == pytest.approx(24.0, rel=0.25)
+    assert v["expert_overhead"] == pytest.approx(1.5e-6, rel=0.25)
+    assert v["moe_layer_overhead"] == pytest.approx(2.5e-5, rel=0.25)
+    assert fit.median_abs < 0.05  # the noise, not a misfit (the slow kernel would be 70 %)
+
+
+def test_moe_layer_time_touched_experts_agree_with_decode():
+    """The kernel fit's per-touched-expert count is the serving model's: one MoE layer's share
+    of ``decode``'s ``expert_overhead`` time equals ``moe_layer_time``'s ``c_e`` term."""
+    c_e, b, g = 1e-6, 16.0, 4.0
+    m, w, d = moe_model(), dcost.Workload(256.0), dcost.Design(batch=b, chips=g)
+    step = dcost.decode(d, chip(expert_overhead=c_e), m, w).t_overhead
+    v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "moe_layer_overhead": 0.0}
+    gemm = {
+        "flops_efficiency": 1.0,
+        "bandwidth_efficiency": 1.0,
+        "kernel_roofline_smoothness": 0.0,
+        "hbm_bandwidth": 3e12,
+    }
+    shape = (b, 1024.0, 2.5e7 / (3 * 1024 * L_MOE), K, E, 1.0, g)
+    with_c = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, "expert_overhead": c_e}, gemm)
+    without = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, "expert_overhead": 0.0}, gemm)
+    assert float(step) / L_MOE == pytest.approx(float(with_c - without), rel=1e-6)
+
+
+# ---- the hierarchical all-reduce -------------------------------------------------------------
+
+
+LINKS = {
+    "scaleup_latency": 2e-6,
+    "scaleout_latency": 1.5e-5,
+    "tree_collectives": 1.0,
+    "hierarchical_collectives": 1.0,
+}
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("n", [2.0, 4.0, 8.0])
+def test_group_all_reduce_inside_a_domain_is_the_scaleup_all_reduce(n):
+    h = chip(**LINKS)
+    expected = all_reduce(1e6, n, 4e11, 2e-6, 1.0)
+    assert float(group_all_reduce(1e6, n, h)) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("n", [16.0, 32.0, 64.0])
+def test_group_all_reduce_across_domains_by_hand(n):
+    """``2 log2(8) a_up + 2 (7/8) V/U`` inside, ``2 log2(D) a_out + 2 (D-1)/D (V/8)/O`` across."""
+    v, d = 1e6, n / 8.0
+    h = chip(**LINKS)
+    inside = 2 * 3 * 2e-6 + 2 * 7 / 8 * v / 4e11
+    across = 2 * math.log2(d) * 1.5e-5 + 2 * (d - 1) / d * (v / 8) / 5e10
+    assert float(group_all_reduce(v, n, h)) == pytest.approx(inside + across, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [16.0, 24.0, 64.0, 512.0])
+@pytest.mark.parametrize("volume", [1e3, 1e6, 1e9])
+def test_group_all_reduce_is_never_slower_than_all_of_it_over_scaleout(n, volume):
+    h = chip(**LINKS)
+    flat = all_reduce(volume, n, 5e10, 1.5e-5, 1.0)
+    assert float(group_all_reduce(volume, n, h)) <= flat
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("h", [0.0, 0.5])
+def test_group_all_reduce_mixes_in_v1s_flat_form(h):
+    """``hierarchical_collectives = 0`` (and None) is v1's all-scale-out all-reduce; between 0
+    and 1 the two mix linearly."""
+    v, n = 1e6, 32.0
+    flat = all_reduce(v, n, 5e10, 1.5e-5, 1.0)
+    hier = float(group_all_reduce(v, n, chip(**LINKS)))
+    got = float(group_all_reduce(v, n, chip(**{**LINKS, "hierarchical_collectives": h})))
+    assert got == pytest.approx((1 - h) * flat + h * hier, rel=1e-9)
+    off = {k: x for k, x in LINKS.items() if k != "hierarchical_collectives"}
+    assert float(group_all_reduce(v, n, chip(**off))) == pytest.approx(flat, rel=1e-9)
+
+
+def test_group_all_reduce_is_continuous_at_one_domain():
+    h = chip(**LINKS)
+    at = float(group_all_reduce(1e6, 8.0, h))
+    past = float(group_all_reduce(1e6, 8.0 + 1e-6, h))
+    assert past == pytest.approx(at, rel=1e-4)
+
+
+def test_pure_physics_still_bounds_multi_node_tensor_parallelism():
+    """A 16-chip tensor-parallel step on two HGX boxes: the pure chip (no latencies, every
+    efficiency 1) is no slower than an engine's profile on it."""
+    m, w = dcost.model("llama-3.3-70b"), dcost.Workload(2048.0)
+    d = dcost.Design(batch=8, chips=16)
+    pure = dcost.decode(d, dcost.hardware("h100-sxm"), m, w).tpot
+    eng = dcost.engine("trtllm", hardware="h100-sxm")
+    assert float(pure) <= float(dcost.decode(d, dcost.hardware("h100-sxm"), m, w, engine=eng).tpot)
