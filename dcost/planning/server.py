@@ -23,7 +23,10 @@ through the other with the engine's scheduler, step by step:
   step of ``B`` decode tokens and ``x`` prompt tokens), tabulated once per deployment.
 
 A request reaches the engine ``Scheduler.frontend_time`` after its client sends it (HTTP, API
-server, tokenizer and the first token's way back, charged on the way in). TTFT is the client's
+server, tokenizer and the first token's way back, charged on the way in; each request's own
+draw around that mean with ``Scheduler.frontend_cv``); requests that reach an idle replica at the
+same instant start one step together. ``Sessions`` makes each request a conversation whose
+later turns follow the earlier answers by a think time. TTFT is the client's
 send to the end of the step that completes the prompt; TPOT ``(e2e - ttft)/(output - 1)``; ITL
 the time between a request's consecutive tokens; e2e the client's send to the last token.
 
