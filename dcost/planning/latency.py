@@ -49,17 +49,24 @@ larger of the two pictures. Likewise a prompt within one chunk shares its step w
 E[P_u], C))`` (at least the step it would take alone).
 
 **TPOT** of a request is the mean over its ``K`` decode steps,
-``t_0 + (t_c - t_0) N_c / K`` with ``N_c`` the steps that held a chunk. By the central limit
-theorem ``N_c / K`` is normal with mean ``f`` and variance ``f (1 - f) kappa / K``, where
-``kappa = (2 - p - q)/(p + q)`` is the variance factor of a two-state Markov chain of chunk and
-decode steps whose chunk runs last ``1/p = E[n] / (1 - rho_p)`` steps (an M/G/1 busy period,
-``rho_p = lambda_r E[S]``) and decode runs ``1/q = (1/p)(1 - f)/f`` (Kemeny and Snell, "Finite
-Markov Chains", 1960, sec. 4.6). The batch itself varies (Poisson, variance ``B``); averaged over
-a stay as long as its correlation time it keeps ``2/3`` of its variance (the autocorrelation of
-an M/D/inf count is ``1 - tau/D``), adding ``t'(B)^2 (2/3) B``. The percentile is that of the
-mixture over ``K`` (a quadrature over the lognormal output length) of these normals. In a
-disaggregated decode pool ``f = 0`` and the request waits ``R ~ U(0, t)`` for its first step,
-adding ``R / K``.
+``t_bar + (t_c - t_0)(N_c/K - f) + t'(B)(B_avg - B)`` with ``N_c`` the steps that held a chunk
+and ``B_avg`` the batch averaged over them. Both are shot noise counted in steps (Campbell's
+theorem, ``_shot_cumulants``): each prompt brings ``n`` chunk steps, each request ``K`` decode
+steps, at ``a = lambda_r t_bar`` arrivals per step. Their cumulants over a window of ``K``
+steps follow the spread of ``n`` and ``K`` (a heavy-tailed prompt or output keeps a long
+window's variance up: ``a E[n^2] / K`` for chunks, not a geometric run's); the window opens
+when the request's own prefill ends, with the prompts that arrived during its TTFT still to
+prefill (``_window_chunks``; this raises the mean TPOT of short outputs too); a request's
+chunks and then its decode steps make the two parts covary (``_cross_covariance``). Steps that
+last longer draw more arrivals per step: a chunk step by ``lambda_r (t_c - t_0)`` prompts, a
+fuller batch by ``lambda_r t'(B)`` per sequence, branching ratios ``e_c = lambda_r (t_c - t_0)
+E[n]`` and ``e_b = lambda_r E[K] t'(B)`` that raise the variances by ``1/(1 - e_c)^2`` (a
+prompt's offspring run back to back) and ``1/(1 - e_b)`` (a sequence's arrive during its
+stay; Hawkes and Oakes, J. Appl. Prob. 11, 1974). The chunk share's variance is at most a 0/1
+indicator's, ``m (1 - m)``. The percentile is that of the mixture over ``K`` (a quadrature over
+the lognormal output length) of shifted gammas with these three cumulants (a short output
+sees a chunk step or not: the skew matters in the tail). In a disaggregated decode pool
+``f = 0`` and the request waits ``R ~ U(0, t)`` for its first step, adding ``R / K``.
 
 Limits, stated: the batch cap is assumed not to bind in the percentiles (``slot_wait`` reports
 Erlang-C's probability that an arrival finds all ``n * cap`` slots full, for a search to keep
@@ -289,26 +296,158 @@ def _ttft(traffic, quantiles, service, extra, tail, residual, busy, at=None, que
     return jnp.where(stable, x, jnp.inf), jnp.where(stable, mean, jnp.inf), over
 
 
-def _tpot(traffic, quantiles, mean_fn, var_fn, at=None):
-    """Percentiles over requests (``T_out >= 2``) of a normal mixture over ``K = T_out - 1``
-    (solved together; none when ``quantiles`` is empty). Returns ``(percentiles, mean,
-    over)``, ``over = P(TPOT > at)`` (None without ``at``; see ``_ttft``)."""
+def _shot_cumulants(rate, durations, weights, window, heights=1.0):
+    """Second and third cumulants of the mean over a window of ``T`` steps of a shot-noise
+    count: shots arrive at ``rate`` per step and each adds ``heights`` for its ``S`` steps.
+
+    A shot that starts ``u`` steps before the window's end overlaps it for ``L(u)`` steps, a
+    trapezoid of height ``s = min(S, T)`` and flat top ``l - s`` (``l = max(S, T)``); by
+    Campbell's theorem the sum over shots has cumulants ``kappa_m = rate h^m E[int L^m du]``,
+
+    .. math:: \\int L^2 du = s^2 l - s^3/3, \\qquad \\int L^3 du = s^3 l - s^4/2,
+
+    (Rice, "Mathematical analysis of random noise", Bell Syst. Tech. J. 23, 1944, sec. 1.6;
+    the M/G/inf count with ``T -> 0`` has variance ``rate E[S]``, a Poisson's). Divided by
+    ``T^2`` and ``T^3`` for the window's mean. ``durations`` and ``weights``: the shots'
+    quadrature nodes ``(N,)``; ``window``: ``(M,)`` window lengths. Returns ``(k2, k3)``, each
+    ``(M,)``.
+    """
+    big_s = durations[None, :]
+    t = window[:, None]
+    s = jnp.minimum(big_s, t)
+    l_ = jnp.maximum(big_s, t)
+    j2 = jnp.sum(weights * (jnp.square(s) * l_ - s**3 / 3.0), axis=-1)
+    j3 = jnp.sum(weights * (s**3 * l_ - 0.5 * s**4), axis=-1)
+    return (
+        rate * heights**2 * j2 / jnp.square(window),
+        rate * heights**3 * j3 / window**3,
+    )
+
+
+def _window_chunks(rate, left, durations, weights, window):
+    """Mean, variance and third cumulant of the share of a request's ``T`` decode steps that
+    carry a prompt chunk (``window``: ``(M,)``), each prompt bringing ``n`` chunk steps
+    (``durations``, ``weights``: its quadrature nodes).
+
+    The window opens when the request's own prefill ends, a moment the prefill queue sees as
+    an arrival does (a departure leaves behind what an arrival finds: Kleinrock, "Queueing
+    Systems" vol. 1, sec. 5.4), not as a random step does: chunk steps are longer, so a time
+    point falls in a prefill busy period more often than a step does. So the window sees (i)
+    the ``N_0`` prompts left behind, those that arrived during the request's TTFT (``left`` =
+    ``lambda_r E[TTFT]`` by Little's law, taken as Poisson), whose chunks run first, ``min(n,
+    T)`` each; and (ii) the prompts that arrive in it, ``rate`` per step, one starting ``v``
+    steps in adding ``min(n, T - v)``. As shot noise (``_shot_cumulants``), with ``s = min(n,
+    T)``,
+
+    .. math:: \\kappa_m = N_0 E[s^m] + a E\\Big[\\frac{s^{m+1}}{m + 1} + s^m (T - s)\\Big],
+
+    divided by ``T^m``. For a long window the mean tends to ``a E[n]``, the share of chunk
+    steps, and the variance to ``a E[n^2] / T``, the asymptotic variance of a renewal count
+    whatever the spread of ``n`` (Cox, "Renewal Theory", 1962, sec. 7.2). Returns ``(m1, k2,
+    k3)``, each ``(M,)``.
+    """
+    n = durations[None, :]
+    t = window[:, None]
+    s = jnp.minimum(n, t)
+    out = []
+    for m in (1, 2, 3):
+        inside = s ** (m + 1) / (m + 1) + s**m * (t - s)
+        kappa = jnp.sum(weights * (left * s**m + rate * inside), axis=-1)
+        out.append(kappa / window**m)
+    return out[0], out[1], out[2]
+
+
+def _branching(traffic, lam_r, slope):
+    """The decode batch's branching ratio ``e = lambda_r E[K] t'(B)``, clipped to [0, 0.9]."""
+    x_out = _lengths(traffic, "output")
+    w = jnp.asarray(_W, dtype=x_out.dtype)
+    return jnp.clip(lam_r * jnp.sum(w * jnp.maximum(x_out - 1.0, 0.0)) * slope, 0.0, 0.9)
+
+
+_LEGENDRE = np.polynomial.legendre.leggauss(16)
+
+
+def _cross_covariance(traffic, rate, durations, weights, window):
+    """``Cov(N_c, B_sum) / T^2`` over a window of ``T`` steps: a request's ``n`` chunk steps
+    are followed by its ``K`` decode steps, so a window that holds the point between them sees
+    ``min(v, n)`` of the first and ``min(T - v, K)`` of the second (``v`` in ``(0, T)``); by
+    Campbell's theorem, ``n`` and ``K`` independent,
+
+    .. math:: \\mathrm{Cov} = a \\int_0^T E[\\min(v, n)]\\, E[\\min(T - v, K)]\\, dv
+
+    (16-point Gauss-Legendre in ``v``), ``a E[n] E[K]`` once ``T`` outlasts both."""
+    x_out = _lengths(traffic, "output")
+    w_k = jnp.asarray(_W, dtype=x_out.dtype)
+    stays = jnp.maximum(x_out - 1.0, 0.0)
+    nodes, wts = (jnp.asarray(x, dtype=x_out.dtype) for x in _LEGENDRE)
+    v = 0.5 * window[:, None] * (nodes[None, :] + 1.0)  # (M, 16)
+    first = jnp.sum(weights * jnp.minimum(v[..., None], durations), axis=-1)
+    second = jnp.sum(w_k * jnp.minimum(window[:, None, None] - v[..., None], stays), axis=-1)
+    integral = 0.5 * window * jnp.sum(wts * first * second, axis=-1)
+    return rate * integral / jnp.square(window)
+
+
+def _batch_cumulants(traffic, lam_r, step_time, slope, window):
+    """Cumulants ``(k2, k3)`` (s^2, s^3) of the decode batch's share of a request's mean step,
+    ``t'(B) (B_avg - B)``, over its ``K`` steps (``window``).
+
+    The others in the batch are an M/G/inf count in steps: arrivals ``a = lambda_r t_bar`` per
+    step, each staying its ``K'`` decode steps (``_shot_cumulants``). A fuller batch makes
+    every step longer and so draws more arrivals per step: a branching ratio ``e = lambda_r
+    E[K] t'(B)`` (the step's elasticity ``B t'/t``, clipped below 0.9). Linearized, each
+    arrival heads a cluster of ``1/(1 - e)`` sequences: clusters at ``a (1 - e)``, height
+    ``1/(1 - e)``, which keeps the mean and scales the count's variance by ``1/(1 - e)``, the
+    stationary variance of that feedback for exponential stays (a linear Hawkes process
+    driving an M/M/inf count: Hawkes and Oakes, J. Appl. Prob. 11, 1974).
+    """
+    x_out = _lengths(traffic, "output")
+    w = jnp.asarray(_W, dtype=x_out.dtype)
+    stays = jnp.maximum(x_out - 1.0, 0.0)
+    e = _branching(traffic, lam_r, slope)
+    a = lam_r * step_time
+    k2, k3 = _shot_cumulants(a * (1.0 - e), stays, w, window, 1.0 / (1.0 - e))
+    return jnp.square(slope) * k2, slope**3 * k3
+
+
+def _gamma_survival(x, mean, k2, k3):
+    """``P(X > x)`` of the shifted gamma with mean ``mean``, variance ``k2`` and third
+    cumulant ``k3 >= 0``: shape ``k = 4 k2^3 / k3^2``, scale ``k3 / (2 k2)``, shift ``mean - k
+    theta`` (the gamma approximation of a positively skewed sum; a normal as ``k3 -> 0``:
+    shapes above 1e6 are held there, skewness 0.002)."""
+    sd = jnp.sqrt(k2)
+    skew = jnp.maximum(k3, 0.0) / (k2 * sd)
+    shape = jnp.clip(4.0 / jnp.maximum(jnp.square(skew), 4e-6), 1e-3, 1e6)
+    scale = sd / jnp.sqrt(shape)
+    y = jnp.maximum((x - mean) / scale + shape, 0.0)
+    return jax.scipy.special.gammaincc(shape, y)
+
+
+def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None):
+    """Percentiles over requests (``T_out >= 2``) of a mixture over ``K = T_out - 1`` of
+    shifted gammas with the mean ``mean_fn(K)``, variance ``var_fn(K)`` and third cumulant
+    ``k3_fn(K)`` (``_gamma_survival``; normals without ``k3_fn``), solved together (none when
+    ``quantiles`` is empty). Returns ``(percentiles, mean, over)``, ``over = P(TPOT > at)``
+    (None without ``at``; see ``_ttft``)."""
     x_out = _lengths(traffic, "output")
     k = jnp.maximum(x_out - 1.0, 0.5)
     w = jnp.asarray(_W, dtype=k.dtype) * (x_out >= 1.5)
     w = w / jnp.maximum(jnp.sum(w), 1e-30)
     m = mean_fn(k)
-    s = jnp.sqrt(jnp.maximum(var_fn(k), jnp.square(1e-6 * m)))
+    var = jnp.maximum(var_fn(k), jnp.square(1e-6 * m))
+    s = jnp.sqrt(var)
+    k3 = None if k3_fn is None else k3_fn(k)
 
     def survival(x):  # x: (Q,)
-        return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
+        if k3 is None:
+            return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
+        return jnp.sum(w * _gamma_survival(x[:, None], m, var, k3), axis=-1)
 
     over = None if at is None else survival(jnp.reshape(at, (1,)))[0]
     if not quantiles:
         return jnp.zeros((0,), k.dtype), jnp.sum(w * m), over
     target = 1.0 - jnp.asarray(quantiles, dtype=k.dtype)
     lo = jnp.min(m - 9.0 * s) * jnp.ones_like(target)
-    hi = jnp.max(m + 9.0 * s) * jnp.ones_like(target)
+    hi = jnp.max(m + 9.0 * s + (0.0 if k3 is None else 10.0 * k3 / var)) * jnp.ones_like(target)
     return _solve(survival, target, lo, hi), jnp.sum(w * m), over
 
 
@@ -435,24 +574,47 @@ def aggregated_latency(
     queue = (w, nodes, rho_p, pool.replicas)
     ttft, ttft_mean, ttft_over = _ttft(traffic, quantiles, own, 0.0, tail, t0, busy, at_ttft, queue)
 
-    # TPOT: chunk/decode steps as a two-state Markov chain; the batch's own variation
+    # TPOT: chunk steps as shot noise (each prompt's n steps), clipped to a 0/1 indicator's
+    # variance; the batch's own variation with its feedback (_batch_cumulants)
     f_in = jnp.clip(f, 1e-6, 1.0 - 1e-6)
-    p = jnp.clip((1.0 - jnp.clip(rho_p, 0.0, 0.999)) / en, 1e-6, 1.0)
-    q = jnp.clip(p * f_in / (1.0 - f_in), 1e-6, 1.0)
-    kappa = (2.0 - p - q) / (p + q)
     delta = jnp.maximum(tc - t0, 0.0)
     slope = at[4][1] - at[4][2]
+    n_nodes = jnp.maximum(1.0, prompt_u / chunk)
+    # prompts left behind when a request's prefill ends: those that arrived during its TTFT
+    left = lam_r * jnp.where(jnp.isfinite(ttft_mean), ttft_mean, 0.0)
+
+    # a chunk step lasts delta longer, so lambda_r delta more prompts arrive in it, each with
+    # E[n] chunk steps of its own: a branching ratio; clusters of a prompt and its offspring
+    # run back to back, so the count's variance grows by 1/(1 - e)^2 (Hawkes and Oakes 1974)
+    e_c = jnp.clip(lam_r * delta * en, 0.0, 0.9)
+
+    def chunk_cumulants(k):
+        m1, k2, k3 = _window_chunks(lam_r * tbar, left, n_nodes, w, k)
+        k2, k3 = k2 / jnp.square(1.0 - e_c), k3 / (1.0 - e_c) ** 3
+        m1 = jnp.clip(m1, 1e-6, 1.0 - 1e-6)
+        clip = jnp.minimum(1.0, m1 * (1.0 - m1) / jnp.maximum(k2, 1e-30))
+        return delta * (m1 - f_in), jnp.square(delta) * k2 * clip, delta**3 * k3 * clip**1.5
 
     def mean_fn(k):
-        return tbar + 0.0 * k
+        return tbar + chunk_cumulants(k)[0]
+
+    e_b = _branching(traffic, lam_r, slope)
 
     def var_fn(k):
-        return (
-            jnp.square(delta) * f_in * (1.0 - f_in) * kappa / k
-            + jnp.square(slope) * (2.0 / 3.0) * batch
+        chunk_part, batch_part = (
+            chunk_cumulants(k)[1],
+            _batch_cumulants(traffic, lam_r, tbar, slope, k)[0],
         )
+        # the same request's chunks, then its decode steps: one shot, so the parts covary
+        cross = _cross_covariance(traffic, lam_r * tbar, n_nodes, w, k) * delta * slope
+        cross = cross / ((1.0 - e_c) * jnp.sqrt(1.0 - e_b))
+        bound = jnp.sqrt(chunk_part * batch_part)  # |correlation| <= 1 after the clip
+        return chunk_part + batch_part + 2.0 * jnp.minimum(cross, bound)
 
-    tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot)
+    def k3_fn(k):
+        return chunk_cumulants(k)[2] + _batch_cumulants(traffic, lam_r, tbar, slope, k)[1]
+
+    tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot, k3_fn)
     load = traffic.rate * (es + mean_k * tbar)
     slot = _slot_wait(pool, load)
     # input's share: no difference of near-equal step times when the pool idles (float32)
@@ -536,9 +698,12 @@ def decode_pool_latency(traffic: Traffic, decode: Pool, quantiles=QUANTILES, tpo
         return t + r_mean / k
 
     def var_fn(k):
-        return jnp.square(slope) * (2.0 / 3.0) * batch + r_var / jnp.square(k)
+        return _batch_cumulants(traffic, lam_r, t, slope, k)[0] + r_var / jnp.square(k)
 
-    tpot, tpot_mean, over = _tpot(traffic, quantiles, mean_fn, var_fn, tpot_slo)
+    def k3_fn(k):
+        return _batch_cumulants(traffic, lam_r, t, slope, k)[1]
+
+    tpot, tpot_mean, over = _tpot(traffic, quantiles, mean_fn, var_fn, tpot_slo, k3_fn)
     load = traffic.rate * mean_k * t
     return tpot, tpot_mean, batch, t, _slot_wait(decode, load), load, over
 
