@@ -215,8 +215,27 @@ def layouts(
     return [tuple(float(v) for v in x) for x in out]  # type: ignore[misc]
 
 
-def _stack(rows) -> Layout:
+def _layout_size(n: int) -> int:
+    """How many layout rows every kind's tables hold: the least of 128, 256, 512, ... that is
+    ``>= n``. One size for every kind and most questions: the planner's programs depend on
+    the shapes of their arguments alone (a model and a chip are numbers in them), so questions
+    about other models, chips and traffic load the programs an earlier one compiled.
+
+    >>> [_layout_size(n) for n in (1, 40, 64, 85, 300)]
+    [128, 128, 128, 128, 512]
+    """
+    return max(128, 1 << (n - 1).bit_length())
+
+
+def _stack(rows, size: int | None = None) -> Layout:
+    """The layouts ``rows`` as one ``Layout`` of arrays, padded to ``size`` rows (default: no
+    padding) with rows of ``chips = NaN``: a layout the search never opens (its bound on
+    chips is not finite) and that no reason for infeasibility counts (it fits nothing)."""
     a = np.asarray(rows, dtype=float).reshape(-1, 5)
+    n = len(a)
+    if size is not None and size > n:
+        a = np.concatenate([a, np.repeat(a[:1], size - n, axis=0)])
+        a[n:, 0] = np.nan
     return Layout(*(a[:, i] for i in range(5)))
 
 
@@ -719,7 +738,8 @@ def plan(
     unique = pad(unique, len(unique), mixes)
     # every kind that has layouts is searched, whatever the mode: one program for all modes
     searched = tuple(k for k in S.KINDS if rows[k])
-    layouts_by_kind = {k: _stack(rows[k]) for k in searched}
+    size = _layout_size(max(len(rows[k]) for k in searched))
+    layouts_by_kind = {k: _stack(rows[k], size) for k in searched}
     acc = None if acceptance is None else jnp.asarray(acceptance, dtype)
     tables = _tables(searched, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
     settings = settings if settings.group else settings._replace(group=1)
@@ -974,7 +994,9 @@ def _no_fit(modes, hardware, model, traffic, question) -> Plan:
 # ------------------------------------------------------------------------------ ground truth
 
 
-@functools.partial(jit, static_argnames=("kind", "n_max"))
+# every layout at every replica count: a large vectorized sweep, compiled optimized whatever the
+# process prefers (XLA's level 0 runs it five times more slowly; dcost.search._jit)
+@functools.partial(jit, static_argnames=("kind", "n_max"), optimized=True)
 def _grid_one(kind, tables, traffic, targets, hardware, model, n_max):
     return S.grid(kind, tables, 0, traffic, targets, hardware, model, n_max)
 
