@@ -94,6 +94,8 @@ _LAZY = {
     "plan": "dcost.planning.planner",
     "Plan": "dcost.planning.planner",
     "PlanBatch": "dcost.planning.planner",
+    "Scenario": "dcost.planning.sweep",
+    "plan_sweep": "dcost.planning.sweep",
     "simulate": "dcost.planning.fleet",
     "explore": "dcost.web.notebook",
     "Server": "dcost.planning.server",
@@ -195,6 +197,7 @@ __all__ += [
     "sensitivity",
 ]
 __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simulate"]
+__all__ += ["Scenario", "plan_sweep"]
 __all__ += ["TCO", "energy", "Energy", "PowerFit", "power_cap"]
 __all__ += ["Ownership", "ownership", "owned", "tco_per_token", "breakeven"]
 __all__ += ["Engine", "Scheduler", "engine", "engines", "Server", "Load", "Bursty"]

@@ -31,6 +31,7 @@ from dcost.cli.common import (
     profile_error,
     selected_engine,
 )
+from dcost.cli.sweep import add_arguments as add_sweep_arguments
 
 __all__ = ["add_parsers", "cmd_plan", "parse_slo", "launch_settings", "ENGINES"]
 
@@ -78,8 +79,8 @@ def add_parsers(subparsers) -> None:
         help="the cheapest fleet (aggregated or disaggregated) that serves a traffic mix "
         "within TTFT and TPOT percentiles",
     )
-    p.add_argument("--hardware", required=True, help="hardware preset (see `dcost presets`)")
-    p.add_argument("--model", required=True, help="model preset (see `dcost presets`)")
+    p.add_argument("--hardware", help="hardware preset (see `dcost presets`); required")
+    p.add_argument("--model", help="model preset (see `dcost presets`); required")
     add_precision_argument(p)
     p.add_argument(
         "--traffic",
@@ -87,7 +88,9 @@ def add_parsers(subparsers) -> None:
         help="traffic preset for the lengths (chat, code-completion, summarization, "
         "long-context, reasoning); --prompt/--output override its means",
     )
-    p.add_argument("--rate", type=positive, required=True, help="arrivals, requests/s")
+    p.add_argument(
+        "--rate", type=positive, help="arrivals, requests/s; required (with --scenarios: a default)"
+    )
     p.add_argument("--prompt", type=positive, default=None, help="mean prompt length, tokens")
     p.add_argument("--output", type=positive, default=None, help="mean output length, tokens")
     p.add_argument("--prompt-cv", type=non_negative, default=None, help="prompt length sd/mean")
@@ -156,6 +159,7 @@ def add_parsers(subparsers) -> None:
         "printed beside it)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    add_sweep_arguments(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -186,6 +190,13 @@ def cmd_plan(args) -> int:
     from dcost.planning.planner import Options, plan
     from dcost.search._jit import prefer_fast_compile
 
+    if args.scenarios is not None:
+        from dcost.cli.sweep import cmd_sweep
+
+        return cmd_sweep(args)
+    missing = [f"--{a}" for a in ("hardware", "model", "rate") if getattr(args, a) is None]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} required (or --scenarios FILE.csv)")
     hardware, model = hardware_and_model(args)
     traffic = _traffic(args)
     if args.max_chips < 1:

@@ -7,6 +7,7 @@
 - ``designs``: a pool's step time from a serving layout (the serving model, tabulated).
 - ``search``: branch and bound over layouts and replica counts; the exhaustive grid.
 - ``planner``: ``plan`` (the cheapest fleet), ``Plan``, ``plan_grid`` (its ground truth).
+- ``sweep``: ``plan_sweep`` (many questions, sharded over devices and processes), ``Scenario``.
 - ``envelope``: ``plan_sensitivity`` (elasticities of the bill, by the envelope theorem).
 - ``fleet``: ``simulate`` (a plan's fleet through the simulation, step times exact).
 """
@@ -18,6 +19,7 @@ from dcost.planning.latency import Latency, aggregated_latency, disaggregated_la
 from dcost.planning.planner import Options, Plan, PlanBatch, PoolPlan, layouts, plan, plan_grid
 from dcost.planning.pools import Pool, roofline_step
 from dcost.planning.simulate import Simulation, simulate_aggregated, simulate_disaggregated
+from dcost.planning.sweep import Scenario, plan_sweep
 from dcost.planning.traffic import Traffic, traffic, traffic_card, traffic_names
 
 __all__ = [
@@ -43,6 +45,8 @@ __all__ = [
     "PoolPlan",
     "Options",
     "layouts",
+    "Scenario",
+    "plan_sweep",
     "simulate",
     "plan_sensitivity",
     "PlanSensitivity",

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -590,13 +590,6 @@ def _scenarios(traffic: Traffic) -> int | None:
     return next(iter(shapes))[0]
 
 
-@_small_jit
-def _workload_stats(traffic):
-    """``workload_stats`` of each scenario: one small program (op by op, its two dozen
-    operations cost a warm ``dcost plan`` about a second of dispatching)."""
-    return jax.vmap(workload_stats)(traffic)
-
-
 def plan(
     hardware,
     model,
@@ -664,6 +657,99 @@ def plan(
     >>> p.cost_per_hour == p.chips * float(h100.price_per_hour)
     True
     """
+    prepared = _prepare(
+        hardware,
+        model,
+        traffic,
+        ttft_slo,
+        tpot_slo,
+        mode,
+        acceptance=acceptance,
+        memory_reserve=memory_reserve,
+        slot_wait=slot_wait,
+        max_utilisation=max_utilisation,
+        options=options,
+        settings=settings,
+        engine=engine,
+        confidence=confidence,
+    )
+    if prepared.plans is not None:
+        return _answer(prepared, None)
+    found = _search(*prepared.search_arguments(), min(prepared.size, WIDTH))
+    return _answer(prepared, found)
+
+
+@_small_jit
+def _workload_stats(traffic):
+    """``workload_stats`` of each scenario: one small program (op by op, its two dozen
+    operations cost a warm ``dcost plan`` about a second of dispatching)."""
+    return jax.vmap(workload_stats)(traffic)
+
+
+class Prepared(NamedTuple):
+    """A planning question made ready for its search: ``plan`` is ``_prepare``, the search
+    (``_search(*prepared.search_arguments(), width)``) and ``_answer``; ``dcost.planning.sweep``
+    runs the same search with its scenarios sharded over devices and processes.
+
+    Attributes:
+      n: scenarios asked (None: one, unbatched); batch: ``n`` or 1; size: the padded batch.
+      modes, rows, traffic_b, question: what ``_assemble`` reads (``traffic_b``: the traffic
+        with every field of shape ``(batch,)``).
+      kinds, tables, mix, traffic, targets, hardware, model, settings: the search's arguments
+        (``mix``: each scenario's row of the tables' length mixes; ``mix``, ``traffic`` and
+        ``targets`` with a leading axis ``size``).
+      plans: the answers when no search is needed (no layout fits), else None.
+    """
+
+    n: int | None
+    batch: int
+    size: int
+    modes: tuple
+    rows: dict
+    traffic_b: Traffic
+    question: dict
+    kinds: tuple
+    tables: dict
+    mix: jax.Array | None
+    traffic: Traffic | None
+    targets: S.Targets
+    hardware: Hardware
+    model: Model
+    settings: S.Settings
+    plans: tuple | None
+
+    def search_arguments(self) -> tuple[Any, Any, Any, Any, Any, Any, Any, Any]:
+        """``_search``'s arguments but ``width``."""
+        return (
+            self.kinds,
+            self.tables,
+            self.mix,
+            self.traffic,
+            self.targets,
+            self.hardware,
+            self.model,
+            self.settings,
+        )
+
+
+def _prepare(
+    hardware,
+    model,
+    traffic,
+    ttft_slo,
+    tpot_slo,
+    mode,
+    *,
+    acceptance,
+    memory_reserve,
+    slot_wait,
+    max_utilisation,
+    options,
+    settings,
+    engine,
+    confidence,
+) -> Prepared:
+    """``plan``'s checks, layouts, step tables and padded scenarios (``Prepared``)."""
     chip_name = hardware if isinstance(hardware, str) else None
     hardware, model = _specs(hardware, model)
     eng = resolve_engine(engine, chip_name)
@@ -728,7 +814,24 @@ def plan(
             _no_fit(modes, hardware, model, traffic_at(traffic_b, i), question)
             for i in range(batch)
         ]
-        return plans[0] if n is None else PlanBatch(tuple(plans))
+        return Prepared(
+            n,
+            batch,
+            size,
+            modes,
+            rows,
+            traffic_b,
+            question,
+            (),
+            {},
+            None,
+            None,
+            targets,
+            hardware,
+            model,
+            settings,
+            tuple(plans),
+        )
     traffic_p = jax.tree.map(lambda x: jnp.asarray(x, dtype), pad(traffic_b, batch, size))
     stats = np.asarray(_workload_stats(traffic_p))
     unique, index = np.unique(stats, axis=0, return_inverse=True)
@@ -743,7 +846,14 @@ def plan(
     acc = None if acceptance is None else jnp.asarray(acceptance, dtype)
     tables = _tables(searched, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
     settings = settings if settings.group else settings._replace(group=1)
-    found = _search(
+    return Prepared(
+        n,
+        batch,
+        size,
+        modes,
+        rows,
+        traffic_b,
+        question,
         searched,
         tables,
         jnp.asarray(index.reshape(-1), jnp.int32),
@@ -752,13 +862,30 @@ def plan(
         hardware,
         model,
         settings,
-        min(size, WIDTH),
+        None,
     )
-    found = jax.tree.map(lambda x: np.asarray(x)[:batch], jax.device_get(found))
-    plans = [
-        _assemble(modes, rows, found, i, traffic_at(traffic_b, i), question) for i in range(batch)
-    ]
-    return plans[0] if n is None else PlanBatch(tuple(plans))
+
+
+def _answer(prepared: Prepared, found):
+    """The ``Plan`` (or ``PlanBatch``) from a search's results (``found``: per kind, fields with
+    a leading axis of at least ``prepared.batch``) or from ``prepared.plans``."""
+    if prepared.plans is not None:
+        plans = list(prepared.plans)
+    else:
+        batch = prepared.batch
+        found = jax.tree.map(lambda x: np.asarray(x)[:batch], jax.device_get(found))
+        plans = [
+            _assemble(
+                prepared.modes,
+                prepared.rows,
+                found,
+                i,
+                traffic_at(prepared.traffic_b, i),
+                prepared.question,
+            )
+            for i in range(batch)
+        ]
+    return plans[0] if prepared.n is None else PlanBatch(tuple(plans))
 
 
 def traffic_at(traffic: Traffic, i: int) -> Traffic:

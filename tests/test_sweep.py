@@ -1,0 +1,241 @@
+"""``dcost.plan_sweep`` and ``dcost plan --scenarios``: a sweep's answers are ``dcost.plan``'s,
+bit for bit, on one device, on 4 host devices and on 2 processes; bad scenario files are refused
+naming the file, the line and the column.
+
+The reference is ``dcost.plan`` on each block of a group (``tests/sweep_child.py``'s ``tiny``
+sweep with ``block=16``: a group of 17 scenarios is planned as two calls of 16 and 1, a group of
+3 as one call). Every field of every plan is compared by its exact ``repr``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dcost
+from dcost.cli.app import main
+from dcost.planning.sweep import ScenarioError, assign
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import sweep_child  # noqa: E402
+
+CHILD = ROOT / "tests" / "sweep_child.py"
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """``dcost.plan`` of the tiny sweep, block by block (blocks of 16), as ``summary`` rows in
+    the scenarios' order."""
+    rows = sweep_child.tiny()
+    groups: dict = {}
+    for i, s in enumerate(rows):
+        groups.setdefault(s.tpot_slo, []).append(i)
+    out: list = [None] * len(rows)
+    for tpot, members in groups.items():
+        for start in range(0, len(members), 16):
+            part = members[start : start + 16]
+            traffic = dcost.traffic("chat", rate=np.asarray([rows[i].rate for i in part]))
+            batch = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, tpot_slo=tpot)
+            for i, p in zip(part, batch, strict=True):
+                out[i] = sweep_child.summary(p)
+    return out
+
+
+def test_sweep_is_plan_block_by_block(reference):
+    rows = sweep_child.tiny()
+    got = [sweep_child.summary(p) for p in dcost.plan_sweep(rows, block=16)]
+    assert got == reference
+    # a group of at most `block` scenarios is one call of dcost.plan: the 3-scenario group
+    small = [s for s in rows if s.tpot_slo == (0.03, 0.9)]
+    whole = dcost.plan(
+        "h100-sxm",
+        "llama-3.1-8b",
+        dcost.traffic("chat", rate=np.asarray([s.rate for s in small])),
+        tpot_slo=(0.03, 0.9),
+    )
+    sweep = dcost.plan_sweep(small + [s._asdict() for s in small[:1]], block=16)
+    assert [sweep_child.summary(p) for p in sweep][:3] == [sweep_child.summary(p) for p in whole]
+    assert sweep_child.summary(sweep[3]) == sweep_child.summary(whole[0])
+    assert len(sweep) == 4 and sweep.chips.shape == (4,)
+
+
+def test_assign_round_robin():
+    places = assign(7, 2, 3)
+    assert places == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 0)]
+    # every block placed once; each process's blocks spread over its devices
+    assert sorted(places.count(p) for p in set(places)) == [1, 1, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "scenario, needle",
+    [
+        (dict(model="llama-3.1-8b", hardware="h100-sxm", traffic="chatty"), "traffic = 'chatty'"),
+        (dict(model="llama-3.1-8b", hardware="h100-sxm", rate=-1.0), "rate"),
+        (dict(model="llama-3.1-8b", hardware="h100-sxm", mode="both"), "mode = 'both'"),
+        (dict(model="llama-3.1-8b", hardware="h100-sxm", tpot_slo=(0.05,)), "tpot_slo"),
+        (dict(model="llama-3.1-8b", hardware="h100-sxm", colour="red"), "colour"),
+        (dict(model="llama-9", hardware="h100-sxm"), "llama-9"),
+    ],
+)
+def test_bad_scenarios_name_their_row(scenario, needle):
+    good = dcost.Scenario("llama-3.1-8b", "h100-sxm", "chat", 1.0)
+    with pytest.raises(ScenarioError, match="scenario 1") as err:
+        dcost.plan_sweep([good, scenario])
+    assert needle in str(err.value) and err.value.index == 1
+
+
+@pytest.mark.parametrize("block", [0, 24, 8, 16.0, True])
+def test_bad_block(block):
+    with pytest.raises(dcost.SpecError, match="block"):
+        dcost.plan_sweep([], block=block)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _child_env(devices: int) -> dict:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _result(text: str) -> dict:
+    return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.slow
+def test_sweep_on_four_host_devices(reference):
+    done = subprocess.run(
+        [sys.executable, str(CHILD), "tiny", "--block", "16"],
+        env=_child_env(4),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = _result(done.stdout)
+    assert out["devices"] == 4 and out["processes"] == 1
+    assert out["plans"] == [list(r) for r in reference]
+
+
+@pytest.mark.slow
+def test_sweep_on_two_processes(reference):
+    port = _port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(CHILD), "tiny", "--block", "16", "--port", str(port)]
+            + ["--processes", "2", "--process-id", str(i)],
+            env=_child_env(1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=300)
+            assert p.returncode == 0, stderr[-3000:]
+            outs.append(_result(stdout))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [o["process"] for o in outs] == [0, 1] and outs[0]["processes"] == 2
+    for o in outs:  # every process holds the whole sweep, in order
+        assert o["plans"] == [list(r) for r in reference]
+
+
+GOOD = """model,chip,traffic,rate,tpot,mode
+llama-3.1-8b,h100-sxm,chat,5,50ms@p90,best
+llama-3.1-8b,h100-sxm,chat,300,30ms@p90,
+llama-3.1-8b,h100-sxm,chat,,50ms@p90,best
+"""
+
+
+def test_cli_scenarios_write_the_plans(tmp_path, capsys):
+    src, out = tmp_path / "roadmap.csv", tmp_path / "plans.csv"
+    src.write_text(GOOD)
+    code = main(["plan", "--scenarios", str(src), "--out", str(out), "--rate", "40"])
+    assert code == 0, capsys.readouterr().err
+    assert "3 plans (3 feasible)" in capsys.readouterr().out
+    rows = list(csv.DictReader(out.open()))
+    assert [r["line"] for r in rows] == ["2", "3", "4"]
+    for r, rate, tpot in zip(rows, (5.0, 300.0, 40.0), (0.05, 0.03, 0.05), strict=True):
+        p = dcost.plan(
+            "h100-sxm", "llama-3.1-8b", dcost.traffic("chat", rate=rate), tpot_slo=(tpot, 0.9)
+        )
+        replicas = {x.role: str(x.replicas) for x in p.pools}
+        assert r["plan_mode"] == p.mode and r["feasible"] == "true"
+        assert int(r["chips"]) == p.chips
+        assert r[f"{p.mode if p.mode == 'aggregated' else 'decode'}_replicas"] == replicas.get(
+            "aggregated", replicas.get("decode")
+        )
+        assert float(r["cost_per_hour"]) == pytest.approx(p.cost_per_hour, rel=1e-12)
+        assert float(r["cost_per_million_output"]) == pytest.approx(
+            p.cost_per_million_output, rel=1e-6
+        )
+        assert r["binding"] == p.binding
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("model,chip,traffic,colour\nllama-3.1-8b,h100-sxm,chat,red\n",
+         "line 1, column 4 (colour)"),
+        ("model,chip,traffic,rate\nllama-3.1-8b,h100-sxm,chat,1\nllama-3.1-8b,h100-sxm,chat,-3\n",
+         "line 3, column 4 (rate)"),
+        ("model,chip,traffic,rate\nllama-9,h100-sxm,chat,1\n", "line 2, column 1 (model)"),
+        ("chip,model,traffic,rate\nh100,llama-3.1-8b,chat,1\n", "line 2, column 1 (chip)"),
+        ("model,chip,traffic,rate\n\nllama-3.1-8b,h100-sxm,chat\n", "line 3: 3 cells"),
+        ("model,chip,traffic,rate,ttft\nllama-3.1-8b,h100-sxm,chat,1,2s@p100\n",
+         "line 2, column 5 (ttft)"),
+        ("model,chip,traffic,rate,mode\nllama-3.1-8b,h100-sxm,chat,1,both\n",
+         "line 2, column 5 (mode)"),
+        ("model,chip,traffic,rate\nllama-3.1-8b,h100-sxm,chat,\n", "line 2, column 4 (rate)"),
+        ("model,chip,traffic,rate,prefix_hit\nllama-3.1-8b,h100-sxm,chat,1,1.5\n",
+         "line 2, column 5 (prefix_hit)"),
+        ("model,chip,rate,prompt\nllama-3.1-8b,h100-sxm,1,100\n", "line 1: no 'traffic' column"),
+        ("chip,traffic,rate\nh100-sxm,chat,1\n", "line 1: no 'model' column"),
+        ("model,chip,chip,traffic\nllama-3.1-8b,h100-sxm,h100-sxm,chat\n",
+         "line 1, column 3 (chip): column 'chip' given twice"),
+        ("model,chip,traffic,rate\n", "no scenario below the header"),
+        ("\n\n", "empty scenario file"),
+        (b"model,chip\n\xff\xfe\n", "cannot read"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_a_bad_scenario_file(tmp_path, capsys, text, needle):
+    src = tmp_path / "bad.csv"
+    if isinstance(text, bytes):
+        src.write_bytes(text)
+    else:
+        src.write_text(text)
+    assert main(["plan", "--scenarios", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert str(src) in err and needle in err, err
+
+
+def test_cli_scenarios_missing_file_and_unused_flags(tmp_path, capsys):
+    missing = tmp_path / "none.csv"
+    assert main(["plan", "--scenarios", str(missing)]) == 2
+    assert f"{missing}: cannot read" in capsys.readouterr().err
+    src = tmp_path / "ok.csv"
+    src.write_text(GOOD)
+    assert main(["plan", "--scenarios", str(src), "--hardware", "b200"]) == 2
+    assert "--hardware: not used with --scenarios" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama-3.1-8b", "--rate", "1"]) == 2
+    assert "--hardware required" in capsys.readouterr().err
