@@ -188,7 +188,6 @@ def _traffic(args):
 def cmd_plan(args) -> int:
     from dcost.planning.fleet import simulate
     from dcost.planning.planner import Options, plan
-    from dcost.search._jit import prefer_fast_compile
 
     if args.scenarios is not None:
         from dcost.cli.sweep import cmd_sweep
@@ -205,13 +204,6 @@ def cmd_plan(args) -> int:
         raise ValueError(f"--simulate must be >= 0 requests, got {args.simulate}")
 
     def planned(chip):
-        # one question per process: compiling the search is most of a first plan's time, and
-        # XLA's backend optimization level 0 compiles it in about two thirds of the CPU time
-        # (the search then runs in milliseconds either way; dcost.search._jit)
-        with prefer_fast_compile():
-            return _plan_once(chip)
-
-    def _plan_once(chip):
         return plan(
             chip,
             model,
