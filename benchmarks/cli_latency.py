@@ -3,14 +3,17 @@
     python benchmarks/cli_latency.py             # everything; peers installed on first use
     python benchmarks/cli_latency.py --quick     # presets, eval, optimize; no peers, no API table
     python benchmarks/cli_latency.py --no-peers  # dcost only
+    python benchmarks/cli_latency.py --only plan "plan, next question" simulate
 
 Three tables, every figure from a subprocess run under a timeout (``--timeout``, default 600 s):
 
 1. **Processes.** ``python -c "import dcost"`` and each subcommand (``presets``, ``eval``,
-   ``optimize``, ``grid``, ``train``, ``lifetime``, ``warmup``, ``plan``) as a whole process, end
-   to end (the ``dcost`` console script beside the interpreter, else ``python -m dcost``):
-   *cold* against an empty persistent compilation cache (``DCOST_CACHE_DIR`` pointed at a fresh
-   temporary directory) and *warm* on the runs after it against the same directory (the median
+   ``optimize``, ``grid``, ``train``, ``lifetime``, ``warmup``, ``plan``, ``simulate``) as a
+   whole process, end to end (the ``dcost`` console script beside the interpreter, else
+   ``python -m dcost``): *cold* against an empty persistent compilation cache
+   (``DCOST_CACHE_DIR`` pointed at a fresh temporary directory; ``plan, next question``, another
+   model, chip and traffic, against the cache the README's ``plan`` left) and *warm* on the
+   runs after it against the same directory (the median
    of ``--warm-runs``, default 3, each run's wall time printed beneath). Wall time and CPU
    time (user + system of the child, from ``getrusage``) are both printed: on a shared machine the
    wall time moves with the other work, the CPU time much less.
@@ -75,7 +78,16 @@ COMMANDS = {
     # the README's planning question
     "plan": ["plan", "--hardware", "h100-sxm", "--model", "llama-3-70b", "--traffic", "chat"]
     + ["--rate", "100", "--calibrated", "--engine", "none"],
+    # another question after the README's (its cold run finds the README plan's programs: a
+    # model and chip with a similar count of layouts share them, dcost.planning.planner._padded)
+    "plan, next question": ["plan", "--hardware", "a100-80gb", "--model", "llama-3-8b"]
+    + ["--traffic", "code-completion", "--rate", "40", "--calibrated", "--engine", "none"],
+    # one deployment under a closed-loop load, vLLM's profile
+    "simulate": ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b"]
+    + ["--engine", "vllm", "--clients", "64", "--prompt", "1024", "--output", "256"],
 }
+# commands whose cache is first filled by another command's run
+AFTER = {"plan, next question": "plan"}
 QUICK = ("presets", "eval", "optimize")
 # llama-3-70b on 8 x H100, time per output token <= 50 ms
 PEER_QUESTION = {
@@ -92,6 +104,13 @@ def parse_args(argv=None):
     p.add_argument("--no-peers", action="store_true", help="skip llm-analysis and aiconfigurator")
     p.add_argument("--no-api", action="store_true", help="skip the public-function table")
     p.add_argument("--api-only", action="store_true", help="only the public-function table")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=sorted(COMMANDS),
+        metavar="COMMAND",
+        help=f"only these processes (no peers, no API table): {', '.join(COMMANDS)}",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="limit per subprocess, seconds")
     p.add_argument("--warm-runs", type=int, default=3, help="warm runs per command (median)")
     p.add_argument("--call-seconds", type=float, default=1.0, help="time per steady-state call")
@@ -140,12 +159,15 @@ def dcost_cmd(argv) -> list[str]:
     return [sys.executable, "-m", "dcost", *argv]
 
 
-def cold_and_warm(argv, timeout, warm_runs: int = 3) -> tuple[dict, dict]:
-    """The same command against an empty cache directory, then ``warm_runs`` times again
-    against what it left: the warm run of median wall time, with every warm run's wall time
-    (``"walls"``; a shared machine's figures move from run to run)."""
+def cold_and_warm(argv, timeout, warm_runs: int = 3, before=None) -> tuple[dict, dict]:
+    """The same command against an empty cache directory (or one that the command ``before``
+    filled), then ``warm_runs`` times again against what it left: the warm run of median wall
+    time, with every warm run's wall time (``"walls"``; a shared machine's figures move from
+    run to run)."""
     cache = Path(tempfile.mkdtemp(prefix="dcost-bench-cache-"))
     try:
+        if before is not None:
+            timed(dcost_cmd(before), _env(cache), timeout)
         cold = timed(dcost_cmd(argv), _env(cache), timeout)
         runs = [timed(dcost_cmd(argv), _env(cache), timeout) for _ in range(max(warm_runs, 1))]
     finally:
@@ -165,7 +187,10 @@ def _cell(r: dict | None) -> str:
 
 
 def print_processes(rows):
-    print("\nprocesses, end to end (s): cold = empty compilation cache, warm = its second run")
+    print(
+        "\nprocesses, end to end (s): cold = empty compilation cache (for 'plan, next question':"
+        " the cache 'plan' left), warm = its later runs"
+    )
     print(f"  {'':28s} {'cold wall':>8s} {'cpu':>8s}   {'warm wall':>8s} {'cpu':>8s}")
     for label, cold, warm in rows:
         print(f"  {label:28s} {_cell(cold)}   {_cell(warm)}")
@@ -411,20 +436,21 @@ def main(argv=None) -> int:
         return 0
     print(f"python {sys.version.split()[0]}, {machine}")
     env = _env(None)
-    names = QUICK if args.quick else tuple(COMMANDS)
+    names = tuple(args.only) if args.only else QUICK if args.quick else tuple(COMMANDS)
     rows = [
         ("python -c pass", timed([sys.executable, "-c", "pass"], env, args.timeout), None),
         ("import dcost", timed([sys.executable, "-c", "import dcost"], env, args.timeout), None),
         ("import jax", timed([sys.executable, "-c", "import jax"], env, args.timeout), None),
     ]
     for name in names:
-        cold, warm = cold_and_warm(COMMANDS[name], args.timeout, args.warm_runs)
+        before = COMMANDS[AFTER[name]] if name in AFTER else None
+        cold, warm = cold_and_warm(COMMANDS[name], args.timeout, args.warm_runs, before)
         rows.append((f"dcost {name}", cold, warm))
     print_processes(rows)
-    if not (args.quick or args.no_peers):
+    if not (args.quick or args.no_peers or args.only):
         print("\nthe same question: llama-3-70b on 8 x H100, time per output token <= 50 ms")
         print_processes(run_peers(args))
-    if not (args.quick or args.no_api):
+    if not (args.quick or args.no_api or args.only):
         run_api(args)
     print(f"\nload at the end: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)")
     return 0
