@@ -422,7 +422,38 @@ def _gamma_survival(x, mean, k2, k3):
     return jax.scipy.special.gammaincc(shape, y)
 
 
-def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None):
+_ATOMS = 48  # chunk-step counts 0..47 of a short output, exactly
+
+
+def _count_pmf(mean, var, window):
+    """Probabilities of ``N = 0 .. _ATOMS - 1`` chunk steps among a request's ``K`` steps
+    (rows: ``K`` nodes, ``K`` rounded to a whole number), and a mask of the rows with ``K <
+    _ATOMS``: the beta-binomial with that mean and variance, the count of ``K`` exchangeable
+    steps whose correlation ``rho = (var / (K m (1 - m)) - 1) / (K - 1)`` comes from chunk
+    runs longer than the window (``rho -> 1``: all chunk steps or none, a two-point law;
+    ``rho -> 0``: a binomial), with ``alpha + beta = 1/rho - 1`` (Skellam, J. R. Stat. Soc. B
+    10, 1948). ``mean`` and ``var`` are of the count ``N``."""
+    k = jnp.maximum(jnp.round(window), 1.0)
+    m = jnp.clip(mean / k, 1e-6, 1.0 - 1e-6)
+    binomial = k * m * (1.0 - m)
+    rho = (var / binomial - 1.0) / jnp.maximum(k - 1.0, 1.0)
+    rho = jnp.clip(rho, 1e-6, 1.0 - 1e-6)
+    total = 1.0 / rho - 1.0
+    a, b = (m * total)[:, None], ((1.0 - m) * total)[:, None]
+    lg = jax.scipy.special.gammaln
+    j = jnp.arange(_ATOMS, dtype=mean.dtype)
+    kk = k[:, None]
+    rest = jnp.maximum(kk - j, 0.0)
+    log_p = (
+        lg(kk + 1.0) - lg(j + 1.0) - lg(rest + 1.0)
+        + lg(j + a) + lg(rest + b) - lg(kk + a + b)
+        - lg(a) - lg(b) + lg(a + b)
+    )  # fmt: skip
+    p = jnp.where(j <= kk, jnp.exp(log_p), 0.0)
+    return p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30), k < _ATOMS
+
+
+def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None, atoms_fn=None):
     """Percentiles over requests (``T_out >= 2``) of a mixture over ``K = T_out - 1`` of
     shifted gammas with the mean ``mean_fn(K)``, variance ``var_fn(K)`` and third cumulant
     ``k3_fn(K)`` (``_gamma_survival``; normals without ``k3_fn``), solved together (none when
@@ -436,11 +467,21 @@ def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None):
     var = jnp.maximum(var_fn(k), jnp.square(1e-6 * m))
     s = jnp.sqrt(var)
     k3 = None if k3_fn is None else k3_fn(k)
+    atoms = None if atoms_fn is None else atoms_fn(k)
 
     def survival(x):  # x: (Q,)
         if k3 is None:
             return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
-        return jnp.sum(w * _gamma_survival(x[:, None], m, var, k3), axis=-1)
+        each = _gamma_survival(x[:, None], m, var, k3)
+        if atoms is not None:  # short outputs: the count of chunk steps, exactly
+            base, jump, (p, fits), rest = atoms
+            sd = jnp.sqrt(jnp.maximum(rest, jnp.square(1e-6 * base)))[:, None]
+            j = jnp.arange(_ATOMS, dtype=k.dtype)
+            level = base[:, None] + jump[:, None] * j  # (N, J)
+            z = (x[:, None, None] - level[None]) / sd[None]
+            exact = jnp.sum(p[None] * jst.norm.sf(z), axis=-1)
+            each = jnp.where(fits[None], exact, each)
+        return jnp.sum(w * each, axis=-1)
 
     over = None if at is None else survival(jnp.reshape(at, (1,)))[0]
     if not quantiles:
@@ -614,7 +655,16 @@ def aggregated_latency(
     def k3_fn(k):
         return chunk_cumulants(k)[2] + _batch_cumulants(traffic, lam_r, tbar, slope, k)[1]
 
-    tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot, k3_fn)
+    def atoms_fn(k):
+        # a short output's chunk steps are a count: N_c = 0, 1, ... steps of delta/K each
+        m1, k2, _ = _window_chunks(lam_r * tbar, left, n_nodes, w, k)
+        kk = jnp.maximum(jnp.round(k), 1.0)
+        count_var = jnp.square(kk) * k2 / jnp.square(1.0 - e_c)
+        batch_var = _batch_cumulants(traffic, lam_r, tbar, slope, k)[0]
+        base = tbar - delta * f_in + 0.0 * k
+        return base, delta / kk, _count_pmf(kk * m1, count_var, k), batch_var
+
+    tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot, k3_fn, atoms_fn)
     load = traffic.rate * (es + mean_k * tbar)
     slot = _slot_wait(pool, load)
     # input's share: no difference of near-equal step times when the pool idles (float32)
