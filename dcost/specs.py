@@ -156,6 +156,26 @@ def _show(v: np.ndarray) -> str:
     return f"array of shape {v.shape} with {[_scalar(x) for x in v.ravel()[:3]]}..."
 
 
+def check_share(owner: str, name: str, x, high: float = 0.5) -> float:
+    """``x`` as a ``float``, or SpecError unless it is a real number in ``[0, high)`` (never a
+    boolean or a string): a share given as an argument (a simulation's warmup).
+
+    >>> check_share("simulate", "warmup", 0.1)
+    0.1
+    >>> try:
+    ...     check_share("simulate", "warmup", "x")
+    ... except SpecError as err:
+    ...     print(err)
+    simulate.warmup = 'x' is not allowed: it must be a number in [0, 0.5)
+    """
+    number = isinstance(x, (int, float, np.integer, np.floating))
+    if not number or isinstance(x, (bool, np.bool_)) or not 0.0 <= float(x) < high:
+        raise SpecError(
+            f"{owner}.{name} = {x!r} is not allowed: it must be a number in [0, {high})"
+        )
+    return float(x)
+
+
 def check_count(owner: str, name: str, x, low: int = 1) -> int:
     """``x`` as an ``int``, or SpecError unless it is a whole number ``>= low`` (a Python or
     NumPy integer, or a float with a whole value; never a boolean, a string or NaN): the one

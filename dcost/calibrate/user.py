@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -318,10 +318,20 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
         raise engines.EngineError(
             f"calibrate.fit: engine must be a dcost.Engine, got {type(engine).__name__}"
         )
+    if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
+        raise TypeError(
+            f"calibrate.fit: records = {records!r:.60} is not allowed: it must be a list of "
+            "measurement records (dicts, e.g. from dcost.measurements.read)"
+        )
     records = list(records)
     if not records:
-        raise ValueError("calibrate.fit: no records to fit")
-    for r in records:
+        raise ValueError("calibrate.fit: records is empty: no records to fit")
+    for i, r in enumerate(records):
+        if not isinstance(r, Mapping):
+            raise TypeError(
+                f"calibrate.fit: records[{i}] = {r!r:.60} is not allowed: each record must be "
+                "a dict (dcost.measurements.read)"
+            )
         check_record({k: v for k, v in r.items() if k != "mode"})
     prep = prepare(records, engine)
     z, cov = fit_offsets(prep)

@@ -535,9 +535,16 @@ def engine(
     """
     if not isinstance(name, str):
         raise EngineError(f"engine: name must be a string, got {type(name).__name__}")
+    given = name
     if version is None and "-" in name and name.lower() not in _ALIASES:
         name, version = name.split("-", 1)
-    key = _name(name)
+    try:
+        key = _name(name)
+    except EngineError:
+        raise EngineError(
+            f"engine.name: unknown engine {given!r}; known: {', '.join(ENGINE_NAMES)} (a "
+            "version may follow, e.g. 'vllm-0.19')"
+        ) from None
     chip = _hardware_key(hardware)
     if profile is not None:
         eng = from_file(profile, **scheduler)

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dcost.planning.traces import Trace
-from dcost.specs import SpecError
+from dcost.specs import SpecError, check_count, check_share
 
 __all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server"]
 
@@ -286,8 +286,24 @@ class Server:
     def __post_init__(self):
         from dcost import presets
 
+        for f in ("hardware", "model"):
+            if not isinstance(getattr(self, f), str):
+                raise SpecError(
+                    f"Server.{f} = {getattr(self, f)!r:.60} is not allowed: it must be a preset "
+                    f"name (dcost.{f}_names())"
+                )
         presets.hardware_card(self.hardware)
         presets.model_card(self.model)
+        for f, allowed in (
+            ("weights", (None, *presets.PRECISIONS)),
+            ("kv_cache", presets.PRECISIONS),
+        ):
+            value = getattr(self, f)
+            if isinstance(value, bool) or value not in allowed:
+                raise SpecError(
+                    f"Server.{f} = {value!r:.60} is not allowed: allowed: "
+                    f"{', '.join(str(a) for a in allowed)}"
+                )
         for f in ("tensor_parallel", "attention_data_parallel", "pipeline_parallel", "replicas"):
             _count("Server", f, getattr(self, f))
         if self.expert_parallel is not None:
@@ -496,8 +512,8 @@ def simulate_server(
         raise SpecError(f"simulate: server must be a dcost.Server, got {type(server).__name__}")
     if not isinstance(load, Load):
         raise SpecError(f"simulate: load must be a dcost.Load, got {type(load).__name__}")
-    if not 0.0 <= warmup < 0.5:
-        raise SpecError(f"simulate: warmup = {warmup!r} is not allowed: 0 <= warmup < 0.5")
+    seed = check_count("simulate", "seed", seed, low=0)
+    warmup = check_share("simulate", "warmup", warmup)
     from dcost import engines
 
     eng = server.resolved_engine()

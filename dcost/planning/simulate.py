@@ -33,7 +33,7 @@ import numpy as np
 
 from dcost.planning.pools import Pool
 from dcost.planning.traffic import Traffic
-from dcost.specs import SpecError, check_count
+from dcost.specs import SpecError, check_count, check_share
 
 __all__ = ["Simulation", "simulate_aggregated", "simulate_disaggregated"]
 
@@ -124,8 +124,8 @@ def _run(traffic, pools, transfer, requests, seed, warmup, quantiles, max_events
     requests = check_count("simulate", "requests", requests)
     if max_events is not None:
         max_events = check_count("simulate", "max_events", max_events)
-    if not 0.0 <= warmup < 0.5:
-        raise SpecError(f"simulate: warmup = {warmup!r} is not allowed: 0 <= warmup < 0.5")
+    seed = check_count("simulate", "seed", seed, low=0)
+    warmup = check_share("simulate", "warmup", warmup)
     rate = float(np.asarray(traffic.rate))
     hit = float(np.asarray(traffic.prefix_hit))
     rng = np.random.default_rng(seed)
