@@ -304,6 +304,15 @@ class Server:
                     f"Server.{f} = {value!r:.60} is not allowed: allowed: "
                     f"{', '.join(str(a) for a in allowed)}"
                 )
+        if self.engine is not None:  # a name that resolves, or an Engine
+            from dcost import engines
+
+            try:
+                engines.resolve(self.engine, self.hardware)
+            except engines.EngineError as err:
+                raise SpecError(
+                    f"Server.engine = {self.engine!r:.60} is not allowed: {err}"
+                ) from None
         for f in ("tensor_parallel", "attention_data_parallel", "pipeline_parallel", "replicas"):
             _count("Server", f, getattr(self, f))
         if self.expert_parallel is not None:
