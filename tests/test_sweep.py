@@ -32,9 +32,9 @@ CHILD = ROOT / "tests" / "sweep_child.py"
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """``dcost.plan`` of the tiny sweep, block by block (blocks of 16), as ``summary`` rows in
-    the scenarios' order."""
+def reference_plans():
+    """``dcost.plan`` of the tiny sweep, block by block (blocks of 16), in the scenarios'
+    order."""
     rows = sweep_child.tiny()
     groups: dict = {}
     for i, s in enumerate(rows):
@@ -46,26 +46,21 @@ def reference():
             traffic = dcost.traffic("chat", rate=np.asarray([rows[i].rate for i in part]))
             batch = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, tpot_slo=tpot)
             for i, p in zip(part, batch, strict=True):
-                out[i] = sweep_child.summary(p)
+                out[i] = p
     return out
+
+
+@pytest.fixture(scope="module")
+def reference(reference_plans):
+    return [sweep_child.summary(p) for p in reference_plans]
 
 
 def test_sweep_is_plan_block_by_block(reference):
     rows = sweep_child.tiny()
-    got = [sweep_child.summary(p) for p in dcost.plan_sweep(rows, block=16)]
-    assert got == reference
-    # a group of at most `block` scenarios is one call of dcost.plan: the 3-scenario group
-    small = [s for s in rows if s.tpot_slo == (0.03, 0.9)]
-    whole = dcost.plan(
-        "h100-sxm",
-        "llama-3.1-8b",
-        dcost.traffic("chat", rate=np.asarray([s.rate for s in small])),
-        tpot_slo=(0.03, 0.9),
-    )
-    sweep = dcost.plan_sweep(small + [s._asdict() for s in small[:1]], block=16)
-    assert [sweep_child.summary(p) for p in sweep][:3] == [sweep_child.summary(p) for p in whole]
-    assert sweep_child.summary(sweep[3]) == sweep_child.summary(whole[0])
-    assert len(sweep) == 4 and sweep.chips.shape == (4,)
+    rows[5] = rows[5]._asdict()  # a dict of the fields is a scenario too
+    sweep = dcost.plan_sweep(rows, block=16)
+    assert [sweep_child.summary(p) for p in sweep] == reference
+    assert len(sweep) == 20 and sweep.chips.shape == (20,)
 
 
 def test_assign_round_robin():
@@ -160,35 +155,29 @@ def test_sweep_on_two_processes(reference):
         assert o["plans"] == [list(r) for r in reference]
 
 
-GOOD = """model,chip,traffic,rate,tpot,mode
-llama-3.1-8b,h100-sxm,chat,5,50ms@p90,best
-llama-3.1-8b,h100-sxm,chat,300,30ms@p90,
-llama-3.1-8b,h100-sxm,chat,,50ms@p90,best
-"""
-
-
-def test_cli_scenarios_write_the_plans(tmp_path, capsys):
+def test_cli_scenarios_write_the_plans(tmp_path, capsys, reference_plans):
+    rows = sweep_child.tiny()
+    picked = (0, 7, 19)  # the second has the other TPOT target: two groups
+    lines = ["model,chip,traffic,rate,tpot,mode"]
+    for i in picked:
+        tpot = f"{rows[i].tpot_slo[0] * 1e3:g}ms@p90"
+        lines.append(f"llama-3.1-8b,h100-sxm,chat,{rows[i].rate!r},{tpot},best")
+    lines[-1] = lines[-1][: -len("best")]  # an empty cell takes --mode
     src, out = tmp_path / "roadmap.csv", tmp_path / "plans.csv"
-    src.write_text(GOOD)
-    code = main(["plan", "--scenarios", str(src), "--out", str(out), "--rate", "40"])
-    assert code == 0, capsys.readouterr().err
+    src.write_text("\n".join(lines) + "\n")
+    assert main(["plan", "--scenarios", str(src), "--out", str(out)]) == 0
     assert "3 plans (3 feasible)" in capsys.readouterr().out
-    rows = list(csv.DictReader(out.open()))
-    assert [r["line"] for r in rows] == ["2", "3", "4"]
-    for r, rate, tpot in zip(rows, (5.0, 300.0, 40.0), (0.05, 0.03, 0.05), strict=True):
-        p = dcost.plan(
-            "h100-sxm", "llama-3.1-8b", dcost.traffic("chat", rate=rate), tpot_slo=(tpot, 0.9)
-        )
+    table = list(csv.DictReader(out.open()))
+    assert [r["line"] for r in table] == ["2", "3", "4"]
+    for r, i in zip(table, picked, strict=True):
+        p = reference_plans[i]
         replicas = {x.role: str(x.replicas) for x in p.pools}
-        assert r["plan_mode"] == p.mode and r["feasible"] == "true"
-        assert int(r["chips"]) == p.chips
-        assert r[f"{p.mode if p.mode == 'aggregated' else 'decode'}_replicas"] == replicas.get(
-            "aggregated", replicas.get("decode")
-        )
-        assert float(r["cost_per_hour"]) == pytest.approx(p.cost_per_hour, rel=1e-12)
-        assert float(r["cost_per_million_output"]) == pytest.approx(
-            p.cost_per_million_output, rel=1e-6
-        )
+        assert (r["plan_mode"], r["feasible"], int(r["chips"])) == (p.mode, "true", p.chips)
+        for role in ("aggregated", "prefill", "decode"):
+            assert r[f"{role}_replicas"] == replicas.get(role, "")
+        assert float(r["cost_per_hour"]) == p.cost_per_hour
+        assert float(r["cost_per_million_input"]) == p.cost_per_million_input
+        assert float(r["cost_per_million_output"]) == p.cost_per_million_output
         assert r["binding"] == p.binding
 
 
@@ -234,7 +223,7 @@ def test_cli_scenarios_missing_file_and_unused_flags(tmp_path, capsys):
     assert main(["plan", "--scenarios", str(missing)]) == 2
     assert f"{missing}: cannot read" in capsys.readouterr().err
     src = tmp_path / "ok.csv"
-    src.write_text(GOOD)
+    src.write_text("model,chip,traffic,rate\nllama-3.1-8b,h100-sxm,chat,1\n")
     assert main(["plan", "--scenarios", str(src), "--hardware", "b200"]) == 2
     assert "--hardware: not used with --scenarios" in capsys.readouterr().err
     assert main(["plan", "--model", "llama-3.1-8b", "--rate", "1"]) == 2
