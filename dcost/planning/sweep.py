@@ -13,8 +13,8 @@ planner's own search program on **blocks** of at most ``block`` scenarios (the b
 a power of two by repeating its last scenario, as ``dcost.plan`` pads it). The blocks of every
 group are the units of work: block ``t`` (in the order of the groups' first scenarios, then of
 the blocks) runs on process ``t mod P`` and, there, on local device ``(t div P) mod D``; every
-process then holds every block's search results (``jax.experimental.multihost_utils
-.process_allgather`` of their bytes) and assembles the plans in the scenarios' order.
+process then holds every block's search results (their bytes through the ``jax.distributed``
+coordinator's key-value store) and assembles the plans in the scenarios' order.
 
 **Exact.** A block is the same programs on the same inputs wherever it runs (the planner's
 per-kind searches, compiled with the XLA options ``dcost.plan`` uses, on one device), so the
@@ -164,21 +164,31 @@ def _stack(traffics: list[Traffic]) -> Traffic:
     return Traffic(**fields)
 
 
+_GATHER_TIMEOUT_S = 6 * 3600.0
+"""How long a process waits for the others' blocks (they may take hours on a big sweep)."""
+_CALLS = [0]  # sweeps this process has gathered: every process calls plan_sweep in one order
+
+
 def _gather(local: dict[int, Any]) -> dict[int, Any]:
-    """Every process's ``{block: results}`` (NumPy trees), in every process."""
+    """Every process's ``{block: results}`` (NumPy trees), in every process: through the
+    ``jax.distributed`` coordinator's key-value store (bytes under one key per process and
+    sweep), which waits as long as a slow process needs; a collective (``process_allgather``
+    over Gloo on CPU) gives up after 30 s when one process reaches it minutes before another."""
     if jax.process_count() == 1:
         return local
-    from jax.experimental import multihost_utils
+    from jax._src import distributed  # the coordinator's client: no public handle in JAX 0.10
 
-    blob = np.frombuffer(pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
-    sizes = np.asarray(multihost_utils.process_allgather(np.asarray([blob.size], np.int64)))
-    longest = int(sizes.max())
-    padded = np.zeros(longest, np.uint8)
-    padded[: blob.size] = blob
-    every = np.asarray(multihost_utils.process_allgather(padded))
+    client: Any = distributed.global_state.client
+    blob = pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL)
+    call = _CALLS[0]
+    _CALLS[0] += 1
+    client.key_value_set_bytes(f"dcost/plan_sweep/{call}/{jax.process_index()}", blob)
     merged: dict[int, Any] = {}
-    for p in range(every.shape[0]):
-        merged.update(pickle.loads(every[p, : int(sizes.reshape(-1)[p])].tobytes()))
+    for p in range(jax.process_count()):
+        got = client.blocking_key_value_get_bytes(
+            f"dcost/plan_sweep/{call}/{p}", int(_GATHER_TIMEOUT_S * 1000)
+        )
+        merged.update(pickle.loads(got))
     return merged
 
 
