@@ -247,7 +247,9 @@ def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
     return jax.vmap(lambda lay: step_table(lay, hardware, model, work, kind))(layouts_k)
 
 
-@functools.partial(jit, static_argnames=("kinds",))
+# the planner's programs run many evaluations a call: compiled optimized whatever the process
+# prefers (at XLA's level 0 a plan ran 4-5 s of CPU against 0.5 s; dcost.search._jit)
+@functools.partial(jit, static_argnames=("kinds",), optimized=True)
 def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
     """Step tables of every kind's layouts for each of ``U`` workloads, flattened to rows
     ``u * L + l`` (``search.Tables``)."""
@@ -284,7 +286,7 @@ def _search_all(kinds, tables, index, traffic, targets, hardware, model, setting
     }
 
 
-@functools.partial(jit, static_argnames=("kind", "settings", "width"))
+@functools.partial(jit, static_argnames=("kind", "settings", "width"), optimized=True)
 def _search_kind(kind, tables, index, traffic, targets, hardware, model, settings, width):
     """One kind's search (``_search_all`` of one kind, its tables alone)."""
     return _search_all(
