@@ -288,7 +288,7 @@ def cmd_sweep(args) -> int:
         raise ValueError(f"{args.scenarios}, line {line}: {str(err).split(': ', 2)[-1]}") from None
     if jax.process_index() != 0:
         return 0
-    names = [c for c in ("line", *COLUMNS) if c != "hardware" and any(c in r[1] for r in rows)]
+    names = ["line", *(c for c in COLUMNS if c != "hardware" and any(c in r[1] for r in rows))]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[*names, *OUTPUT_COLUMNS], lineterminator="\n")
     writer.writeheader()
