@@ -167,7 +167,7 @@ def test_cli_scenarios_write_the_plans(tmp_path, capsys, reference_plans):
     src.write_text("\n".join(lines) + "\n")
     assert main(["plan", "--scenarios", str(src), "--out", str(out)]) == 0
     assert "3 plans (3 feasible)" in capsys.readouterr().out
-    table = list(csv.DictReader(out.open()))
+    table = list(csv.DictReader(out.read_text().splitlines()))
     assert [r["line"] for r in table] == ["2", "3", "4"]
     for r, i in zip(table, picked, strict=True):
         p = reference_plans[i]
