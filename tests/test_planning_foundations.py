@@ -201,6 +201,45 @@ def test_latency_jits_vmaps_and_differentiates():
     assert float(g) > 0 and float(g) == pytest.approx(float(fd), rel=0.15)
 
 
+def test_packed_step_gradient_from_an_overloaded_start():
+    """Reverse mode agrees with forward mode and finite differences where every Poisson weight
+    below the table's end underflows (a start 1,000 steps long): the ratio of sums it replaced
+    gave 0 * inf = NaN there, and plan_sensitivity's rate elasticity with it."""
+    from dcost.planning.latency import _PACKED, _packed_step
+
+    t_k = jnp.linspace(0.03, 0.06, _PACKED)
+    for start in (0.04, 1e3, 4e4):
+        rev = jax.grad(_packed_step, argnums=1)(t_k, 3.78, start)
+        fwd = jax.jacfwd(_packed_step, argnums=1)(t_k, 3.78, start)
+        fd = (_packed_step(t_k, 3.78 * 1.01, start) - _packed_step(t_k, 3.78 / 1.01, start)) / (
+            3.78 * (1.01 - 1 / 1.01)
+        )
+        assert np.isfinite(float(rev)) and float(rev) == pytest.approx(float(fwd), rel=1e-4)
+        assert float(rev) == pytest.approx(float(fd), rel=0.02)
+
+
+def test_count_pmf_is_a_distribution_with_finite_gradients():
+    """The beta-binomial atoms of a short output's chunk-step count: each row sums to 1, its
+    mean is the mean asked for (K < 48), and the gradient is finite on rows of K >= 48, whose
+    atoms all underflow (the ratio of sums it replaced had a gradient of 0 * inf = NaN there)."""
+    from dcost.planning.latency import _count_pmf
+
+    window = jnp.array([1.0, 5.0, 20.0, 47.0, 300.0, 2000.0])
+    mean = 0.3 * window
+    var = 2.0 * window * 0.3 * 0.7
+
+    def first_moment(scale):
+        p, _ = _count_pmf(mean * scale, var, window)
+        return jnp.sum(p * jnp.arange(p.shape[-1], dtype=p.dtype), axis=-1)
+
+    p, exact = _count_pmf(mean, var, window)
+    np.testing.assert_allclose(np.asarray(p.sum(axis=-1)), 1.0, rtol=1e-5)
+    assert list(np.asarray(exact)) == [True, True, True, True, False, False]
+    np.testing.assert_allclose(np.asarray(first_moment(1.0))[:4], np.asarray(mean)[:4], rtol=1e-3)
+    jac = jax.jacrev(first_moment)(1.0)
+    assert np.all(np.isfinite(np.asarray(jac)))
+
+
 @pytest.mark.slow  # two compilations of both closed forms
 def test_share_over_a_time_brackets_its_percentile():
     """``P(X > x) <= 1 - q`` just above the solved percentile ``x_q`` and ``>= 1 - q`` just

@@ -449,8 +449,10 @@ def _count_pmf(mean, var, window):
         + lg(j + a) + lg(rest + b) - lg(kk + a + b)
         - lg(a) - lg(b) + lg(a + b)
     )  # fmt: skip
-    p = jnp.where(j <= kk, jnp.exp(log_p), 0.0)
-    return p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30), k < _ATOMS
+    # normalized in log space: on rows of K >= _ATOMS every atom may underflow, and a ratio of
+    # sums then had a gradient of 0 * inf (NaN in reverse mode, plan_sensitivity)
+    p = jax.nn.softmax(jnp.where(j <= kk, log_p, -jnp.inf), axis=-1)
+    return p, k < _ATOMS
 
 
 def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None, atoms_fn=None):
@@ -522,14 +524,17 @@ def _decode_fixed_point(tbar_fn, lam_r, mean_k):
 def _packed_step(t_k, lam_r, start):
     """The mean step when prompts share steps: ``t = sum_k Pois(k; lambda_r t) t_k`` with
     ``t_k = t(B, min(k E[P_u], C))`` the step carrying the ``k`` prompts that arrived during
-    the previous one (a fixed point in ``t``, iterated up from ``start``)."""
+    the previous one (a fixed point in ``t``, iterated up from ``start``). The Poisson weights
+    are normalized in log space (a softmax over ``k``): from a long ``start`` (an overloaded
+    prefill) every ``Pois(k; lambda_r t)`` with ``k`` below the table's end underflows, and the
+    ratio of sums had a gradient of ``0 * inf``, NaN in reverse mode (``plan_sensitivity``)."""
     k = jnp.arange(t_k.shape[-1], dtype=t_k.dtype)
     log_factorial = jnp.asarray(_LOG_FACTORIAL[: t_k.shape[-1]], dtype=t_k.dtype)
 
     def body(_, t):
         m = jnp.maximum(lam_r * t, 1e-30)
-        p = jnp.exp(k * jnp.log(m) - m - log_factorial)
-        return jnp.sum(p * t_k) / jnp.maximum(jnp.sum(p), 1e-30)
+        p = jax.nn.softmax(k * jnp.log(m) - log_factorial)  # e^{-m} cancels
+        return jnp.sum(p * t_k)
 
     return jax.lax.fori_loop(0, _PACKED_ITERATIONS, body, start)
 

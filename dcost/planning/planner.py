@@ -222,12 +222,9 @@ def _layout_size(n: int) -> int:
     about other models, chips and traffic load the programs an earlier one compiled.
 
     >>> [_layout_size(n) for n in (1, 40, 64, 85, 300)]
-    [1, 40, 64, 85, 300]
+    [128, 128, 128, 128, 512]
     """
-    # padding to max(128, 2**k) is off: its NaN rows made plan_sensitivity's derivatives NaN
-    # (tests/test_plan.py::test_envelope_sensitivities_match_re_solving); no padding until they
-    # are masked out of the envelope
-    return n
+    return max(128, 1 << (n - 1).bit_length())
 
 
 def _stack(rows, size: int | None = None) -> Layout:
