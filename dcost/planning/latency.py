@@ -409,17 +409,37 @@ def _batch_cumulants(traffic, lam_r, step_time, slope, window):
     return jnp.square(slope) * k2, slope**3 * k3
 
 
+_WILSON_HILFERTY = 100.0  # shapes above it: the cube-root normal form (see _gamma_survival)
+
+
 def _gamma_survival(x, mean, k2, k3):
     """``P(X > x)`` of the shifted gamma with mean ``mean``, variance ``k2`` and third
     cumulant ``k3 >= 0``: shape ``k = 4 k2^3 / k3^2``, scale ``k3 / (2 k2)``, shift ``mean - k
     theta`` (the gamma approximation of a positively skewed sum; a normal as ``k3 -> 0``:
-    shapes above 1e6 are held there, skewness 0.002)."""
+    shapes above 1e6 are held there, skewness 0.002).
+
+    ``Q(k, y)`` is the regularized upper incomplete gamma function up to ``k = 100``, and
+    Wilson and Hilferty's cube-root normal form above it, ``Q(k, y) ~ Phi_c(((y/k)^{1/3} - 1 +
+    v) / sqrt(v))`` with ``v = 1/(9k)`` (Wilson and Hilferty, "The distribution of chi-square",
+    PNAS 17, 1931): its relative error in ``Q`` on ``[1e-3, 0.9]`` is 5.4e-3 at ``k = 100``,
+    6e-4 at 1,000 and 6e-7 at 1e6 (float64 against ``gammaincc``), a shift of the percentiles
+    below 0.002 standard deviations. XLA's ``igammac`` iterates about ``sqrt(k)`` times for
+    every element of a vector (15 us an element at ``k = 1e6`` against 0.3 us at 50 on one
+    core): the exact form alone made TPOT's tail 2x slower to evaluate.
+    """
     sd = jnp.sqrt(k2)
     skew = jnp.maximum(k3, 0.0) / (k2 * sd)
     shape = jnp.clip(4.0 / jnp.maximum(jnp.square(skew), 4e-6), 1e-3, 1e6)
     scale = sd / jnp.sqrt(shape)
     y = jnp.maximum((x - mean) / scale + shape, 0.0)
-    return jax.scipy.special.gammaincc(shape, y)
+    large = shape > _WILSON_HILFERTY
+    # double where: the lanes of the other form get arguments where it is cheap and finite
+    exact = jax.scipy.special.gammaincc(jnp.where(large, 1.0, shape), jnp.where(large, 1.0, y))
+    k_l = jnp.where(large, shape, _WILSON_HILFERTY)
+    v = 1.0 / (9.0 * k_l)
+    root = jnp.cbrt(jnp.maximum(jnp.where(large, y, k_l) / k_l, 1e-30))
+    approx = jst.norm.sf((root - 1.0 + v) / jnp.sqrt(v))
+    return jnp.where(large, approx, exact)
 
 
 _ATOMS = 48  # chunk-step counts 0..47 of a short output, exactly
