@@ -77,7 +77,7 @@ def _root(kind, layout, n, hardware, model, traffic, limits, consts):
     return b
 
 
-# 40 bisections of the closed forms and a gradient: optimized (4-5x slower to run at level 0)
+# bisections of the closed forms and a gradient: optimized (4-5x slower to run at level 0)
 @functools.partial(jit, static_argnames=("kind", "consts"), optimized=True)
 def _pool(kind, layout, n, hardware, model, traffic, limits, consts):
     x = jax.lax.stop_gradient(_root(kind, layout, n, hardware, model, traffic, limits, consts))
