@@ -90,6 +90,25 @@ def test_bad_servers_and_calls_are_named():
         dcost.simulate(Server("h100-sxm", "llama-3.1-8b"), dcost.traffic("chat", rate=1.0))
 
 
+def test_degrees_the_model_cannot_take_are_refused():
+    """Llama 3.1 8B has 32 attention heads and 32 layers, Mixtral 8 experts (their config.json):
+    one more rank than that is refused naming the field, as is a deployment of over a million
+    chips (it was accepted, and the simulation would have held 1e12 replicas' state)."""
+    Server("h100-sxm", "llama-3.1-8b", tensor_parallel=32, pipeline_parallel=32)
+    Server("h100-sxm", "mixtral-8x7b", expert_parallel=8)
+    for model, kw, needle in (
+        ("llama-3.1-8b", dict(tensor_parallel=33), "Server.tensor_parallel = 33 .*32 attention"),
+        ("llama-3.1-8b", dict(pipeline_parallel=33), "Server.pipeline_parallel = 33 .*32 layers"),
+        ("mixtral-8x7b", dict(expert_parallel=9), "Server.expert_parallel = 9 .*8 routed"),
+        ("llama-3.1-8b", dict(replicas=10**12), "Server.replicas = 1000000000000"),
+        ("llama-3.1-8b", dict(tensor_parallel=8, replicas=125_001), "Server.replicas = 125001"),
+        ("llama-3.1-8b", dict(attention_data_parallel=10**7), "Server.attention_data_parallel"),
+    ):
+        with pytest.raises(dcost.SpecError, match=needle):
+            Server("h100-sxm", model, **kw)
+    Server("h100-sxm", "llama-3.1-8b", tensor_parallel=8, replicas=125_000)
+
+
 def test_cli_simulate_is_the_api_s(capsys):
     import json
 

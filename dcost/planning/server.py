@@ -69,6 +69,11 @@ def _number(owner, field, value, low=0.0, low_open=False):
     return v
 
 
+# chips of one simulated deployment: above the largest clusters built by 2026 (a few hundred
+# thousand GPUs); the simulation keeps every replica's state in memory
+_MAX_GPUS = 1_000_000
+
+
 def _count(owner, field, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
         _fail(owner, field, value, "it must be a whole number >= 1")
@@ -317,6 +322,23 @@ class Server:
             _count("Server", f, getattr(self, f))
         if self.expert_parallel is not None:
             _count("Server", "expert_parallel", self.expert_parallel)
+        # degrees the model can take: attention heads split over tensor parallelism (vLLM and
+        # SGLang refuse more ranks than heads), layers over stages, experts over expert ranks
+        arch = presets.model_card(self.model)["arch"]
+        limits = [("tensor_parallel", "n_heads", "attention heads"),
+                  ("pipeline_parallel", "n_layers", "layers")]  # fmt: skip
+        if self.expert_parallel is not None and arch.get("n_experts"):
+            limits.append(("expert_parallel", "n_experts", "routed experts"))
+        for f, key, what in limits:
+            if getattr(self, f) > int(arch[key]):
+                _fail("Server", f, getattr(self, f),
+                      f"{self.model} has {int(arch[key])} {what}; at most that many")  # fmt: skip
+        gpus = self.tensor_parallel * self.attention_data_parallel * self.pipeline_parallel
+        if gpus * self.replicas > _MAX_GPUS:
+            _fail("Server", "replicas" if gpus <= _MAX_GPUS else "attention_data_parallel",
+                  self.replicas if gpus <= _MAX_GPUS else self.attention_data_parallel,
+                  f"the deployment would hold {gpus * self.replicas:.3g} chips; at most "
+                  f"{_MAX_GPUS:,} (the simulation keeps every replica's state)")  # fmt: skip
 
     def resolved_engine(self):
         from dcost import engines
