@@ -109,6 +109,21 @@ def test_degrees_the_model_cannot_take_are_refused():
     Server("h100-sxm", "llama-3.1-8b", tensor_parallel=8, replicas=125_000)
 
 
+def test_loads_beyond_ten_million_requests_are_refused():
+    """A stage of 1e30 s was accepted and the simulation drew arrivals for ever; a load is
+    refused above 10 million requests (stages' expected count, or a closed loop's), naming
+    the field."""
+    assert dcost.Load(prompt=256, output=8, stages=((1000.0, 10_000.0),)).total() == 10**7
+    for kw, needle in (
+        (dict(stages=((1.0, 1e30),)), "Load.stages = .*1e\\+30 requests"),
+        (dict(stages=((1000.0, 10_001.0),)), "Load.stages"),
+        (dict(clients=8, requests=10**12), "Load.requests = 1000000000000"),
+        (dict(clients=10**12), "Load.clients = 1000000000000"),
+    ):
+        with pytest.raises(dcost.SpecError, match=needle):
+            dcost.Load(prompt=256, output=8, **kw)
+
+
 def test_cli_simulate_is_the_api_s(capsys):
     import json
 

@@ -69,6 +69,9 @@ def _number(owner, field, value, low=0.0, low_open=False):
     return v
 
 
+# requests of one simulated load: a discrete-event simulation in Python steps through each
+# (a stage of 1e30 s looped forever drawing arrivals)
+_MAX_REQUESTS = 10_000_000
 # chips of one simulated deployment: above the largest clusters built by 2026 (a few hundred
 # thousand GPUs); the simulation keeps every replica's state in memory
 _MAX_GPUS = 1_000_000
@@ -216,6 +219,11 @@ class Load:
                 _fail("Load", "stages", self.stages, "a closed loop (clients) has no stages")
             if self.requests is not None:
                 _count("Load", "requests", self.requests)
+        if self.trace is None and self.total() > _MAX_REQUESTS:
+            field = "stages" if self.stages else ("requests" if self.requests else "clients")
+            _fail("Load", field, getattr(self, field),
+                  f"the load would send {self.total():.3g} requests; at most "
+                  f"{_MAX_REQUESTS:,} (the simulation steps through every one)")  # fmt: skip
 
     @property
     def closed(self) -> bool:
