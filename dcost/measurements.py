@@ -704,6 +704,13 @@ def _build(
             rec[field], origin[field] = flags[field], "from_flags"
         elif field == "engine":
             ctx.fail("engine", f"is not in a {fmt} file; pass engine= (e.g. 'vllm', 'sglang')")
+    if origin["model"] == "from_flags" and rec["model"] not in presets.model_names():
+        # a file's own model name is kept (unknown_presets lists it); a flag names a preset
+        ctx.fail(
+            "model",
+            f"= {rec['model']!r} is not a model preset ({', '.join(presets.model_names()[:6])}, "
+            "...; `dcost presets` lists them)",
+        )
     if family is not None:
         rec["family"], origin["family"] = family, "from_flags"
     else:
@@ -867,6 +874,10 @@ def read(
         raise MeasurementFileError(
             file, "file", "(path)", f"cannot be read: {err.strerror}"
         ) from None
+    if not text.strip():
+        raise MeasurementFileError(
+            file, "file", "(path)", "is empty: a result file holds JSON, JSON Lines or CSV"
+        )
     fmt, runs = _runs(text, file, on_unsupported)
     for field, flag in (("hardware", hardware), ("model", model)):
         names = {run.stated[f"{field}_name"] for run in runs if f"{field}_name" in run.stated}

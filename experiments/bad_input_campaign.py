@@ -138,6 +138,8 @@ def _cli_valid(option: str, text: str) -> bool:
         return 0 <= v < 1
     if option == "--slot-wait":
         return 0 < v < 1
+    if option == "--context":  # 0 is eval's default: the step that reads no KV cache
+        return v >= 0
     return v > 0
 
 

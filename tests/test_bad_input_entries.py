@@ -151,7 +151,9 @@ def test_simulating_a_server_takes_a_seed_and_a_warmup_or_names_them(field, valu
         assert all(math.isfinite(v) for v in summary[key].values())
 
 
-@pytest.mark.parametrize("value", [None, 3, "records", {"id": 1}, [None], [3], []])
+@pytest.mark.parametrize(
+    "value", [None, 3, "records", {"id": 1}, [None], [3], [], [{}], [{"metric": "tpot"}]]
+)
 def test_calibrate_fit_names_its_records(value):
     eng = dcost.engine("vllm", hardware="h100-sxm")
     with pytest.raises((TypeError, ValueError), match="records"):

@@ -267,7 +267,8 @@ def _vllm(**changes):
         ("conc.json", json.dumps(_vllm(max_concurrency=2.5)), "file", "max_concurrency"),
         ("open.json", json.dumps(_vllm(max_concurrency=None)), "file", "max_concurrency"),
         ("trunc.json", '{"mean_ttft_ms": 1.0,\n "completed": ', "line 2", "(JSON)"),
-        ("empty.json", "", "line 1", "(JSON)"),
+        ("empty.json", "", "file", "(path)"),
+        ("blank.json", "\n  \n", "file", "(path)"),
     ],
 )
 def test_malformed_files_name_file_record_field(tmp_path, name, text, record, field):
@@ -328,6 +329,9 @@ def test_flags_needed_and_conflicts(tmp_path):
         measurements.read(path, hardware="h100-sxm", model="llama-3.1-8b")
     with pytest.raises(measurements.MeasurementFileError, match="not a hardware preset"):
         measurements.read(path, hardware="h1OO", model="llama-3.1-8b", engine="vllm")
+    # a model flag names a preset (a file's own model name is kept: unknown_presets lists it)
+    with pytest.raises(measurements.MeasurementFileError, match="'llama-9' is not a model preset"):
+        measurements.read(path, hardware="h100-sxm", model="llama-9", engine="vllm")
     with pytest.raises(ValueError, match="tensor_parallel = 0"):
         measurements.read(path, **FLAGS, tensor_parallel=0)
     with pytest.raises(measurements.MeasurementFileError, match="in the flags") as err:

@@ -285,6 +285,8 @@ def test_relaxed_groups_stay_with_the_smooth_model():
           "8", "--attention-dp", "2.5"], "--attention-dp 2.5"),
         (["eval", *LLAMA, "--batch", "64", "--chips", "8", "--attention-dp", "3"],
           "dividing Design.chips"),
+        (["eval", *LLAMA, "--batch", "1", "--chips", "8", "--phase", "prefill"],
+          "--prompt is needed for --phase prefill"),
     ],
 )  # fmt: skip
 def test_cli_refuses_with_one_line(argv, needle, capsys, tmp_path):

@@ -96,10 +96,12 @@ def test_degrees_the_model_cannot_take_are_refused():
     chips (it was accepted, and the simulation would have held 1e12 replicas' state)."""
     Server("h100-sxm", "llama-3.1-8b", tensor_parallel=32, pipeline_parallel=32)
     Server("h100-sxm", "mixtral-8x7b", expert_parallel=8)
+    Server("h100-sxm", "llama-3.1-8b", expert_parallel=1)
     for model, kw, needle in (
         ("llama-3.1-8b", dict(tensor_parallel=33), "Server.tensor_parallel = 33 .*32 attention"),
         ("llama-3.1-8b", dict(pipeline_parallel=33), "Server.pipeline_parallel = 33 .*32 layers"),
         ("mixtral-8x7b", dict(expert_parallel=9), "Server.expert_parallel = 9 .*8 routed"),
+        ("llama-3.1-8b", dict(expert_parallel=2), "Server.expert_parallel = 2 .*dense"),
         ("llama-3.1-8b", dict(replicas=10**12), "Server.replicas = 1000000000000"),
         ("llama-3.1-8b", dict(tensor_parallel=8, replicas=125_001), "Server.replicas = 125001"),
         ("llama-3.1-8b", dict(attention_data_parallel=10**7), "Server.attention_data_parallel"),
@@ -107,6 +109,18 @@ def test_degrees_the_model_cannot_take_are_refused():
         with pytest.raises(dcost.SpecError, match=needle):
             Server("h100-sxm", model, **kw)
     Server("h100-sxm", "llama-3.1-8b", tensor_parallel=8, replicas=125_000)
+
+
+def test_prompts_and_answers_beyond_ten_million_tokens_are_refused():
+    """A prompt of 1e30 tokens reached the step table, whose float32 arithmetic overflowed, and
+    was blamed on "the serving model"; lengths above the longest 2026 context window (10 million
+    tokens, Llama 4 Scout) are refused where they enter, naming the field."""
+    assert dcost.Load(prompt=10_000_000, output=10_000_000, clients=1, requests=1).prompt == 1e7
+    for field in ("prompt", "output"):
+        kw = dict(prompt=256, output=8, clients=1, requests=1)
+        kw[field] = 10_000_001
+        with pytest.raises(dcost.SpecError, match=f"Load.{field} = 10000001 .*at most 10,000,000"):
+            dcost.Load(**kw)
 
 
 def test_loads_beyond_ten_million_requests_are_refused():

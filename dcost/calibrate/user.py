@@ -332,7 +332,10 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
                 f"calibrate.fit: records[{i}] = {r!r:.60} is not allowed: each record must be "
                 "a dict (dcost.measurements.read)"
             )
-        check_record({k: v for k, v in r.items() if k != "mode"})
+        try:
+            check_record({k: v for k, v in r.items() if k != "mode"})
+        except ValueError as err:
+            raise ValueError(f"calibrate.fit: records[{i}]: {err}") from None
     prep = prepare(records, engine)
     z, cov = fit_offsets(prep)
     before = predict_offsets(prep, np.zeros(len(FIELDS)))

@@ -44,6 +44,11 @@ __all__ = ["add_parsers"]
 
 
 def _cmd_eval(args) -> int:
+    if args.phase == "prefill" and (args.prompt if args.prompt is not None else args.context) < 1:
+        raise ValueError(
+            "--prompt is needed for --phase prefill: the prompt length, tokens >= 1 "
+            "(it defaults to --context, which is 0 unless given)"
+        )
     h, m = hardware_and_model(args)
     w = workload_from_args(args)
     layout = {n: getattr(args, n) for n in LAYOUT_VARIABLES if getattr(args, n) is not None}
@@ -163,7 +168,8 @@ def add_parsers(subparsers) -> None:
         "--context",
         type=non_negative,
         default=0.0,
-        help="mean context length during decode, tokens",
+        help="mean context length during decode, tokens (default 0: a step that reads "
+        "no KV cache, the weights-only bound)",
     )
     p.add_argument(
         "--prompt",

@@ -58,7 +58,7 @@ def _fail(owner, field, value, allowed):
     raise SpecError(f"{owner}.{field} = {value!r} is not allowed: {allowed}")
 
 
-def _number(owner, field, value, low=0.0, low_open=False):
+def _number(owner, field, value, low=0.0, low_open=False, high=math.inf):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         _fail(owner, field, value, "it must be a number")
     v = float(value)
@@ -66,6 +66,8 @@ def _number(owner, field, value, low=0.0, low_open=False):
         _fail(
             owner, field, value, f"it must be a finite number {'>' if low_open else '>='} {low:g}"
         )
+    if v > high:
+        _fail(owner, field, value, f"it must be at most {high:,.0f}")
     return v
 
 
@@ -75,6 +77,9 @@ _MAX_REQUESTS = 10_000_000
 # chips of one simulated deployment: above the largest clusters built by 2026 (a few hundred
 # thousand GPUs); the simulation keeps every replica's state in memory
 _MAX_GPUS = 1_000_000
+# tokens of one prompt or answer: the longest context windows of 2026 models hold 10 million
+# (Llama 4 Scout); above it a step's arithmetic leaves float32
+_MAX_TOKENS = 10_000_000
 
 
 def _count(owner, field, value):
@@ -180,8 +185,8 @@ class Load:
         )
 
     def __post_init__(self):
-        _number("Load", "prompt", self.prompt, 1.0)
-        _number("Load", "output", self.output, 1.0)
+        _number("Load", "prompt", self.prompt, 1.0, high=_MAX_TOKENS)
+        _number("Load", "output", self.output, 1.0, high=_MAX_TOKENS)
         _number("Load", "shared_prefix", self.shared_prefix)
         if self.shared_prefix >= self.prompt:
             _fail("Load", "shared_prefix", self.shared_prefix, "it must be below the prompt")
@@ -337,6 +342,9 @@ class Server:
                   ("pipeline_parallel", "n_layers", "layers")]  # fmt: skip
         if self.expert_parallel is not None and arch.get("n_experts"):
             limits.append(("expert_parallel", "n_experts", "routed experts"))
+        elif self.expert_parallel not in (None, 1):
+            _fail("Server", "expert_parallel", self.expert_parallel,
+                  f"{self.model} is dense (no routed experts); None or 1")  # fmt: skip
         for f, key, what in limits:
             if getattr(self, f) > int(arch[key]):
                 _fail("Server", f, getattr(self, f),
