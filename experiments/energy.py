@@ -5,8 +5,9 @@ lecture's cost curve)? And how many tokens per second does a megawatt of chips b
 generation?
 
 Setting: ``dcost.energy`` on each chip's calibrated family profile (``dcost.hardware(name,
-calibrated=True)``; the step takes the time it takes in practice), its datasheet board power and
-the idle floor fitted on AIConfigurator's B200 kernel power (``dcost.serving.power``). Left: decode
+calibrated=True)``; the step takes the time it takes in practice), its datasheet board power,
+the idle floor fitted on AIConfigurator's B200 kernel power and the activity coefficients fitted
+on the ML.ENERGY v3 whole runs (``dcost.serving.power``). Left: decode
 of llama-3.1-8b (bf16, one chip, context 1,024 tokens) on an H100 and a B200, batch 1 to the
 memory limit: J per output token (solid) and $ per million output tokens at the rental price
 (dashed, right axis). Right: the most output tokens/s per MW of chip power each chip reaches with

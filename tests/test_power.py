@@ -140,24 +140,25 @@ def test_a_cap_binds_on_a_prefill_and_not_on_a_light_decode():
     """A prefill drawing more than the cap loses clock by the cube root and draws the cap; a
     decode drawing less than the cap is untouched (time and power)."""
     h = dcost.hardware("h100-sxm")
+    CAP = 650.0  # between a batch-8 decode's draw (about 600 W at peak rates) and a prefill's
     d, w = dcost.Design(batch=8), dcost.Workload(1024, prompt=2048, output=128)
     full = power.energy(d, h, LLAMA8, w, step="prefill")
-    assert float(full.power_per_chip) > 450.0
-    capped = power.power_cap(h, 450.0, d, LLAMA8, w, step="prefill")
-    f = float(power.clock_fraction(h, 450.0, full.power_per_chip))
-    want = ((450.0 - 287.0) / (float(full.power_per_chip) - 287.0)) ** (1 / 3)
+    assert float(full.power_per_chip) > CAP
+    capped = power.power_cap(h, CAP, d, LLAMA8, w, step="prefill")
+    f = float(power.clock_fraction(h, CAP, full.power_per_chip))
+    want = ((CAP - 287.0) / (float(full.power_per_chip) - 287.0)) ** (1 / 3)
     assert f == pytest.approx(want, rel=1e-6) and f < 1
     assert float(capped.flops) == pytest.approx(f * float(h.flops), rel=1e-6)
     slow = float(dcost.prefill(d, capped, LLAMA8, w).ttft / dcost.prefill(d, h, LLAMA8, w).ttft)
     assert slow == pytest.approx(1.0 / f, rel=0.02)  # compute-bound: time goes as 1/clock
     drawn = float(power.energy(d, capped, LLAMA8, w, step="prefill").power_per_chip)
-    assert drawn == pytest.approx(450.0, rel=0.02)
+    assert drawn == pytest.approx(CAP, rel=0.02)
     light = power.energy(d, h, LLAMA8, w)
-    assert float(light.power_per_chip) < 450.0
-    dec = power.power_cap(h, 450.0, d, LLAMA8, w)
+    assert float(light.power_per_chip) < CAP
+    dec = power.power_cap(h, CAP, d, LLAMA8, w)
     assert float(dec.flops) == float(h.flops) and float(dec.max_power) == float(h.max_power)
     with pytest.raises(SpecError, match="together"):
-        power.power_cap(h, 450.0, d)
+        power.power_cap(h, CAP, d)
 
 
 def test_missing_and_bad_power_fields_are_named():
@@ -193,14 +194,64 @@ def test_fixture_is_attributed_and_small():
     assert all(float(r["power_limit_w"]) == 1000.0 for r in rows)
 
 
-def test_shipped_fit_is_the_fit_of_the_fixture():
-    """POWER_FIT and IDLE_FRACTION are what fitting every fixture row gives (a refit that moves
-    them without updating the constants fails)."""
+def test_shipped_idle_floor_is_the_fit_of_the_fixture():
+    """IDLE_FRACTION is what fitting every kernel row gives (a refit that moves it without
+    updating the constant fails); the kernel rows' own coefficients are the ones the docs quote
+    as superseded by the whole runs'."""
     r, c_f, c_m = calib.fit(calib.load_fixture())
     assert r == pytest.approx(power.IDLE_FRACTION, rel=1e-3)
+    assert (round(c_f, 2), round(c_m, 3)) == (9.26, 0.108)
+    assert float(dcost.hardware("b200").idle_power) == pytest.approx(1000 * r, abs=0.6)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return calib.run_features()
+
+
+def test_shipped_fit_is_the_fit_of_the_whole_runs(runs):
+    """POWER_FIT is ``fit_runs`` on every ML.ENERGY v3 run dcost expresses (346, both chips,
+    dense and MoE, one to eight GPUs); c_C is c_M."""
+    assert len(runs["power"]) == 346 and set(runs["hardware"]) == {"h100-sxm", "b200"}
+    c_f, c_m = calib.fit_runs(runs)
     assert c_f == pytest.approx(float(power.POWER_FIT.compute), rel=1e-3)
     assert c_m == pytest.approx(float(power.POWER_FIT.memory), rel=1e-3)
-    assert float(dcost.hardware("b200").idle_power) == pytest.approx(1000 * r, abs=0.6)
+    assert float(power.POWER_FIT.comm) == float(power.POWER_FIT.memory)
+
+
+def test_fit_runs_recovers_known_coefficients(runs):
+    """Runs whose power the model itself made: the fitter finds the coefficients back, and a
+    run's power and energy agree with dcost.energy on its case."""
+    truth = (4.0, 0.7)
+    made, _ = calib.predict_runs(truth, runs)
+    got = calib.fit_runs(dict(runs, power=made))
+    assert got == pytest.approx(truth, rel=1e-4)
+    from dcost.validation import energy as ev
+
+    watts, joules = calib.predict_runs(
+        (float(power.POWER_FIT.compute), float(power.POWER_FIT.memory)), runs
+    )
+    recs = {r["id"]: r for r in ev.mlenergy_records()[0]}
+    first_power = next(r for r in recs.values() if r["metric"] == "power_per_gpu")
+    first_energy = recs[first_power["id"].rsplit("-", 1)[0] + "-energy"]
+    assert watts[0] == pytest.approx(ev.predict(first_power), rel=1e-4)
+    assert joules[0] == pytest.approx(ev.predict(first_energy), rel=1e-4)
+
+
+def test_mlenergy_rows_are_the_published_ones():
+    """The shipped CSV is ml-energy/leaderboard's task files' fields verbatim (its header names
+    the commit); a run's energy per token is its power over its throughput, as published."""
+    from dcost.validation import energy as ev
+
+    rows = ev._mlenergy_rows()
+    assert len(rows) == 565 and set(ev.MLENERGY_TASKS) == {r["task"] for r in rows}
+    for r in rows:
+        j = float(r["avg_power_watts"]) / float(r["output_throughput_tokens_per_sec"])
+        assert j == pytest.approx(float(r["energy_per_token_joules"]), rel=1e-6)
+    recs, skipped = ev.mlenergy_records()
+    assert len(recs) == 2 * 346 and sum(skipped.values()) == 565 - 346
+    assert all(r["assumed"] == ["prompt_tokens"] and r["source"].startswith(
+        "https://github.com/ml-energy/leaderboard/tree/0cd52da") for r in recs)  # fmt: skip
 
 
 def test_fit_recovers_known_coefficients():
@@ -246,22 +297,40 @@ def energy_summary():
     return ev.summary()
 
 
-def test_held_out_whole_run_energy_errors(energy_summary):
-    """The figures docs/how-to/energy.md quotes: median and p90 of |predicted/measured - 1| over
-    the whole-run records (held out of the kernel-power fit), the record against us included."""
+def test_other_sources_against_the_whole_run_fit(energy_summary):
+    """The records of other sources (held out of both fits): the batch-128 H100 power anchor
+    holds within 5 %, and the batch-1 ones go against the whole-run fit (docs/how-to/energy.md
+    says so): the worst is the Mistral 7B batch-1 run, too high."""
     from dcost.validation import energy as ev
 
     s = energy_summary
-    e = s["energy_per_output_token"]
-    assert e["n"] == sum(r["metric"] == "energy_per_output_token" for r in ev.load())
-    assert e["median"] == pytest.approx(0.156, abs=0.01)
-    assert e["p90"] == pytest.approx(0.441, abs=0.02)
+    assert s["energy_per_output_token"]["n"] == sum(
+        r["metric"] == "energy_per_output_token" for r in ev.load()
+    )
+    ratio = {r["id"]: r["ratio"] for r in s["rows"]}
+    assert abs(ratio["mlenergy-v3-h100-b128-power"] - 1.0) < 0.05
     worst = max(s["rows"], key=lambda r: abs(r["ratio"] - 1))
-    assert worst["id"] == "serialalice-mistral-7b-h100-b128" and worst["ratio"] > 1.5
-    # power per GPU (two H100 anchors, a secondary source): within 10 %
-    p = s["power_per_gpu"]
-    assert p["n"] == 2 and p["p90"] < 0.10
-    assert p["median"] == pytest.approx(0.058, abs=0.005)
+    assert worst["id"] == "serialalice-mistral-7b-h100-b1" and worst["ratio"] > 1.5
+
+
+@pytest.fixture(scope="module")
+def held_out_runs(runs):
+    return calib.held_out_runs(runs)
+
+
+def test_held_out_whole_runs(held_out_runs):
+    """Leave one model out over the ML.ENERGY runs: each model's runs predicted by a fit that
+    never saw it; power per GPU near the 10 % target, energy per token further (its time per
+    token is the family profile's)."""
+    s = held_out_runs["summary"]
+    p, e = s["power_per_gpu"]["all"], s["energy_per_output_token"]["all"]
+    assert p["n"] == e["n"] == 346
+    assert p["median"] < 0.12 and p["p90"] < 0.32
+    assert 0.15 < e["median"] < 0.30
+    assert set(held_out_runs["fits"]) == set(held_out_runs["fits"]) & set(
+        dcost.presets.model_names()
+    )
+    assert len(held_out_runs["fits"]) == 11
 
 
 # ---------------------------------------------------------------- the docs page and the experiment
@@ -269,7 +338,7 @@ def test_held_out_whole_run_energy_errors(energy_summary):
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "how-to" / "energy.md"
 
 
-def test_docs_page_quotes_the_computed_figures(energy_summary):
+def test_docs_page_quotes_the_computed_figures(energy_summary, held_out_runs):
     """docs/how-to/energy.md's tables are what the code computes (a refit or a new record that
     moves a number without the page fails)."""
     text = DOC.read_text(encoding="utf-8")
@@ -284,11 +353,20 @@ def test_docs_page_quotes_the_computed_figures(energy_summary):
     s = energy_summary
     for r in s["rows"]:
         assert f"| {r['ratio']:.2f} |" in text, r["id"]
-    e = s["energy_per_output_token"]
-    assert f"median {100 * e['median']:.1f} %, p90 {100 * e['p90']:.0f} %" in text
-    p = sorted(abs(r["ratio"] - 1) for r in s["rows"] if r["metric"] == "power_per_gpu")
-    assert f"Power per GPU: {100 * p[0]:.1f} % and {100 * p[1]:.1f} %" in text
     assert f"{power.IDLE_FRACTION:.2f} of the limit" in text
+    labels = {"all": "all", "dense": "dense models", "moe": "MoE models", "h100-sxm": "H100",
+              "b200": "B200"}  # fmt: skip
+    runs = held_out_runs["summary"]
+    for name, label in labels.items():
+        p, e = runs["power_per_gpu"][name], runs["energy_per_output_token"][name]
+        row = (
+            f"| {label} | {p['n']} | {100 * p['median']:.1f} % | {100 * p['p90']:.1f} % | "
+            f"{p['bias']:.2f} | {100 * e['median']:.1f} % | {100 * e['p90']:.1f} % | "
+            f"{e['bias']:.2f} |"
+        )
+        assert row in text, row
+    c_f, c_m = float(power.POWER_FIT.compute), float(power.POWER_FIT.memory)
+    assert f"`dcost.calibrate.power.fit_runs`: {c_f:.2f} and {c_m:.2f}" in text
 
 
 def test_energy_experiment_curves_and_generations():

@@ -41,6 +41,10 @@ __all__ = [
     "held_out",
     "summary",
     "cut_fixture",
+    "run_features",
+    "predict_runs",
+    "fit_runs",
+    "held_out_runs",
 ]
 
 FIXTURE = "power_kernels.csv"
@@ -218,7 +222,8 @@ def held_out(rows: Sequence[Mapping] | None = None) -> dict[str, dict[str, float
 
 
 def summary(rows: Sequence[Mapping] | None = None) -> dict:
-    """The fit on every row (what ``dcost.serving.power.POWER_FIT`` ships), its in-sample errors,
+    """The fit on every row (its idle floor is what ``dcost.serving.power.IDLE_FRACTION`` ships;
+    its coefficients, beside ``fit_runs``'s that ship, are for reference), its in-sample errors,
     and the leave-one-kernel-type-out errors (``held_out``)."""
     rows = load_fixture() if rows is None else rows
     params = fit(rows)
@@ -284,3 +289,148 @@ def cut_fixture(root: str | Path, out: str | Path, per_kernel: int = 120, seed: 
         w.writeheader()
         w.writerows(lines)
     return len(lines)
+
+
+# ---------------------------------------------------------------- whole runs (ML.ENERGY v3)
+#
+# The kernel rows above time one kernel in a loop; a serving run mixes them, with the step's
+# host gaps and its HBM traffic. The ML.ENERGY Benchmark v3 measured the mean power of whole vLLM
+# runs (``dcost.validation.energy.mlenergy_records``: 346 runs of 11 models on H100 and B200,
+# one to eight GPUs). Per run, from the calibrated family profile's step times:
+#
+#     P_x = P_idle + (P_max - P_idle) (1 - exp(-(c_F u_F,x + c_M (u_M,x + u_C,x))))
+#     W per GPU   = (P_dec t_dec + P_pre t_pre) / (t_dec + t_pre)
+#     J per token = G (P_dec t_dec + P_pre t_pre)
+#
+# for its decode steps and its prompts' prefill (``t_x``: seconds of each per output token of
+# the replica; ``G`` its chips). ``fit_runs`` finds ``(c_F, c_M)`` on the runs' power (the idle
+# floor is the chip's preset); ``held_out_runs`` predicts each model's runs with a fit that never
+# saw that model (leave one model out).
+
+_RUN_COLUMNS = ("uf_dec", "um_dec", "t_dec", "uf_pre", "um_pre", "t_pre", "idle", "max", "chips")
+
+
+def run_features(records: Sequence[Mapping] | None = None) -> dict[str, np.ndarray]:
+    """Per ``power_per_gpu`` record (default: ``mlenergy_records``'s): the utilisations and
+    times above, the measured W per GPU (``power``) and J per output token (``energy``, of the
+    record with the same id stem), and each run's ``model`` and ``hardware``."""
+    from dcost.serving.power import energy
+    from dcost.validation import energy as ev
+    from dcost.validation.cases import case
+
+    recs = ev.mlenergy_records()[0] if records is None else list(records)
+    joules = {
+        r["id"].rsplit("-", 1)[0]: float(r["value"])
+        for r in recs
+        if r["metric"] == "energy_per_output_token"
+    }
+    cols: dict[str, list] = {k: [] for k in (*_RUN_COLUMNS, "power", "energy", "model", "hardware")}
+    for r in recs:
+        if r["metric"] != "power_per_gpu":
+            continue
+        c = case(dict(r, metric="output_throughput_per_gpu", value=1.0), calibrated=True)
+        args = (c.design, c.hardware, c.model, c.workload)
+        dec, pre = energy(*args, step="decode"), energy(*args, step="prefill")
+        ratio = float(r["prompt_tokens"]) / float(r["output_tokens"])
+        row = (
+            float(dec.compute_utilisation),
+            float(dec.memory_utilisation + dec.comm_utilisation),
+            float(dec.energy_per_token / dec.power_per_replica),
+            float(pre.compute_utilisation),
+            float(pre.memory_utilisation + pre.comm_utilisation),
+            ratio * float(pre.energy_per_token / pre.power_per_replica),
+            float(c.hardware.idle_power),  # type: ignore[arg-type]  # every preset has both
+            float(c.hardware.max_power),  # type: ignore[arg-type]
+            float(dec.power_per_replica / dec.power_per_chip),
+        )
+        for k, v in zip(_RUN_COLUMNS, row, strict=True):
+            cols[k].append(v)
+        cols["power"].append(float(r["value"]))
+        cols["energy"].append(joules.get(r["id"].rsplit("-", 1)[0], math.nan))
+        cols["model"].append(r["model"])
+        cols["hardware"].append(r["hardware"])
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def predict_runs(params: Sequence[float], f: Mapping[str, np.ndarray]):
+    """``(W per GPU, J per output token)`` of each run of ``run_features`` under ``params =
+    (c_F, c_M)``."""
+    cf, cm = params
+
+    def watts(uf, um):
+        return f["idle"] + (f["max"] - f["idle"]) * -np.expm1(-(cf * uf + cm * um))
+
+    p_dec, p_pre = watts(f["uf_dec"], f["um_dec"]), watts(f["uf_pre"], f["um_pre"])
+    spent = p_dec * f["t_dec"] + p_pre * f["t_pre"]
+    return spent / (f["t_dec"] + f["t_pre"]), f["chips"] * spent
+
+
+def fit_runs(f: Mapping[str, np.ndarray], mask=None, iterations: int = 100) -> tuple[float, float]:
+    """``(c_F, c_M)`` minimizing the squared log error of the runs' W per GPU (those in ``mask``;
+    all when None), by Gauss-Newton with a Levenberg damping on their logarithms."""
+    use = np.ones(len(f["power"]), bool) if mask is None else np.asarray(mask, bool)
+    g = {k: v[use] for k, v in f.items()}
+    z = np.log(np.array([3.0, 0.3]))
+
+    def resid(z):
+        return np.log(predict_runs(np.exp(z), g)[0] / g["power"])
+
+    damping, loss = 1e-3, float(np.sum(resid(z) ** 2))
+    for _ in range(iterations):
+        r0 = resid(z)
+        jac = np.empty((len(r0), 2))
+        for i in range(2):
+            dz = np.zeros(2)
+            dz[i] = 1e-6
+            jac[:, i] = (resid(z + dz) - r0) / 1e-6
+        a = jac.T @ jac
+        step = np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -(jac.T @ r0))
+        new = float(np.sum(resid(z + step) ** 2))
+        if new < loss:
+            z, loss, damping = z + step, new, damping / 3.0
+            if np.max(np.abs(step)) < 1e-9:
+                break
+        else:
+            damping *= 10.0
+    cf, cm = np.exp(z)
+    return float(cf), float(cm)
+
+
+def held_out_runs(f: Mapping[str, np.ndarray] | None = None) -> dict:
+    """Each model's runs predicted by a fit on the other models' runs (leave one model out).
+
+    Returns:
+      ``{"power": (W per GPU), "energy": (J per output token)}`` arrays in ``f``'s order, the
+      per-model fits under ``"fits"``, and ``"summary"``: ``{metric: {"n", "median", "p90",
+      "bias"}}`` over all runs and per chip and per dense / MoE (``|predicted/measured - 1|``;
+      bias the median of predicted/measured).
+    """
+    from dcost import presets
+
+    f = run_features() if f is None else f
+    power = np.empty(len(f["power"]))
+    joules = np.empty(len(f["power"]))
+    fits = {}
+    for m in sorted(set(f["model"].tolist())):
+        out = f["model"] == m
+        fits[m] = fit_runs(f, ~out)
+        p, e = predict_runs(fits[m], f)
+        power[out], joules[out] = p[out], e[out]
+    moe = np.array([bool(presets.model_card(m)["arch"].get("n_experts")) for m in f["model"]])
+    groups = {"all": np.ones(len(power), bool), "dense": ~moe, "moe": moe}
+    for h in sorted(set(f["hardware"].tolist())):
+        groups[h] = f["hardware"] == h
+    summary: dict = {}
+    for metric, pred, meas in (("power_per_gpu", power, f["power"]),
+                               ("energy_per_output_token", joules, f["energy"])):  # fmt: skip
+        ratio = pred / meas
+        summary[metric] = {
+            name: {
+                "n": int(sel.sum()),
+                "median": float(np.median(np.abs(ratio[sel] - 1.0))),
+                "p90": float(np.percentile(np.abs(ratio[sel] - 1.0), 90)),
+                "bias": float(np.median(ratio[sel])),
+            }
+            for name, sel in groups.items()
+        }
+    return {"power": power, "energy": joules, "fits": fits, "summary": summary}

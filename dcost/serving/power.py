@@ -15,10 +15,12 @@ rates, every v2 term off) and ``t_trip`` the time the step really takes on ``har
 calibrated chip: the measured-like time), so ``u`` is the fraction of the chip's peak rate the step
 sustains, whatever the software; ``P`` micro-batches share the ``P`` stages of a trip. The shape is
 the one GenZ and LLMServingSim use (a static floor and a dynamic part that grows with activity);
-the coefficients ``c_F, c_M`` are fitted on AIConfigurator's measured kernel power
-(``dcost.calibrate.power``; ``POWER_FIT``), ``c_C`` is assumed equal to ``c_M`` (no public
-measurement of link power was found). Energy counts the chips only: host CPUs, NICs, switches and
-cooling come on top (``dcost.pricing.ownership`` multiplies by a PUE).
+the coefficients ``c_F, c_M`` are fitted on the measured mean power of whole vLLM runs (the
+ML.ENERGY Benchmark v3, H100 and B200; ``dcost.calibrate.power.fit_runs``; ``POWER_FIT``) and the
+idle floor on AIConfigurator's measured kernel power (``IDLE_FRACTION``); ``c_C`` is assumed
+equal to ``c_M`` (no public measurement of link power was found). Energy counts the chips
+only: host CPUs, NICs, switches and cooling come on top (``dcost.pricing.ownership`` multiplies
+by a PUE).
 
 A power cap below what a step draws lowers the clock: dynamic power goes as ``C V^2 f`` and, in
 the range where voltage follows frequency, as ``f^3`` (Rabaey, Chandrakasan & Nikolic, *Digital
@@ -81,10 +83,12 @@ class PowerFit(eqx.Module):
     __repr__ = readable
 
 
-# Fitted by ``dcost.calibrate.power.fit`` on every row of ``dcost/validation/power_kernels.csv``
-# (AIConfigurator's measured B200 kernel power; tests/test_power.py refits and compares);
-# ``comm`` is assumed equal to ``memory``.
-POWER_FIT = PowerFit(compute=9.2592, memory=0.10841, comm=0.10841)
+# Fitted by ``dcost.calibrate.power.fit_runs`` on the mean power of the 346 whole vLLM runs of
+# the ML.ENERGY Benchmark v3 that dcost expresses (H100 and B200, 11 models, one to eight GPUs;
+# ``dcost.validation.energy.mlenergy_records``; tests/test_power.py refits and compares); ``comm``
+# is assumed equal to ``memory``. The kernel rows alone (``dcost.calibrate.power.fit``) gave
+# c_F 9.26 and c_M 0.108: a kernel looped alone on a warm board says little of HBM's share.
+POWER_FIT = PowerFit(compute=6.1575, memory=1.4316, comm=1.4316)
 # The idle floor those rows measure, as a fraction of the 1,000 W power limit they ran under:
 # ``P_idle / P_max`` (the presets' idle_power is this fraction of max_power where no public idle
 # figure exists).
@@ -255,7 +259,7 @@ def power_cap(
     >>> round(float(full.flops / h.flops), 3)
     0.802
     >>> w = dcost.Workload(1024, prompt=2048, output=256)
-    >>> dec = power_cap(h, 500.0, dcost.Design(batch=8), m, w)   # draws less: the cap is idle
+    >>> dec = power_cap(h, 650.0, dcost.Design(batch=8), m, w)   # draws less: the cap is idle
     >>> float(dec.flops / h.flops)
     1.0
     """
@@ -339,7 +343,7 @@ def energy(
 
     Reference: the power shape of GenZ (Bambhaniya et al., "Demystifying AI Platform Design for
     Distributed Inference of Next-Generation LLM models", 2024) and LLMServingSim 2.0; the
-    coefficients: AIConfigurator's B200 kernel tables (``dcost.calibrate.power``).
+    coefficients: the ML.ENERGY Benchmark v3's whole runs (``dcost.calibrate.power.fit_runs``).
     """
     hardware = on_engine(engine, hardware)
     idle, top = _watts(hardware, "dcost.energy")

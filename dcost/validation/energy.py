@@ -18,6 +18,10 @@ True
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import pathlib
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -27,7 +31,15 @@ import numpy as np
 from dcost.serving.power import energy
 from dcost.validation.cases import case
 
-__all__ = ["METRICS", "load", "predict", "errors", "summary"]
+__all__ = [
+    "METRICS",
+    "load",
+    "predict",
+    "errors",
+    "summary",
+    "mlenergy_records",
+    "write_mlenergy_csv",
+]
 
 METRICS = ("energy_per_output_token", "power_per_gpu")
 
@@ -115,3 +127,134 @@ def summary(records: list[Mapping] | None = None) -> dict:
                 "p90": float(np.percentile(e, 90)),
             }
     return out
+
+
+# ------------------------------------------------------------------ The ML.ENERGY Benchmark v3
+# Every LLM configuration of the ML.ENERGY leaderboard's v3 runs (vLLM 0.11.1 on H100 and B200,
+# one to eight GPUs), as its build publishes them: ml-energy/leaderboard, public/data/tasks/
+# {task}.json, one row per configuration with its measured mean power of all its GPUs, energy
+# per output token, throughput and running batch. ``mlenergy_v3.csv`` keeps those fields
+# verbatim; ``mlenergy_records`` turns the rows whose model is a preset into records.
+
+MLENERGY_SOURCE = (
+    "https://github.com/ml-energy/leaderboard/tree/0cd52dab897c5d91a45f4d413038f3b8b4251b0f/"
+    "public/data/tasks"
+)
+MLENERGY_FIELDS = (
+    "task", "model_id", "gpu_model", "num_gpus", "tensor_parallel", "expert_parallel",
+    "data_parallel", "max_num_seqs", "weight_precision", "avg_batch_size", "avg_output_len",
+    "avg_power_watts", "energy_per_token_joules", "output_throughput_tokens_per_sec",
+    "median_itl_ms",
+)  # fmt: skip
+MLENERGY_TASKS = ("lm-arena-chat", "gpqa", "sourcegraph-fim")
+# the leaderboard's model ids -> presets (same architecture; the -2507 and -0528 releases and
+# Llama 3.1 70B share their preset's layers, widths and experts)
+MLENERGY_MODELS = {
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3-70b",
+    "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
+    "meta-llama/Llama-3.1-405B-Instruct": "llama-3-405b",
+    "meta-llama/Llama-3.1-405B-Instruct-FP8": "llama-3-405b",
+    "Qwen/Qwen3-14B": "qwen3-14b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b",
+    "Qwen/Qwen3-30B-A3B-Thinking-2507": "qwen3-30b-a3b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Thinking-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Thinking-2507-FP8": "qwen3-235b-a22b",
+    "deepseek-ai/DeepSeek-V3.1": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+}
+# mean prompt tokens of each task: not published with the runs (assumed; see mlenergy_records)
+MLENERGY_PROMPTS = {"lm-arena-chat": 200.0, "gpqa": 300.0}
+_GPUS = {"H100": "h100-sxm", "B200": "b200"}
+_WEIGHTS = {"bfloat16": "bf16", "fp8": "fp8", "mxfp4": "fp4"}
+
+
+def write_mlenergy_csv(tasks_dir, out) -> int:
+    """Write ``MLENERGY_FIELDS`` of every configuration in ``tasks_dir/{task}.json`` (a checkout
+    of ml-energy/leaderboard's ``public/data/tasks``) to ``out``; returns the row count."""
+    rows = []
+    for task in MLENERGY_TASKS:
+        path = pathlib.Path(tasks_dir) / f"{task}.json"
+        for c in json.loads(path.read_text(encoding="utf-8"))["configurations"]:
+            rows.append([task, *(c[f] for f in MLENERGY_FIELDS[1:])])
+    buf = io.StringIO()
+    buf.write(f"# The ML.ENERGY Benchmark v3 (vLLM 0.11.1): {MLENERGY_SOURCE}/{{task}}.json\n")
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(MLENERGY_FIELDS)
+    w.writerows(rows)
+    pathlib.Path(out).write_text(buf.getvalue(), encoding="utf-8")
+    return len(rows)
+
+
+def _mlenergy_rows() -> list[dict]:
+    text = resources.files(__package__).joinpath("mlenergy_v3.csv").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def mlenergy_records() -> tuple[list[dict], dict[str, int]]:
+    """The ML.ENERGY v3 runs dcost can express, as records (each configuration twice: its
+    energy per output token, J, and its mean power per GPU, W), and the others counted by why.
+
+    Layout: vLLM's expert parallelism spans its tensor-parallel ranks, so a row of ``n`` GPUs
+    with ``expert_parallel = n`` is ``tensor_parallel = n`` with experts split ``n`` ways. The
+    running batch is the run's measured mean (``avg_batch_size``, rounded), the output length
+    its measured mean; the prompt length is not published and is assumed per task
+    (``MLENERGY_PROMPTS``: LMArena's human prompts and GPQA's questions are a few hundred
+    tokens). The code task (fill-in-the-middle: long prompts, short answers, whose lengths
+    decide the prefill share) is counted out for that reason.
+    """
+    records: list[dict] = []
+    skipped: dict[str, int] = {}
+
+    def skip(why):
+        skipped[why] = skipped.get(why, 0) + 1
+
+    for i, row in enumerate(_mlenergy_rows()):
+        task, mid = row["task"], row["model_id"]
+        if task not in MLENERGY_PROMPTS:
+            skip(f"{task}: prompt lengths not published")
+            continue
+        if mid not in MLENERGY_MODELS:
+            skip("model is not a preset")
+            continue
+        n = int(row["num_gpus"])
+        tp, ep, dp = (int(row[k]) for k in ("tensor_parallel", "expert_parallel", "data_parallel"))
+        tp = max(tp, ep // dp) if ep > 1 else tp
+        base = {
+            "source": f"{MLENERGY_SOURCE}/{task}.json",
+            "source_id": "mlenergy-v3",
+            "family": "hopper" if row["gpu_model"] == "H100" else "blackwell",
+            "quote": ", ".join(f"{k}={row[k]}" for k in MLENERGY_FIELDS[1:]),
+            "hardware": _GPUS[row["gpu_model"]],
+            "model": MLENERGY_MODELS[mid],
+            "weights": _WEIGHTS[row["weight_precision"]],
+            "kv_cache": "bf16",
+            "compute": "bf16" if row["weight_precision"] != "fp8" else "fp8",
+            "gpus": n,
+            "tensor_parallel": tp,
+            "expert_parallel": ep,
+            "attention_data_parallel": dp,
+            "serving": "aggregated",
+            "concurrency": max(1, round(float(row["avg_batch_size"]))),
+            "prompt_tokens": MLENERGY_PROMPTS[task],
+            "output_tokens": float(row["avg_output_len"]),
+            "engine": "vllm",
+            "engine_version": "0.11.1",
+            "assumed": ["prompt_tokens"],
+        }
+        rid = f"mlenergy-v3-{i}-{task}-{mid.split('/')[1].lower()}-{row['gpu_model'].lower()}"
+        rid += f"-g{n}-c{row['max_num_seqs']}"
+        records.append(
+            dict(base, id=rid + "-energy", metric="energy_per_output_token",
+                 value=float(row["energy_per_token_joules"]))
+        )  # fmt: skip
+        records.append(
+            dict(base, id=rid + "-power", metric="power_per_gpu",
+                 value=float(row["avg_power_watts"]) / n)
+        )  # fmt: skip
+    return records, skipped
