@@ -410,3 +410,28 @@ def test_energy_on_an_engine_is_energy_on_its_profile():
     b = power.energy(d, eng.apply(H100), LLAMA8, w)
     assert float(a.energy_per_token) == pytest.approx(float(b.energy_per_token), rel=1e-6)
     assert float(a.power_per_chip) == pytest.approx(float(b.power_per_chip), rel=1e-6)
+
+
+@pytest.mark.slow  # the experiment's own pass over 346 runs (about 10 s)
+def test_mlenergy_experiment_is_held_out_and_committed(runs):
+    """experiments/mlenergy_v3.py's figures (the README and the docs quote its JSON) are what it
+    computes; a model's power is predicted by a fit on the other models' runs alone (refitted
+    here with a mask)."""
+    import json
+
+    sys.path.insert(0, str(DOC.parents[2] / "experiments"))
+    import mlenergy_v3
+
+    res = mlenergy_v3.compute()
+    committed = json.loads((DOC.parents[2] / "experiments/results/mlenergy_v3.json").read_text())
+    for key, groups in res["summary"].items():
+        for group, s in groups.items():
+            for stat in ("median", "p90", "bias"):
+                want = committed["summary"][key][group][stat]
+                assert s[stat] == pytest.approx(want, rel=1e-4), (key, group, stat)
+    mine = runs["model"] == "qwen3-14b"
+    params = calib.fit_runs(runs, ~mine)
+    watts, _ = calib.predict_runs(params, runs)
+    np.testing.assert_allclose(np.asarray(res["predicted"]["power"])[mine], watts[mine], rtol=1e-6)
+    refit_all = calib.fit_runs(runs)
+    assert not np.allclose(params, refit_all, rtol=1e-3)  # the fold really left the model out

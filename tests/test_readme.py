@@ -20,6 +20,7 @@ HELD = tomllib.loads((ROOT / "dcost/presets/calibration.toml").read_text())["hel
 ENGINES = tomllib.loads((ROOT / "dcost/engines/heldout.toml").read_text())["silicon"]
 OWN = tomllib.loads((ROOT / "dcost/engines/own_measurements.toml").read_text())["own"]
 UNDER_LOAD = json.loads((ROOT / "experiments/results/serving_under_load.json").read_text())
+MLENERGY = json.loads((ROOT / "experiments/results/mlenergy_v3.json").read_text())["summary"]
 FAMILIES = ("ampere", "blackwell", "cdna3", "cdna4", "hopper", "tpu")
 
 
@@ -58,6 +59,9 @@ def _shipped(name: str) -> tuple[int, str, str] | None:
     elif name.startswith("the silicon sample under load"):
         s = UNDER_LOAD["splits"]["fresh"]  # the runs never seen before the results
         return s["runs"], _pct(s["ttft"]["median"]), _pct(s["ttft"]["p90"])
+    elif name.startswith("ML.ENERGY v3"):
+        s = MLENERGY["itl_engine"]["all"]
+        return s["n"], _pct(s["median"]), _pct(s["p90"])
     elif name.startswith("the same runs, each deployment calibrated on 3"):
         s = OWN["k"]["3"]
         return s["rows"], _pct(s["median"]), _pct(s["p90"])
@@ -81,13 +85,14 @@ def test_accuracy_table_is_the_shipped_summary():
     quoted = {name: _shipped(name) for name in rows}
     ours = {name: s for name, s in quoted.items() if s is not None}
     # the overall figure both ways, dcost's own steps, the queueing records, the engine profiles,
-    # the same calibrated on a deployment's own runs, and the engines under load (the families'
-    # figures are the validation page's, below)
-    assert len(ours) == 7, sorted(rows)
+    # the same calibrated on a deployment's own runs, the engines under load and on ML.ENERGY's
+    # runs (the families' figures are the validation page's, below)
+    assert len(ours) == 8, sorted(rows)
     splits = {
         "dcost": "never fitted",
         "time": "never fitted",
         "the silicon sample under load": "never fitted",
+        "ML.ENERGY": "never fitted",
         "engine": "kernel tables; fixed costs leave one model out",
         "the same runs": "the deployment's other runs",
     }
@@ -154,6 +159,16 @@ def test_engine_figures_are_the_shipped_summary():
     o = ENGINES["tpot"]["overall"]
     assert f"is off by {_pct(o['median'])} on {o['rows']:,} such runs" in text
     assert f"by {_pct(OWN['k']['3']['median'])} once three of the deployment's own runs" in text
+
+
+def test_mlenergy_sentence_is_the_experiment_s():
+    """The README's ML.ENERGY figures are experiments/results/mlenergy_v3.json's."""
+    text = " ".join(README.split())
+    s = MLENERGY
+    assert f"is {s['itl_engine']['all']['bias']:.2f}x the measured time" in text
+    assert f"family profile closer ({_pct(s['itl_family']['all']['median'])})" in text
+    assert f"power per GPU is {_pct(s['power_per_gpu']['all']['median'])} off" in text
+    assert f"energy per token {_pct(s['energy_per_output_token']['all']['median'])}" in text
 
 
 def test_aiconfigurator_comparison_is_the_benchmark_s():
