@@ -21,16 +21,22 @@ IMPORT_JAX = time.perf_counter() - START
 
 
 def tiny():
-    """Two groups (two TPOT targets) interleaved, 3 + 17 scenarios: with ``block=16`` three
-    blocks, the second group's last block padded."""
+    """Two groups interleaved, 3 + 17 scenarios: with ``block=16`` three blocks, the second
+    group's last block padded. The first group (a TPOT target of 30 ms) plans disaggregated
+    fleets (a prefill and a decode pool), the second (50 ms) aggregated ones: every kind of pool,
+    with four search programs to compile where "best" in both groups took nine."""
     import numpy as np
 
     import dcost
 
     rows = []
     for i, rate in enumerate(np.geomspace(0.5, 800.0, 20)):
-        tpot = (0.05, 0.9) if i % 7 else (0.03, 0.9)
-        rows.append(dcost.Scenario("llama-3.1-8b", "h100-sxm", "chat", float(rate), tpot_slo=tpot))
+        tpot, mode = ((0.05, 0.9), "aggregated") if i % 7 else ((0.03, 0.9), "disaggregated")
+        rows.append(
+            dcost.Scenario(
+                "llama-3.1-8b", "h100-sxm", "chat", float(rate), tpot_slo=tpot, mode=mode
+            )
+        )
     return rows
 
 

@@ -38,13 +38,13 @@ def reference_plans():
     rows = sweep_child.tiny()
     groups: dict = {}
     for i, s in enumerate(rows):
-        groups.setdefault(s.tpot_slo, []).append(i)
+        groups.setdefault((s.tpot_slo, s.mode), []).append(i)
     out: list = [None] * len(rows)
-    for tpot, members in groups.items():
+    for (tpot, mode), members in groups.items():
         for start in range(0, len(members), 16):
             part = members[start : start + 16]
             traffic = dcost.traffic("chat", rate=np.asarray([rows[i].rate for i in part]))
-            batch = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, tpot_slo=tpot)
+            batch = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, tpot_slo=tpot, mode=mode)
             for i, p in zip(part, batch, strict=True):
                 out[i] = p
     return out
@@ -157,15 +157,16 @@ def test_sweep_on_two_processes(reference):
 
 def test_cli_scenarios_write_the_plans(tmp_path, capsys, reference_plans):
     rows = sweep_child.tiny()
-    picked = (0, 7, 19)  # the second has the other TPOT target: two groups
+    picked = (0, 7, 19)  # the last has the other TPOT target and mode: two groups
     lines = ["model,chip,traffic,rate,tpot,mode"]
     for i in picked:
         tpot = f"{rows[i].tpot_slo[0] * 1e3:g}ms@p90"
-        lines.append(f"llama-3.1-8b,h100-sxm,chat,{rows[i].rate!r},{tpot},best")
-    lines[-1] = lines[-1][: -len("best")]  # an empty cell takes --mode
+        lines.append(f"llama-3.1-8b,h100-sxm,chat,{rows[i].rate!r},{tpot},{rows[i].mode}")
+    lines[-1] = lines[-1][: -len(rows[19].mode)]  # an empty cell takes --mode
     src, out = tmp_path / "roadmap.csv", tmp_path / "plans.csv"
     src.write_text("\n".join(lines) + "\n")
-    assert main(["plan", "--scenarios", str(src), "--out", str(out)]) == 0
+    argv = ["plan", "--scenarios", str(src), "--out", str(out), "--mode", rows[19].mode]
+    assert main(argv) == 0
     assert "3 plans (3 feasible)" in capsys.readouterr().out
     table = list(csv.DictReader(out.read_text().splitlines()))
     assert [r["line"] for r in table] == ["2", "3", "4"]
