@@ -97,6 +97,8 @@ _LAZY = {
     "Scenario": "dcost.planning.sweep",
     "plan_sweep": "dcost.planning.sweep",
     "simulate": "dcost.planning.fleet",
+    "plan_energy": "dcost.planning.energy",
+    "FleetEnergy": "dcost.planning.energy",
     "explore": "dcost.web.notebook",
     "Server": "dcost.planning.server",
     "Load": "dcost.planning.server",
@@ -197,7 +199,7 @@ __all__ += [
     "sensitivity",
 ]
 __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simulate"]
-__all__ += ["Scenario", "plan_sweep"]
+__all__ += ["Scenario", "plan_sweep", "plan_energy", "FleetEnergy"]
 __all__ += ["TCO", "energy", "Energy", "PowerFit", "power_cap"]
 __all__ += ["Ownership", "ownership", "owned", "tco_per_token", "breakeven"]
 __all__ += ["Engine", "Scheduler", "engine", "engines", "Server", "Load", "Bursty"]

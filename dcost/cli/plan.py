@@ -283,7 +283,46 @@ _JSON_REASONS = {
 }
 
 
+def _energy(p):
+    """``dcost.plan_energy`` of a feasible plan, or the reason there is none (a chip without
+    ``idle_power`` and ``max_power``)."""
+    from dcost.planning.energy import plan_energy
+    from dcost.specs import SpecError
+
+    if not p.feasible:
+        return None, "no plan meets the targets (see message)"
+    try:
+        return plan_energy(p), None
+    except SpecError as err:
+        return None, str(err)
+
+
+def _energy_line(p) -> str:
+    e, why = _energy(p)
+    if e is None:
+        return f"energy: not known ({why})"
+    return (
+        f"energy: {e.power / 1e3:,.3g} kW of chips ({e.power_per_chip:,.0f} W a chip, "
+        f"{e.idle_power / 1e3:,.3g} kW of it their idle floor), "
+        f"{e.energy_per_output_token:.3g} J per output token, "
+        f"{e.tokens_per_mw / 1e6:.3g} M output tokens/s per MW"
+    )
+
+
 def _plan_json(p) -> dict:
+    e, why = _energy(p)
+    energy = (
+        {"reason": why}
+        if e is None
+        else {
+            "power": e.power,
+            "power_per_chip": e.power_per_chip,
+            "idle_power": e.idle_power,
+            "energy_per_output_token": e.energy_per_output_token,
+            "tokens_per_mw": e.tokens_per_mw,
+            "pools": [{"role": r, "chips": n, "power": w} for r, n, w in e.pools],
+        }
+    )
     return {
         "mode": p.mode,
         "feasible": p.feasible,
@@ -299,6 +338,7 @@ def _plan_json(p) -> dict:
         "shadow_price": p.shadow_price,
         "ttft_slo": list(p.ttft_slo),
         "tpot_slo": list(p.tpot_slo),
+        "energy": energy,
     }
 
 
@@ -357,6 +397,7 @@ def _print(args, p, sim, engines) -> None:
     calibration = profile_error(args)
     if calibration:
         print(calibration_line(*calibration, width=12) + " (per step; queueing is the plan's)")
+    print(_energy_line(p))
     if sim is not None:
         qs = list(sim.quantiles)
         pick = [qs.index(q) for q in (0.5, 0.9, 0.99) if q in qs]

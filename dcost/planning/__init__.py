@@ -13,6 +13,7 @@
 """
 
 from dcost.planning.designs import Layout, StepTable, step_table
+from dcost.planning.energy import FleetEnergy, plan_energy
 from dcost.planning.envelope import PlanSensitivity, plan_sensitivity, relaxed_replicas
 from dcost.planning.fleet import simulate
 from dcost.planning.latency import Latency, aggregated_latency, disaggregated_latency
@@ -51,4 +52,6 @@ __all__ = [
     "plan_sensitivity",
     "PlanSensitivity",
     "relaxed_replicas",
+    "plan_energy",
+    "FleetEnergy",
 ]

@@ -1,0 +1,116 @@
+"""Power and energy of a planned fleet (``dcost.plan_energy``): watts of its chips, joules a token.
+
+Every chip of the fleet draws its idle floor all the time; on top of it, each token costs the
+activity energy of the steps that make it (``dcost.energy`` at the pool's mean operating point):
+
+.. math::
+
+    W = N P_{idle} + \\lambda\\,(T_{out}\\,e_{dec} + T'_{in}\\,e_{pre}), \\qquad
+    e_x = \\frac{G_x (P_x - P_{idle})\\, t_x}{\\text{tokens}_x}
+
+with ``lambda`` the arrivals (requests/s), ``T_out`` the output tokens of a request and ``T'_in``
+the prompt tokens it computes (those the prefix cache does not hold); ``e_dec`` from the pool
+that decodes (the aggregated pool, or the decode pool) at its mean running batch, ``e_pre`` from
+the pool that prefills, one prompt at a time; ``P_x`` a chip's power during that step and ``G_x``
+the chips of a replica. J per output token is ``W / (lambda T_out)``. The idle floor is paid for
+every chip the plan buys, busy or not; a replica's steps at its mean batch stand for all of its
+steps (the activity of a step is nearly linear in its batch where decode is memory bound).
+Energy counts the chips only: hosts, network and cooling come on top (a PUE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dcost.serving.power import WATTS_PER_MEGAWATT, energy, require_power
+from dcost.specs import Design, SpecError, Workload
+
+__all__ = ["FleetEnergy", "plan_energy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetEnergy:
+    """What a planned fleet draws (SI units).
+
+    Attributes:
+      power: W of all the fleet's chips.
+      power_per_chip: ``power`` over the chips (W).
+      idle_power: the part of ``power`` that is the chips' idle floor (W).
+      energy_per_output_token: J per output token (the whole fleet's, prompts included).
+      tokens_per_mw: output tokens/s per MW of chip power.
+      pools: ``(role, chips, W)`` of each pool.
+    """
+
+    power: float
+    power_per_chip: float
+    idle_power: float
+    energy_per_output_token: float
+    tokens_per_mw: float
+    pools: tuple[tuple[str, int, float], ...]
+
+
+def _activity_energy(pool, plan, step: str, workload: Workload) -> float:
+    """J of activity (above the idle floor) per token of ``step`` in ``pool``: per output token
+    for decode, per computed prompt token for prefill."""
+    kw = {}
+    if pool.draft_tokens and step == "decode":
+        kw["draft_tokens"] = pool.draft_tokens
+    batch = max(float(pool.decode_batch), 1.0) if step == "decode" else 1.0
+    design = Design(
+        batch=batch,
+        chips=pool.chips_per_stage,
+        stages=pool.stages,
+        attention_dp=pool.attention_dp,
+        **kw,
+    )
+    e = energy(design, plan.hardware, plan.model, workload, step=step)
+    idle = float(plan.hardware.idle_power)
+    per_chip = float(e.power_per_chip)
+    return float(e.energy_per_token) * (per_chip - idle) / per_chip
+
+
+def plan_energy(plan) -> FleetEnergy:
+    """The power and energy of a feasible plan's fleet (module docstring).
+
+    Args:
+      plan: a feasible ``dcost.Plan`` (``dcost.plan``); its chip must carry ``idle_power`` and
+        ``max_power`` (every preset does).
+
+    Returns:
+      A ``FleetEnergy``.
+
+    >>> import dcost
+    >>> h100 = dcost.hardware("h100-sxm", calibrated=True)
+    >>> p = dcost.plan(h100, "llama-3.1-8b", dcost.traffic("chat", rate=20.0), mode="aggregated")
+    >>> e = dcost.plan_energy(p)
+    >>> p.chips * 287.0 <= e.power <= p.chips * 700.0   # between the idle floor and the limit
+    True
+    """
+    if not plan.feasible:
+        raise SpecError(f"plan_energy: the plan is infeasible ({plan.message}): no fleet to power")
+    require_power(plan.hardware, "plan_energy")
+    t = plan.traffic
+    rate, t_in, t_out = (float(getattr(t, f)) for f in ("rate", "prompt_tokens", "output_tokens"))
+    computed = max(t_in * (1.0 - float(t.prefix_hit)), 1.0)
+    spec = {} if plan.acceptance is None else {"acceptance": plan.acceptance}
+    decode_work = Workload(t_in + 0.5 * t_out, prompt=t_in, output=t_out, **spec)
+    prefill_work = Workload(computed, prompt=computed, output=t_out)
+    idle = float(plan.hardware.idle_power)
+    pools = []
+    for pool in plan.pools:
+        watts = pool.chips * idle
+        if pool.role in ("aggregated", "decode"):
+            watts += rate * t_out * _activity_energy(pool, plan, "decode", decode_work)
+        if pool.role in ("aggregated", "prefill"):
+            watts += rate * computed * _activity_energy(pool, plan, "prefill", prefill_work)
+        pools.append((pool.role, int(pool.chips), watts))
+    power = sum(w for _, _, w in pools)
+    tokens = rate * t_out
+    return FleetEnergy(
+        power=power,
+        power_per_chip=power / plan.chips,
+        idle_power=plan.chips * idle,
+        energy_per_output_token=power / tokens,
+        tokens_per_mw=WATTS_PER_MEGAWATT * tokens / power,
+        pools=tuple(pools),
+    )

@@ -1,0 +1,83 @@
+"""``dcost.plan_energy``: the watts and joules of a planned fleet, checked against the idle floor
+and the board limit, against its formula rebuilt here from ``dcost.energy``, and against what
+more traffic on the same chips must do (the idle floor shared by more tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import dcost
+from dcost.cli.app import main
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return dcost.hardware("h100-sxm", calibrated=True)
+
+
+def _by_hand(p) -> float:
+    """``N P_idle + lambda (T_out e_dec + T'_in e_pre)`` from dcost.energy, pool by pool."""
+    t, h = p.traffic, p.hardware
+    rate, t_in, t_out = float(t.rate), float(t.prompt_tokens), float(t.output_tokens)
+    computed = max(t_in * (1.0 - float(t.prefix_hit)), 1.0)
+    idle = float(h.idle_power)
+    total = p.chips * idle
+    for pool in p.pools:
+        kw = dict(chips=pool.chips_per_stage, stages=pool.stages, attention_dp=pool.attention_dp)
+        if pool.role != "prefill":
+            d = dcost.Design(batch=max(pool.decode_batch, 1.0), **kw)
+            w = dcost.Workload(t_in + t_out / 2, prompt=t_in, output=t_out)
+            e = dcost.energy(d, h, p.model, w)
+            active = float(e.energy_per_token) * (1 - idle / float(e.power_per_chip))
+            total += rate * t_out * active
+        if pool.role != "decode":
+            d = dcost.Design(batch=1.0, **kw)
+            w = dcost.Workload(computed, prompt=computed, output=t_out)
+            e = dcost.energy(d, h, p.model, w, step="prefill")
+            active = float(e.energy_per_token) * (1 - idle / float(e.power_per_chip))
+            total += rate * computed * active
+    return total
+
+
+@pytest.mark.slow  # two plans of each mode
+@pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])
+def test_fleet_power_by_hand_and_within_the_chips_limits(h100, mode):
+    p = dcost.plan(h100, "llama-3.1-8b", dcost.traffic("chat", rate=20.0), mode=mode)
+    e = dcost.plan_energy(p)
+    assert e.power == pytest.approx(_by_hand(p), rel=1e-5)
+    idle, top = float(h100.idle_power), float(h100.max_power)
+    assert p.chips * idle < e.power < p.chips * top
+    for role, chips, watts in e.pools:
+        assert chips * idle <= watts <= chips * top, role
+    assert sum(w for _, _, w in e.pools) == pytest.approx(e.power)
+    tokens = 20.0 * float(p.traffic.output_tokens)
+    assert e.energy_per_output_token == pytest.approx(e.power / tokens)
+    assert e.tokens_per_mw == pytest.approx(1e6 / e.energy_per_output_token)
+    # ten times the traffic on a larger fleet: the idle floor is shared by more tokens
+    busy = dcost.plan(h100, "llama-3.1-8b", dcost.traffic("chat", rate=200.0), mode=mode)
+    more = dcost.plan_energy(busy)
+    assert more.energy_per_output_token < e.energy_per_output_token
+    assert more.idle_power / more.power < e.idle_power / e.power
+
+
+def test_an_infeasible_plan_has_no_fleet_to_power(h100):
+    p = dcost.plan(h100, "llama-3.1-8b", dcost.traffic("chat", rate=1.0), tpot_slo=(1e-4, 0.9))
+    assert not p.feasible
+    with pytest.raises(dcost.SpecError, match="plan_energy: the plan is infeasible"):
+        dcost.plan_energy(p)
+
+
+@pytest.mark.slow  # a plan from the command line
+def test_cli_plan_prints_and_writes_the_energy(capsys):
+    argv = ["plan", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--traffic", "chat",
+            "--rate", "20", "--mode", "aggregated", "--calibrated", "--engine", "none"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "energy: " in text and "J per output token" in text
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    h = dcost.hardware("h100-sxm", calibrated=True)
+    p = dcost.plan(h, "llama-3.1-8b", dcost.traffic("chat", rate=20.0), mode="aggregated")
+    assert out["energy"]["power"] == pytest.approx(dcost.plan_energy(p).power, rel=1e-6)
