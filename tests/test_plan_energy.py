@@ -67,6 +67,11 @@ def test_an_infeasible_plan_has_no_fleet_to_power(h100):
     assert not p.feasible
     with pytest.raises(dcost.SpecError, match="plan_energy: the plan is infeasible"):
         dcost.plan_energy(p)
+    for bad, needle in (("x", "got str"), (None, "got NoneType"), (p.pools, "got tuple")):
+        with pytest.raises(
+            dcost.SpecError, match=f"plan_energy.plan must be a dcost.Plan.*{needle}"
+        ):
+            dcost.plan_energy(bad)
 
 
 @pytest.mark.slow  # a plan from the command line

@@ -86,6 +86,17 @@ def plan_energy(plan) -> FleetEnergy:
     >>> p.chips * 287.0 <= e.power <= p.chips * 700.0   # between the idle floor and the limit
     True
     """
+    from dcost.planning.planner import Plan, PlanBatch
+
+    if isinstance(plan, PlanBatch):
+        raise SpecError(
+            "plan_energy.plan is a PlanBatch: pass one of its plans (plan_energy(batch[i]))"
+        )
+    if not isinstance(plan, Plan):
+        raise SpecError(
+            f"plan_energy.plan must be a dcost.Plan (what dcost.plan returns), got "
+            f"{type(plan).__name__}"
+        )
     if not plan.feasible:
         raise SpecError(f"plan_energy: the plan is infeasible ({plan.message}): no fleet to power")
     require_power(plan.hardware, "plan_energy")
@@ -95,7 +106,9 @@ def plan_energy(plan) -> FleetEnergy:
     spec = {} if plan.acceptance is None else {"acceptance": plan.acceptance}
     decode_work = Workload(t_in + 0.5 * t_out, prompt=t_in, output=t_out, **spec)
     prefill_work = Workload(computed, prompt=computed, output=t_out)
-    idle = float(plan.hardware.idle_power)
+    floor = plan.hardware.idle_power
+    assert floor is not None  # require_power above
+    idle = float(floor)
     pools = []
     for pool in plan.pools:
         watts = pool.chips * idle
