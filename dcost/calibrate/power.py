@@ -156,6 +156,30 @@ def predict(params: Sequence[float], u_f, u_m) -> np.ndarray:
     return r + (1.0 - r) * -np.expm1(-(cf * np.asarray(u_f) + cm * np.asarray(u_m)))
 
 
+def _gauss_newton(resid, z: np.ndarray, iterations: int) -> np.ndarray:
+    """``z`` minimizing ``sum(resid(z)**2)``: Gauss-Newton steps with a Levenberg damping
+    (Marquardt's diagonal scaling), the Jacobian by forward differences of 1e-6; a step is kept
+    only when it lowers the loss (the damping then falls 3x, else it rises 10x)."""
+    damping, loss = 1e-3, float(np.sum(resid(z) ** 2))
+    for _ in range(iterations):
+        r0 = resid(z)
+        jac = np.empty((len(r0), len(z)))
+        for i in range(len(z)):
+            dz = np.zeros(len(z))
+            dz[i] = 1e-6
+            jac[:, i] = (resid(z + dz) - r0) / 1e-6
+        a = jac.T @ jac
+        step = np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -(jac.T @ r0))
+        new = float(np.sum(resid(z + step) ** 2))
+        if new < loss:
+            z, loss, damping = z + step, new, damping / 3.0
+            if np.max(np.abs(step)) < 1e-9:
+                break
+        else:
+            damping *= 10.0
+    return z
+
+
 def fit(rows: Sequence[Mapping], iterations: int = 100) -> tuple[float, float, float]:
     """``(r, c_F, c_M)`` minimizing the squared relative error of ``predict`` on ``rows``
     (Gauss-Newton with a Levenberg damping; ``c`` kept positive through their logs, ``r`` in
@@ -169,26 +193,7 @@ def fit(rows: Sequence[Mapping], iterations: int = 100) -> tuple[float, float, f
     def resid(z):
         return predict(params(z), u_f, u_m) / p - 1.0
 
-    damping = 1e-3
-    loss = float(np.sum(resid(z) ** 2))
-    for _ in range(iterations):
-        r0 = resid(z)
-        jac = np.empty((len(p), 3))
-        for i in range(3):
-            dz = np.zeros(3)
-            dz[i] = 1e-6
-            jac[:, i] = (resid(z + dz) - r0) / 1e-6
-        a = jac.T @ jac
-        g = jac.T @ r0
-        step = np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -g)
-        new = float(np.sum(resid(z + step) ** 2))
-        if new < loss:
-            z, loss, damping = z + step, new, damping / 3.0
-            if np.max(np.abs(step)) < 1e-9:
-                break
-        else:
-            damping *= 10.0
-    return params(z)
+    return params(_gauss_newton(resid, z, iterations))
 
 
 def errors(params: Sequence[float], rows: Sequence[Mapping]) -> np.ndarray:
@@ -375,24 +380,7 @@ def fit_runs(f: Mapping[str, np.ndarray], mask=None, iterations: int = 100) -> t
     def resid(z):
         return np.log(predict_runs(np.exp(z), g)[0] / g["power"])
 
-    damping, loss = 1e-3, float(np.sum(resid(z) ** 2))
-    for _ in range(iterations):
-        r0 = resid(z)
-        jac = np.empty((len(r0), 2))
-        for i in range(2):
-            dz = np.zeros(2)
-            dz[i] = 1e-6
-            jac[:, i] = (resid(z + dz) - r0) / 1e-6
-        a = jac.T @ jac
-        step = np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -(jac.T @ r0))
-        new = float(np.sum(resid(z + step) ** 2))
-        if new < loss:
-            z, loss, damping = z + step, new, damping / 3.0
-            if np.max(np.abs(step)) < 1e-9:
-                break
-        else:
-            damping *= 10.0
-    cf, cm = np.exp(z)
+    cf, cm = np.exp(_gauss_newton(resid, z, iterations))
     return float(cf), float(cm)
 
 
