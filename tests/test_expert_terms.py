@@ -193,6 +193,89 @@ def test_fit_moe_recovers_the_generating_fields():
     assert fit.median_abs < 0.05  # the noise, not a misfit (the slow kernel would be 70 %)
 
 
+def test_fit_moe_fits_weight_only_experts_apart():
+    """MXFP4 experts dequantized into bf16 matmuls (AIConfigurator's ``w4a16_mxfp4`` rows) are
+    their own class: generated at a rate twice bf16's, they are fitted apart (at the bf16 GEMM
+    efficiency and peak, reading 4.25-bit weights) and leave the bf16 fields as they were."""
+    rng = np.random.default_rng(1)
+    bf16 = {
+        "expert_flops_efficiency": 0.4,
+        "expert_half_tokens": 24.0,
+        "expert_overhead": 1.5e-6,
+        "moe_layer_overhead": 2.5e-5,
+    }
+    table = synthetic_moe_table(bf16, rng)
+    w4 = dict(bf16, expert_flops_efficiency=0.8)
+    t4 = synthetic_moe_table(w4, rng)
+    fast = t4["kernel_source"] == "fast"
+    # the 4-bit rows' weights: 4.25 bits instead of bf16's 16 (``moe_layer_time``'s ``b_w``)
+    cols = [
+        np.asarray(t4[c], float)[fast]
+        for c in (
+            "num_tokens",
+            "hidden_size",
+            "inter_size",
+            "topk",
+            "num_experts",
+            "moe_tp_size",
+            "moe_ep_size",
+        )
+    ]
+    chip_ = kernels._chip("h100-sxm")
+    gemm = {
+        "flops_efficiency": GEMM["precision.bf16.flops_efficiency"],
+        "bandwidth_efficiency": GEMM["bandwidth_efficiency"],
+        "kernel_roofline_smoothness": GEMM["kernel_roofline_smoothness"],
+        "hbm_bandwidth": chip_["hbm_bandwidth"],
+    }
+    lat = np.asarray(kernels.moe_layer_time(*cols, 4.25 / 8.0, chip_["flops"], w4, gemm)) * 1e3
+    both = {k: np.concatenate([np.asarray(v), np.asarray(t4[k])[fast]]) for k, v in table.items()}
+    both["latency"][-len(lat) :] = lat
+    both["moe_dtype"] = both["moe_dtype"].astype("<U16")
+    both["moe_dtype"][-len(lat) :] = "w4a16_mxfp4"
+    v = kernels.fit_moe(both, "h100-sxm", GEMM).values
+    assert v["precision.w4a16.expert_flops_efficiency"] == pytest.approx(0.8, rel=0.1)
+    assert v["precision.bf16.expert_flops_efficiency"] == pytest.approx(0.4, rel=0.1)
+    assert "precision.w4a16.flops_efficiency" not in v  # no GEMM rate of its own
+
+
+def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
+    """``Engine.apply(..., model=)``: a 4-bit mixture of experts at bf16 (gpt-oss as released)
+    takes the engine's ``w4a16`` expert fields; a bf16 MoE, a dense model, an fp8 chip and a
+    profile without the class keep the precision's own."""
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    w4 = {"expert_flops_efficiency": 0.9, "expert_half_tokens": 3.0}
+    mine = dcost.engines.Engine(
+        eng.name,
+        eng.version,
+        eng.hardware_name,
+        eng.profile,
+        {**eng.precision_profile, "w4a16": w4},
+        eng.provenance,
+        eng.scheduler,
+    )
+    h = dcost.hardware("h100-sxm")
+    oss = dcost.model("gpt-oss-120b")
+    assert float(oss.bytes_per_param) < 0.75 and float(oss.n_experts) > 1
+    on = mine.apply(h, model=oss)
+    assert float(on.expert_flops_efficiency) == pytest.approx(0.9)
+    assert float(on.expert_half_tokens) == pytest.approx(3.0)
+    bf16 = eng.precision_profile["bf16"]["expert_flops_efficiency"]
+    for other in (dcost.model("gpt-oss-120b", weights="bf16"), dcost.model("llama-3.1-8b")):
+        assert float(mine.apply(h, model=other).expert_flops_efficiency) == pytest.approx(bf16)
+    assert float(mine.apply(h).expert_flops_efficiency) == pytest.approx(bf16)  # no model
+    fp8 = eng.precision_profile["fp8"]["expert_flops_efficiency"]
+    on8 = mine.apply(dcost.hardware("h100-sxm", precision="fp8"), model=oss)
+    assert float(on8.expert_flops_efficiency) == pytest.approx(fp8)
+    # the cost functions pass the model: decode is faster on the faster expert kernels
+    d, w = dcost.Design(batch=64.0, chips=2.0), dcost.Workload(1024.0)
+    assert float(dcost.decode(d, h, oss, w, engine=mine).tpot) < float(
+        dcost.decode(d, h, oss, w, engine=eng).tpot
+    )
+    with pytest.raises(dcost.engines.EngineError, match="precision 'w4a16'"):
+        mine.fields(h, precision="w4a16")
+
+
 def test_moe_layer_time_touched_experts_agree_with_decode():
     """The kernel fit's per-touched-expert count is the serving model's: one MoE layer's share
     of ``decode``'s ``expert_overhead`` time equals ``moe_layer_time``'s ``c_e`` term."""

@@ -89,7 +89,14 @@ GPU_PRESETS = {
 TABLE_DTYPES = {"bf16": ("bfloat16", "float16"), "fp8": ("fp8",), "fp4": ("nvfp4",)}
 """dcost matmul precision -> the GEMM table's ``gemm_dtype`` values fitted for it."""
 
-_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 4.5 / 8.0}
+_BYTES = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0,
+    "nvfp4": 4.5 / 8.0,
+    "w4a16_mxfp4": 4.25 / 8.0,  # 4-bit values, one 8-bit scale per 32
+}
 _KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0}
 _ATTN_PRECISION = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8"}
 
@@ -545,7 +552,16 @@ def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0)
 
 # ---- grouped experts -----------------------------------------------------------------------
 
-_MOE_PRECISION = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+_MOE_PRECISION = {
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8",
+    "nvfp4": "fp4",
+    "w4a16_mxfp4": "w4a16",
+}
+"""The MoE table's ``moe_dtype`` -> the profile's expert class: a matmul precision, or a class
+of ``dcost.engines.WEIGHT_ONLY_EXPERTS`` (MXFP4 weights dequantized into bf16 matmuls, gpt-oss
+on Hopper: kernels of their own, with their own measured rate)."""
 
 
 def fastest_kernels(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -669,10 +685,15 @@ def fit_moe(
             dtype, [d for d, q in _MOE_PRECISION.items() if q == p]
         )
 
+    from dcost.engines import WEIGHT_ONLY_EXPERTS
+
+    def computes(p):  # the GEMM precision an expert class runs its matmuls at
+        return WEIGHT_ONLY_EXPERTS[p][0] if p in WEIGHT_ONLY_EXPERTS else p
+
     precisions = [
         p
-        for p in ("bf16", "fp8", "fp4")
-        if f"precision.{p}.flops_efficiency" in gemm and rows_of(p).sum() >= MIN_ROWS
+        for p in ("bf16", "fp8", "fp4", *WEIGHT_ONLY_EXPERTS)
+        if f"precision.{computes(p)}.flops_efficiency" in gemm and rows_of(p).sum() >= MIN_ROWS
     ]
     if not precisions:
         raise ValueError(f"MoE table for {hardware}: no balanced rows of a fitted GEMM precision")
@@ -693,10 +714,10 @@ def fit_moe(
     ]
     y = np.asarray(table["latency"], float)[idx] * 1e-3
     b_w = np.asarray([_BYTES[d] for d in dtype[idx]])
-    peak = np.asarray([_peak(chip, precisions[i]) for i in prec])
+    peak = np.asarray([_peak(chip, computes(precisions[i])) for i in prec])
     held_gemm = {
         "flops_efficiency": np.asarray(
-            [gemm[f"precision.{precisions[i]}.flops_efficiency"] for i in prec]
+            [gemm[f"precision.{computes(precisions[i])}.flops_efficiency"] for i in prec]
         ),
         "bandwidth_efficiency": gemm["bandwidth_efficiency"],
         "kernel_roofline_smoothness": gemm["kernel_roofline_smoothness"],

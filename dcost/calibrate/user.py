@@ -280,7 +280,8 @@ def _field_values(engine, z) -> dict:
 
             if name == "flops_efficiency":
                 for p in precision:
-                    precision[p][name] = move(precision[p][name])
+                    if name in precision[p]:  # not the weight-only expert classes
+                        precision[p][name] = move(precision[p][name])
             else:
                 shared[name] = move(shared.get(name, 1.0))
         else:

@@ -232,7 +232,7 @@ def hardware_and_model(args):
     )
     eng = selected_engine(args)
     if eng is not None:
-        chip = eng.apply(chip)
+        chip = eng.apply(chip, model=m)
     return chip, m
 
 

@@ -46,7 +46,11 @@ def _cmd_engines(args) -> int:
                 name,
                 version,
                 hw,
-                " ".join(f"{p} {v['flops_efficiency']:.2f}" for p, v in prec.items()),
+                " ".join(
+                    f"{p} {v['flops_efficiency']:.2f}"
+                    for p, v in prec.items()
+                    if "flops_efficiency" in v  # not the weight-only expert classes
+                ),
                 f"{e.profile.get('kv_bandwidth_efficiency', 1.0):.2f}",
                 f"{1e3 * e.profile.get('step_overhead', 0.0):.2f}",
                 f"{1e6 * e.profile.get('layer_overhead', 0.0):.1f}",

@@ -36,7 +36,9 @@ from importlib import resources
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dcost.specs import Hardware, SpecError
 
@@ -73,6 +75,14 @@ PRECISION_FIELDS = (
 )
 """Profile fields fitted per matmul precision (a GEMM's achieved rate and its size curve depend on
 the number format: ``[profile.precision.<p>]`` tables)."""
+
+WEIGHT_ONLY_EXPERTS = {"w4a16": ("bf16", 0.75)}
+"""Expert classes of weight-only quantization: ``{class: (precision it computes at, most bytes
+per parameter of a model that runs it)}``. A mixture of experts whose weights average at most
+0.75 bytes (4-bit experts, e.g. gpt-oss's MXFP4 at 0.56) served at bf16 runs the engine's
+dequantizing expert kernels, whose rate its MoE tables measure apart (AIConfigurator's
+``w4a16_mxfp4`` rows): ``[profile.precision.w4a16]`` holds their ``expert_flops_efficiency``
+and ``expert_half_tokens``."""
 
 PROFILE_FIELDS = (
     "bandwidth_efficiency",
@@ -176,7 +186,8 @@ class Engine:
       hardware_name: the hardware preset the profile was measured on.
       profile: ``{field: value}`` of the fields in ``PROFILE_FIELDS`` (SI units).
       precision_profile: ``{precision: {field: value}}`` of ``PRECISION_FIELDS`` per matmul
-        precision ("bf16", "fp8", "fp4").
+        precision ("bf16", "fp8", "fp4"); "w4a16" holds the grouped-expert fields of 4-bit
+        weights computed at bf16 (``WEIGHT_ONLY_EXPERTS``).
       provenance: where the numbers come from (source package and version, tables, row counts,
         the fit's residual per kernel type), as read from the profile file.
       scheduler: the scheduler settings (``Scheduler``).
@@ -232,18 +243,24 @@ class Engine:
                 best, gap = p, abs(math.log(flops / rate))
         return best
 
-    def fields(self, hardware: Hardware, precision: str | None = None) -> dict[str, float]:
+    def fields(
+        self, hardware: Hardware, precision: str | None = None, model=None
+    ) -> dict[str, float]:
         """The ``Hardware`` fields this engine sets on ``hardware`` (SI units): the shared profile,
         the matmul precision's own fields, and ``attention_flops`` from ``attention_efficiency``
-        (see ``PROFILE_FIELDS``)."""
+        (see ``PROFILE_FIELDS``). With ``model`` (a ``dcost.Model``), a mixture of experts
+        whose weights are 4-bit while it computes at bf16 takes the grouped-expert fields of
+        the engine's weight-only kernels where the profile has them (``WEIGHT_ONLY_EXPERTS``)."""
         p = self.precision_of(hardware) if precision is None else precision
-        if p not in self.precision_profile:
+        if p not in self.precision_profile or p in WEIGHT_ONLY_EXPERTS:
+            have = [q for q in self.precision_profile if q not in WEIGHT_ONLY_EXPERTS]
             raise EngineError(
                 f"engine {self.label} on {self.hardware_name} has no profile for precision {p!r}; "
-                f"it has: {', '.join(self.precision_profile)}"
+                f"it has: {', '.join(have)}"
             )
         values = {k: v for k, v in self.profile.items() if k != "attention_efficiency"}
         values.update(self.precision_profile[p])
+        values.update(self._weight_only(p, model))
         if "attention_efficiency" in self.profile:
             # the chip's attention peak as set (the KV cache's rate), else its matmul peak
             peak = hardware.get("attention_flops")
@@ -252,13 +269,32 @@ class Engine:
             )
         return values
 
-    def apply(self, hardware: Hardware, precision: str | None = None) -> Hardware:
+    def _weight_only(self, precision: str, model) -> dict[str, float]:
+        """The expert fields of the weight-only class ``model`` runs at ``precision`` ({} when
+        none applies or the model's bytes are traced)."""
+        if model is None:
+            return {}
+        for cls, (computes, most_bytes) in WEIGHT_ONLY_EXPERTS.items():
+            if computes != precision or cls not in self.precision_profile:
+                continue
+            try:
+                moe = float(np.max(np.asarray(model.n_experts))) > 1.0
+                small = float(np.max(np.asarray(model.bytes_per_param))) <= most_bytes
+            except (TypeError, jax.errors.ConcretizationTypeError):
+                return {}
+            if moe and small:
+                return dict(self.precision_profile[cls])
+        return {}
+
+    def apply(self, hardware: Hardware, precision: str | None = None, model=None) -> Hardware:
         """``hardware`` with this engine's profile set (its datasheet fields kept).
 
         Args:
           hardware: the chip (``dcost.hardware(name, precision=...)``).
           precision: the matmul precision whose fields to use; None: the one whose peak FLOP/s
             ``hardware.flops`` is (``precision_of``).
+          model: the model it serves (optional): a 4-bit mixture of experts at bf16 runs the
+            engine's weight-only expert kernels (``fields``).
 
         Returns:
           A ``Hardware`` whose efficiency, overhead and link fields are the engine's.
@@ -272,7 +308,7 @@ class Engine:
             raise EngineError(
                 f"Engine.apply: hardware must be a dcost.Hardware, got {type(hardware).__name__}"
             )
-        values = self.fields(hardware, precision)
+        values = self.fields(hardware, precision, model)
         names = tuple(values)
         dtype = jnp.result_type(float)
         return eqx.tree_at(
@@ -586,9 +622,10 @@ def engine(
     return eng
 
 
-def on_engine(engine, hardware: Hardware) -> Hardware:
+def on_engine(engine, hardware: Hardware, model=None) -> Hardware:
     """The chip a cost function evaluates: ``hardware`` itself when ``engine`` is None (pure
-    physics, or whatever profile the chip already carries), else ``engine.apply(hardware)``.
+    physics, or whatever profile the chip already carries), else
+    ``engine.apply(hardware, model=model)``.
 
     An engine is a value for what runs on the chip; a name alone does not say which chip's
     profile to take, so it is refused with the call that does.
@@ -596,7 +633,7 @@ def on_engine(engine, hardware: Hardware) -> Hardware:
     if engine is None:
         return hardware
     if isinstance(engine, Engine):
-        return engine.apply(hardware)
+        return engine.apply(hardware, model=model)
     if isinstance(engine, str):
         raise EngineError(
             f"engine={engine!r}: pass dcost.engine({engine!r}, hardware=<preset name>) (a name "

@@ -21,7 +21,9 @@ Energy counts the chips only: hosts, network and cooling come on top (a PUE).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+from dcost.search._jit import jit
 from dcost.serving.power import WATTS_PER_MEGAWATT, energy, require_power
 from dcost.specs import Design, SpecError, Workload
 
@@ -49,6 +51,15 @@ class FleetEnergy:
     pools: tuple[tuple[str, int, float], ...]
 
 
+# one stored program per step kind (``dcost.search._jit``): a later ``dcost plan`` loads it
+# instead of tracing the steps' cost functions again
+@functools.partial(jit, static_argnames=("step",))
+def _activity(design, hardware, model, workload, step):
+    """J of activity per token of ``step``: ``energy_per_token (P - P_idle) / P``."""
+    e = energy(design, hardware, model, workload, step=step)
+    return e.energy_per_token * (e.power_per_chip - hardware.idle_power) / e.power_per_chip
+
+
 def _activity_energy(pool, plan, step: str, workload: Workload) -> float:
     """J of activity (above the idle floor) per token of ``step`` in ``pool``: per output token
     for decode, per computed prompt token for prefill."""
@@ -63,10 +74,7 @@ def _activity_energy(pool, plan, step: str, workload: Workload) -> float:
         attention_dp=pool.attention_dp,
         **kw,
     )
-    e = energy(design, plan.hardware, plan.model, workload, step=step)
-    idle = float(plan.hardware.idle_power)
-    per_chip = float(e.power_per_chip)
-    return float(e.energy_per_token) * (per_chip - idle) / per_chip
+    return float(_activity(design, plan.hardware, plan.model, workload, step=step))
 
 
 def plan_energy(plan) -> FleetEnergy:

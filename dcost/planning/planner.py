@@ -755,7 +755,7 @@ def _prepare(
     chip_name = hardware if isinstance(hardware, str) else None
     hardware, model = _specs(hardware, model)
     eng = resolve_engine(engine, chip_name)
-    hardware = on_engine(eng, hardware)
+    hardware = on_engine(eng, hardware, model)
     if confidence is not None:
         from dcost.engines import EngineError, confidence_factor, slower
 

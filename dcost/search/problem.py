@@ -228,7 +228,8 @@ class Problem(eqx.Module):
         fixed = Design(batch=1.0) if fixed is None else fixed
         if not isinstance(fixed, Design):
             raise SpecError(f"Problem.fixed must be a dcost.Design, got {type(fixed).__name__}")
-        hardware = on_engine(engine, hardware)  # the engine's profile on the chip (None: as is)
+        # the engine's profile on the chip (None: as is)
+        hardware = on_engine(engine, hardware, model)
         self.hardware, self.model, self.workload, self.fixed = hardware, model, workload, fixed
         self.limits = _limits(limits, limit_fields, obj)
         self.extras = extras

@@ -155,7 +155,7 @@ def mixed_step(
     True
     """
     check_types("mixed_step", design, hardware, model, workload)
-    hardware = on_engine(engine, hardware)
+    hardware = on_engine(engine, hardware, model)
     smoothness = smoothness_argument("mixed_step", smoothness)
     report, status = _mixed_step_jit(design, hardware, model, workload, smoothness)
     return checked("mixed_step", report, status, design, workload, _NEEDS)

@@ -345,7 +345,7 @@ def energy(
     Distributed Inference of Next-Generation LLM models", 2024) and LLMServingSim 2.0; the
     coefficients: the ML.ENERGY Benchmark v3's whole runs (``dcost.calibrate.power.fit_runs``).
     """
-    hardware = on_engine(engine, hardware)
+    hardware = on_engine(engine, hardware, model)
     idle, top = _watts(hardware, "dcost.energy")
     if step not in ("decode", "prefill"):
         raise SpecError(f"energy: step = {step!r} is not allowed: it must be 'decode' or 'prefill'")

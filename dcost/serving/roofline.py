@@ -513,7 +513,7 @@ def decode(
     True
     """
     check_types("decode", design, hardware, model, workload)
-    hardware = on_engine(engine, hardware)
+    hardware = on_engine(engine, hardware, model)
     smoothness = smoothness_argument("decode", smoothness)
     report, status = _decode_jit(design, hardware, model, workload, smoothness)
     return checked("decode", report, status, design, workload)
@@ -587,7 +587,7 @@ def prefill(
     True
     """
     check_types("prefill", design, hardware, model, workload)
-    hardware = on_engine(engine, hardware)
+    hardware = on_engine(engine, hardware, model)
     smoothness = smoothness_argument("prefill", smoothness)
     report, status = _prefill_jit(design, hardware, model, workload, smoothness)
     return checked("prefill", report, status, design, workload, _PREFILL_NEEDS)

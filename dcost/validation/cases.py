@@ -182,14 +182,14 @@ def case(record: Mapping, calibrated: bool = False, engine=None) -> Case:
         jnp.asarray(attention_rate(record)),
         is_leaf=lambda x: x is None,
     )
+    net = _net(record["model"], record["weights"], record["kv_cache"])
     if engine is not None:
-        chip = engine.apply(chip)
+        chip = engine.apply(chip, model=net)
         calibrated = True  # the engine's measured kernels: expected-maximum expert load too
     elif calibrated:
         from dcost.calibrate.families import calibrated_hardware
 
         chip = calibrated_hardware(chip, record["family"])
-    net = _net(record["model"], record["weights"], record["kv_cache"])
     gpus = float(record["gpus"])
     stages = float(record.get("pipeline_parallel", 1))
     tp = float(record.get("tensor_parallel", 1))

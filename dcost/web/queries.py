@@ -302,7 +302,11 @@ def parse(params: Mapping[str, Any]) -> Query:
         design=design,
         traffic=traffic,
         engine=engine,
-        on_chip=hardware if engine is None else _api("engine", lambda: engine.apply(hardware)),
+        on_chip=(
+            hardware
+            if engine is None
+            else _api("engine", lambda: engine.apply(hardware, model=model))
+        ),
         **nums,
     )
 
