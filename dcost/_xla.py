@@ -12,7 +12,9 @@ defaults.
 ``DCOST_FAST_COMPILE=1`` in the environment makes every program compile fast, as if each asked for
 it (``prefer_fast(False)`` is then True): the trade for a process that runs many different programs
 once each, such as a notebook or the test suite (``tests/conftest.py`` sets it). Unset or ``0``
-(``off``, ``false``, ``no``): each program asks for its own options.
+(``off``, ``false``, ``no``): each program asks for its own options. Set either way, it is the
+process's choice (``chosen``): ``dcost plan`` then does not make its planner's programs compile
+fast on its own (``dcost.search._jit.prefer_fast_compile(even_optimized=True)``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-__all__ = ["requested", "options", "prefer_fast"]
+__all__ = ["requested", "options", "prefer_fast", "chosen"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _FAST_COMPILE = {"xla_backend_optimization_level": 0}
@@ -49,6 +51,17 @@ def prefer_fast(fast_compile: bool, environ=None) -> bool:
             " program asks for its own options)"
         )
     return fast_compile or value in _ON
+
+
+def chosen(environ=None) -> bool:
+    """Whether ``DCOST_FAST_COMPILE`` is set (to a value ``prefer_fast`` accepts).
+
+    >>> chosen({}), chosen({"DCOST_FAST_COMPILE": "0"}), chosen({"DCOST_FAST_COMPILE": "1"})
+    (False, True, True)
+    """
+    env = os.environ if environ is None else environ
+    prefer_fast(False, env)  # a bad value raises, naming what is allowed
+    return env.get("DCOST_FAST_COMPILE", "").strip() != ""
 
 
 def requested(fast_compile: bool) -> dict:

@@ -1,5 +1,5 @@
 """``dcost.plan_sweep`` and ``dcost plan --scenarios``: a sweep's answers are ``dcost.plan``'s,
-bit for bit, on one device, on 4 host devices and on 2 processes; bad scenario files are refused
+bit for bit, on one device and on 2 processes of 2 host devices each; bad scenario files are refused
 naming the file, the line and the column.
 
 The reference is ``dcost.plan`` on each block of a group (``tests/sweep_child.py``'s ``tiny``
@@ -112,28 +112,18 @@ def _result(text: str) -> dict:
 
 
 @pytest.mark.slow
-def test_sweep_on_four_host_devices(reference):
-    done = subprocess.run(
-        [sys.executable, str(CHILD), "tiny", "--block", "16"],
-        env=_child_env(4),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = _result(done.stdout)
-    assert out["devices"] == 4 and out["processes"] == 1
-    assert out["plans"] == [list(r) for r in reference]
-
-
-@pytest.mark.slow
-def test_sweep_on_two_processes(reference):
+def test_sweep_on_two_processes_of_two_host_devices(reference):
+    """2 processes joined by ``jax.distributed``, each with 2 host devices: the 3 blocks go to
+    process 0's devices 0 and 1 and to process 1's device 0 (``assign``), so one run covers
+    several devices of a process and several processes; every process holds the whole sweep,
+    in order, bit for bit ``dcost.plan``'s."""
+    assert assign(3, 2, 2) == [(0, 0), (1, 0), (0, 1)]
     port = _port()
     procs = [
         subprocess.Popen(
             [sys.executable, str(CHILD), "tiny", "--block", "16", "--port", str(port)]
             + ["--processes", "2", "--process-id", str(i)],
-            env=_child_env(1),
+            env=_child_env(2),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -150,7 +140,8 @@ def test_sweep_on_two_processes(reference):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert [o["process"] for o in outs] == [0, 1] and outs[0]["processes"] == 2
+    assert [o["process"] for o in outs] == [0, 1]
+    assert all(o["processes"] == 2 and o["devices"] == 2 for o in outs)
     for o in outs:  # every process holds the whole sweep, in order
         assert o["plans"] == [list(r) for r in reference]
 

@@ -50,3 +50,26 @@ def test_level_0_gives_the_answer_of_the_default_level(monkeypatch):
     np.testing.assert_array_equal(np.asarray(slow.x), np.asarray(fast.x))
     np.testing.assert_allclose(float(slow.cost), float(fast.cost), rtol=1e-6)
     assert slow.binding == fast.binding
+
+
+def test_even_optimized_programs_compile_fast_only_when_asked(monkeypatch):
+    """``prefer_fast_compile(even_optimized=True)`` (``dcost plan``'s) reaches the programs that
+    ask for XLA's own level; the plain block does not; ``DCOST_FAST_COMPILE`` set either way is
+    the process's choice, which ``dcost plan`` then keeps (``_xla.chosen``)."""
+
+    def double(x):
+        return 2.0 * x
+
+    f = _jit.jit(double, optimized=True)
+    optimized = f.compiled()
+    with _jit.prefer_fast_compile():
+        assert f.compiled() is optimized
+    with _jit.prefer_fast_compile(even_optimized=True):
+        fast = f.compiled()
+    assert fast is not optimized and f.compiled() is optimized  # restored after the block
+    assert float(fast(np.float32(3.0))) == float(optimized(np.float32(3.0))) == 6.0
+    monkeypatch.delenv("DCOST_FAST_COMPILE", raising=False)
+    assert not _xla.chosen()
+    for value in ("0", "1"):
+        monkeypatch.setenv("DCOST_FAST_COMPILE", value)
+        assert _xla.chosen()

@@ -192,8 +192,13 @@ def cmd_plan(args) -> int:
         from dcost.cli.sweep import cmd_sweep
 
         return cmd_sweep(args)
+    from dcost import _xla
+
     # one question per process: on an empty cache compiling the planner's programs is what
-    # takes time (fast, they compile in about 12 s instead of 19 s and run 0.2-0.3 s longer)
+    # takes time (fast, they compile in about 12 s instead of 19 s and run 0.2-0.3 s longer);
+    # a process that set DCOST_FAST_COMPILE keeps its own choice
+    if _xla.chosen():
+        return _one_plan(args)
     with prefer_fast_compile(even_optimized=True):
         return _one_plan(args)
 

@@ -20,7 +20,7 @@ coordinator's key-value store) and assembles the plans in the scenarios' order.
 per-kind searches, compiled with the XLA options ``dcost.plan`` uses, on one device), so the
 answers are the same bits for any number of devices and processes; and a group of at most
 ``block`` scenarios is one block shaped as ``dcost.plan`` shapes that batch, so its answers are
-``dcost.plan``'s exactly (``tests/test_sweep.py``, on 4 host devices and on 2 processes). A
+``dcost.plan``'s exactly (``tests/test_sweep.py``, on 2 processes of 2 host devices each). A
 larger group's answers are those of ``dcost.plan`` on each block of it (XLA:CPU rounds a few
 predicted percentiles of a scenario differently in a batch of another size, in the last bit;
 the plans' integers do not depend on it).
