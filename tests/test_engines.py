@@ -261,6 +261,35 @@ def test_silicon_records_are_checked_records():
     assert first["value"] == pytest.approx(33.442908754168066e-3)
 
 
+def test_silicon_rows_whose_experts_span_other_gpus_than_attention_are_counted_out():
+    """A MoE row whose ``moe_tp_size x moe_ep_size`` is not ``tp_size x attention_dp_size`` (the
+    sample's vLLM Qwen3-235B runs on H200 with tp 1 and moe_tp 2) cannot be the layout that ran
+    (AIConfigurator refuses it: "Parallelism width mismatch"); the same row made consistent is
+    kept, on the GPUs its attention spans; every weight fits the GPUs of every kept row."""
+    rows = {r["id"]: r for r in silicon.load_rows()}
+    rid = (
+        "qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_vllm_agg_1000x100_c8_tp1_"
+        "epnone_2"
+    )
+    row = rows[rid]
+    assert (row["tp_size"], row["moe_tp_size"], row["moe_ep_size"]) == ("1", "2", "1")
+    recs, skipped = silicon.records([row])
+    assert not recs
+    assert [s.reason for s in skipped] == [
+        "moe_tp_size x moe_ep_size disagrees with tp_size x attention_dp_size"
+    ]
+    fixed = dict(row, id=rid.replace("_tp1_", "_tp2_"), tp_size="2")
+    recs, _ = silicon.records([fixed])
+    assert [r["gpus"] for r in recs] == [2]
+    kept, _ = silicon.records()
+    for r in kept:
+        m = dcost.model(r["model"], weights=r["weights"], kv_cache=r["kv_cache"])
+        weights = (float(m.params_dense) + float(m.params_per_expert) * float(m.n_experts)) * float(
+            m.bytes_per_param
+        )
+        assert weights / r["gpus"] < float(dcost.hardware(r["hardware"]).hbm_capacity), r["id"]
+
+
 def test_silicon_predictions_are_linear_in_host_costs():
     recs, _ = silicon.records()
     pick = [r for r in recs if r["engine"] == "vllm" and r["hardware"] == "h200"][:6]

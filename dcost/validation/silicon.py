@@ -153,15 +153,28 @@ def _heads(model: str) -> int:
     return int(presets.model_card(model)["arch"]["n_heads"])
 
 
-def _layout_problem(layout: Mapping, model: str, stated_tp: int | None) -> str | None:
+def _layout_problem(
+    layout: Mapping, model: str, stated_tp: int | None, moe_width: int | None = None
+) -> str | None:
     """Why a stated layout cannot be the one that ran, or None: tensor parallelism that does not
-    divide the attention heads, or a degree that disagrees with the one the run's id states."""
+    divide the attention heads, a degree that disagrees with the one the run's id states, or
+    (``moe_width``: ``moe_tp_size * moe_ep_size`` where the row states them) experts split over
+    other GPUs than attention (``tp_size * attention_dp_size``; AIConfigurator refuses the same
+    rows: "Parallelism width mismatch")."""
     tp = layout["tensor_parallel"]
     if _heads(model) % tp:
         return "tensor_parallel does not divide the attention heads: layout not as stated"
     if stated_tp is not None and stated_tp != tp:
         return "tp_size disagrees with the tp the run's id states"
+    if moe_width is not None and moe_width != tp * layout["attention_data_parallel"]:
+        return "moe_tp_size x moe_ep_size disagrees with tp_size x attention_dp_size"
     return None
+
+
+def _moe_width(row: Mapping, prefix: str, moe: bool) -> int | None:
+    """``moe_tp_size * moe_ep_size`` of a MoE model's row where it states both, else None."""
+    mtp, mep = _int(row, f"{prefix}moe_tp_size"), _int(row, f"{prefix}moe_ep_size")
+    return mtp * mep if moe and mtp and mep else None
 
 
 def concurrency_band(c: float) -> str:
@@ -253,7 +266,7 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
         stated = _id_degree(rid, "tp")
         if row["mode"] == "agg":
             layout = _layout(row, "")
-            why = _layout_problem(layout, model, stated)
+            why = _layout_problem(layout, model, stated, _moe_width(row, "", moe))
             if why:
                 skipped.append(Skipped(rid, "*", why))
                 continue
@@ -276,7 +289,7 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
                 skipped.append(Skipped(rid, "*", "disaggregated: decode workers not stated"))
                 continue
             decode = _layout(row, "decode_")
-            why = _layout_problem(decode, model, None)
+            why = _layout_problem(decode, model, None, _moe_width(row, "decode_", moe))
             if why:
                 skipped.append(Skipped(rid, "*", why))
                 continue
