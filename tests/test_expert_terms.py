@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -247,6 +248,15 @@ def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
     d, w = dcost.Design(batch=64.0, chips=2.0), dcost.Workload(1024.0)
     assert float(dcost.decode(d, h, oss, w, engine=mine).tpot) < float(
         dcost.decode(d, h, oss, w, engine=eng).tpot
+    )
+    # inside jit the model is traced: the same choice, made in the program
+    eager = float(dcost.decode(d, h, oss, w, engine=mine).tpot)
+    traced = jax.jit(lambda m: dcost.decode(d, h, m, w, engine=mine).tpot)(oss)
+    assert float(traced) == pytest.approx(eager, rel=1e-6)
+    dense = dcost.model("llama-3.1-8b")
+    traced = jax.jit(lambda m: dcost.decode(d, h, m, w, engine=mine).tpot)(dense)
+    assert float(traced) == pytest.approx(
+        float(dcost.decode(d, h, dense, w, engine=mine).tpot), rel=1e-6
     )
     with pytest.raises(dcost.engines.EngineError, match="precision 'w4a16'"):
         mine.fields(h, precision="w4a16")

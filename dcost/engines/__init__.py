@@ -232,7 +232,7 @@ class Engine:
         from dcost import presets
 
         card = presets.hardware_card(self.hardware_name)
-        flops = float(jnp.ravel(jnp.asarray(hardware.flops))[0])
+        flops = float(np.ravel(np.asarray(hardware.flops))[0])  # concrete inside jit too
         best, gap = "bf16", math.inf
         for p in self.precision_profile:
             key = "flops" if p == "bf16" else f"flops_{p}"
@@ -269,21 +269,27 @@ class Engine:
             )
         return values
 
-    def _weight_only(self, precision: str, model) -> dict[str, float]:
+    def _weight_only(self, precision: str, model) -> dict:
         """The expert fields of the weight-only class ``model`` runs at ``precision`` ({} when
-        none applies or the model's bytes are traced)."""
+        none applies). A traced model (inside ``jit``) gets them by ``jnp.where``, element by
+        element of a batch of models, so that it computes what the eager call does."""
         if model is None:
             return {}
         for cls, (computes, most_bytes) in WEIGHT_ONLY_EXPERTS.items():
             if computes != precision or cls not in self.precision_profile:
                 continue
+            runs = (jnp.asarray(model.n_experts) > 1.0) & (
+                jnp.asarray(model.bytes_per_param) <= most_bytes
+            )
+            own, base = self.precision_profile[cls], self.precision_profile[precision]
             try:
-                moe = float(np.max(np.asarray(model.n_experts))) > 1.0
-                small = float(np.max(np.asarray(model.bytes_per_param))) <= most_bytes
-            except (TypeError, jax.errors.ConcretizationTypeError):
-                return {}
-            if moe and small:
-                return dict(self.precision_profile[cls])
+                if not bool(jnp.any(runs)):
+                    return {}
+                if bool(jnp.all(runs)):
+                    return dict(own)
+            except jax.errors.ConcretizationTypeError:
+                pass  # traced: choose inside the program
+            return {k: jnp.where(runs, own[k], base[k]) for k in own if k in base}
         return {}
 
     def apply(self, hardware: Hardware, precision: str | None = None, model=None) -> Hardware:
