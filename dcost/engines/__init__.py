@@ -245,8 +245,9 @@ class Engine:
 
     def fields(
         self, hardware: Hardware, precision: str | None = None, model=None
-    ) -> dict[str, float]:
-        """The ``Hardware`` fields this engine sets on ``hardware`` (SI units): the shared profile,
+    ) -> dict[str, Any]:
+        """The ``Hardware`` fields this engine sets on ``hardware`` (SI units; floats, or arrays
+        where a traced or batched model chooses the expert class): the shared profile,
         the matmul precision's own fields, and ``attention_flops`` from ``attention_efficiency``
         (see ``PROFILE_FIELDS``). With ``model`` (a ``dcost.Model``), a mixture of experts
         whose weights are 4-bit while it computes at bf16 takes the grouped-expert fields of
