@@ -122,6 +122,11 @@ def test_profile_round_trip(tmp_path):
             "kv_bandwidth_efficiency=1.5\n[profile.precision.bf16]\nflops_efficiency=0.5\n",
             "kv_bandwidth_efficiency = 1.5 must be in \\(0, 1\\]",
         ),
+        (  # a fixed cost of its own is a weight-only expert class's, not a precision's
+            "[engine]\nname='vllm'\nversion='1'\nhardware='h200'\n"
+            "[profile.precision.bf16]\nflops_efficiency=0.5\nmoe_layer_overhead=1e-5\n",
+            "profile.precision.bf16 field 'moe_layer_overhead' is not known",
+        ),
     ],
 )
 def test_a_bad_profile_file_is_named(tmp_path, text, message):

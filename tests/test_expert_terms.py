@@ -206,14 +206,29 @@ def test_fit_moe_fits_weight_only_experts_apart():
         "moe_layer_overhead": 2.5e-5,
     }
     table = synthetic_moe_table(bf16, rng)
-    w4 = dict(bf16, expert_flops_efficiency=0.8)
+    w4 = dict(bf16, expert_flops_efficiency=0.8, moe_layer_overhead=1.0e-5)
     # 4.25-bit weights (``moe_layer_time``'s ``b_w``), at bf16's rate and peak
     t4 = synthetic_moe_table(w4, rng, dtype="w4a16_mxfp4", b_w=4.25 / 8.0)
-    both = {k: np.concatenate([v, t4[k]]) for k, v in table.items()}
-    v = kernels.fit_moe(both, "h100-sxm", GEMM).values
+    # beside it, another model's kernel of the class on other shapes, half as many rows and
+    # twice as slow (AIConfigurator's Marlin rows of 896 experts): not the class's kernel
+    other = {k: v[: len(v) // 6] for k, v in t4.items()}
+    other = dict(
+        other, hidden_size=other["hidden_size"] + 512, num_experts=other["num_experts"] * 7
+    )
+    other = dict(other, kernel_source=np.array(["marlin"] * len(other["latency"])))
+    other["latency"] = 2.0 * other["latency"]
+    both = {k: np.concatenate([v, t4[k], other[k]]) for k, v in table.items()}
+    fit = kernels.fit_moe(both, "h100-sxm", GEMM)
+    v = fit.values
     assert v["precision.w4a16.expert_flops_efficiency"] == pytest.approx(0.8, rel=0.1)
     assert v["precision.bf16.expert_flops_efficiency"] == pytest.approx(0.4, rel=0.1)
+    # the class's fused kernel has its own fixed cost; the shared one stays bf16's
+    assert v["precision.w4a16.moe_layer_overhead"] == pytest.approx(1.0e-5, rel=0.25)
+    assert v["moe_layer_overhead"] == pytest.approx(2.5e-5, rel=0.25)
     assert "precision.w4a16.flops_efficiency" not in v  # no GEMM rate of its own
+    assert fit.median_abs < 0.05  # the Marlin rows, 2x off, were not fitted
+    assert kernels.main_kernel(np.array(["a", "b", "b"])) == "b"
+    assert kernels.main_kernel(np.array([], dtype=str)) == ""
 
 
 def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
@@ -221,7 +236,7 @@ def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
     takes the engine's ``w4a16`` expert fields; a bf16 MoE, a dense model, an fp8 chip and a
     profile without the class keep the precision's own."""
     eng = dcost.engine("vllm", hardware="h100-sxm")
-    w4 = {"expert_flops_efficiency": 0.9, "expert_half_tokens": 3.0}
+    w4 = {"expert_flops_efficiency": 0.9, "expert_half_tokens": 3.0, "moe_layer_overhead": 7e-6}
     mine = dcost.engines.Engine(
         eng.name,
         eng.version,
@@ -237,9 +252,12 @@ def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
     on = mine.apply(h, model=oss)
     assert float(on.expert_flops_efficiency) == pytest.approx(0.9)
     assert float(on.expert_half_tokens) == pytest.approx(3.0)
+    assert float(on.moe_layer_overhead) == pytest.approx(7e-6)  # the class's own fixed cost
     bf16 = eng.precision_profile["bf16"]["expert_flops_efficiency"]
     for other in (dcost.model("gpt-oss-120b", weights="bf16"), dcost.model("llama-3.1-8b")):
         assert float(mine.apply(h, model=other).expert_flops_efficiency) == pytest.approx(bf16)
+        shared = eng.profile["moe_layer_overhead"]
+        assert float(mine.apply(h, model=other).moe_layer_overhead) == pytest.approx(shared)
     assert float(mine.apply(h).expert_flops_efficiency) == pytest.approx(bf16)  # no model
     fp8 = eng.precision_profile["fp8"]["expert_flops_efficiency"]
     on8 = mine.apply(dcost.hardware("h100-sxm", precision="fp8"), model=oss)

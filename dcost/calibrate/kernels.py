@@ -680,12 +680,17 @@ def fit_moe(
     dtype = np.asarray(table["moe_dtype"]).astype(str)
     dist = np.asarray(table["distribution"]).astype(str)
 
+    from dcost.engines import WEIGHT_ONLY_EXPERTS
+
+    source = np.asarray(table.get("kernel_source", np.full(len(dtype), ""))).astype(str)
+
     def rows_of(p):
-        return (dist == "balanced") & np.isin(
+        rows = (dist == "balanced") & np.isin(
             dtype, [d for d, q in _MOE_PRECISION.items() if q == p]
         )
-
-    from dcost.engines import WEIGHT_ONLY_EXPERTS
+        if p in WEIGHT_ONLY_EXPERTS:
+            rows &= source == main_kernel(source[rows])
+        return rows
 
     def computes(p):  # the GEMM precision an expert class runs its matmuls at
         return WEIGHT_ONLY_EXPERTS[p][0] if p in WEIGHT_ONLY_EXPERTS else p
@@ -726,12 +731,17 @@ def fit_moe(
     fit_i, held_i = _split(len(y), seed)
     n_prec = len(precisions)
 
+    # a weight-only class's fused kernel has its own fixed cost (its last parameters)
+    own = [i for i, p in enumerate(precisions) if p in WEIGHT_ONLY_EXPERTS]
+    slot = np.zeros(n_prec, int)
+    slot[own] = 1 + np.arange(len(own))
+
     def unpack(z):
         return {
             "expert_flops_efficiency": 0.02 + 0.98 * _logistic(z[:n_prec]),
             "expert_half_tokens": jnp.exp(z[n_prec : 2 * n_prec]),
             "expert_overhead": jnp.exp(z[2 * n_prec]),
-            "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1]),
+            "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 :]),  # shared, then each own
         }
 
     def predict(z, rows):
@@ -740,6 +750,7 @@ def fit_moe(
             k: (x[prec[rows]] if k.startswith("expert_") and k != "expert_overhead" else x)
             for k, x in v.items()
         }
+        v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
         g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
         n, h, i, k, e, tp, ep = (a[rows] for a in shape)
         return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g)
@@ -747,7 +758,12 @@ def fit_moe(
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
 
-    z0 = jnp.asarray([1.0] * n_prec + [math.log(32.0)] * n_prec + [math.log(1e-6), math.log(2e-5)])
+    z0 = jnp.asarray(
+        [1.0] * n_prec
+        + [math.log(32.0)] * n_prec
+        + [math.log(1e-6)]
+        + [math.log(2e-5)] * (1 + len(own))
+    )
     zf = _minimize(loss, z0)
     rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
     v = {k: np.asarray(x) for k, x in unpack(zf).items()}
@@ -756,8 +772,28 @@ def fit_moe(
         values[f"precision.{p}.expert_flops_efficiency"] = float(v["expert_flops_efficiency"][i])
         values[f"precision.{p}.expert_half_tokens"] = float(v["expert_half_tokens"][i])
     values["expert_overhead"] = float(v["expert_overhead"])
-    values["moe_layer_overhead"] = float(v["moe_layer_overhead"])
+    values["moe_layer_overhead"] = float(v["moe_layer_overhead"][0])
+    for i in own:
+        values[f"precision.{precisions[i]}.moe_layer_overhead"] = float(
+            v["moe_layer_overhead"][slot[i]]
+        )
     return KernelFit("moe", values, len(y), rms, med, p90)
+
+
+def main_kernel(sources: np.ndarray) -> str:
+    """The kernel source with the most rows among ``sources`` (a class's rows of a MoE table):
+    a weight-only expert class is fitted on the one kernel that serves it. AIConfigurator's
+    ``w4a16_mxfp4`` rows time gpt-oss's own MXFP4 kernel on its shapes (hidden 2880, 32 or 128
+    experts) and, beside it on vLLM and SGLang, a Marlin kernel of another model (hidden 3584,
+    896 experts, half as many rows); one curve and one fixed cost fitted to both predicted
+    gpt-oss's kernel 1.2-1.9x too slow on H200 (vLLM 0.24, 1-8,192 tokens, TP 1 and 4). ""
+    for no rows.
+
+    >>> main_kernel(np.array(["triton", "marlin", "triton"]))
+    'triton'
+    """
+    names, counts = np.unique(np.asarray(sources).astype(str), return_counts=True)
+    return str(names[np.argmax(counts)]) if len(names) else ""
 
 
 # ---- a whole profile -----------------------------------------------------------------------

@@ -51,6 +51,7 @@ __all__ = [
     "ENGINE_NAMES",
     "PROFILE_FIELDS",
     "PRECISION_FIELDS",
+    "CLASS_FIELDS",
     "resolve",
     "on_engine",
     "heldout",
@@ -82,7 +83,12 @@ per parameter of a model that runs it)}``. A mixture of experts whose weights av
 0.75 bytes (4-bit experts, e.g. gpt-oss's MXFP4 at 0.56) served at bf16 runs the engine's
 dequantizing expert kernels, whose rate its MoE tables measure apart (AIConfigurator's
 ``w4a16_mxfp4`` rows): ``[profile.precision.w4a16]`` holds their ``expert_flops_efficiency``
-and ``expert_half_tokens``."""
+and ``expert_half_tokens``, and may hold their own ``moe_layer_overhead`` (``CLASS_FIELDS``:
+a fused 4-bit expert kernel's fixed cost is not the bf16 and fp8 kernels')."""
+
+CLASS_FIELDS = ("moe_layer_overhead",)
+"""Shared profile fields a weight-only expert class may set for itself (``WEIGHT_ONLY_EXPERTS``);
+a model that runs the class takes them in place of the shared value."""
 
 PROFILE_FIELDS = (
     "bandwidth_efficiency",
@@ -282,7 +288,8 @@ class Engine:
             runs = (jnp.asarray(model.n_experts) > 1.0) & (
                 jnp.asarray(model.bytes_per_param) <= most_bytes
             )
-            own, base = self.precision_profile[cls], self.precision_profile[precision]
+            own = self.precision_profile[cls]
+            base = {**self.profile, **self.precision_profile[precision]}
             try:
                 if not bool(jnp.any(runs)):
                     return {}
@@ -430,11 +437,12 @@ def _parse_profile(data: Mapping, origin: str) -> tuple[dict, dict, dict]:
     precision: dict[str, dict[str, float]] = {}
     for p, fields in per_precision.items():
         precision[p] = {}
+        allowed = PRECISION_FIELDS + (CLASS_FIELDS if p in WEIGHT_ONLY_EXPERTS else ())
         for k, v in fields.items():
-            if k not in PRECISION_FIELDS:
+            if k not in allowed:
                 raise EngineError(
                     f"{origin}: profile.precision.{p} field {k!r} is not known; allowed: "
-                    f"{', '.join(PRECISION_FIELDS)}"
+                    f"{', '.join(allowed)}"
                 )
             precision[p][k] = _number(origin, f"profile.precision.{p}.{k}", v)
     if not precision:
