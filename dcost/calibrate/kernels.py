@@ -564,6 +564,24 @@ of ``dcost.engines.WEIGHT_ONLY_EXPERTS`` (MXFP4 weights dequantized into bf16 ma
 on Hopper: kernels of their own, with their own measured rate)."""
 
 
+def _served(table: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The MoE table's rows of the formats MoE checkpoints are served in: where a table times
+    block-scaled fp8 (``fp8_block``), its per-tensor ``fp8`` rows are left out. The fp8 mixtures
+    of experts of the silicon sample ship block-scaled weights (128 x 128 blocks: DeepSeek-V3
+    and R1, Kimi K2, MiniMax-M2.5, Qwen3-235B-A22B-FP8; their config.json ``weight_block_size``
+    or model cards), which the engine runs on its block-scaled kernels; the per-tensor rows time
+    other kernels (vLLM 0.24 on H200: FlashInfer's CUTLASS kernel, 2-4x slower at a few tokens
+    than the block-scaled Triton one), and one expert class fitted to both was charged between.
+
+    >>> _served({"moe_dtype": np.array(["fp8", "fp8_block", "bfloat16"])}).tolist()
+    [False, True, True]
+    >>> _served({"moe_dtype": np.array(["fp8", "bfloat16"])}).tolist()
+    [True, True]
+    """
+    dtype = np.asarray(table["moe_dtype"]).astype(str)
+    return ~((dtype == "fp8") & (dtype == "fp8_block").any())
+
+
 def fastest_kernels(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The MoE table's rows of gated experts (three matrices, ``3 h i`` weights: the
     ``*nongated*`` kernel sources, two matrices, are left out), one row per shape: the fastest
@@ -661,10 +679,11 @@ def fit_moe(
 ) -> KernelFit:
     """Fit the grouped experts' fields to a MoE layer table (``moe_layer_time``).
 
-    The table's balanced rows of gated experts, the fastest kernel per shape
-    (``fastest_kernels``), are fitted with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held
-    (``gemm``: its values): per precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e``
-    (``expert_half_tokens``); shared, ``c_e`` (``expert_overhead``, s per touched expert) and
+    The table's balanced rows of gated experts in the formats served (``_served``: block-scaled
+    fp8 where the table has it), the fastest kernel per shape (``fastest_kernels``), are fitted
+    with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held (``gemm``: its values): per
+    precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e`` (``expert_half_tokens``);
+    shared, ``c_e`` (``expert_overhead``, s per touched expert) and
     ``c_m`` (``moe_layer_overhead``, s per layer).
 
     Args:
@@ -676,7 +695,7 @@ def fit_moe(
     """
     chip = _chip(hardware)
     balanced = np.asarray(table["distribution"]).astype(str) == "balanced"
-    table = fastest_kernels({c: np.asarray(v)[balanced] for c, v in table.items()})
+    table = fastest_kernels({c: np.asarray(v)[balanced & _served(table)] for c, v in table.items()})
     dtype = np.asarray(table["moe_dtype"]).astype(str)
     dist = np.asarray(table["distribution"]).astype(str)
 
