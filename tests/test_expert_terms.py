@@ -177,13 +177,17 @@ def synthetic_moe_table(values, rng, dtype="bfloat16", b_w=2.0):
     return table
 
 
+EXPERTS = {
+    "expert_flops_efficiency": 0.55,
+    "expert_half_tokens": 24.0,
+    "expert_overhead": 1.5e-6,
+    "moe_layer_overhead": 2.5e-5,
+}
+"""The grouped-expert fields the synthetic MoE tables below are generated from."""
+
+
 def test_fit_moe_recovers_the_generating_fields():
-    truth = {
-        "expert_flops_efficiency": 0.55,
-        "expert_half_tokens": 24.0,
-        "expert_overhead": 1.5e-6,
-        "moe_layer_overhead": 2.5e-5,
-    }
+    truth = EXPERTS
     table = synthetic_moe_table(truth, np.random.default_rng(0))
     fit = kernels.fit_moe(table, "h100-sxm", GEMM)
     v = fit.values
@@ -199,12 +203,7 @@ def test_fit_moe_fits_weight_only_experts_apart():
     their own class: generated at a rate twice bf16's, they are fitted apart (at the bf16 GEMM
     efficiency and peak, reading 4.25-bit weights) and leave the bf16 fields as they were."""
     rng = np.random.default_rng(1)
-    bf16 = {
-        "expert_flops_efficiency": 0.4,
-        "expert_half_tokens": 24.0,
-        "expert_overhead": 1.5e-6,
-        "moe_layer_overhead": 2.5e-5,
-    }
+    bf16 = dict(EXPERTS, expert_flops_efficiency=0.4)
     table = synthetic_moe_table(bf16, rng)
     w4 = dict(bf16, expert_flops_efficiency=0.8, moe_layer_overhead=1.0e-5)
     # 4.25-bit weights (``moe_layer_time``'s ``b_w``), at bf16's rate and peak
@@ -236,12 +235,7 @@ def test_fit_moe_serves_fp8_experts_on_the_block_scaled_kernels():
     those rows alone: per-tensor ``fp8`` rows 3x slower beside them change nothing, and the same
     per-tensor rows alone (no block-scaled ones) are what the class is fitted on."""
     rng = np.random.default_rng(2)
-    truth = {
-        "expert_flops_efficiency": 0.5,
-        "expert_half_tokens": 24.0,
-        "expert_overhead": 1.5e-6,
-        "moe_layer_overhead": 2.5e-5,
-    }
+    truth = dict(EXPERTS, expert_flops_efficiency=0.5)
     block = synthetic_moe_table(truth, rng, dtype="fp8_block", b_w=1.0)
     tensor = dict(block, moe_dtype=np.array(["fp8"] * len(block["latency"])))
     tensor["latency"] = 3.0 * block["latency"]

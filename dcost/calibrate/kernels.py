@@ -683,8 +683,9 @@ def fit_moe(
     fp8 where the table has it), the fastest kernel per shape (``fastest_kernels``), are fitted
     with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held (``gemm``: its values): per
     precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e`` (``expert_half_tokens``);
-    shared, ``c_e`` (``expert_overhead``, s per touched expert) and
-    ``c_m`` (``moe_layer_overhead``, s per layer).
+    shared, ``c_e`` (``expert_overhead``, s per touched expert) and ``c_m``
+    (``moe_layer_overhead``, s per layer), a weight-only class's ``c_m`` its own
+    (``precision.<class>.moe_layer_overhead``), fitted on its main kernel (``main_kernel``).
 
     Args:
       table: columns ``moe_dtype``, ``num_tokens``, ``hidden_size``, ``inter_size``, ``topk``,
