@@ -258,6 +258,91 @@ def test_count_pmf_is_a_distribution_with_finite_gradients():
     assert np.all(np.isfinite(np.asarray(jac)))
 
 
+@pytest.mark.x64
+def test_count_pmf_is_the_beta_binomial():
+    """The atoms from their running product of ratios equal SciPy's beta-binomial pmf with the
+    same ``alpha, beta`` (a binomial-like row, a near two-point row, one in between)."""
+    from scipy.stats import betabinom
+
+    from dcost.planning.latency import _count_pmf
+
+    window = jnp.array([3.0, 12.0, 30.0, 47.0])
+    m = np.array([0.2, 0.5, 0.05, 0.7])
+    rho = np.array([1e-4, 0.95, 0.3, 0.02])  # correlation of the K steps
+    var = window * m * (1 - m) * (1 + (window - 1) * rho)
+    p, _ = _count_pmf(jnp.asarray(window * m), jnp.asarray(var), window)
+    total = 1 / rho - 1
+    for i, k in enumerate(np.asarray(window).astype(int)):
+        want = betabinom.pmf(np.arange(48), k, m[i] * total[i], (1 - m[i]) * total[i])
+        np.testing.assert_allclose(np.asarray(p[i]), want, rtol=1e-9, atol=1e-300)
+
+
+def _direct(x, w, at, fn):
+    """``sum_i w_i fn(x_i, t)`` for every ``t`` in ``at``: the O(N M) sum the closed forms
+    were written as, in float64."""
+    return np.sum(w * fn(x[None, :], np.asarray(at).reshape(-1)[:, None]), axis=-1)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_node_sums_equal_the_direct_sums(seed):
+    """The shot-noise, window and wait-tail sums over the quadrature nodes, computed from
+    sorted prefix and suffix sums (``_split_sums``), equal the direct sums over every pair of
+    nodes, on unsorted nodes with ties, windows inside and beyond their range, and a wait at
+    a node."""
+    from dcost.planning import latency as lat
+
+    rng = np.random.default_rng(seed)
+    n = rng.lognormal(1.0, 1.2, 60)
+    n[7] = n[3]  # a tie
+    w = rng.uniform(0.0, 1.0, 60)
+    w /= w.sum()
+    t = np.concatenate([rng.lognormal(1.5, 1.5, 40), [n[3], n.min() / 2, n.max() * 2]])
+    rate, left, h = 0.3, 1.7, 1.4
+
+    k2, k3 = lat._shot_cumulants(rate, jnp.asarray(n), jnp.asarray(w), jnp.asarray(t), h)
+    s = lambda x, u: np.minimum(x, u)  # noqa: E731
+    l_ = lambda x, u: np.maximum(x, u)  # noqa: E731
+    j2 = _direct(n, w, t, lambda x, u: s(x, u) ** 2 * l_(x, u) - s(x, u) ** 3 / 3)
+    j3 = _direct(n, w, t, lambda x, u: s(x, u) ** 3 * l_(x, u) - s(x, u) ** 4 / 2)
+    np.testing.assert_allclose(np.asarray(k2), rate * h**2 * j2 / t**2, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(k3), rate * h**3 * j3 / t**3, rtol=1e-10)
+
+    got = lat._window_chunks(rate, left, jnp.asarray(n), jnp.asarray(w), jnp.asarray(t))
+    for m, g in zip((1, 2, 3), got, strict=True):
+        want = _direct(
+            n,
+            w,
+            t,
+            lambda x, u, m=m: (
+                left * s(x, u) ** m
+                + rate * (s(x, u) ** (m + 1) / (m + 1) + s(x, u) ** m * (u - s(x, u)))
+            ),
+        )
+        np.testing.assert_allclose(np.asarray(g), want / t**m, rtol=1e-10)
+
+    traffic = Traffic(5.0, 800.0, 300.0, prompt_cv=1.5, output_cv=1.2)
+    cov = lat._cross_covariance(traffic, rate, jnp.asarray(n), jnp.asarray(w), jnp.asarray(t))
+    x_out = np.asarray(lat._lengths(traffic, "output"))
+    stays, w_k = np.maximum(x_out - 1.0, 0.0), lat._W
+    nodes, wts = np.polynomial.legendre.leggauss(16)
+    v = 0.5 * t[:, None] * (nodes[None, :] + 1.0)
+    first = np.sum(w * np.minimum(v[..., None], n), axis=-1)
+    second = np.sum(w_k * np.minimum(t[:, None, None] - v[..., None], stays), axis=-1)
+    want = rate * 0.5 * t * np.sum(wts * first * second, axis=-1) / t**2
+    np.testing.assert_allclose(np.asarray(cov), want, rtol=1e-10)
+
+    tail = mgc_wait(2.0, 3.0, 0.4, 1.5)
+    y = np.concatenate([rng.uniform(0.0, 3.0 * n.max(), (2, 30)), [[n[3]] * 30]])
+    queue = (jnp.asarray(w), jnp.asarray(n), 0.5, 3.0)
+    got = np.asarray(lat._wait_survival(tail, jnp.asarray(y), queue))
+    excess = _direct(n, w, y, lambda x, u: np.maximum(x - u, 0.0)).reshape(y.shape) / np.sum(w * n)
+    heavy = np.minimum(float(tail.p_wait) * 2.0 * np.clip(excess, 0, 1) ** 3, 1.0)
+    light = float(tail.p_wait) * np.exp(-float(tail.rate) * y)
+    want = np.maximum(light, np.minimum(heavy, float(tail.p_wait)))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-300)
+
+
 @pytest.mark.slow  # two compilations of both closed forms
 def test_share_over_a_time_brackets_its_percentile():
     """``P(X > x) <= 1 - q`` just above the solved percentile ``x_q`` and ``>= 1 - q`` just

@@ -207,6 +207,33 @@ def _queue_service(rate, servers, w, fluid, packed_alone):
     return (*_mean_cv(w, nodes), nodes)
 
 
+def _split_sums(x, weights, at, powers):
+    """``(below, above)``: for every value ``t`` of ``at`` (any shape), the weighted power sums
+    of the nodes ``x`` on either side of it,
+
+    .. math:: \\mathrm{below}_j(t) = \\sum_{x_i < t} w_i x_i^j, \\qquad
+              \\mathrm{above}_j(t) = \\sum_{x_i \\ge t} w_i x_i^j,
+
+    for ``j`` in ``range(powers)``, each of shape ``(powers, *at.shape)``. A sum over the nodes
+    of a function that is a polynomial in ``x_i`` on each side of ``t`` (``min(x, t)``,
+    ``(x - t)^+`` and their powers) is then a few of these: with the nodes sorted once, their
+    prefix and suffix sums, and each ``t`` found by a binary search, ``O((N + M) log N)``
+    operations where the direct sum is ``O(N M)`` (the planner evaluates the closed forms at
+    many candidates, and the direct sums over 201 x 201 nodes were most of their time). The
+    suffix sums are summed from the top, so ``above`` has no cancellation."""
+    order = jnp.argsort(x)
+    xs, ws = x[order], weights[order]
+    terms = [ws]
+    for _ in range(powers - 1):
+        terms.append(terms[-1] * xs)
+    terms = jnp.stack(terms)  # (powers, N)
+    zero = jnp.zeros((powers, 1), terms.dtype)
+    below = jnp.concatenate([zero, jnp.cumsum(terms, axis=-1)], axis=-1)
+    above = jnp.concatenate([jnp.cumsum(terms[:, ::-1], axis=-1)[:, ::-1], zero], axis=-1)
+    k = jnp.searchsorted(xs, at, side="left")  # how many nodes lie below t
+    return below[:, k], above[:, k]
+
+
 def _wait_survival(tail, y, queue):
     """``P(W > y)`` of the prefill queue's wait (``y >= 0``, any shape): the larger of the
     exponential tail of ``mgc_wait`` and the heavy-tail (subexponential) form
@@ -231,7 +258,9 @@ def _wait_survival(tail, y, queue):
         return p
     w, nodes, rho, servers = queue
     mean = jnp.maximum(jnp.sum(w * nodes), 1e-30)
-    excess = jnp.sum(w * jnp.maximum(nodes - y[..., None], 0.0), axis=-1) / mean
+    # E[(S - y)^+] = sum_{S_i > y} w_i (S_i - y), over the nodes above y (_split_sums)
+    _, above = _split_sums(nodes, w, y, 2)
+    excess = jnp.maximum(above[1] - y * above[0], 0.0) / mean
     factor = 1.0 / jnp.maximum(1.0 - rho, 1e-6)
     heavy = jnp.minimum(tail.p_wait * factor * jnp.power(jnp.clip(excess, 0.0, 1.0), servers), 1.0)
     return jnp.maximum(p, jnp.minimum(heavy, tail.p_wait))
@@ -312,12 +341,11 @@ def _shot_cumulants(rate, durations, weights, window, heights=1.0):
     quadrature nodes ``(N,)``; ``window``: ``(M,)`` window lengths. Returns ``(k2, k3)``, each
     ``(M,)``.
     """
-    big_s = durations[None, :]
-    t = window[:, None]
-    s = jnp.minimum(big_s, t)
-    l_ = jnp.maximum(big_s, t)
-    j2 = jnp.sum(weights * (jnp.square(s) * l_ - s**3 / 3.0), axis=-1)
-    j3 = jnp.sum(weights * (s**3 * l_ - 0.5 * s**4), axis=-1)
+    # S < T: s = S, l = T; S >= T: s = T, l = S (sums over the nodes on each side: _split_sums)
+    t = window
+    lo, hi = _split_sums(durations, weights, t, 5)
+    j2 = (t * lo[2] - lo[3] / 3.0) + (jnp.square(t) * hi[1] - t**3 * hi[0] / 3.0)
+    j3 = (t * lo[3] - 0.5 * lo[4]) + (t**3 * hi[1] - 0.5 * t**4 * hi[0])
     return (
         rate * heights**2 * j2 / jnp.square(window),
         rate * heights**3 * j3 / window**3,
@@ -346,14 +374,15 @@ def _window_chunks(rate, left, durations, weights, window):
     whatever the spread of ``n`` (Cox, "Renewal Theory", 1962, sec. 7.2). Returns ``(m1, k2,
     k3)``, each ``(M,)``.
     """
-    n = durations[None, :]
-    t = window[:, None]
-    s = jnp.minimum(n, t)
+    # n < T: s = n; n >= T: s = T (sums over the nodes on each side: _split_sums)
+    t = window
+    lo, hi = _split_sums(durations, weights, t, 5)
     out = []
     for m in (1, 2, 3):
-        inside = s ** (m + 1) / (m + 1) + s**m * (t - s)
-        kappa = jnp.sum(weights * (left * s**m + rate * inside), axis=-1)
-        out.append(kappa / window**m)
+        # below: left n^m + rate (n^m T - m/(m+1) n^(m+1)); above: left T^m + rate T^(m+1)/(m+1)
+        below = left * lo[m] + rate * (t * lo[m] - m / (m + 1) * lo[m + 1])
+        above = hi[0] * (left * t**m + rate * t ** (m + 1) / (m + 1))
+        out.append((below + above) / window**m)
     return out[0], out[1], out[2]
 
 
@@ -381,8 +410,13 @@ def _cross_covariance(traffic, rate, durations, weights, window):
     stays = jnp.maximum(x_out - 1.0, 0.0)
     nodes, wts = (jnp.asarray(x, dtype=x_out.dtype) for x in _LEGENDRE)
     v = 0.5 * window[:, None] * (nodes[None, :] + 1.0)  # (M, 16)
-    first = jnp.sum(weights * jnp.minimum(v[..., None], durations), axis=-1)
-    second = jnp.sum(w_k * jnp.minimum(window[:, None, None] - v[..., None], stays), axis=-1)
+    # E[min(v, n)] and E[min(T - v, K')]: the nodes below each point, and the point times the
+    # weight above it (_split_sums)
+    lo, hi = _split_sums(durations, weights, v, 2)
+    first = lo[1] + v * hi[0]
+    rest = window[:, None] - v
+    lo, hi = _split_sums(stays, w_k, rest, 2)
+    second = lo[1] + rest * hi[0]
     integral = 0.5 * window * jnp.sum(wts * first * second, axis=-1)
     return rate * integral / jnp.square(window)
 
@@ -443,6 +477,7 @@ def _gamma_survival(x, mean, k2, k3):
 
 
 _ATOMS = 48  # chunk-step counts 0..47 of a short output, exactly
+_LOG_J_FACTORIAL = np.cumsum(np.log(np.maximum(np.arange(_ATOMS), 1.0)))  # log j!
 
 
 def _count_pmf(mean, var, window):
@@ -460,15 +495,23 @@ def _count_pmf(mean, var, window):
     rho = jnp.clip(rho, 1e-6, 1.0 - 1e-6)
     total = 1.0 / rho - 1.0
     a, b = (m * total)[:, None], ((1.0 - m) * total)[:, None]
-    lg = jax.scipy.special.gammaln
     j = jnp.arange(_ATOMS, dtype=mean.dtype)
     kk = k[:, None]
-    rest = jnp.maximum(kk - j, 0.0)
-    log_p = (
-        lg(kk + 1.0) - lg(j + 1.0) - lg(rest + 1.0)
-        + lg(j + a) + lg(rest + b) - lg(kk + a + b)
-        - lg(a) - lg(b) + lg(a + b)
-    )  # fmt: skip
+    # log P(N = j) = log C(K, j) + log B(j + a, K - j + b) - log B(a, b), up to a constant of
+    # the row (the softmax below takes it out): with Gamma(x + 1) = x Gamma(x), the terms
+    # that change with j are -log j! and a running sum over i = 1..j of
+    # log((a + i - 1)(K + 1 - i) / (K + b - i)): one log an atom where lgamma took three
+    i = j[1:]
+    valid = i <= kk  # atoms past K are masked below; their ratios are held at 1 (no NaN)
+    ratio = (
+        (a + (i - 1.0)) * jnp.where(valid, kk - i + 1.0, 1.0) / jnp.where(valid, (kk - i) + b, 1.0)
+    )
+    # the running sum as a product with a triangle of ones (XLA:CPU's cumsum recomputed
+    # every input of the logs for each atom), in full float32 on every backend
+    upper = jnp.asarray(np.triu(np.ones((_ATOMS - 1, _ATOMS - 1))), dtype=ratio.dtype)
+    run = jnp.matmul(jnp.log(ratio), upper, precision=jax.lax.Precision.HIGHEST)
+    log_j = jnp.asarray(_LOG_J_FACTORIAL, dtype=run.dtype)
+    log_p = jnp.concatenate([jnp.zeros_like(run[:, :1]), run], axis=-1) - log_j
     # normalized in log space: on rows of K >= _ATOMS every atom may underflow, and a ratio of
     # sums then had a gradient of 0 * inf (NaN in reverse mode, plan_sensitivity)
     p = jax.nn.softmax(jnp.where(j <= kk, log_p, -jnp.inf), axis=-1)
