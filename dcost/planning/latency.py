@@ -223,10 +223,10 @@ def _split_sums(x, weights, at, powers):
     suffix sums are summed from the top, so ``above`` has no cancellation."""
     order = jnp.argsort(x)
     xs, ws = x[order], weights[order]
-    terms = [ws]
+    each = [ws]
     for _ in range(powers - 1):
-        terms.append(terms[-1] * xs)
-    terms = jnp.stack(terms)  # (powers, N)
+        each.append(each[-1] * xs)
+    terms = jnp.stack(each)  # (powers, N)
     zero = jnp.zeros((powers, 1), terms.dtype)
     below = jnp.concatenate([zero, jnp.cumsum(terms, axis=-1)], axis=-1)
     above = jnp.concatenate([jnp.cumsum(terms[:, ::-1], axis=-1)[:, ::-1], zero], axis=-1)
