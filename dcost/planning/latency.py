@@ -104,7 +104,7 @@ _SECANT_ITERATIONS = 12
 _QUEUE_ITERATIONS = 12
 _PACKED = 32  # prompts per packed step considered: 0..31
 _PACKED_ITERATIONS = 6
-_LOG_FACTORIAL = np.cumsum(np.log(np.maximum(np.arange(_PACKED), 1.0)))  # log k!
+_LOG_FACTORIAL = np.cumsum(np.log(np.maximum(np.arange(64), 1.0)))  # log k!, k < 64
 _BISECTIONS = 28
 
 
@@ -477,7 +477,6 @@ def _gamma_survival(x, mean, k2, k3):
 
 
 _ATOMS = 48  # chunk-step counts 0..47 of a short output, exactly
-_LOG_J_FACTORIAL = np.cumsum(np.log(np.maximum(np.arange(_ATOMS), 1.0)))  # log j!
 
 
 def _count_pmf(mean, var, window):
@@ -510,7 +509,7 @@ def _count_pmf(mean, var, window):
     # every input of the logs for each atom), in full float32 on every backend
     upper = jnp.asarray(np.triu(np.ones((_ATOMS - 1, _ATOMS - 1))), dtype=ratio.dtype)
     run = jnp.matmul(jnp.log(ratio), upper, precision=jax.lax.Precision.HIGHEST)
-    log_j = jnp.asarray(_LOG_J_FACTORIAL, dtype=run.dtype)
+    log_j = jnp.asarray(_LOG_FACTORIAL[:_ATOMS], dtype=run.dtype)
     log_p = jnp.concatenate([jnp.zeros_like(run[:, :1]), run], axis=-1) - log_j
     # normalized in log space: on rows of K >= _ATOMS every atom may underflow, and a ratio of
     # sums then had a gradient of 0 * inf (NaN in reverse mode, plan_sensitivity)
