@@ -421,6 +421,12 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     assert np.median(fitted_err) < 0.5 * np.median(prior_err)
     assert cal.engine.provenance["records"] == 6
     assert set(cal.identified) <= set(user.FIELDS)
+    # the offsets a fit moves, applied to the prior, are the calibrated engine: predicting with
+    # offsets z on the prior's cases equals predicting at zero on with_offsets(prior, z)'s
+    z, _ = user.fit_offsets(user.prepare(recs, eng), rows=np.arange(10) < 6)
+    moved = user.predict_offsets(user.prepare(recs[6:], user.with_offsets(eng, z)), zero)
+    np.testing.assert_allclose(user.predict_offsets(rest, z), moved, rtol=1e-5)
+    np.testing.assert_allclose(moved, user.predict_offsets(mine, zero), rtol=1e-3)
 
 
 def test_interval_bands_a_prediction():

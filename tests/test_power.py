@@ -412,7 +412,7 @@ def test_energy_on_an_engine_is_energy_on_its_profile():
     assert float(a.power_per_chip) == pytest.approx(float(b.power_per_chip), rel=1e-6)
 
 
-@pytest.mark.slow  # the experiment's own pass over 346 runs (about 10 s)
+@pytest.mark.slow  # the experiment's own pass over 346 runs (about 25 s)
 def test_mlenergy_experiment_is_held_out_and_committed(runs):
     """experiments/mlenergy_v3.py's figures (the README and the docs quote its JSON) are what it
     computes; a model's power is predicted by a fit on the other models' runs alone (refitted
@@ -435,3 +435,24 @@ def test_mlenergy_experiment_is_held_out_and_committed(runs):
     np.testing.assert_allclose(np.asarray(res["predicted"]["power"])[mine], watts[mine], rtol=1e-6)
     refit_all = calib.fit_runs(runs)
     assert not np.allclose(params, refit_all, rtol=1e-3)  # the fold really left the model out
+    # the calibrated vLLM profile's fold for a model never saw that model's times between tokens:
+    # its offsets are a fit on the chip's other models' runs alone, not on all of them
+    from dcost.calibrate import user
+    from dcost.validation import energy as ev
+
+    itl = mlenergy_v3.itl_records([r for r in ev.mlenergy_records()[0]
+                                   if r["metric"] == "power_per_gpu"])  # fmt: skip
+    h100 = [r for r in itl if r["hardware"] == "h100-sxm"]
+    cap = max(int(r["concurrency"]) for r in itl) * 2
+    prior = dcost.engine("vllm", hardware="h100-sxm", max_num_seqs=cap)
+    prep = user.prepare(h100, prior)
+    mine = np.array([r["model"] == "qwen3-14b" for r in h100])
+    z_out, _ = user.fit_offsets(prep, rows=~mine)
+    z_all, _ = user.fit_offsets(prep)
+    assert not np.allclose(z_out, z_all, atol=1e-3)
+    at = [i for i, r in enumerate(itl) if r["hardware"] == "h100-sxm"]
+    np.testing.assert_allclose(
+        np.asarray(res["predicted"]["itl_calibrated"])[at][mine],
+        user.predict_offsets(prep, z_out)[mine],
+        rtol=1e-5,
+    )

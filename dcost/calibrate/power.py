@@ -301,7 +301,8 @@ def cut_fixture(root: str | Path, out: str | Path, per_kernel: int = 120, seed: 
 # The kernel rows above time one kernel in a loop; a serving run mixes them, with the step's
 # host gaps and its HBM traffic. The ML.ENERGY Benchmark v3 measured the mean power of whole vLLM
 # runs (``dcost.validation.energy.mlenergy_records``: 346 runs of 11 models on H100 and B200,
-# one to eight GPUs). Per run, from the calibrated family profile's step times:
+# one to eight GPUs). Per run, from the step times of the calibrated family profile (or of an
+# engine, ``run_features(engine_for=...)``):
 #
 #     P_x = P_idle + (P_max - P_idle) (1 - exp(-(c_F u_F,x + c_M (u_M,x + u_C,x))))
 #     W per GPU   = (P_dec t_dec + P_pre t_pre) / (t_dec + t_pre)
@@ -315,10 +316,15 @@ def cut_fixture(root: str | Path, out: str | Path, per_kernel: int = 120, seed: 
 _RUN_COLUMNS = ("uf_dec", "um_dec", "t_dec", "uf_pre", "um_pre", "t_pre", "idle", "max", "chips")
 
 
-def run_features(records: Sequence[Mapping] | None = None) -> dict[str, np.ndarray]:
+def run_features(
+    records: Sequence[Mapping] | None = None, engine_for=None
+) -> dict[str, np.ndarray]:
     """Per ``power_per_gpu`` record (default: ``mlenergy_records``'s): the utilisations and
     times above, the measured W per GPU (``power``) and J per output token (``energy``, of the
-    record with the same id stem), and each run's ``model`` and ``hardware``."""
+    record with the same id stem), and each run's ``model`` and ``hardware``.
+
+    ``engine_for``: ``record -> dcost.Engine`` whose profile times the run's steps (``case(...,
+    engine=...)``); None: the family profile of the record's chip."""
     from dcost.serving.power import energy
     from dcost.validation import energy as ev
     from dcost.validation.cases import case
@@ -333,7 +339,9 @@ def run_features(records: Sequence[Mapping] | None = None) -> dict[str, np.ndarr
     for r in recs:
         if r["metric"] != "power_per_gpu":
             continue
-        c = case(dict(r, metric="output_throughput_per_gpu", value=1.0), calibrated=True)
+        run = dict(r, metric="output_throughput_per_gpu", value=1.0)
+        eng = None if engine_for is None else engine_for(r)
+        c = case(run, calibrated=True) if eng is None else case(run, engine=eng)
         args = (c.design, c.hardware, c.model, c.workload)
         dec, pre = energy(*args, step="decode"), energy(*args, step="prefill")
         ratio = float(r["prompt_tokens"]) / float(r["output_tokens"])

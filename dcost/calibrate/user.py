@@ -34,7 +34,17 @@ import optax
 
 from dcost.specs import stack
 
-__all__ = ["fit", "calibrate", "Calibration", "FIELDS", "PRIOR_SD", "SIGMA", "prepare", "Prepared"]
+__all__ = [
+    "fit",
+    "calibrate",
+    "with_offsets",
+    "Calibration",
+    "FIELDS",
+    "PRIOR_SD",
+    "SIGMA",
+    "prepare",
+    "Prepared",
+]
 
 FIELDS = (
     "flops_efficiency",
@@ -157,7 +167,10 @@ def prepare(records: Sequence[Mapping], engine) -> Prepared:
 
 
 def _apply(hardware, z):
-    """The stacked chips with the offsets ``z`` (``FIELDS`` order) applied."""
+    """The stacked chips with the offsets ``z`` (``FIELDS`` order) applied, as
+    ``with_offsets``' engine sets them: attention's rate is the profile's own
+    (``attention_efficiency``; ``Engine.fields`` divides it by ``flops_efficiency``), so a moved
+    ``flops_efficiency`` leaves ``attention_flops * flops_efficiency`` where it was."""
     values = []
     for j, name in enumerate(FIELDS):
         v0 = hardware.get(name)
@@ -166,8 +179,14 @@ def _apply(hardware, z):
             values.append(jax.nn.sigmoid(jnp.log(p) - jnp.log1p(-p) + z[j]))
         else:
             values.append(jnp.maximum(v0, _TIME_FLOOR) * jnp.exp(z[j]))
+    names: tuple[str, ...] = FIELDS
+    attention = hardware.get("attention_flops")
+    if attention is not None:
+        j = FIELDS.index("flops_efficiency")
+        names = (*FIELDS, "attention_flops")
+        values.append(attention * hardware.get("flops_efficiency") / values[j])
     return eqx.tree_at(
-        lambda h: tuple(getattr(h, n) for n in FIELDS),
+        lambda h: tuple(getattr(h, n) for n in names),
         hardware,
         tuple(values),
         is_leaf=lambda x: x is None,
@@ -289,6 +308,19 @@ def _field_values(engine, z) -> dict:
     return {"profile": shared, "precision_profile": precision}
 
 
+def with_offsets(engine, z, provenance=None):
+    """``engine`` with its profile's ``FIELDS`` moved by offsets ``z`` (``fit_offsets``' order
+    and units: a logit offset for a fraction, a log offset for a time); ``provenance`` replaces
+    its provenance when given. ``predict_offsets(prepare(records, engine), z)`` predicts what
+    ``prepare(records, with_offsets(engine, z))`` does at ``z = 0``."""
+    moved = _field_values(engine, np.asarray(z, float))
+    return engine.with_profile(
+        profile=moved["profile"],
+        precision_profile=moved["precision_profile"],
+        provenance=provenance,
+    )
+
+
 def fit(records: Sequence[Mapping], engine, files: Sequence[str] = ()):
     """``engine``'s profile fitted to ``records``: the calibrated ``dcost.Engine`` of
     ``calibrate`` (what moved, and how sure, in its ``provenance``).
@@ -344,7 +376,6 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
     rms = [float(np.sqrt(np.mean(np.log(p / prep.measured) ** 2))) for p in (before, after)]
     sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
     identified = tuple(n for n, s, p in zip(FIELDS, sd, _prior_sd(), strict=True) if s < 0.5 * p)
-    moved = _field_values(engine, z)
     prov = {
         "source": "dcost.calibrate.fit: your measurements, from the shipped profile as the prior",
         "prior": f"{engine.label} on {engine.hardware_name}",
@@ -357,9 +388,7 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
         "posterior_sd": dict(zip(FIELDS, sd.tolist(), strict=True)),
         "prior_sd": dict(zip(FIELDS, _prior_sd().tolist(), strict=True)),
     }
-    calibrated = engine.with_profile(
-        profile=moved["profile"], precision_profile=moved["precision_profile"], provenance=prov
-    )
+    calibrated = with_offsets(engine, z, prov)
     first = next(iter(engine.precision_profile))
 
     def read(e) -> dict:
