@@ -429,6 +429,17 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     np.testing.assert_allclose(moved, user.predict_offsets(mine, zero), rtol=1e-3)
 
 
+@pytest.mark.parametrize("z", [[0.0] * 5, [0.0] * 5 + [float("nan")], "abc", [[0.0] * 6]])
+def test_with_offsets_refuses_bad_offsets(z):
+    from dcost.calibrate import user
+
+    eng = dcost.engine("trtllm", hardware="h200")
+    with pytest.raises(ValueError, match="with_offsets: z = .* must be 6 finite numbers"):
+        user.with_offsets(eng, z)
+    with pytest.raises(EngineError, match="with_offsets: engine must be a dcost.Engine"):
+        user.with_offsets("trtllm", [0.0] * 6)
+
+
 def test_interval_bands_a_prediction():
     rec = {k: v for k, v in _decode_records(1)[0].items() if k != "mode"}
     eng = dcost.engine("trtllm", hardware="h200")

@@ -313,7 +313,22 @@ def with_offsets(engine, z, provenance=None):
     and units: a logit offset for a fraction, a log offset for a time); ``provenance`` replaces
     its provenance when given. ``predict_offsets(prepare(records, engine), z)`` predicts what
     ``prepare(records, with_offsets(engine, z))`` does at ``z = 0``."""
-    moved = _field_values(engine, np.asarray(z, float))
+    from dcost import engines
+
+    if not isinstance(engine, engines.Engine):
+        raise engines.EngineError(
+            f"with_offsets: engine must be a dcost.Engine, got {type(engine).__name__}"
+        )
+    try:
+        offsets = np.asarray(z, float)
+    except (TypeError, ValueError):
+        offsets = np.full(0, np.nan)
+    if offsets.shape != (len(FIELDS),) or not np.all(np.isfinite(offsets)):
+        raise ValueError(
+            f"with_offsets: z = {z!r:.80} is not allowed: it must be {len(FIELDS)} finite "
+            f"numbers, one for each of {', '.join(FIELDS)}"
+        )
+    moved = _field_values(engine, offsets)
     return engine.with_profile(
         profile=moved["profile"],
         precision_profile=moved["precision_profile"],
