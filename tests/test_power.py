@@ -429,6 +429,18 @@ def test_mlenergy_experiment_is_held_out_and_committed(runs):
             for stat in ("median", "p90", "bias"):
                 want = committed["summary"][key][group][stat]
                 assert s[stat] == pytest.approx(want, rel=1e-4), (key, group, stat)
+    # docs/how-to/energy.md's table on the calibrated engine's step times is the JSON's
+    text = DOC.read_text(encoding="utf-8")
+    labels = {"all": "all", "dense": "dense models", "moe": "MoE models", "h100-sxm": "H100",
+              "b200": "B200"}  # fmt: skip
+    for name, label in labels.items():
+        keys = ("power_per_gpu_engine", "energy_per_output_token_engine", "itl_calibrated")
+        p, e, t = (committed["summary"][k][name] for k in keys)
+        cells = [f"{100 * p['median']:.1f} %", f"{100 * p['p90']:.1f} %", f"{p['bias']:.2f}",
+                 f"{100 * e['median']:.1f} %", f"{100 * e['p90']:.1f} %", f"{e['bias']:.2f}",
+                 f"{100 * t['median']:.1f} %", f"{100 * t['p90']:.1f} %"]  # fmt: skip
+        row = f"| {label} | {p['n']} | " + " | ".join(cells).replace("**", "") + " |"
+        assert row in text.replace("**", ""), row
     mine = runs["model"] == "qwen3-14b"
     params = calib.fit_runs(runs, ~mine)
     watts, _ = calib.predict_runs(params, runs)
