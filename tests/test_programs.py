@@ -281,6 +281,39 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
     assert names == ["search_kind", "tables"]  # one search program per kind of pool
 
 
+@pytest.mark.slow
+def test_a_calibration_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch):
+    """``dcost.calibrate.fit``'s programs (the fit and the predictions) are kept and loaded like
+    the searches': in a "new process" the same calibration traces nothing and moves every
+    field to the same value."""
+    from dcost.calibrate import user
+    from dcost.validation import cases, silicon
+
+    traces = []
+    evaluate = cases.evaluate_metrics
+
+    def counting(*args, **kw):
+        traces.append(1)
+        return evaluate(*args, **kw)
+
+    monkeypatch.setattr(cases, "evaluate_metrics", counting)
+    recs = [
+        r
+        for r in silicon.records()[0]
+        if r["engine"] == "trtllm" and r["serving"] == "decode" and r["hardware"] == "h200"
+    ][:3]
+    eng = dcost.engine("trtllm", hardware="h200")
+    first = user.calibrate(recs, eng)
+    traced = len(traces)
+    assert traced > 0
+    new_process()
+    second = user.calibrate(recs, eng)
+    assert len(traces) == traced  # loaded, not traced
+    assert first.after == second.after and first.residual_after == second.residual_after
+    names = sorted({e.name.split("-")[0] for e in _programs.entries(store)})
+    assert names == ["log_predictions_of", "map"]
+
+
 def test_a_program_jax_has_cached_is_compiled_afresh_for_the_store(store, tmp_path_factory):
     """An executable that JAX loaded from its persistent cache fails to run once serialized
     again and loaded (XLA:CPU: ``NOT_FOUND: Function ... not found``), so the store compiles

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dcost import _xla
+from dcost.search._jit import jit as _stored_jit
 from dcost.specs import stack
 
 __all__ = [
@@ -194,23 +194,6 @@ def _apply(hardware, z):
     )
 
 
-def _jit(fun):
-    """``jax.jit(fun, static_argnums=0)`` with dcost's XLA options (``dcost._xla``: XLA:CPU's
-    classic emitters, and level 0 where the process prefers fast compiles), compiled on first
-    use: the fit's program compiled in 31 s with XLA's defaults and 19.5 s so on 2 cores."""
-
-    @functools.cache
-    def compiled():
-        options = _xla.options(_xla.prefer_fast(False))
-        return jax.jit(fun, static_argnums=0, compiler_options=options)
-
-    @functools.wraps(fun)
-    def call(*args):
-        return compiled()(*args)
-
-    return call
-
-
 def _log_predictions_of(meta, specs, z):
     """``log`` of each kind's predictions under offsets ``z`` (a tuple, one array a kind);
     ``meta``: each kind's ``(step, metric)``; ``specs``: its stacked
@@ -227,7 +210,10 @@ def _log_predictions_of(meta, specs, z):
     return tuple(out)
 
 
-_log_predictions = _jit(_log_predictions_of)
+# the fit's and the predictions' programs: XLA:CPU's classic emitters, kept on disk by
+# dcost._programs (dcost.search._jit): the fit's compiled in 31 s with XLA's defaults and 19.5 s
+# so on 2 cores, and a later process loads both without tracing them again
+_log_predictions = _stored_jit(_log_predictions_of, static_argnames=("meta",))
 
 
 def _prior_sd() -> np.ndarray:
@@ -240,7 +226,7 @@ def _loss(meta, specs, logs_y, weights, z):
     return 0.5 * data / SIGMA**2 + 0.5 * jnp.sum((z / _prior_sd()) ** 2)
 
 
-@_jit
+@functools.partial(_stored_jit, static_argnames=("meta",))
 def _map(meta, specs, logs_y, weights):
     """The MAP offsets (Adam from the prior) and the loss's Hessian there."""
     opt = optax.adam(LEARNING_RATE)
