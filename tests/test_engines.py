@@ -427,6 +427,25 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     moved = user.predict_offsets(user.prepare(recs[6:], user.with_offsets(eng, z)), zero)
     np.testing.assert_allclose(user.predict_offsets(rest, z), moved, rtol=1e-5)
     np.testing.assert_allclose(moved, user.predict_offsets(mine, zero), rtol=1e-3)
+    # a profile that does not set attention's own rate (a hand-written one): the chip's
+    # attention rate then moves with flops_efficiency, in the fit and in the saved engine alike
+    bare = dcost.Engine(
+        name=eng.name,
+        version=eng.version,
+        hardware_name=eng.hardware_name,
+        profile={k: v for k, v in eng.profile.items() if k != "attention_efficiency"},
+        precision_profile=eng.precision_profile,
+        provenance={},
+        scheduler=eng.scheduler,
+    )
+    z = np.array([-0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    long = [r for r in recs if float(r["prompt_tokens"]) > 4096]
+    assert long  # attention over a long context: where its rate counts
+    prior = user.prepare(long, bare)
+    saved = user.prepare(long, user.with_offsets(bare, z))
+    np.testing.assert_allclose(
+        user.predict_offsets(prior, z), user.predict_offsets(saved, zero), rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("z", [[0.0] * 5, [0.0] * 5 + [float("nan")], "abc", [[0.0] * 6]])

@@ -122,6 +122,7 @@ class Prepared:
     kinds: tuple
     measured: np.ndarray
     n: int
+    own_attention: bool = True  # the engine sets attention's own rate (``attention_efficiency``)
 
 
 def _bucket(n: int) -> int:
@@ -164,14 +165,15 @@ def prepare(records: Sequence[Mapping], engine) -> Prepared:
         weight = np.r_[np.ones(len(idx)), np.zeros(size - len(idx))]
         kinds.append(_Kind(step, metric, np.array(idx), stacked, weight))
     measured = np.array([float(r["value"]) for r in records])
-    return Prepared(tuple(kinds), measured, len(records))
+    return Prepared(tuple(kinds), measured, len(records), "attention_efficiency" in engine.profile)
 
 
-def _apply(hardware, z):
+def _apply(hardware, z, own_attention: bool = True):
     """The stacked chips with the offsets ``z`` (``FIELDS`` order) applied, as
-    ``with_offsets``' engine sets them: attention's rate is the profile's own
+    ``with_offsets``' engine sets them. ``own_attention``: attention's rate is the profile's own
     (``attention_efficiency``; ``Engine.fields`` divides it by ``flops_efficiency``), so a moved
-    ``flops_efficiency`` leaves ``attention_flops * flops_efficiency`` where it was."""
+    ``flops_efficiency`` leaves ``attention_flops * flops_efficiency`` where it was; without it
+    the chip's ``attention_flops`` stays and its rate moves with ``flops_efficiency``."""
     values = []
     for j, name in enumerate(FIELDS):
         v0 = hardware.get(name)
@@ -182,7 +184,7 @@ def _apply(hardware, z):
             values.append(jnp.maximum(v0, _TIME_FLOOR) * jnp.exp(z[j]))
     names: tuple[str, ...] = FIELDS
     attention = hardware.get("attention_flops")
-    if attention is not None:
+    if own_attention and attention is not None:
         j = FIELDS.index("flops_efficiency")
         names = (*FIELDS, "attention_flops")
         values.append(attention * hardware.get("flops_efficiency") / values[j])
@@ -196,17 +198,19 @@ def _apply(hardware, z):
 
 def _log_predictions_of(meta, specs, z):
     """``log`` of each kind's predictions under offsets ``z`` (a tuple, one array a kind);
-    ``meta``: each kind's ``(step, metric)``; ``specs``: its stacked
+    ``meta``: whether the engine sets attention's own rate (``_apply``), then each kind's
+    ``(step, metric)``; ``specs``: its stacked
     ``(hardware, model, workload, design, chips, input_per_output)``."""
     from dcost.validation.cases import Case, evaluate_metrics
 
     out = []
-    for (step, metric), (h, m, w, d, n, r) in zip(meta, specs, strict=True):
+    own_attention, *kinds = meta
+    for (step, metric), (h, m, w, d, n, r) in zip(kinds, specs, strict=True):
 
         def one(h, m, w, d, n, r, step=step, metric=metric):
             return evaluate_metrics(Case(h, m, w, d, step, metric, n, r), (metric,))[0]
 
-        out.append(jnp.log(jax.vmap(one)(_apply(h, z), m, w, d, n, r)))
+        out.append(jnp.log(jax.vmap(one)(_apply(h, z, own_attention), m, w, d, n, r)))
     return tuple(out)
 
 
@@ -245,7 +249,7 @@ def _map(meta, specs, logs_y, weights):
 
 
 def _specs(prep: Prepared):
-    meta = tuple((k.step, k.metric) for k in prep.kinds)
+    meta = (prep.own_attention, *((k.step, k.metric) for k in prep.kinds))
     specs = tuple(
         (
             k.cases.hardware,
