@@ -157,9 +157,10 @@ def plot(res):
         ("power", "power_engine", "power_per_gpu_engine", "power", None,
          "mean power per GPU (W)"),
         ("energy", "energy_engine", "energy_per_output_token_engine", "J per output token",
-         ("energy", "family profile"), "energy per output token (J)"),
+         ("energy", "energy_per_output_token", "family profile"), "energy per output token (J)"),
         ("itl", "itl_calibrated", "itl_calibrated", "time between tokens",
-         ("itl_engine", "vLLM profile as shipped"), "median time between tokens (s)"),
+         ("itl_engine", "itl_engine", "vLLM profile as shipped"),
+         "median time between tokens (s)"),
     ]  # fmt: skip
     for ax, (m_key, p_key, s_key, what, beside, label) in zip(axes, panels, strict=True):
         meas = np.asarray(res["measured"][m_key], float)
@@ -171,12 +172,11 @@ def plot(res):
                 ax.scatter(meas[sel], pred[sel], s=14, marker=marker, color=colour, alpha=0.6,
                            label=f"{CHIPS[chip]}, {kind}")  # fmt: skip
         if beside is not None:
-            other = res["summary"][
-                {"energy": "energy_per_output_token", "itl_engine": "itl_engine"}[beside[0]]
-            ]["all"]
-            ax.scatter(meas, np.asarray(res["predicted"][beside[0]]), s=6, marker="x",
+            key, summary_key, name = beside  # the prediction, its summary, its label
+            other = res["summary"][summary_key]["all"]
+            ax.scatter(meas, np.asarray(res["predicted"][key]), s=6, marker="x",
                        color=C.COLORS["grey"], alpha=0.5,
-                       label=f"{beside[1]} ({100 * other['median']:.0f} %)")  # fmt: skip
+                       label=f"{name} ({100 * other['median']:.0f} %)")  # fmt: skip
         lo, hi = float(np.min([meas.min(), pred.min()])), float(np.max([meas.max(), pred.max()]))
         line = np.array([lo / 1.2, hi * 1.2])
         ax.plot(line, line, color="k", lw=1)
