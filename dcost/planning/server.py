@@ -533,11 +533,41 @@ def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
     # KV tokens one replica holds: sequences of the mean context that fit, times that context
     kv_tokens = room / per_seq * float(c.workload.context) if per_seq > 0 else math.inf
     if kv_tokens < float(load.prompt) + float(load.output):
-        raise SpecError(
-            f"simulate: the KV cache holds {kv_tokens:.0f} tokens a replica, fewer than one "
-            f"request's {load.prompt + load.output:.0f}: the deployment cannot serve this load"
-        )
+        raise SpecError(_no_room(server, eng, c, room, kv_tokens, load.prompt + load.output))
     return x, table, kv_tokens
+
+
+def _no_room(server: Server, eng, c, room: float, kv_tokens: float, need: float) -> str:
+    """Why a replica cannot hold one request: no HBM left for a KV cache after the weights, or
+    a KV cache smaller than one request's context (``room``: KV bytes a chip under the engine's
+    rule, ``dcost.validation.silicon.kv_room``; ``kv_tokens``: what a replica's cache holds)."""
+    hbm = float(c.hardware.hbm_capacity)
+    degrees = ("tensor_parallel", "expert_parallel", "attention_data_parallel", "pipeline_parallel")
+    layout = ", ".join(
+        f"{f} = {getattr(server, f)}" for f in degrees if getattr(server, f) not in (None, 1)
+    )
+    where = f"{server.model} on {server.hardware}" + (f" ({layout})" if layout else "")
+    if eng is None:
+        share, excess = f"all of its {hbm / 1e9:.1f} GB", -room
+    elif eng.name == "trtllm":  # u (M - W): a share of what the weights leave
+        u = eng.scheduler.gpu_memory_utilization
+        share = f"{hbm / 1e9:.1f} GB, of which the KV cache gets {u:g} of what the weights leave"
+        excess = -room / u
+    else:  # u M - W
+        u = eng.scheduler.gpu_memory_utilization
+        share = f"gpu_memory_utilization = {u:g} of its {hbm / 1e9:.1f} GB"
+        excess = -room
+    if room <= 0.0:
+        return (
+            f"simulate: {where} leaves no room for a KV cache: the weights take {excess / 1e9:.1f}"
+            f" GB a chip more than the engine may use ({share}); use more chips per replica "
+            "(tensor_parallel, pipeline_parallel) or lighter weights"
+        )
+    return (
+        f"simulate: {where} keeps {room / 1e9:.2f} GB a chip for its KV cache ({share}): "
+        f"{kv_tokens:,.0f} tokens a replica, fewer than one request's {need:,.0f} (prompt and "
+        "output); use more chips per replica or shorter requests"
+    )
 
 
 def simulate_server(
