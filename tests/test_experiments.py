@@ -25,6 +25,7 @@ import context_length  # noqa: E402
 import deepep_all_to_all  # noqa: E402
 import fast_mode  # noqa: E402
 import latency_floor  # noqa: E402
+import mlperf_server  # noqa: E402
 import moe_racks  # noqa: E402
 import moe_touched  # noqa: E402
 import pipelines  # noqa: E402
@@ -370,3 +371,42 @@ def test_plot_labels_every_axis_and_save_writes_png_and_json(trains, tmp_path):
     )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(js.read_text()) == {"x": 1.5, "inf": "inf", "a": [0, 1, 2]}
+
+
+def test_mlperf_server_results_are_the_records_at_their_rates():
+    """The committed MLPerf Server simulation covers every Server TTFT record: the NVIDIA ones
+    simulated at the rate their Little's-law figures give (completed samples/s over instances),
+    the AMD ones counted out with the reason; the docs' count of unstable runs is the file's,
+    and a run marked stable at a lower share is one whose queue grew at the measured rate."""
+    results = json.loads((EXPERIMENTS / "results" / "mlperf_server.json").read_text())
+    recs = {r["id"]: r for r in mlperf_server.records()}
+    simulated = {r["id"]: r for r in results["rows"]}
+    counted_out = {r["id"] for r in results["out_of_scope"]}
+    assert set(simulated) | counted_out == set(recs) and not set(simulated) & counted_out
+    assert set(simulated) == set(mlperf_server.CONFIGS)
+    for rid, row in simulated.items():
+        r = recs[rid]
+        rate = r["samples_per_s"] / r["instances"]
+        assert row["rate_per_instance"] == pytest.approx(rate, rel=1e-5)
+        assert row["measured_ttft"] == pytest.approx(r["value"], rel=1e-5)
+        assert row["unstable"] == (row["stable_share"] < 1.0)
+    for rid in counted_out:
+        assert recs[rid]["hardware"].startswith("mi")
+    unstable = sum(r["unstable"] for r in results["rows"])
+    assert results["summary"]["unstable"] == unstable
+    docs = (EXPERIMENTS.parent / "docs" / "engines.md").read_text()
+    assert f"In **{unstable} of {len(simulated)} the\nsimulated queue grows" in docs
+
+
+def test_a_growing_queue_is_told_from_a_steady_one():
+    """``_growing`` on synthetic runs: TTFT rising with arrival time (a queue filling at a steady
+    pace) is unstable, a flat noisy one is not."""
+    rng = np.random.default_rng(0)
+    arrival = np.sort(rng.uniform(0.0, 100.0, 4000))
+
+    class Run:
+        def __init__(self, ttft):
+            self.arrival, self.ttft = arrival, ttft
+
+    assert mlperf_server._growing(Run(0.05 + 0.3 * arrival))
+    assert not mlperf_server._growing(Run(rng.gamma(4.0, 0.05, arrival.size)))

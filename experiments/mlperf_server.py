@@ -1,0 +1,210 @@
+"""MLPerf Server runs simulated at their measured arrival rate (issue 29's "validation under load").
+
+Claim: a deployment simulated with its engine's profile, the scheduler settings its submission's
+config sets, and Poisson arrivals at the rate the run completed (MLPerf LoadGen's Server scenario
+sends Poisson queries) should give the run's mean time to first token within 25 %, and should be
+stable (a bounded queue) where the measured run was.
+
+The records are ``dcost/validation/records.toml``'s MLPerf Server TTFT records on NVIDIA chips
+(7; the 5 on AMD chips have no engine profile and are counted out): each gives the completed
+samples per second, the mean latency, the mean output length, the instances the system ran and
+the submission's config (``gpu_batch_size`` and ``max_num_tokens`` where the note quotes them,
+else those of the nearest config of the same submitter, marked assumed). The rate per instance is
+the completed samples per second over the instances (Little's law holds in a stable run). The
+harness calls the engine in-process, so no API server time is added (``frontend_time = 0``).
+The lengths are the records' means, fixed (the datasets' spreads are not published; marked
+assumed), and the prompt means of the Llama 3.1 8B and DeepSeek-R1 sets are assumed (1,000 and
+800 tokens; the records say so).
+
+Nothing is fitted to these runs. A run whose simulated queue grows (the median TTFT of the last
+quarter of arrivals over 1.5 times that of the second quarter) is *unstable*: the simulated
+replica serves less than the measured rate. For those, the rate is lowered by 10 % steps until
+the simulation is stable: that share is how far the simulated capacity falls short.
+
+    python experiments/mlperf_server.py
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import tomllib
+
+import _common as C  # puts the checkout's dcost first on the path
+import numpy as np
+
+import dcost
+from dcost.planning.server import Load, Server, simulate_server
+
+# engine and the scheduler settings of each submission's config (Scheduler field names)
+CONFIGS = {
+    "mlperf51-llama2-70b-h200x8-nebius-server-ttft": (
+        "trtllm",
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        "gpu_batch_size 2048, max_num_tokens 1536 (Nebius's config, quoted in the record)",
+    ),
+    "mlperf51-llama3.1-8b-h200x8-quanta-server-ttft": (
+        "trtllm",
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        "gpu_batch_size 2048, max_num_tokens 1536 (Quanta's config, quoted in the record)",
+    ),
+    "mlperf51-llama3.1-8b-h100x1-vllm-server-ttft": (
+        "vllm",
+        {},
+        "vLLM 0.10.0's defaults (assumed: RedHat's settings are not quoted in the record)",
+    ),
+    "mlperf51-deepseek-r1-b200x8-server-ttft": (
+        "trtllm",
+        dict(max_num_seqs=8 * 512, max_num_batched_tokens=3456),
+        "gpu_batch_size 512 per attention-data-parallel rank (8), max_num_tokens 3456 (NVIDIA's "
+        "config, quoted in the record)",
+    ),
+    "mlperf60-deepseek-r1-b300x8-server-ttft": (
+        "trtllm",
+        dict(max_num_seqs=8 * 512, max_num_batched_tokens=3456),
+        "as NVIDIA's v5.1 B200 config (assumed: the v6.0 B300 Server values are not quoted)",
+    ),
+    "mlperf60-llama3.1-8b-b300x8-server-ttft": (
+        "trtllm",
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        "as the H200 configs of v5.1 (assumed: NVIDIA's v6.0 values are not quoted)",
+    ),
+    "mlperf60-llama2-70b-b300x8-server-ttft": (
+        "trtllm",
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        "as the H200 configs of v5.1 (assumed: NVIDIA's v6.0 values are not quoted)",
+    ),
+}
+_RUN = re.compile(r"= ([\d.]+) x \(([\d.]+) - ([\d.]+)\) s over (\d+) instance")
+
+
+def records() -> list[dict]:
+    """The MLPerf Server TTFT records, each with its completed samples/s and instances."""
+    text = (C.ROOT / "dcost" / "validation" / "records.toml").read_text(encoding="utf-8")
+    out = []
+    for r in tomllib.loads(text)["record"]:
+        if r.get("metric") != "ttft" or not r["id"].startswith("mlperf"):
+            continue
+        if not r["id"].endswith("-server-ttft"):
+            continue
+        m = _RUN.search(r["note"])
+        if m is None:
+            raise ValueError(f"records.toml: {r['id']}: no Little's-law figures in its note")
+        out.append(
+            dict(r, samples_per_s=float(m.group(1)), latency=float(m.group(2)),
+                 instances=int(m.group(4)))
+        )  # fmt: skip
+    return out
+
+
+def _growing(run) -> bool:
+    """Whether the queue grew: the last quarter of arrivals' median TTFT over 1.5 times the
+    second quarter's (a steady queue's quarters agree within a few percent over thousands of
+    requests; a queue growing from empty at a steady pace gives 7/3)."""
+    order = np.argsort(run.arrival)
+    ttft = run.ttft[order]
+    q = len(ttft) // 4
+    second, last = np.nanmedian(ttft[q : 2 * q]), np.nanmedian(ttft[3 * q :])
+    return bool(last > 1.5 * second)
+
+
+def simulate(r: dict, share: float = 1.0):
+    name, sched, _ = CONFIGS[r["id"]]
+    eng = dcost.engine(name, hardware=r["hardware"], frontend_time=0.0, **sched)
+    server = Server(
+        r["hardware"],
+        r["model"],
+        engine=eng,
+        tensor_parallel=r["tensor_parallel"],
+        expert_parallel=r["expert_parallel"] if r["expert_parallel"] > 1 else None,
+        attention_data_parallel=r["attention_data_parallel"],
+        weights=r["weights"],
+        kv_cache=r["kv_cache"],
+    )
+    rate = share * r["samples_per_s"] / r["instances"]
+    seconds = max(20.0 * r["latency"], 600.0)  # many request lifetimes: a steady state
+    load = Load(prompt=r["prompt_tokens"], output=r["output_tokens"], stages=((rate, seconds),))
+    return simulate_server(server, load)
+
+
+def compute() -> dict:
+    rows, out_of_scope = [], []
+    for r in records():
+        if r["id"] not in CONFIGS:
+            out_of_scope.append({"id": r["id"], "reason": f"no engine profile for {r['hardware']}"})
+            continue
+        t = time.perf_counter()
+        run = simulate(r)
+        s = run.summary()
+        unstable = _growing(run)
+        share = 1.0
+        while unstable and share > 0.15:  # the rate the simulated replica does serve
+            share = round(share - 0.1, 2)
+            unstable_at = _growing(simulate(r, share))
+            if not unstable_at:
+                break
+        rows.append(
+            {
+                "id": r["id"],
+                "hardware": r["hardware"],
+                "model": r["model"],
+                "engine": CONFIGS[r["id"]][0],
+                "scheduler": CONFIGS[r["id"]][2],
+                "rate_per_instance": r["samples_per_s"] / r["instances"],
+                "measured_ttft": r["value"],
+                "simulated_ttft": s["ttft"]["mean"],
+                "measured_e2e": r["latency"],
+                "simulated_e2e": s["e2e"]["mean"],
+                "unstable": unstable,
+                "stable_share": share if unstable else 1.0,
+                "assumed": r["assumed"],
+                "seconds": time.perf_counter() - t,
+            }
+        )
+        print(f"{r['id']}: {rows[-1]['simulated_ttft']:.3g} s vs {r['value']:.3g} s", flush=True)
+    stable = [x for x in rows if not x["unstable"]]
+    err = [abs(x["simulated_ttft"] / x["measured_ttft"] - 1.0) for x in stable]
+    return {
+        "rows": rows,
+        "out_of_scope": out_of_scope,
+        "summary": {
+            "records": len(rows),
+            "unstable": len(rows) - len(stable),
+            "stable_ttft_median_error": float(np.median(err)) if err else None,
+        },
+    }
+
+
+def plot(results: dict):
+    rows = results["rows"]
+    fig, ax = C.plt.subplots(figsize=(8.5, 4.2))
+    labels = [f"{x['model']}\n{x['hardware']} ({x['engine']})" for x in rows]
+    y = np.arange(len(rows))
+    ratio = [x["simulated_ttft"] / x["measured_ttft"] for x in rows]
+    colors = ["#d62728" if x["unstable"] else "#1f77b4" for x in rows]
+    ax.barh(y, ratio, color=colors)
+    ax.axvline(1.0, color="grey", lw=1)
+    ax.set_xscale("log")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("simulated / measured mean TTFT (log scale)")
+    for i, x in enumerate(rows):
+        note = (
+            f"queue grows; stable at {100 * x['stable_share']:.0f} % of the rate"
+            if x["unstable"]
+            else "stable"
+        )
+        ax.annotate(note, (ratio[i], i), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=7)  # fmt: skip
+    ax.set_title("MLPerf Server runs at their measured rate (red: the simulated queue grows)")
+    ax.set_xlim(min(ratio) / 2, max(ratio) * 300)
+    fig.tight_layout()
+    return fig
+
+
+def main() -> None:
+    results = compute()
+    C.save("mlperf_server", plot(results), results)
+
+
+if __name__ == "__main__":
+    main()
