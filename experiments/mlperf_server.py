@@ -8,13 +8,14 @@ stable (a bounded queue) where the measured run was.
 The records are ``dcost/validation/records.toml``'s MLPerf Server TTFT records on NVIDIA chips
 (7; the 5 on AMD chips have no engine profile and are counted out): each gives the completed
 samples per second, the mean latency, the mean output length, the instances the system ran and
-the submission's config (``gpu_batch_size`` and ``max_num_tokens`` where the note quotes them,
-else those of the nearest config of the same submitter, marked assumed). The rate per instance is
-the completed samples per second over the instances (Little's law holds in a stable run). The
-harness calls the engine in-process, so no API server time is added (``frontend_time = 0``).
-The lengths are the records' means, fixed (the datasets' spreads are not published; marked
-assumed), and the prompt means of the Llama 3.1 8B and DeepSeek-R1 sets are assumed (1,000 and
-800 tokens; the records say so).
+the submission's config (``gpu_batch_size`` and ``max_num_tokens`` where the note quotes them;
+else, assumed, those quoted for the same model on another chip, or the engine's defaults: each
+row's ``scheduler`` field says which). The rate per instance is the completed samples per second
+over the instances (Little's law holds in a stable run). The harness calls the engine
+in-process, so no API server time is added (``frontend_time = 0``). The lengths are the records'
+means, held fixed (an assumption of this experiment: the datasets' spreads are not published),
+and the prompt means of the Llama 3.1 8B and DeepSeek-R1 sets are assumed (1,000 and 800 tokens;
+the records say so, in each row's ``assumed``).
 
 Nothing is fitted to these runs. A run whose simulated queue grows (the median TTFT of the last
 quarter of arrivals over 1.5 times that of the second quarter) is *unstable*: the simulated
