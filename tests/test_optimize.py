@@ -170,7 +170,8 @@ def test_problem_defaults():
     assert p.names == ("batch", "chips", "stages")
     assert p.free == (("batch", 1, 4096), ("chips", 1, 72), ("stages", 1, 8))
     assert p.constraints == ("tpot", "memory")
-    assert float(p.limit_values()["memory"]) == pytest.approx(0.9 * 80e9)
+    # 0.9 of the 81,559 MiB nvidia-smi reports for an H100 80GB HBM3 (NVIDIA/nccl issue 1264)
+    assert float(p.limit_values()["memory"]) == pytest.approx(0.9 * 81_559 * 2**20)
     pre = dcost.Problem(
         H100, dcost.model("llama-3-8b"), dcost.Workload(1024), objective="cost_per_input_token"
     )
@@ -504,7 +505,7 @@ def test_chip_budget_allows_equality(table):
     assert "replica_chips" in opt.binding[i]
 
 
-@pytest.mark.parametrize("experts", [11, 19])
+@pytest.mark.parametrize("experts", [11, 17])
 def test_grid_pick_at_the_memory_limit_is_confirmed_feasible(experts):
     # In float32 the vectorized grid and the final exact re-check can round the memory of the same
     # design one ulp apart; these expert counts put the best batch exactly at the limit, and the

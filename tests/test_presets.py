@@ -435,9 +435,31 @@ def test_hardware_numbers_are_plausible(name):
     assert low <= ridge <= high
     assert float(hw.scaleup_bandwidth) > float(hw.scaleout_bandwidth)
     assert float(hw.hbm_bandwidth) > float(hw.scaleup_bandwidth)
-    assert 10e9 <= float(hw.hbm_capacity) <= 300e9
+    assert 10e9 <= float(hw.hbm_capacity) <= 320e9
     assert 0.5 <= float(hw.price_per_hour) <= 20.0
     assert float(hw.scaleup_size) == int(hw.scaleup_size) >= 8
+
+
+# The memory nvidia-smi prints (MiB) in the public log each preset's source names: a datasheet's
+# "80 GB" is 80 GiB of HBM, 7 % more than 80e9 bytes.
+NVIDIA_SMI_MIB = {
+    "a100-80gb": 81_920,
+    "h100-sxm": 81_559,
+    "h800": 81_559,
+    "h200": 143_771,
+    "h20": 97_871,
+    "b200": 183_359,
+    "gb200-nvl72": 189_471,
+    "b300": 275_040,
+    "gb300-nvl72": 284_208,
+}
+
+
+@pytest.mark.parametrize(("name", "mib"), sorted(NVIDIA_SMI_MIB.items()))
+def test_gpu_memory_is_what_nvidia_smi_reports(name, mib):
+    entry = dcost.presets.hardware_card(name)["hbm_capacity"]
+    assert float(dcost.hardware(name).hbm_capacity) == entry["value"] == mib * 2**20
+    assert f"{mib:,} MiB" in entry["source"]
 
 
 # NVIDIA datasheet headlines: BF16 Tensor Core with 2:4 sparsity, and bidirectional NVLink per GPU.

@@ -388,10 +388,13 @@ def test_cli_sessions(capsys):
 
 def test_a_replica_without_room_for_one_request_says_how_much_memory_is_missing():
     """Refusals in memory terms, checked against the presets' own numbers: DeepSeek-R1 (fp8,
-    671 B parameters) on one H100 under vLLM needs its weights less 0.9 x 80 GB more than the
-    engine may use; Llama 3 70B (bf16) on two H100s keeps 0.9 x 80 GB less half its weights a
-    chip, which holds that room over half of a token's KV bytes, far fewer than 200,100 tokens."""
+    671 B parameters) on one H100 under vLLM needs its weights less 0.9 of its HBM more than the
+    engine may use; Llama 3 70B (bf16) on two H100s keeps 0.9 of its HBM less half its weights a
+    chip, which holds that room over half of a token's KV bytes, far fewer than 200,100 tokens.
+    The HBM is the 81,559 MiB nvidia-smi reports for an H100 80GB HBM3 (NVIDIA/nccl issue 1264)."""
     import re
+
+    hbm = 81_559 * 2**20
 
     load = Load(prompt=200_000, output=100, clients=1, requests=2)
     vllm = dcost.engine("vllm", hardware="h100-sxm")
@@ -401,11 +404,11 @@ def test_a_replica_without_room_for_one_request_says_how_much_memory_is_missing(
     with pytest.raises(dcost.SpecError, match="leaves no room for a KV cache") as err:
         simulate_server(Server("h100-sxm", "deepseek-r1", engine=vllm), load)
     excess = float(re.search(r"take ([\d.]+) GB a chip more", str(err.value)).group(1))
-    assert excess == pytest.approx((weights - 0.9 * 80e9) / 1e9, rel=0.02)
-    assert "gpu_memory_utilization = 0.9 of its 80.0 GB" in str(err.value)
+    assert excess == pytest.approx((weights - 0.9 * hbm) / 1e9, rel=0.02)
+    assert "gpu_memory_utilization = 0.9 of its 85.5 GB" in str(err.value)
 
     llama = dcost.model("llama-3-70b")
-    room = 0.9 * 80e9 - float(llama.params_dense) * float(llama.bytes_per_param) / 2
+    room = 0.9 * hbm - float(llama.params_dense) * float(llama.bytes_per_param) / 2
     server = Server("h100-sxm", "llama-3-70b", engine=vllm, tensor_parallel=2)
     with pytest.raises(dcost.SpecError, match="tensor_parallel = 2") as err:
         simulate_server(server, load)

@@ -177,8 +177,8 @@ def hardware(name: str, precision: str = "bf16", calibrated: bool = False, **ove
         over the calibrated profile.
 
     >>> import dcost
-    >>> float(dcost.hardware("h100-sxm").hbm_capacity) / 1e9
-    80.0
+    >>> float(dcost.hardware("h100-sxm").hbm_capacity) / 2**20  # MiB, as nvidia-smi prints it
+    81559.0
     >>> fp8 = dcost.hardware("h100-sxm", precision="fp8")
     >>> round(float(fp8.flops / dcost.hardware("h100-sxm").flops), 3)
     2.0
