@@ -11,6 +11,9 @@
    something the sample does not state, such as speculative decoding, are left out of the fit),
    written into every profile of the engine; the same fit with each row's model held out gives
    the held-out errors, written to ``dcost/engines/heldout.toml`` (``dcost validate`` prints them).
+
+``refit_fixed_costs`` runs steps 2-3 alone on the shipped profiles (their kernel fields as they
+are), for a change that moves no kernel table: a preset's memory, the record set.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 from dcost.calibrate import host, kernels
 
-__all__ = ["rebuild", "summary", "write_summary", "HELDOUT"]
+__all__ = ["rebuild", "refit_fixed_costs", "fixed_costs", "summary", "write_summary", "HELDOUT"]
 
 HELDOUT = "heldout.toml"
 
@@ -145,18 +148,42 @@ def rebuild(
     the shipped ``dcost/engines/profiles``), with fixed costs fitted on the silicon sample, and
     write the held-out summary beside the profiles' folder."""
     from dcost import engines as eng_mod
-    from dcost.validation import silicon
 
     t0 = time.perf_counter()
     here = pathlib.Path(eng_mod.__file__).parent
     out_dir = here / "profiles" if out_dir is None else pathlib.Path(out_dir)
     paths = kernels.rebuild(root, out_dir, package=package, seed=seed, log=log)
+    log(f"kernel fits: {len(paths)} profiles in {time.perf_counter() - t0:.1f} s")
+    fixed_costs(paths, out_dir, log=log)
+    log(f"rebuilt in {time.perf_counter() - t0:.1f} s")
+    return paths
+
+
+def refit_fixed_costs(log=print) -> list[pathlib.Path]:
+    """Steps 2-3 of ``rebuild`` on the shipped profiles as they are (their kernel fields kept):
+    what a change outside the kernel tables (a preset's memory, the record set) needs, without
+    AIConfigurator's data. Rewrites the shipped profiles' fixed costs and ``heldout.toml``."""
+    from dcost import engines as eng_mod
+
+    here = pathlib.Path(eng_mod.__file__).parent / "profiles"
+    paths = sorted(here.glob("*.toml"))
+    fixed_costs(paths, here, log=log)
+    return paths
+
+
+def fixed_costs(paths, out_dir, log=print) -> None:
+    """Fit the fixed costs of the profiles at ``paths`` on the silicon sample (steps 2-3 of
+    ``rebuild``) and write them back into ``out_dir``, with the held-out summary."""
+    from dcost import engines as eng_mod
+    from dcost.validation import silicon
+
+    here = pathlib.Path(eng_mod.__file__).parent
+    out_dir = pathlib.Path(out_dir)
+    t1 = time.perf_counter()
     fitted = {}
     for p in paths:
         e = eng_mod.from_file(p)
         fitted[(e.name, e.hardware_name)] = e
-    t1 = time.perf_counter()
-    log(f"kernel fits: {len(paths)} profiles in {t1 - t0:.1f} s")
 
     recs, skipped = silicon.records()
     tpot = [r for r in recs if r["metric"] in ("tpot", "ttft")]
@@ -227,5 +254,3 @@ def rebuild(
         )
     eng_mod._shipped.cache_clear()
     eng_mod._load_shipped.cache_clear()
-    log(f"rebuilt in {time.perf_counter() - t0:.1f} s")
-    return paths
