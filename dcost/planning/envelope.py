@@ -81,16 +81,14 @@ def _root(kind, layout, n, hardware, model, traffic, limits, consts):
 @functools.partial(jit, static_argnames=("kind", "consts"), optimized=True)
 def _pool(kind, layout, n, hardware, model, traffic, limits, consts):
     x = jax.lax.stop_gradient(_root(kind, layout, n, hardware, model, traffic, limits, consts))
-    ratios = _ratios(kind, layout, x, hardware, model, traffic, limits, consts)
+
+    def every(x, hardware, model, traffic, limits):
+        return _ratios(kind, layout, x, hardware, model, traffic, limits, consts)
+
+    # one forward pass gives the constraints and, pulled back along the binding one, its gradient
+    ratios, pull = jax.vjp(every, x, hardware, model, traffic, limits)
     j = jnp.argmax(ratios)
-
-    def binding(x, hardware, model, traffic, limits):
-        r = _ratios(kind, layout, x, hardware, model, traffic, limits, consts)
-        return r[j]
-
-    dx, dh, dm, dt, dl = jax.grad(binding, argnums=(0, 1, 2, 3, 4))(
-        x, hardware, model, traffic, limits
-    )
+    dx, dh, dm, dt, dl = pull(jax.nn.one_hot(j, ratios.shape[0], dtype=ratios.dtype))
     at_floor = x <= jnp.log(_FLOOR) + 1e-3
     scale = jnp.where(at_floor | (dx >= 0), 0.0, -1.0 / jnp.where(dx < 0, dx, -1.0))
 
