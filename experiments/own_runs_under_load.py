@@ -82,7 +82,6 @@ def compute(per_engine: int = 10, seed: int = 7, log=print) -> dict:
 
     import dcost
     from dcost.calibrate import user
-    from dcost.planning.server import Server
     from dcost.validation import silicon
     from dcost.validation.cases import record_engine
 
@@ -110,17 +109,7 @@ def compute(per_engine: int = 10, seed: int = 7, log=print) -> dict:
             sched = dataclasses.replace(sched, prefill_first=order)
         if front is not None:
             sched = dataclasses.replace(sched, frontend_time=front)
-        srv = Server(
-            r["hardware"],
-            r["model"],
-            engine=dataclasses.replace(e, scheduler=sched),
-            tensor_parallel=r["tensor_parallel"],
-            expert_parallel=r["expert_parallel"],
-            attention_data_parallel=r["attention_data_parallel"],
-            pipeline_parallel=r["pipeline_parallel"],
-            weights=r["weights"],
-            kv_cache=r["kv_cache"],
-        )
+        srv = sul.server_for(r, dataclasses.replace(e, scheduler=sched))
         m = sul.benchmark_means(srv, r["prompt_tokens"], r["output_tokens"], int(r["concurrency"]))
         return m["ttft"], m["tpot"]
 

@@ -97,6 +97,23 @@ def deployed(eng, record, batch: int):
     return dataclasses.replace(eng, scheduler=sched)
 
 
+def server_for(record, engine):
+    """One replica of ``record``'s deployment (chip, model, layout, formats) on ``engine``."""
+    from dcost.planning.server import Server
+
+    return Server(
+        record["hardware"],
+        record["model"],
+        engine=engine,
+        tensor_parallel=record["tensor_parallel"],
+        expert_parallel=record["expert_parallel"],
+        attention_data_parallel=record["attention_data_parallel"],
+        pipeline_parallel=record["pipeline_parallel"],
+        weights=record["weights"],
+        kv_cache=record["kv_cache"],
+    )
+
+
 def benchmark_means(srv, prompt: float, output: float, clients: int) -> dict:
     """Mean TTFT and TPOT of AIPerf's closed loop: C at once, 20*C requests in all (s)."""
     from dcost.planning.server import Load, simulate_server
@@ -140,7 +157,6 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def compute(n: int = 90, log=print) -> dict:
-    from dcost.planning.server import Server
     from dcost.validation.cases import record_engine
 
     t0 = time.perf_counter()
@@ -151,17 +167,7 @@ def compute(n: int = 90, log=print) -> dict:
     for split, runs in (("seen", seen), ("held_out", held), ("fresh", fresh)):
         results, refused = [], []
         for i, (r, ttft, batch) in enumerate(runs):
-            srv = Server(
-                r["hardware"],
-                r["model"],
-                engine=deployed(record_engine(r)[0], r, batch),
-                tensor_parallel=r["tensor_parallel"],
-                expert_parallel=r["expert_parallel"],
-                attention_data_parallel=r["attention_data_parallel"],
-                pipeline_parallel=r["pipeline_parallel"],
-                weights=r["weights"],
-                kv_cache=r["kv_cache"],
-            )
+            srv = server_for(r, deployed(record_engine(r)[0], r, batch))
             c = int(r["concurrency"])
             try:
                 sim = benchmark_means(srv, r["prompt_tokens"], r["output_tokens"], c)
