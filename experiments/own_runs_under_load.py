@@ -19,7 +19,7 @@ run as ``serving_under_load`` does (the generator's settings, AIPerf's 20 x C re
 - ``frontend``: instead, the time a request spends before the engine (``frontend_time``): the
   additive offset that best fits the 3 runs' log TTFT;
 - ``order``: SGLang only, the scheduler order (``prefill_first`` or mixed chunks) that fits the
-  3 runs' TTFT best, nothing else moved.
+  3 runs' TTFT best, on the profile fitted to their TPOT.
 
     python experiments/own_runs_under_load.py [--per-engine N] [--seed S]
 """
