@@ -1,5 +1,6 @@
 """The engine value, its kernel-table fits, its host-cost fit and the silicon sample's records."""
 
+import math
 import pathlib
 
 import numpy as np
@@ -472,11 +473,36 @@ def test_interval_bands_a_prediction():
 
 
 def test_shipped_intervals_hold_about_as_often_as_they_say():
-    """The 80 % band built from other models' runs holds 65-95 % of each engine's runs (the
-    issue asks 75-85 %; the shipped coverage is quoted in the docs whatever it is)."""
+    """The 80 % band, its levels chosen and its quantiles taken without the model checked
+    (nested), holds 70-90 % of each engine's runs (the issue asks 75-85 %; the shipped coverage is
+    quoted in the docs whatever it is); the levels widen the band, never narrow it below 80 %."""
     for name, table in dcost.engines.heldout()["intervals"].items():
-        assert 0.65 <= table["coverage_80"] <= 0.95, name
-        assert table["q10"] < table["q50"] < table["q90"]
+        assert 0.7 <= table["coverage_80"] <= 0.9, name
+        assert table["q05"] < table["q10"] < table["q50"] < table["q90"] < table["q95"]
+        assert table["level_q90"] - table["level_q10"] >= 0.8 - 1e-9, name
+
+
+def test_adjusted_levels_cover_new_groups_as_they_say():
+    """Errors shared within a group (a model's runs): the plain 10-90 % quantiles of 6 groups'
+    runs hold about 72 % of a new group's, the levels ``adjusted_level`` chooses by leaving a
+    group out about 80 % (mean over 60 draws of the groups; a closed form for the new group: the
+    normal with the group and run spreads added)."""
+    from dcost.calibrate.engines import adjusted_level
+
+    plain, adjusted = [], []
+    sd = math.hypot(1.0, 0.3)
+    cdf = lambda x: 0.5 * (1.0 + math.erf(x / (sd * math.sqrt(2.0))))  # noqa: E731
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        group = np.repeat(np.arange(6), 60)
+        r = rng.normal(size=6)[group] + 0.3 * rng.normal(size=group.size)
+        lo, hi = np.quantile(r, [0.1, 0.9])
+        plain.append(cdf(hi) - cdf(lo))
+        levels = [adjusted_level(r, group, a) for a in (0.1, 0.9)]
+        lo, hi = np.quantile(r, levels)
+        adjusted.append(cdf(hi) - cdf(lo))
+    assert np.mean(plain) < 0.76
+    assert abs(np.mean(adjusted) - 0.8) < 0.03
 
 
 def test_plan_at_a_confidence_costs_chips():
