@@ -439,7 +439,8 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
         provenance={},
         scheduler=eng.scheduler,
     )
-    z = np.array([-0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    z = np.zeros(len(user.FIELDS))
+    z[user.FIELDS.index("flops_efficiency")] = -0.5
     long = [r for r in recs if float(r["prompt_tokens"]) > 4096]
     assert long  # attention over a long context: where its rate counts
     prior = user.prepare(long, bare)
@@ -449,15 +450,57 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     )
 
 
-@pytest.mark.parametrize("z", [[0.0] * 5, [0.0] * 5 + [float("nan")], "abc", [[0.0] * 6]])
+@pytest.mark.parametrize("z", [[0.0] * 7, [0.0] * 7 + [float("nan")], "abc", [[0.0] * 8]])
 def test_with_offsets_refuses_bad_offsets(z):
     from dcost.calibrate import user
 
     eng = dcost.engine("trtllm", hardware="h200")
-    with pytest.raises(ValueError, match="with_offsets: z = .* must be 6 finite numbers"):
+    with pytest.raises(ValueError, match="with_offsets: z = .* must be 8 finite numbers"):
         user.with_offsets(eng, z)
     with pytest.raises(EngineError, match="with_offsets: engine must be a dcost.Engine"):
-        user.with_offsets("trtllm", [0.0] * 6)
+        user.with_offsets("trtllm", [0.0] * 8)
+
+
+@pytest.mark.slow
+def test_moe_fixed_cost_offsets_are_the_saved_engine():
+    """gpt-oss-120b's experts run weight-only on Hopper, a class with its own MoE-layer cost: an
+    offset on the MoE layer's and each expert's fixed cost predicts what the engine
+    ``with_offsets`` saves predicts at zero, and it moves an MoE model's step (by at most the
+    costs it scales: a closed form) while a dense model's stays."""
+    from dcost.calibrate import user
+
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    assert "moe_layer_overhead" in eng.precision_profile["w4a16"]
+    recs, _ = silicon.records()
+    moe = [
+        r
+        for r in recs
+        if r["engine"] == "vllm" and r["hardware"] == "h100-sxm" and r["model"] == "gpt-oss-120b"
+    ][:4]
+    dense = [r for r in recs if r["engine"] == "trtllm" and r["model"] == "llama-3.3-70b"][:3]
+    assert len(moe) == 4 and len(dense) == 3
+    z = np.zeros(len(user.FIELDS))
+    z[user.FIELDS.index("moe_layer_overhead")] = np.log(3.0)
+    z[user.FIELDS.index("expert_overhead")] = np.log(2.0)
+    zero = np.zeros(len(user.FIELDS))
+    prep = user.prepare(moe, eng)
+    base, moved = user.predict_offsets(prep, zero), user.predict_offsets(prep, z)
+    saved = user.predict_offsets(user.prepare(moe, user.with_offsets(eng, z)), zero)
+    np.testing.assert_allclose(moved, saved, rtol=1e-5)
+    assert np.all(moved > base)
+    # one step a token (aggregated, no speculation): the MoE layers' cost x3 adds twice that cost;
+    # each expert's x2 adds once the cost of the experts a chip touches, at most all of them
+    net = dcost.model("gpt-oss-120b")
+    layers = float(net.moe_layers)
+    cost = eng.precision_profile["w4a16"]["moe_layer_overhead"] * layers
+    every_expert = eng.profile["expert_overhead"] * float(net.n_experts) * layers
+    assert all(r["serving"] == "aggregated" and r["metric"] == "tpot" for r in moe)
+    assert np.all(moved - base >= 2.0 * cost * (1 - 1e-4))
+    assert np.all(moved - base <= (2.0 * cost + every_expert) * (1 + 1e-4))
+    flat = user.prepare(dense, dcost.engine("trtllm", hardware=dense[0]["hardware"]))
+    np.testing.assert_allclose(
+        user.predict_offsets(flat, z), user.predict_offsets(flat, zero), rtol=1e-6
+    )
 
 
 def test_interval_bands_a_prediction():

@@ -54,8 +54,12 @@ FIELDS = (
     "step_overhead",
     "layer_overhead",
     "sequence_overhead",
+    "moe_layer_overhead",
+    "expert_overhead",
 )
-"""The profile fields a calibration moves; the rest stay at the prior engine's."""
+"""The profile fields a calibration moves; the rest stay at the prior engine's. The MoE layer's
+fixed costs are the kernel tables' (each kernel timed alone, its launch included); an engine that
+captures its steps in a graph pays less of them, as it does of ``layer_overhead``."""
 
 _FRACTION = frozenset({"flops_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency"})
 
@@ -66,6 +70,8 @@ PRIOR_SD = {
     "step_overhead": 1.0,
     "layer_overhead": 1.0,
     "sequence_overhead": 1.0,
+    "moe_layer_overhead": 1.0,
+    "expert_overhead": 1.0,
 }
 """Prior spread of each field's offset (logit units for fractions, log units for times): an
 engine build may reach a GEMM rate a few tens of percent off the shipped one, and fixed costs
@@ -315,6 +321,10 @@ def _field_values(engine, z) -> dict:
                 shared[name] = move(shared.get(name, 1.0))
         else:
             shared[name] = float(max(shared.get(name, 0.0), _TIME_FLOOR) * math.exp(z[j]))
+            for p in precision:  # a class's own value (the weight-only experts' MoE layer)
+                if name in precision[p]:
+                    own = max(precision[p][name], _TIME_FLOOR)
+                    precision[p][name] = float(own * math.exp(z[j]))
     return {"profile": shared, "precision_profile": precision}
 
 
