@@ -10,7 +10,10 @@ runs, k of them (drawn at random, seeded) calibrate the engine's shipped profile
 (``dcost.calibrate.user``: the profile as the prior, the same serving model), and the others are
 predicted: held out, the deployment's own other runs. k = 0 is the shipped profile (its fixed
 costs fitted on the engine's other models, and every k starts from those: no fit ever saw the
-deployment's model). Writes ``dcost/engines/own_measurements.toml`` and
+deployment's model). Per engine and k, the held-out log errors also make the band that
+``dcost.engines.interval_factors`` puts around a calibrated engine's predictions
+(``dcost.calibrate.engines.band``, the deployment as the group left out, its coverage checked
+nested). Writes ``dcost/engines/own_measurements.toml`` and
 ``docs/figures/own_measurements.png``.
 
     python experiments/own_measurements.py [--max-groups N]
@@ -51,9 +54,16 @@ def groups(recs):
     return {k: v for k, v in out.items() if len(v) >= MIN_ROWS}
 
 
+def _by_group(pairs):
+    """``(log errors, group ids)`` of ``[(group, log error), ...]``."""
+    g, r = zip(*pairs, strict=True)
+    return np.asarray(r), np.asarray(g)
+
+
 def compute(max_groups=None, seed=0, log=print) -> dict:
     import dcost
     from dcost.calibrate import user
+    from dcost.calibrate.engines import band
     from dcost.validation import silicon
     from dcost.validation.cases import record_engine
 
@@ -65,6 +75,7 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
         keys = keys[:max_groups]
     errors: dict[int, list] = {k: [] for k in KS}
     per_engine: dict[tuple, list] = collections.defaultdict(list)
+    logs: dict[tuple, list] = collections.defaultdict(list)  # (engine, k): (deployment, log error)
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     for n_done, key in enumerate(keys):
@@ -82,9 +93,11 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
             pick[rng.choice(len(rows), k, replace=False)] = True
             z = user.fit_offsets(prep, pick)[0] if k else np.zeros(len(user.FIELDS))
             pred = user.predict_offsets(prep, z)
-            err = np.abs(pred[~pick] / prep.measured[~pick] - 1.0)
+            ratio = pred[~pick] / prep.measured[~pick]
+            err = np.abs(ratio - 1.0)
             errors[k] += err.tolist()
             per_engine[(key[0], k)] += err.tolist()
+            logs[(key[0], k)] += [(n_done, x) for x in np.log(ratio).tolist()]
         if n_done % 20 == 0:
             log(f"{n_done + 1}/{len(keys)} deployments, {time.perf_counter() - t0:.0f} s")
     table = {
@@ -112,6 +125,16 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
                 if n2 == name and e
             }
             for name in sorted({n for n, _ in per_engine})
+        },
+        # bands around a calibrated engine's predictions (dcost.engines.interval_factors): a
+        # user's deployment is a new one, so each deployment is the group held out
+        "intervals": {
+            name: {
+                str(k): band(*_by_group(logs[(name, k)]))
+                for k in KS
+                if k and len({g for g, _ in logs[(name, k)]}) >= 3
+            }
+            for name in sorted({n for n, _ in logs})
         },
         "seconds": time.perf_counter() - t0,
     }

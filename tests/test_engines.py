@@ -525,6 +525,40 @@ def test_shipped_intervals_hold_about_as_often_as_they_say():
         assert table["level_q90"] - table["level_q10"] >= 0.8 - 1e-9, name
 
 
+def test_a_calibrated_engine_gets_the_band_of_deployments_calibrated_like_it():
+    """An engine fitted to n of a deployment's runs is banded by the held-out errors of
+    deployments fitted to the largest k <= n of theirs (narrower than a new model's band); a
+    shipped profile, or one whose provenance is not a fit, by the shipped band; each shipped
+    band's nested coverage is within 70-90 % at 80 %."""
+    from dcost.calibrate import user
+
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    own = dcost.engines.own_measurements()["intervals"]["vllm"]
+
+    def fitted(n, source="dcost.calibrate.fit: your measurements"):
+        prov = {"source": source, "records": n}
+        return user.with_offsets(eng, np.zeros(len(user.FIELDS)), prov)
+
+    def factors(table):
+        return math.exp(-table["q90"]), math.exp(-table["q10"])
+
+    shipped = dcost.engines.interval_factors("vllm", 0.8)
+    assert dcost.engines.interval_factors(eng, 0.8) == shipped
+    assert dcost.engines.interval_factors(fitted(5, "hand-written"), 0.8) == shipped
+    assert dcost.engines.interval_factors(fitted(2), 0.8) == pytest.approx(factors(own["1"]))
+    three = dcost.engines.interval_factors(fitted(3), 0.8)
+    assert three == pytest.approx(factors(own["3"]))
+    assert dcost.engines.interval_factors(fitted(40), 0.8) == pytest.approx(factors(own["10"]))
+    assert three[1] / three[0] < shipped[1] / shipped[0]
+    assert dcost.engines.confidence_factor(fitted(3), 0.9) == pytest.approx(
+        math.exp(-own["3"]["q10"])
+    )
+    for name, bands in dcost.engines.own_measurements()["intervals"].items():
+        for k, table in bands.items():
+            assert 0.7 <= table["coverage_80"] <= 0.9, (name, k)
+            assert table["q10"] < table["q50"] < table["q90"], (name, k)
+
+
 def test_adjusted_levels_cover_new_groups_as_they_say():
     """Errors shared within a group (a model's runs): the plain 10-90 % quantiles of 6 groups'
     runs hold about 72 % of a new group's, the levels ``adjusted_level`` chooses by leaving a

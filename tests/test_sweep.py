@@ -220,3 +220,8 @@ def test_cli_scenarios_missing_file_and_unused_flags(tmp_path, capsys):
     assert "--hardware: not used with --scenarios" in capsys.readouterr().err
     assert main(["plan", "--model", "llama-3.1-8b", "--rate", "1"]) == 2
     assert "--hardware required" in capsys.readouterr().err
+    assert main(["plan", "--scenarios", str(src), "--profile", "mine.toml"]) == 2
+    assert "--profile: not used with --scenarios" in capsys.readouterr().err
+    one = ["plan", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--rate", "1"]
+    assert main([*one, "--traffic", "chat", "--profile", "mine.toml"]) == 2
+    assert "--profile mine.toml needs one --engine" in capsys.readouterr().err

@@ -34,6 +34,7 @@ __all__ = [
     "summary",
     "write_summary",
     "adjusted_level",
+    "band",
     "HELDOUT",
 ]
 
@@ -155,15 +156,24 @@ def _nested_coverage(r: np.ndarray, group: np.ndarray, a: float) -> float:
     return float(np.mean(held)) if held else float("nan")
 
 
+def band(r: np.ndarray, group: np.ndarray) -> dict:
+    """A band table of held-out log errors ``r`` whose rows share their error within a ``group``:
+    the quantiles at the levels ``adjusted_level`` chooses for a new group (``qNN``, the level
+    used as ``level_qNN``) and how often bands built that way hold on groups the whole
+    construction did not see (``coverage_50``, ``_80``, ``_90``: nested, leave one group out)."""
+    levels = {lv: adjusted_level(r, group, lv) for lv in LEVELS}
+    q = {f"q{round(100 * lv):02d}": float(np.quantile(r, levels[lv])) for lv in LEVELS}
+    at = {f"level_q{round(100 * lv):02d}": levels[lv] for lv in LEVELS}
+    cover = {f"coverage_{round(100 * a)}": _nested_coverage(r, group, a) for a in (0.5, 0.8, 0.9)}
+    return {"rows": int(r.size), **q, **at, **cover}
+
+
 def intervals(pred, value: np.ndarray) -> dict:
-    """Per engine, quantiles of the held-out ``r = log(predicted/measured)`` of its TPOT runs at
-    the levels that hold for a new model (``LEVELS``, each moved by ``adjusted_level`` with the
-    model as the group; the level used is kept as ``level_qNN``), and how often bands built that
-    way hold on models the whole construction did not see (``coverage_50``, ``_80``, ``_90``:
-    nested, leave one model out).
+    """Per engine, the ``band`` of the held-out ``r = log(predicted/measured)`` of its TPOT runs,
+    the model as the group (a new model is what a shipped profile is asked about).
 
     A measurement lies in the ``a`` interval ``[p e^{-q_{(1+a)/2}}, p e^{-q_{(1-a)/2}}]`` around
-    a prediction ``p`` (``dcost.engines.interval``).
+    a prediction ``p`` (``dcost.engines.interval_factors``).
     """
     recs = pred.records
     r = np.log(value / pred.measured)
@@ -173,12 +183,7 @@ def intervals(pred, value: np.ndarray) -> dict:
     out = {}
     for name in sorted(set(engine[tpot].tolist())):
         mine = tpot & (engine == name)
-        rm, gm = r[mine], model[mine]
-        levels = {lv: adjusted_level(rm, gm, lv) for lv in LEVELS}
-        q = {f"q{round(100 * lv):02d}": float(np.quantile(rm, levels[lv])) for lv in LEVELS}
-        at = {f"level_q{round(100 * lv):02d}": levels[lv] for lv in LEVELS}
-        cover = {f"coverage_{round(100 * a)}": _nested_coverage(rm, gm, a) for a in (0.5, 0.8, 0.9)}
-        out[name] = {"rows": int(mine.sum()), **q, **at, **cover}
+        out[name] = band(r[mine], model[mine])
     return out
 
 

@@ -158,6 +158,12 @@ def add_parsers(subparsers) -> None:
         "under the engine profile's held-out error (the chips at the median prediction are "
         "printed beside it)",
     )
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="with one --engine: a profile file of your own (`dcost calibrate --from`); "
+        "--confidence then uses the error of deployments calibrated on as many of their runs",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     add_sweep_arguments(p)
     p.set_defaults(func=cmd_plan)
@@ -210,6 +216,11 @@ def _one_plan(args) -> int:
     missing = [f"--{a}" for a in ("hardware", "model", "rate") if getattr(args, a) is None]
     if missing:
         raise ValueError(f"{', '.join(missing)} required (or --scenarios FILE.csv)")
+    if args.profile is not None and args.engine in ("all", "none"):
+        raise ValueError(
+            f"--profile {args.profile} needs one --engine (the engine the profile is of), "
+            f"got --engine {args.engine}"
+        )
     hardware, model = hardware_and_model(args)
     traffic = _traffic(args)
     if args.max_chips < 1:
@@ -241,7 +252,7 @@ def _one_plan(args) -> int:
                 "time can be)"
             )
         median = planned(hardware)
-        hardware = slower(hardware, confidence_factor(eng.name, args.confidence))
+        hardware = slower(hardware, confidence_factor(eng, args.confidence))
     p = planned(hardware)
     sim = simulate(p, requests=args.simulate) if p.feasible and args.simulate else None
     engines = () if args.engine == "none" else ENGINES if args.engine == "all" else (args.engine,)
@@ -255,7 +266,7 @@ def _one_plan(args) -> int:
         if not args.json:
             print(
                 f"confidence {args.confidence:g}: step times {args.engine} profile x "
-                f"{confidence_factor(eng.name, args.confidence):.2f} ({cost})"
+                f"{confidence_factor(eng, args.confidence):.2f} ({cost})"
             )
     if args.json:
         out = _plan_json(p)

@@ -262,6 +262,7 @@ def cmd_sweep(args) -> int:
             ("--simulate", args.simulate != 0),
             ("--confidence", args.confidence is not None),
             ("--engine", args.engine not in ("all", "none")),
+            ("--profile", args.profile is not None),
         )
         if used
     ]

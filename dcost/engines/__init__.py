@@ -58,6 +58,7 @@ __all__ = [
     "engine_error",
     "interval_factors",
     "confidence_factor",
+    "own_measurements",
     "slower",
     "default_scheduler",
     "from_file",
@@ -674,14 +675,62 @@ def engine_error(name: str) -> dict:
     return dict(table["by_engine"].get(_name(name), table["overall"]))
 
 
+@functools.cache
+def own_measurements() -> dict:
+    """How a deployment's error falls with k of its own runs (``own_measurements.toml``, written
+    by ``experiments/own_measurements.py``): ``{"k": ..., "by_engine": ..., "intervals":
+    {engine: {k: band}}}``, the bands of ``dcost.calibrate.engines.band`` over the held-out log
+    errors of calibrated deployments."""
+    text = resources.files(__name__).joinpath("own_measurements.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)["own"]
+
+
+def _own_records(engine) -> int:
+    """How many of a deployment's runs ``engine`` was calibrated on (``dcost.calibrate.fit``'s
+    provenance); 0 for a shipped profile."""
+    prov = engine.provenance or {}
+    if not str(prov.get("source", "")).startswith("dcost.calibrate.fit"):
+        return 0
+    try:
+        return max(int(prov.get("records", 0)), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _spread(engine) -> dict:
+    """The band table (quantiles of held-out ``log(predicted/measured)``) for ``engine``: a name
+    or a shipped ``Engine``, the shipped profile's on a new model (``heldout()["intervals"]``);
+    an ``Engine`` calibrated on ``n`` of a deployment's runs, the band of deployments calibrated
+    on the largest ``k <= n`` of their runs (``own_measurements()["intervals"]``)."""
+    name = engine.name if isinstance(engine, Engine) else engine
+    if not isinstance(name, str):
+        raise EngineError(f"engine must be a name or a dcost.Engine, got {type(engine).__name__}")
+    key = _name(name)
+    n = _own_records(engine) if isinstance(engine, Engine) else 0
+    if n:
+        bands = own_measurements().get("intervals", {}).get(key, {})
+        ks = sorted(int(k) for k in bands if int(k) <= n)
+        if ks:
+            return bands[str(ks[-1])]
+    table = heldout()["intervals"].get(key)
+    if table is None:
+        raise EngineError(f"no held-out spread for engine {name!r} in the shipped summary")
+    return table
+
+
 _LEVELS = {0.5: ("q25", "q75"), 0.8: ("q10", "q90"), 0.9: ("q05", "q95")}
 
 
-def interval_factors(name: str, level: float = 0.8) -> tuple[float, float]:
-    """``(low, high)`` factors on a prediction of engine ``name``'s profile that bound a
-    measurement with probability ``level`` (0.5, 0.8 or 0.9), from the held-out errors of its
-    runs in the silicon sample (``heldout()["intervals"]``; their coverage, held out by model,
-    is reported beside them).
+def interval_factors(engine, level: float = 0.8) -> tuple[float, float]:
+    """``(low, high)`` factors on a prediction of ``engine``'s profile (a name or a
+    ``dcost.Engine``) that bound a measurement with probability ``level`` (0.5, 0.8 or 0.9).
+
+    A shipped profile's band is from the held-out errors of its engine's runs in the silicon
+    sample, for a model its fixed costs never saw (``heldout()["intervals"]``); a profile
+    calibrated on ``n`` of a deployment's own runs (``dcost.calibrate.fit``) gets the narrower
+    band of deployments calibrated on ``k <= n`` of theirs, for their other runs
+    (``own_measurements()["intervals"]``: it is meant for the deployment you calibrated, not
+    another model). Each table reports its coverage, checked nested, beside it.
 
     With ``r = log(predicted/measured)``: ``low = exp(-q_{(1+a)/2}(r))``, ``high =
     exp(-q_{(1-a)/2}(r))``.
@@ -694,17 +743,16 @@ def interval_factors(name: str, level: float = 0.8) -> tuple[float, float]:
         raise EngineError(
             f"interval level = {level!r} is not allowed: one of {', '.join(map(str, _LEVELS))}"
         )
-    table = heldout()["intervals"].get(_name(name))
-    if table is None:
-        raise EngineError(f"no held-out spread for engine {name!r} in the shipped summary")
+    table = _spread(engine)
     q_lo, q_hi = _LEVELS[level]
     return math.exp(-table[q_hi]), math.exp(-table[q_lo])
 
 
-def confidence_factor(name: str, confidence: float) -> float:
+def confidence_factor(engine, confidence: float) -> float:
     """How much slower than predicted to plan so that step times hold with probability
-    ``confidence`` (0.5, 0.75, 0.9 or 0.95): ``exp(-q_{1-c}(r))`` of the engine's held-out
-    ``r = log(predicted/measured)``; below 1 where the profile is slow at that quantile.
+    ``confidence`` (0.5, 0.75, 0.9 or 0.95): ``exp(-q_{1-c}(r))`` of the held-out
+    ``r = log(predicted/measured)`` of ``engine`` (a name or a ``dcost.Engine``; the table
+    ``interval_factors`` reads); below 1 where the profile is slow at that quantile.
 
     >>> confidence_factor("vllm", 0.9) > confidence_factor("vllm", 0.5)
     True
@@ -714,10 +762,7 @@ def confidence_factor(name: str, confidence: float) -> float:
         raise EngineError(
             f"confidence = {confidence!r} is not allowed: one of {', '.join(map(str, keys))}"
         )
-    table = heldout()["intervals"].get(_name(name))
-    if table is None:
-        raise EngineError(f"no held-out spread for engine {name!r} in the shipped summary")
-    return math.exp(-table[keys[confidence]])
+    return math.exp(-_spread(engine)[keys[confidence]])
 
 
 def slower(hardware: Hardware, factor: float) -> Hardware:

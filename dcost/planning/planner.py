@@ -641,7 +641,8 @@ def plan(
         chip as given.
       confidence: with an engine, plan so that its targets hold with this probability under
         the model's own error (0.5, 0.75, 0.9 or 0.95): step times slowed by the engine's
-        held-out error at that quantile (``dcost.engines.confidence_factor``,
+        held-out error at that quantile (``dcost.engines.confidence_factor``: a calibrated
+        engine's error on its own deployment, a shipped one's on a new model;
         ``dcost.engines.slower``); None: the model's prediction as it is. Compare the chips of a
         plan with and without it for what the confidence costs.
 
@@ -764,7 +765,7 @@ def _prepare(
                 f"plan: confidence = {confidence!r} needs an engine (its held-out error says how "
                 "far off a step time can be): pass engine=..."
             )
-        hardware = slower(hardware, confidence_factor(eng.name, confidence))
+        hardware = slower(hardware, confidence_factor(eng, confidence))
     ttft_slo, tpot_slo = _check_question(
         "plan",
         traffic,

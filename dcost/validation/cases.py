@@ -416,7 +416,7 @@ def predict(
             )
         from dcost.engines import interval_factors
 
-        lo, hi = interval_factors(engine.name, interval)
+        lo, hi = interval_factors(engine, interval)
         if record["metric"] not in TIME_METRICS:
             lo, hi = 1.0 / hi, 1.0 / lo
         band = (value * lo, value, value * hi)
