@@ -3,6 +3,7 @@
 import math
 import pathlib
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -448,6 +449,36 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     np.testing.assert_allclose(
         user.predict_offsets(prior, z), user.predict_offsets(saved, zero), rtol=1e-5
     )
+
+
+@pytest.mark.slow
+def test_the_fit_settles_where_the_loss_is_flat():
+    """Levenberg-Marquardt's answer on runs the model made at planted offsets: the loss's
+    gradient (reverse mode, another derivative than the fit's forward-mode Jacobian) vanishes
+    there, the loss is no higher than at the planted offsets, and the Gauss-Newton Hessian it
+    returns is the exact Hessian within a few percent (the data residuals are nearly 0)."""
+    import jax
+
+    from dcost.calibrate import user
+
+    eng = dcost.engine("trtllm", hardware="h200")
+    recs = _decode_records(10)
+    planted = np.zeros(len(user.FIELDS))
+    planted[user.FIELDS.index("step_overhead")] = math.log(3.0)
+    planted[user.FIELDS.index("bandwidth_efficiency")] = -0.3
+    made = user.predict_offsets(user.prepare(recs, eng), planted)
+    prep = user.prepare([dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)], eng)
+    args = user._arrays(prep)
+    z, ggn = (np.asarray(x) for x in user._map(*args))
+    loss = lambda x: user._loss(*args, x)  # noqa: E731
+    grad = np.asarray(jax.grad(loss)(jnp.asarray(z)))
+    assert np.max(np.abs(grad)) < 1e-2 * np.max(
+        np.abs(np.asarray(jax.grad(loss)(jnp.zeros(z.size))))
+    )
+    assert float(loss(jnp.asarray(z))) <= float(loss(jnp.asarray(planted))) * (1 + 1e-4)
+    exact = np.asarray(jax.hessian(loss)(jnp.asarray(z)))
+    assert np.all(np.linalg.eigvalsh(ggn) > 0)
+    assert np.linalg.norm(ggn - exact) < 0.05 * np.linalg.norm(exact)
 
 
 @pytest.mark.parametrize("z", [[0.0] * 7, [0.0] * 7 + [float("nan")], "abc", [[0.0] * 8]])

@@ -1,7 +1,7 @@
 """Calibrate an engine profile to your own measurements, and say how sure the answer is.
 
 ``fit(records, engine)`` starts from a shipped engine profile (the prior) and moves the fields
-your measurements can identify, by gradient through the same serving model that predicts them
+your measurements can identify, by derivatives through the same serving model that predicts them
 (one code path): the maximum a posteriori of
 
 .. math:: \\mathcal{L}(z) = \\tfrac12 \\sum_i \\big(\\log \\hat y_i(z) - \\log y_i\\big)^2/\\sigma^2
@@ -9,9 +9,10 @@ your measurements can identify, by gradient through the same serving model that 
 
 over offsets ``z`` of the fields in ``FIELDS`` (a logit offset for a fraction, a log offset for a
 time), ``sigma = SIGMA`` the run-to-run spread of one measurement and ``s_j`` each field's prior
-spread (``PRIOR_SD``). The Laplace approximation (the inverse Hessian of the loss at its minimum;
-MacKay, "A practical Bayesian framework for backpropagation networks", Neural Computation 4(3),
-1992) gives each field's posterior spread: a field whose spread stays near its prior's was not
+spread (``PRIOR_SD``), found by Levenberg-Marquardt (``_map``). The Laplace approximation (the
+inverse Hessian of the loss at its minimum, here its Gauss-Newton form; MacKay, "A practical
+Bayesian framework for backpropagation networks", Neural Computation 4(3), 1992) gives each
+field's posterior spread: a field whose spread stays near its prior's was not
 identified by the data (``Calibration.identified``).
 
 Each record runs as the silicon sample's do (``dcost.validation.silicon``): the sequences the
@@ -30,7 +31,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dcost.search._jit import jit as _stored_jit
 from dcost.specs import stack
@@ -80,8 +80,8 @@ that differ by a factor of a few (host CPU, flags, driver)."""
 SIGMA = 0.1
 """Spread of one measurement's log around the model's (10 %: repeated benchmark runs)."""
 
-STEPS = 300
-LEARNING_RATE = 0.05
+ITERATIONS = 40
+DAMPING = 1e-2  # Levenberg-Marquardt's first lambda
 _TIME_FLOOR = 1e-7  # a time field at 0 in the prior is moved from here (s)
 _EPS = 1e-6
 
@@ -230,28 +230,60 @@ def _prior_sd() -> np.ndarray:
     return np.array([PRIOR_SD[n] for n in FIELDS])
 
 
-def _loss(meta, specs, logs_y, weights, z):
+def _residuals(meta, specs, logs_y, weights, z):
+    """The loss's residuals: ``sqrt(w_i) (log yhat_i(z) - log y_i)/sigma`` for every record (0 for
+    padding), then ``z_j/s_j`` for the prior; the loss is half their sum of squares."""
     logs = _log_predictions_of(meta, specs, z)
-    data = sum(jnp.sum(w * (lp - ly) ** 2) for lp, ly, w in zip(logs, logs_y, weights, strict=True))
-    return 0.5 * data / SIGMA**2 + 0.5 * jnp.sum((z / _prior_sd()) ** 2)
+    data = [
+        jnp.sqrt(w) * (lp - ly) / SIGMA for lp, ly, w in zip(logs, logs_y, weights, strict=True)
+    ]
+    return jnp.concatenate([*data, z / jnp.asarray(_prior_sd(), z.dtype)])
+
+
+def _loss(meta, specs, logs_y, weights, z):
+    return 0.5 * jnp.sum(_residuals(meta, specs, logs_y, weights, z) ** 2)
 
 
 @functools.partial(_stored_jit, static_argnames=("meta",))
 def _map(meta, specs, logs_y, weights):
-    """The MAP offsets (Adam from the prior) and the loss's Hessian there."""
-    opt = optax.adam(LEARNING_RATE)
+    """The MAP offsets and the Gauss-Newton Hessian ``J^T J`` of the loss there.
 
-    def loss(z):
-        return _loss(meta, specs, logs_y, weights, z)
+    Levenberg-Marquardt on the residuals (Levenberg, Q. Appl. Math. 2(2), 1944; Marquardt, J.
+    SIAM 11(2), 1963): from ``z = 0`` (the prior), a step solves ``(J^T J + lambda diag(J^T J))
+    d = -J^T r``; a step that lowers the loss is taken and ``lambda`` divided by 3, one that does
+    not is refused and ``lambda`` multiplied by 4, ``ITERATIONS`` times (a fixed count: one
+    program). ``J`` (records + fields by fields) is the residuals' forward-mode Jacobian, one
+    tangent a field. ``J^T J`` is positive semi-definite, and with the prior's rows definite, where
+    the exact Hessian of a fit that has not settled need not be: it is the Laplace
+    approximation's precision (the generalized Gauss-Newton; Martens, JMLR 21, 2020, sec. 8)."""
+    n = len(FIELDS)
+
+    def value_and_jacobian(z):
+        r, tangent = jax.linearize(lambda x: _residuals(meta, specs, logs_y, weights, x), z)
+        return r, jax.vmap(tangent, in_axes=1, out_axes=1)(jnp.eye(n, dtype=z.dtype))
+
+    def propose(z, r, jac, lam):
+        a = jac.T @ jac
+        return z - jnp.linalg.solve(a + lam * jnp.diag(jnp.diag(a)), jac.T @ r)
 
     def step(carry, _):
-        z, state = carry
-        updates, state = opt.update(jax.grad(loss)(z), state, z)
-        return (optax.apply_updates(z, updates), state), None
+        z, r, jac, loss, lam, trial = carry
+        r_t, jac_t = value_and_jacobian(trial)
+        loss_t = 0.5 * jnp.sum(r_t**2)
+        better = jnp.isfinite(loss_t) & (loss_t < loss)
+        z, r, jac, loss = (
+            jnp.where(better, new, old)
+            for new, old in ((trial, z), (r_t, r), (jac_t, jac), (loss_t, loss))
+        )
+        lam = jnp.where(better, lam / 3.0, lam * 4.0)
+        return (z, r, jac, loss, lam, propose(z, r, jac, lam)), None
 
-    z0 = jnp.zeros(len(FIELDS))
-    (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=STEPS)
-    return z, jax.hessian(loss)(z)
+    z0 = jnp.zeros(n)
+    r0, jac0 = value_and_jacobian(z0)
+    lam0 = jnp.asarray(DAMPING, z0.dtype)
+    start = (z0, r0, jac0, 0.5 * jnp.sum(r0**2), lam0, propose(z0, r0, jac0, lam0))
+    (z, _, jac, _, _, _), _ = jax.lax.scan(step, start, None, length=ITERATIONS)
+    return z, jac.T @ jac
 
 
 def _specs(prep: Prepared):
