@@ -256,6 +256,11 @@ def test_held_out_summary_does_not_regress(tmp_path, capsys):
     assert sel["fitted_error"]["median"] == pytest.approx(float(np.median(errors)), rel=1e-6)
     assert figure.stat().st_size > 10_000
     assert out["seconds"] < 120  # the budget is 30 s on an idle 2-core machine
+    own = out["own_measurements"]  # the curve against k own runs, as shipped
+    assert own == dcost.engines.own_measurements()
+    assert [own["k"][k]["median"] for k in ("0", "1", "3", "10")] == sorted(
+        (own["k"][k]["median"] for k in ("0", "1", "3", "10")), reverse=True
+    )
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,13 @@ def _selection_summary(cv, keep) -> dict:
     return out
 
 
+def _own_measurements() -> dict:
+    """How the engine profiles' error falls with k of a deployment's own runs (shipped)."""
+    from dcost import engines
+
+    return engines.own_measurements()
+
+
 def _engines_heldout() -> dict:
     """The engine profiles' held-out error on the silicon sample, as shipped."""
     from dcost import engines
@@ -135,6 +142,7 @@ def _cmd_validate(args) -> int:
             "source_spread": spread,
             "collective_kernels": kernels,
             "engine_profiles": _engines_heldout(),
+            "own_measurements": _own_measurements(),
             "seconds": seconds,
         }
         if args.only:
@@ -282,6 +290,15 @@ def _cmd_validate(args) -> int:
             f"AIConfigurator's silicon sample, {o['rows']} TPOT runs: held-out median "
             f"{100 * o['median']:.0f} %, p90 {100 * o['p90']:.0f} %; by engine {engines_text} "
             "(dcost engines)"
+        )
+        own = _own_measurements()
+        curve = ", ".join(
+            f"k = {k} {100 * v['median']:.1f} % ({100 * v['p90']:.1f} %)"
+            for k, v in own["k"].items()
+        )
+        print(
+            f"Calibrated on k of a deployment's own runs ({own['deployments']} deployments of the "
+            f"silicon sample, its other runs held out; experiments/own_measurements.py): {curve}"
         )
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
