@@ -35,6 +35,7 @@ __all__ = [
     "write_summary",
     "adjusted_level",
     "band",
+    "architectures",
     "HELDOUT",
 ]
 
@@ -168,9 +169,29 @@ def band(r: np.ndarray, group: np.ndarray) -> dict:
     return {"rows": int(r.size), **q, **at, **cover}
 
 
+def architectures(names) -> dict:
+    """Each model preset name mapped to the first (sorted) name of the presets with the same
+    numbers: one network under several names (DeepSeek-V3 and R1, Llama 3 and 3.3 70B) is one
+    architecture, and its runs share its error.
+
+    >>> architectures(["deepseek-v3", "deepseek-r1", "qwen3-32b"])["deepseek-v3"]
+    'deepseek-r1'
+    """
+    import jax
+
+    from dcost import presets
+
+    def numbers(n):
+        return tuple(float(x) for x in jax.tree.leaves(presets.model(n)))
+
+    keys = {n: numbers(n) for n in sorted(set(names))}
+    return {n: min(m for m in keys if keys[m] == k) for n, k in keys.items()}
+
+
 def intervals(pred, value: np.ndarray) -> dict:
     """Per engine, the ``band`` of the held-out ``r = log(predicted/measured)`` of its TPOT runs,
-    the model as the group (a new model is what a shipped profile is asked about).
+    the model's architecture as the group (``architectures``: a new model is what a shipped
+    profile is asked about, and a renamed network is not a new one).
 
     A measurement lies in the ``a`` interval ``[p e^{-q_{(1+a)/2}}, p e^{-q_{(1-a)/2}}]`` around
     a prediction ``p`` (``dcost.engines.interval_factors``).
@@ -179,11 +200,12 @@ def intervals(pred, value: np.ndarray) -> dict:
     r = np.log(value / pred.measured)
     tpot = np.array([x["metric"] == "tpot" for x in recs])
     engine = np.array([x["engine"] for x in recs])
-    model = np.array([x["model"] for x in recs])
+    arch = architectures([x["model"] for x in recs])
+    group = np.array([arch[x["model"]] for x in recs])
     out = {}
     for name in sorted(set(engine[tpot].tolist())):
         mine = tpot & (engine == name)
-        out[name] = band(r[mine], model[mine])
+        out[name] = band(r[mine], group[mine])
     return out
 
 
