@@ -469,7 +469,13 @@ def test_the_fit_settles_where_the_loss_is_flat():
     made = user.predict_offsets(user.prepare(recs, eng), planted)
     prep = user.prepare([dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)], eng)
     args = user._arrays(prep)
-    z, ggn = (np.asarray(x) for x in user._map(*args))
+    z, ggn, r_prior, r_fit = (np.asarray(x) for x in user._map(*args))
+    # the residuals it returns are SIGMA-scaled log errors of the predictions, at 0 and at z
+    # (padding rows 0, the prior's rows last)
+    for r, at in ((r_prior, np.zeros(z.size)), (r_fit, z)):
+        logs = np.log(user.predict_offsets(prep, at) / prep.measured)
+        assert np.sum(r[: -z.size] ** 2) == pytest.approx(np.sum((logs / user.SIGMA) ** 2), 1e-4)
+        np.testing.assert_allclose(r[-z.size :], at / user._prior_sd(), rtol=1e-5, atol=1e-6)
     loss = lambda x: user._loss(*args, x)  # noqa: E731
     grad = np.asarray(jax.grad(loss)(jnp.asarray(z)))
     assert np.max(np.abs(grad)) < 1e-2 * np.max(

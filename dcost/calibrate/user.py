@@ -80,7 +80,7 @@ that differ by a factor of a few (host CPU, flags, driver)."""
 SIGMA = 0.1
 """Spread of one measurement's log around the model's (10 %: repeated benchmark runs)."""
 
-ITERATIONS = 40
+ITERATIONS = 41
 DAMPING = 1e-2  # Levenberg-Marquardt's first lambda
 _TIME_FLOOR = 1e-7  # a time field at 0 in the prior is moved from here (s)
 _EPS = 1e-6
@@ -246,44 +246,46 @@ def _loss(meta, specs, logs_y, weights, z):
 
 @functools.partial(_stored_jit, static_argnames=("meta",))
 def _map(meta, specs, logs_y, weights):
-    """The MAP offsets and the Gauss-Newton Hessian ``J^T J`` of the loss there.
+    """The MAP offsets, the Gauss-Newton Hessian ``J^T J`` of the loss there, and the residuals
+    (``_residuals``) at the prior and at the MAP.
 
     Levenberg-Marquardt on the residuals (Levenberg, Q. Appl. Math. 2(2), 1944; Marquardt, J.
     SIAM 11(2), 1963): from ``z = 0`` (the prior), a step solves ``(J^T J + lambda diag(J^T J))
     d = -J^T r``; a step that lowers the loss is taken and ``lambda`` divided by 3, one that does
-    not is refused and ``lambda`` multiplied by 4, ``ITERATIONS`` times (a fixed count: one
-    program). ``J`` (records + fields by fields) is the residuals' forward-mode Jacobian, one
-    tangent a field. ``J^T J`` is positive semi-definite, and with the prior's rows definite, where
-    the exact Hessian of a fit that has not settled need not be: it is the Laplace
-    approximation's precision (the generalized Gauss-Newton; Martens, JMLR 21, 2020, sec. 8)."""
+    not is refused and ``lambda`` multiplied by 4 (``ITERATIONS`` evaluations, the prior's the
+    first: a fixed count, and the model traced once, in the loop). ``J`` (records + fields by
+    fields) is the residuals' forward-mode Jacobian, one tangent a field. ``J^T J`` is positive
+    semi-definite, and with the prior's rows definite, where the exact Hessian of a fit that has
+    not settled need not be: it is the Laplace approximation's precision (the generalized
+    Gauss-Newton; Martens, JMLR 21, 2020, sec. 8)."""
     n = len(FIELDS)
+    rows = sum(int(ly.shape[0]) for ly in logs_y) + n
 
     def value_and_jacobian(z):
         r, tangent = jax.linearize(lambda x: _residuals(meta, specs, logs_y, weights, x), z)
         return r, jax.vmap(tangent, in_axes=1, out_axes=1)(jnp.eye(n, dtype=z.dtype))
 
-    def propose(z, r, jac, lam):
-        a = jac.T @ jac
-        return z - jnp.linalg.solve(a + lam * jnp.diag(jnp.diag(a)), jac.T @ r)
-
     def step(carry, _):
-        z, r, jac, loss, lam, trial = carry
+        z, r, jac, loss, lam, trial, r_prior = carry
         r_t, jac_t = value_and_jacobian(trial)
         loss_t = 0.5 * jnp.sum(r_t**2)
+        r_prior = jnp.where(jnp.isinf(loss), r_t, r_prior)  # the first evaluation: z = 0
         better = jnp.isfinite(loss_t) & (loss_t < loss)
         z, r, jac, loss = (
             jnp.where(better, new, old)
             for new, old in ((trial, z), (r_t, r), (jac_t, jac), (loss_t, loss))
         )
         lam = jnp.where(better, lam / 3.0, lam * 4.0)
-        return (z, r, jac, loss, lam, propose(z, r, jac, lam)), None
+        a = jac.T @ jac
+        trial = z - jnp.linalg.solve(a + lam * jnp.diag(jnp.diag(a)), jac.T @ r)
+        return (z, r, jac, loss, lam, trial, r_prior), None
 
     z0 = jnp.zeros(n)
-    r0, jac0 = value_and_jacobian(z0)
-    lam0 = jnp.asarray(DAMPING, z0.dtype)
-    start = (z0, r0, jac0, 0.5 * jnp.sum(r0**2), lam0, propose(z0, r0, jac0, lam0))
-    (z, _, jac, _, _, _), _ = jax.lax.scan(step, start, None, length=ITERATIONS)
-    return z, jac.T @ jac
+    r0, jac0 = jnp.zeros(rows), jnp.zeros((rows, n))
+    inf = jnp.asarray(jnp.inf, z0.dtype)
+    start = (z0, r0, jac0, inf, jnp.asarray(3.0 * DAMPING, z0.dtype), z0, r0)
+    (z, r, jac, _, _, _, r_prior), _ = jax.lax.scan(step, start, None, length=ITERATIONS)
+    return z, jac.T @ jac, r_prior, r
 
 
 def _specs(prep: Prepared):
@@ -318,7 +320,7 @@ def _arrays(prep: Prepared, rows=None):
 def fit_offsets(prep: Prepared, rows=None) -> tuple[np.ndarray, np.ndarray]:
     """``(z, posterior covariance)`` fitted to the prepared records (``rows``: a mask of those to
     fit on; all when None)."""
-    z, hess = _map(*_arrays(prep, rows))
+    z, hess, _, _ = _map(*_arrays(prep, rows))
     return np.asarray(z), np.linalg.inv(np.asarray(hess))
 
 
@@ -437,10 +439,13 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
         except ValueError as err:
             raise ValueError(f"calibrate.fit: records[{i}]: {err}") from None
     prep = prepare(records, engine)
-    z, cov = fit_offsets(prep)
-    before = predict_offsets(prep, np.zeros(len(FIELDS)))
-    after = predict_offsets(prep, z)
-    rms = [float(np.sqrt(np.mean(np.log(p / prep.measured) ** 2))) for p in (before, after)]
+    z, hess, r_prior, r_fit = (np.asarray(x) for x in _map(*_arrays(prep)))
+    cov = np.linalg.inv(hess)
+    # log(pred/measured) of each record is SIGMA times its residual (weight 1; padding is 0 and
+    # the prior's rows come last): no second program to predict with
+    rms = [
+        float(SIGMA * np.sqrt(np.sum(r[: -len(FIELDS)] ** 2) / prep.n)) for r in (r_prior, r_fit)
+    ]
     sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
     identified = tuple(n for n, s, p in zip(FIELDS, sd, _prior_sd(), strict=True) if s < 0.5 * p)
     prov = {
