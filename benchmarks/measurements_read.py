@@ -10,6 +10,11 @@ and the summary keys computed from them. Then times ``read()`` on it (best and m
 ``--repeat``, after one warm-up read that imports what ``read`` imports on first use), and prints
 that beside ``import jax`` timed in this same process (before dcost is imported), the floor every
 dcost command pays. The issue's budget: reading a 10,000-request file well under 1 s on 2 cores.
+
+``--calibrate`` also times whole ``dcost calibrate --from FILE --hardware h100-sxm --model
+llama-3.1-8b --engine vllm`` processes on the file: on an empty cache (a new ``DCOST_CACHE_DIR``
+each, ``--repeat`` of them) and after it, beside a process that only imports JAX; each process
+under a 300 s timeout. The issue's budget: reading the file and fitting a profile in 10 s.
 """
 
 from __future__ import annotations
@@ -84,11 +89,40 @@ def synthetic_vllm_result(requests: int, output_len: int, seed: int = 0) -> dict
     return out
 
 
+def _process_seconds(argv, env) -> float:
+    """Wall seconds of one process (300 s at most: a hung one is an error, not a figure)."""
+    import subprocess
+    import sys
+
+    t = time.perf_counter()
+    subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True, timeout=300)
+    return time.perf_counter() - t
+
+
+def time_calibrate(path: pathlib.Path, repeat: int, tmp: str) -> None:
+    """Print ``dcost calibrate --from path`` wall times, cold and warm, beside ``import jax``."""
+    import os
+
+    argv = ["-m", "dcost", "calibrate", "--from", str(path), "--hardware", "h100-sxm"]
+    argv += ["--model", "llama-3.1-8b", "--engine", "vllm", "--out", f"{tmp}/mine.toml"]
+    base = dict(os.environ)
+    jax_only = [_process_seconds(["-c", "import jax"], base) for _ in range(repeat)]
+    cold, warm = [], []
+    for i in range(repeat):
+        env = dict(base, DCOST_CACHE_DIR=f"{tmp}/cache{i}")
+        cold.append(_process_seconds(argv, env))
+        warm.append(_process_seconds(argv, env))
+    for name, xs in (("import jax", jax_only), ("calibrate, empty cache", cold),
+                     ("calibrate, cache filled", warm)):  # fmt: skip
+        print(f"{name}: median {statistics.median(xs):.2f} s, range {min(xs):.2f}-{max(xs):.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--calibrate", action="store_true", help="also time dcost calibrate")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "vllm-result.json"
@@ -101,6 +135,8 @@ def main() -> None:
             t = time.perf_counter()
             records = measurements.read(path, **flags)
             times.append(time.perf_counter() - t)
+        if args.calibrate:
+            time_calibrate(path, args.repeat, tmp)
     print(
         f"file: {args.requests} requests x {args.output_len} output tokens, "
         f"{size / 1e6:.1f} MB, {len(records)} records"

@@ -439,6 +439,22 @@ def write(path: pathlib.Path, compiled, out_tree) -> None:
         pass
 
 
+def _initialize_lapack() -> None:
+    """Load LAPACK's kernels for the programs that call them (a linear solve, a Cholesky). JAX
+    registers its LAPACK custom calls at import but fills in their kernels only when it first
+    lowers one (``jax._src.lax.linalg.initialize_lapack``); an executable loaded from the store
+    traces nothing, and calling a kernel never filled in crashed the process (a segmentation
+    fault, XLA:CPU, jax 0.10). Done only for entries that name a LAPACK target (it imports SciPy's
+    LAPACK: about 0.09 s)."""
+    try:
+        from jax._src.lax import linalg
+    except ImportError:  # pragma: no cover - a JAX that moved it; the program is traced afresh
+        return
+    initialize = getattr(linalg, "initialize_lapack", None)
+    if initialize is not None:
+        initialize()
+
+
 def read(path: pathlib.Path, avals):
     """``(loaded executable, result structure)`` of an entry that takes arguments of these
     ``avals``; None when it is absent, unreadable, corrupt or takes other arguments."""
@@ -464,6 +480,8 @@ def _load(path: pathlib.Path):
         payload, in_tree, flat_out = pickle.loads(data[start + size :])
         if flat_out.num_leaves != out_tree.num_leaves:
             return None
+        if b"lapack_" in payload:
+            _initialize_lapack()
         compiled = serialize_executable.deserialize_and_load(payload, in_tree, flat_out)
     except Exception:  # noqa: BLE001 - whatever is wrong with the file: compile again
         return None

@@ -311,7 +311,43 @@ def test_a_calibration_runs_from_the_store_and_gives_the_same_answer(store, monk
     assert len(traces) == traced  # loaded, not traced
     assert first.after == second.after and first.residual_after == second.residual_after
     names = sorted({e.name.split("-")[0] for e in _programs.entries(store)})
-    assert names == ["log_predictions_of", "map"]
+    assert names == ["map"]  # the residuals it returns give the fit's RMS: no second program
+
+
+_CALIBRATE = """
+import json, sys
+import dcost
+from dcost.calibrate import user
+from dcost.validation import silicon
+recs = [r for r in silicon.records()[0]
+        if r["engine"] == "trtllm" and r["serving"] == "decode" and r["hardware"] == "h200"][:3]
+cal = user.calibrate(recs, dcost.engine("trtllm", hardware="h200"))
+print(json.dumps(cal.after))
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_process_runs_the_stored_fit(tmp_path):
+    """The fit's program solves with LAPACK; a process that loads it from the store traces
+    nothing, so JAX never filled in LAPACK's kernels there and the run crashed (a segmentation
+    fault) until the store loads them for such entries. Two interpreters, one store: the second
+    loads the program, exits cleanly and gives the same fit."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "DCOST_", "XLA_"))}
+    env = dict(keep, DCOST_CACHE_DIR=str(tmp_path), DCOST_FAST_COMPILE="1", JAX_PLATFORMS="cpu")
+    outs = []
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-c", _CALIBRATE], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert [p.name.split("-")[0] for p in _programs.entries(tmp_path / "programs")] == ["map"]
+    assert outs[0] == outs[1]
 
 
 def test_a_program_jax_has_cached_is_compiled_afresh_for_the_store(store, tmp_path_factory):
