@@ -137,7 +137,11 @@ def adjusted_level(r: np.ndarray, group: np.ndarray, level: float) -> float:
     >>> r = rng.normal(size=8)[group] + 0.3 * rng.normal(size=400)  # errors shared by a group
     >>> adjusted_level(r, group, 0.9) > 0.9, adjusted_level(r, group, 0.1) < 0.1
     (True, True)
+    >>> adjusted_level(r[:50], group[:50], 0.9)  # one group: none to leave out, the nominal level
+    0.9
     """
+    if np.unique(group).size < 2:
+        return float(level)
     f = _fraction_below(r, group)
     return float(_GRID[np.argmin(np.abs(f - level))])
 
