@@ -54,6 +54,15 @@ def groups(recs):
     return {k: v for k, v in out.items() if len(v) >= MIN_ROWS}
 
 
+def prior(key, rows, held_costs):
+    """A deployment's prior: its engine's shipped profile with the fixed costs fitted without its
+    model's runs (``heldout()["fixed_costs_held_out"]``); None when no profile ships for it."""
+    from dcost.validation.cases import record_engine
+
+    eng = record_engine({k: v for k, v in rows[0].items() if k != "mode"})[0]
+    return None if eng is None else eng.with_profile(profile=held_costs[key[0]][key[3]])
+
+
 def _by_group(pairs):
     """``(log errors, group ids)`` of ``[(group, log error), ...]``."""
     g, r = zip(*pairs, strict=True)
@@ -65,7 +74,6 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
     from dcost.calibrate import user
     from dcost.calibrate.engines import band
     from dcost.validation import silicon
-    from dcost.validation.cases import record_engine
 
     recs, _ = silicon.records()
     held_costs = dcost.engines.heldout()["fixed_costs_held_out"]
@@ -80,11 +88,9 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
     t0 = time.perf_counter()
     for n_done, key in enumerate(keys):
         rows = by_group[key]
-        eng = record_engine({k: v for k, v in rows[0].items() if k != "mode"})[0]
+        eng = prior(key, rows, held_costs)
         if eng is None:
             continue
-        # the prior: the shipped profile with fixed costs fitted without this model's runs
-        eng = eng.with_profile(profile=held_costs[key[0]][key[3]])
         prep = user.prepare(rows, eng)
         for k in KS:
             if len(rows) <= k:

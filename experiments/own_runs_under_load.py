@@ -83,7 +83,6 @@ def compute(per_engine: int = 10, seed: int = 7, log=print) -> dict:
     import dcost
     from dcost.calibrate import user
     from dcost.validation import silicon
-    from dcost.validation.cases import record_engine
 
     recs, _ = silicon.records()
     rows = {r["id"]: r for r in silicon.load_rows()}
@@ -117,10 +116,9 @@ def compute(per_engine: int = 10, seed: int = 7, log=print) -> dict:
     t0 = time.perf_counter()
     for n_done, key in enumerate(chosen):
         runs = by[key]
-        eng = record_engine({k: v for k, v in runs[0].items() if k != "mode"})[0]
+        eng = own_measurements.prior(key, runs, held_costs)
         if eng is None:
             continue
-        eng = eng.with_profile(profile=held_costs[key[0]][key[3]])
         pick = rng.permutation(len(runs))
         own, held = [runs[i] for i in pick[:K]], [runs[i] for i in pick[K : K + HELD]]
         cal = user.fit(own, eng)
