@@ -626,3 +626,35 @@ def test_plan_at_a_confidence_costs_chips():
     assert sure.chips >= base.chips
     with pytest.raises(EngineError, match="needs an engine"):
         dcost.plan("h100-sxm", "llama-3.1-8b", t, confidence=0.9)
+
+
+@pytest.mark.slow
+def test_a_profile_without_moe_costs_calibrates():
+    """The A100 profiles have no MoE-layer costs (their tables time no MoE kernel): a fit to
+    published runs of a dense model there leaves those costs unset, says the data did not
+    identify them, and its offsets are still the saved engine's."""
+    from dcost.calibrate import user
+    from dcost.validation import load
+
+    eng = dcost.engine("trtllm", hardware="a100-80gb")
+    assert "moe_layer_overhead" not in eng.profile
+    recs = [
+        r
+        for r in load()
+        if r["source_id"] == "trtllm-perf-v0.6"
+        and r["hardware"] == "a100-80gb"
+        and r["metric"] != "ttft"
+    ]
+    assert len(recs) >= 3
+    cal = user.calibrate(recs, eng)
+    assert "moe_layer_overhead" not in cal.engine.profile
+    assert cal.posterior_sd["moe_layer_overhead"] == pytest.approx(1.0, rel=1e-6)
+    assert "moe_layer_overhead" not in cal.identified
+    assert np.isfinite(cal.residual_after) and cal.residual_after <= cal.residual_before
+    z, _ = user.fit_offsets(user.prepare(recs, eng))
+    zero = np.zeros(len(user.FIELDS))
+    np.testing.assert_allclose(
+        user.predict_offsets(user.prepare(recs, eng), z),
+        user.predict_offsets(user.prepare(recs, cal.engine), zero),
+        rtol=1e-3,
+    )

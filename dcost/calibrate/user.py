@@ -180,19 +180,21 @@ def _apply(hardware, z, own_attention: bool = True):
     (``attention_efficiency``; ``Engine.fields`` divides it by ``flops_efficiency``), so a moved
     ``flops_efficiency`` leaves ``attention_flops * flops_efficiency`` where it was; without it
     the chip's ``attention_flops`` stays and its rate moves with ``flops_efficiency``."""
-    values = []
+    values, names = [], []
     for j, name in enumerate(FIELDS):
+        if getattr(hardware, name) is None:  # a cost the engine's profile has not (a100: MoE)
+            continue
+        names.append(name)
         v0 = hardware.get(name)
         if name in _FRACTION:
             p = jnp.clip(v0, _EPS, 1.0 - _EPS)
             values.append(jax.nn.sigmoid(jnp.log(p) - jnp.log1p(-p) + z[j]))
         else:
             values.append(jnp.maximum(v0, _TIME_FLOOR) * jnp.exp(z[j]))
-    names: tuple[str, ...] = FIELDS
     attention = hardware.get("attention_flops")
     if own_attention and attention is not None:
-        j = FIELDS.index("flops_efficiency")
-        names = (*FIELDS, "attention_flops")
+        j = names.index("flops_efficiency")
+        names.append("attention_flops")
         values.append(attention * hardware.get("flops_efficiency") / values[j])
     return eqx.tree_at(
         lambda h: tuple(getattr(h, n) for n in names),
@@ -354,7 +356,10 @@ def _field_values(engine, z) -> dict:
             else:
                 shared[name] = move(shared.get(name, 1.0))
         else:
-            shared[name] = float(max(shared.get(name, 0.0), _TIME_FLOOR) * math.exp(z[j]))
+            if name not in shared and not any(name in v for v in precision.values()):
+                continue  # a cost the profile has not stays unset (``_apply`` leaves it None)
+            if name in shared:
+                shared[name] = float(max(shared[name], _TIME_FLOOR) * math.exp(z[j]))
             for p in precision:  # a class's own value (the weight-only experts' MoE layer)
                 if name in precision[p]:
                     own = max(precision[p][name], _TIME_FLOOR)
