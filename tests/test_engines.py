@@ -658,3 +658,35 @@ def test_a_profile_without_moe_costs_calibrates():
         user.predict_offsets(user.prepare(recs, cal.engine), zero),
         rtol=1e-3,
     )
+
+
+@pytest.mark.slow
+def test_published_k_curve_is_what_its_groups_give():
+    """The shipped curve on published sources (``own_measurements.toml``) is what its groups
+    give: the same groups (a source's runs on one chip under the one engine its text names, 4
+    or more, no TTFT) and, at k = 0, each group's median error of the shipped profile."""
+    import importlib.util
+
+    from dcost.calibrate import user
+    from dcost.validation import load
+    from dcost.validation.cases import record_engine
+
+    spec = importlib.util.spec_from_file_location(
+        "own_measurements", pathlib.Path(__file__).parents[1] / "experiments/own_measurements.py"
+    )
+    exp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exp)
+    assert exp.served_by({"note": "TensorRT-LLM 1.0 on 8 GPUs"}) == "trtllm"
+    assert exp.served_by({"note": "SGLang against vLLM"}) is None  # two named: unknown
+    assert exp.served_by({"note": "an engine"}) is None
+    shipped = dcost.engines.own_measurements()["published"]
+    groups = exp.published_groups(load())
+    assert sorted("/".join(k) for k in groups) == sorted(shipped["by_group"])
+    assert shipped["k"]["0"]["rows"] == sum(len(v) for v in groups.values())
+    for key, rows in groups.items():
+        assert all(r["metric"] != "ttft" for r in rows) and len(rows) >= exp.MIN_ROWS
+        eng = record_engine(rows[0])[0]
+        prep = user.prepare(rows, eng)
+        err = np.abs(user.predict_offsets(prep, np.zeros(len(user.FIELDS))) / prep.measured - 1)
+        got = shipped["by_group"]["/".join(key)]["median_by_k"]["0"]
+        assert float(np.median(err)) == pytest.approx(got, rel=1e-3)

@@ -300,6 +300,13 @@ def _cmd_validate(args) -> int:
             f"Calibrated on k of a deployment's own runs ({own['deployments']} deployments of the "
             f"silicon sample, its other runs held out; experiments/own_measurements.py): {curve}"
         )
+        pub = own["published"]
+        curve = ", ".join(
+            f"k = {k} {100 * v['median']:.1f} % ({100 * v['p90']:.1f} %)"
+            for k, v in pub["k"].items()
+            if v["rows"] >= 20  # k = 10: one group has more than 10 runs
+        )
+        print(f"The same on {pub['groups']} groups of published runs: {curve}")
         print(f"{len(cv.sources)} sources, one fit each, {seconds:.1f} s")
     if args.figure:
         from dcost.plots import validation_figure
