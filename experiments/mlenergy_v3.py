@@ -9,7 +9,8 @@ then closer than the per-family profile.
 Setting: the leaderboard's published task files (``dcost/validation/mlenergy_v3.csv``, vLLM 0.11.1
 on H100 and B200), the 346 runs whose model is a preset (``dcost.validation.energy.
 mlenergy_records``; the prompt length is assumed per task). Every figure is held out by model
-(leave one model out): a model's runs are predicted by fits that never saw that model's runs.
+(leave one architecture out): a model's runs are predicted by fits that never saw its runs nor
+those of a preset with the same numbers (Llama 3 and 3.3 70B, DeepSeek-V3 and R1: one network).
 
 - Time between tokens: each run's measured median against its decode step at its measured mean
   running batch and a context of its prompt and half its output, three ways: the family profile
@@ -34,6 +35,7 @@ import numpy as np
 import dcost
 from dcost.calibrate import power as calib
 from dcost.calibrate import user
+from dcost.calibrate.engines import architectures
 from dcost.validation import energy as ev
 from dcost.validation.cases import case
 
@@ -64,8 +66,9 @@ def itl_records(records) -> list[dict]:
 
 def _calibrated(itl) -> tuple[np.ndarray, dict]:
     """Each run's time between tokens from the vLLM profile of its chip calibrated on the other
-    models' runs on that chip, and those engines by ``(chip, held-out model)``."""
-    model = np.array([r["model"] for r in itl])
+    architectures' runs on that chip, and those engines by ``(chip, held-out architecture)``."""
+    arch = architectures([r["model"] for r in itl])
+    model = np.array([arch[r["model"]] for r in itl])  # its architecture: a renamed twin is out too
     chip = np.array([r["hardware"] for r in itl])
     cap = max(int(r["concurrency"]) for r in itl) * 2
     pred = np.full(len(itl), np.nan)
@@ -107,10 +110,11 @@ def compute() -> dict:
     itl_recs = itl_records(records)
     itl = _itl(records, itl_recs)
     itl["calibrated"], engines = _calibrated(itl_recs)
+    arch = architectures([r["model"] for r in records])
     f = calib.run_features(records=every)
     held = calib.held_out_runs(f)
     f_eng = calib.run_features(
-        records=every, engine_for=lambda r: engines[(r["hardware"], r["model"])]
+        records=every, engine_for=lambda r: engines[(r["hardware"], arch[r["model"]])]
     )
     held_eng = calib.held_out_runs(f_eng)
     moe = np.array([float(dcost.model(m).n_experts) > 0 for m in f["model"]])

@@ -311,7 +311,7 @@ def cut_fixture(root: str | Path, out: str | Path, per_kernel: int = 120, seed: 
 # for its decode steps and its prompts' prefill (``t_x``: seconds of each per output token of
 # the replica; ``G`` its chips). ``fit_runs`` finds ``(c_F, c_M)`` on the runs' power (the idle
 # floor is the chip's preset); ``held_out_runs`` predicts each model's runs with a fit that never
-# saw that model (leave one model out).
+# saw that model's architecture (leave one architecture out: Llama 3 and 3.3 70B are one).
 
 _RUN_COLUMNS = ("uf_dec", "um_dec", "t_dec", "uf_pre", "um_pre", "t_pre", "idle", "max", "chips")
 
@@ -393,24 +393,30 @@ def fit_runs(f: Mapping[str, np.ndarray], mask=None, iterations: int = 100) -> t
 
 
 def held_out_runs(f: Mapping[str, np.ndarray] | None = None) -> dict:
-    """Each model's runs predicted by a fit on the other models' runs (leave one model out).
+    """Each model's runs predicted by a fit on the other architectures' runs (leave one
+    architecture out: presets with the same numbers, DeepSeek-V3 and R1 or Llama 3 and 3.3 70B,
+    are one network, ``dcost.calibrate.engines.architectures``, and leaving out one name alone
+    would fit on its twin's runs).
 
     Returns:
       ``{"power": (W per GPU), "energy": (J per output token)}`` arrays in ``f``'s order, the
-      per-model fits under ``"fits"``, and ``"summary"``: ``{metric: {"n", "median", "p90",
+      fits under ``"fits"`` (by architecture, its first preset name), and ``"summary"``: ``{metric: {"n", "median", "p90",
       "bias"}}`` over all runs and per chip and per dense / MoE (``|predicted/measured - 1|``;
       bias the median of predicted/measured).
     """
     from dcost import presets
+    from dcost.calibrate.engines import architectures
 
     f = run_features() if f is None else f
     power = np.empty(len(f["power"]))
     joules = np.empty(len(f["power"]))
     fits = {}
-    for m in sorted(set(f["model"].tolist())):
-        out = f["model"] == m
-        fits[m] = fit_runs(f, ~out)
-        p, e = predict_runs(fits[m], f)
+    arch = architectures(f["model"].tolist())
+    family = np.array([arch[m] for m in f["model"].tolist()])
+    for a in sorted(set(family.tolist())):
+        out = family == a
+        fits[a] = fit_runs(f, ~out)
+        p, e = predict_runs(fits[a], f)
         power[out], joules[out] = p[out], e[out]
     moe = np.array([bool(presets.model_card(m)["arch"].get("n_experts")) for m in f["model"]])
     groups = {"all": np.ones(len(power), bool), "dense": ~moe, "moe": moe}
