@@ -320,8 +320,8 @@ def held_out_runs(runs):
 
 def test_held_out_whole_runs(held_out_runs, runs):
     """Leave one architecture out over the ML.ENERGY runs: each model's runs predicted by a fit
-    that never saw it nor a renamed twin; power per GPU near the 10 % target, energy per token further (its time per
-    token is the family profile's)."""
+    that never saw it nor a renamed twin; power per GPU near the 10 % target, energy per token
+    further (its time per token is the family profile's)."""
     s = held_out_runs["summary"]
     p, e = s["power_per_gpu"]["all"], s["energy_per_output_token"]["all"]
     assert p["n"] == e["n"] == 346

@@ -400,9 +400,9 @@ def held_out_runs(f: Mapping[str, np.ndarray] | None = None) -> dict:
 
     Returns:
       ``{"power": (W per GPU), "energy": (J per output token)}`` arrays in ``f``'s order, the
-      fits under ``"fits"`` (by architecture, its first preset name), and ``"summary"``: ``{metric: {"n", "median", "p90",
-      "bias"}}`` over all runs and per chip and per dense / MoE (``|predicted/measured - 1|``;
-      bias the median of predicted/measured).
+      fits under ``"fits"`` (by architecture, its first preset name), and ``"summary"``:
+      ``{metric: {"n", "median", "p90", "bias"}}`` over all runs and per chip and per dense /
+      MoE (``|predicted/measured - 1|``; bias the median of predicted/measured).
     """
     from dcost import presets
     from dcost.calibrate.engines import architectures
