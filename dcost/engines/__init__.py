@@ -679,8 +679,10 @@ def engine_error(name: str) -> dict:
 def own_measurements() -> dict:
     """How a deployment's error falls with k of its own runs (``own_measurements.toml``, written
     by ``experiments/own_measurements.py``): ``{"k": ..., "by_engine": ..., "intervals":
-    {engine: {k: band}}}``, the bands of ``dcost.calibrate.engines.band`` over the held-out log
-    errors of calibrated deployments."""
+    {engine: {k: band}}, "published": ...}``, the bands of ``dcost.calibrate.engines.band`` over
+    the held-out log errors of calibrated deployments, and ``"published"`` the same curve on the
+    validation set's published runs (``{"k": ..., "by_group": ...}``, groups of one source's runs
+    on one chip under one engine)."""
     text = resources.files(__name__).joinpath("own_measurements.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)["own"]
 
