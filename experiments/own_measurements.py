@@ -181,6 +181,7 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
     if max_groups:
         keys = keys[:max_groups]
     errors: dict[int, list] = {k: [] for k in KS}
+    spread: list = []  # k = 3 chosen, not drawn: the lowest, a middle and the highest concurrency
     per_engine: dict[tuple, list] = collections.defaultdict(list)
     logs: dict[tuple, list] = collections.defaultdict(list)  # (engine, k): (deployment, log error)
     rng = np.random.default_rng(seed)
@@ -203,6 +204,18 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
             errors[k] += err.tolist()
             per_engine[(key[0], k)] += err.tolist()
             logs[(key[0], k)] += [(n_done, x) for x in np.log(ratio).tolist()]
+        if len(rows) > 3:
+            order = sorted(
+                range(len(rows)),
+                key=lambda i: tuple(
+                    float(rows[i][f]) for f in ("concurrency", "prompt_tokens", "output_tokens")
+                ),
+            )
+            pick = np.zeros(len(rows), bool)
+            pick[[order[0], order[len(order) // 2], order[-1]]] = True
+            z = user.fit_offsets(prep, pick)[0]
+            ratio = user.predict_offsets(prep, z)[~pick] / prep.measured[~pick]
+            spread += np.abs(ratio - 1.0).tolist()
         if n_done % 20 == 0:
             log(f"{n_done + 1}/{len(keys)} deployments, {time.perf_counter() - t0:.0f} s")
     table = {
@@ -218,6 +231,12 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
             }
             for k, e in errors.items()
             if e
+        },
+        "spread_3": {
+            "rule": "the runs of lowest, middle and highest concurrency (ties: prompt, output)",
+            "rows": len(spread),
+            "median": float(np.median(spread)),
+            "p90": float(np.quantile(spread, 0.9)),
         },
         "by_engine": {
             name: {
@@ -264,6 +283,18 @@ def plot(table: dict):
         ax.plot(
             kk, [100 * rows[str(k)]["median"] for k in kk], ":", alpha=0.8, label=f"{name}, median"
         )
+    spread = table.get("spread_3")
+    if spread:
+        for stat, marker in (("median", "*"), ("p90", "P")):
+            ax.plot(
+                [3],
+                [100 * spread[stat]],
+                marker,
+                color="black",
+                ms=9,
+                ls="none",
+                label=f"3 runs at low, middle, high concurrency, {stat}",
+            )
     pub = table.get("published")
     if pub:
         kk = [int(k) for k in pub["k"] if pub["k"][k]["rows"] >= 20]
@@ -315,6 +346,9 @@ def main() -> None:
         med, p90 = 100 * s["median"], 100 * s["p90"]
         print(f"k = {k:>2s}: median {med:.1f} %, p90 {p90:.1f} % ({s['rows']} runs)")
     where = out.relative_to(ROOT)
+    s = table["spread_3"]
+    med, p90 = 100 * s["median"], 100 * s["p90"]
+    print(f"k =  3 spread over concurrency: median {med:.1f} %, p90 {p90:.1f} %")
     pub = table["published"]
     for k, s in pub["k"].items():
         med, p90 = 100 * s["median"], 100 * s["p90"]
