@@ -148,17 +148,18 @@ def compute_published(draws=5, seed=0, log=print) -> dict:
             f"{draws} random draws of the k runs a group"
         ),
         "groups": len(by_group),
-        "k": {
-            str(k): {
-                "rows": len(e),
-                "median": float(np.median(e)),
-                "p90": float(np.quantile(e, 0.9)),
-            }
-            for k, e in errors.items()
-            if e
-        },
+        "k": {str(k): _stats(e) for k, e in errors.items() if e},
         "by_group": rows_out,
         "seconds": time.perf_counter() - t0,
+    }
+
+
+def _stats(errors) -> dict:
+    """``{"rows", "median", "p90"}`` of ``|predicted/measured - 1|`` values."""
+    return {
+        "rows": len(errors),
+        "median": float(np.median(errors)),
+        "p90": float(np.quantile(errors, 0.9)),
     }
 
 
@@ -223,31 +224,13 @@ def compute(max_groups=None, seed=0, log=print) -> dict:
         "split": "each deployment's other runs, held out from the k that calibrate it",
         "deployments": len(keys),
         "min_rows": MIN_ROWS,
-        "k": {
-            str(k): {
-                "rows": len(e),
-                "median": float(np.median(e)),
-                "p90": float(np.quantile(e, 0.9)),
-            }
-            for k, e in errors.items()
-            if e
-        },
+        "k": {str(k): _stats(e) for k, e in errors.items() if e},
         "spread_3": {
             "rule": "the runs of lowest, middle and highest concurrency (ties: prompt, output)",
-            "rows": len(spread),
-            "median": float(np.median(spread)),
-            "p90": float(np.quantile(spread, 0.9)),
+            **_stats(spread),
         },
         "by_engine": {
-            name: {
-                str(k): {
-                    "rows": len(e),
-                    "median": float(np.median(e)),
-                    "p90": float(np.quantile(e, 0.9)),
-                }
-                for (n2, k), e in per_engine.items()
-                if n2 == name and e
-            }
+            name: {str(k): _stats(e) for (n2, k), e in per_engine.items() if n2 == name and e}
             for name in sorted({n for n, _ in per_engine})
         },
         # bands around a calibrated engine's predictions (dcost.engines.interval_factors): a
