@@ -100,27 +100,38 @@ def published_groups(records):
     }
 
 
-def compute_published(draws=5, seed=0, log=print) -> dict:
+def compute_published(bands=None, draws=5, seed=0, log=print) -> dict:
     """The k curve on published sources: every group's shipped engine profile (k = 0, the
     latest version when the source states none) calibrated on k of its runs drawn at random
-    (``draws`` draws a k, seeded), its other runs predicted."""
+    (``draws`` draws a k, seeded), its other runs predicted. ``bands``: the calibrated
+    deployments' bands (``compute()["intervals"]``; default: the shipped ones), whose 80 %
+    coverage is checked on these runs, as the shipped profile's (``heldout()["intervals"]``) is
+    at k = 0."""
+    import dcost
     from dcost.calibrate import user
     from dcost.validation import load
-    from dcost.validation.cases import record_engine
+    from dcost.validation.cases import TIME_METRICS, record_engine
 
+    if bands is None:
+        bands = dcost.engines.own_measurements()["intervals"]
+    shipped = dcost.engines.heldout()["intervals"]
     by_group = published_groups(load())
     rng = np.random.default_rng(seed)
     errors: dict[int, list] = {k: [] for k in KS}
+    inside: dict[int, list] = {k: [] for k in KS}
     rows_out = {}
     t0 = time.perf_counter()
     for key in sorted(by_group):
         rows = by_group[key]
         eng = record_engine(rows[0])[0]
         prep = user.prepare(rows, eng)
+        # log(predicted/measured) as a time: a throughput's ratio inverted
+        sign = np.array([1.0 if r["metric"] in TIME_METRICS else -1.0 for r in rows])
         mine = {}
         for k in KS:
             if len(rows) <= k:
                 continue
+            band = shipped[eng.name] if k == 0 else bands.get(eng.name, {}).get(str(k))
             err: list = []
             for _ in range(draws if k else 1):
                 pick = np.zeros(len(rows), bool)
@@ -128,6 +139,9 @@ def compute_published(draws=5, seed=0, log=print) -> dict:
                 z = user.fit_offsets(prep, pick)[0] if k else np.zeros(len(user.FIELDS))
                 ratio = user.predict_offsets(prep, z)[~pick] / prep.measured[~pick]
                 err += np.abs(ratio - 1.0).tolist()
+                if band is not None:
+                    r = sign[~pick] * np.log(ratio)
+                    inside[k] += ((r >= band["q10"]) & (r <= band["q90"])).tolist()
             errors[k] += err
             mine[str(k)] = float(np.median(err))
         rows_out["/".join(key)] = {
@@ -149,6 +163,9 @@ def compute_published(draws=5, seed=0, log=print) -> dict:
         ),
         "groups": len(by_group),
         "k": {str(k): _stats(e) for k, e in errors.items() if e},
+        # the share of these runs inside the 80 % band (k = 0: the shipped profile's for a new
+        # model; k >= 1: a calibrated deployment's), as a user of either band would get
+        "coverage_80": {str(k): float(np.mean(v)) for k, v in inside.items() if v},
         "by_group": rows_out,
         "seconds": time.perf_counter() - t0,
     }
@@ -313,7 +330,7 @@ def main() -> None:
     p.add_argument("--max-groups", type=int, default=None)
     args = p.parse_args()
     table = compute(args.max_groups)
-    table["published"] = compute_published()
+    table["published"] = compute_published(table["intervals"])
     from dcost.calibrate import kernels
 
     lines = [
@@ -335,7 +352,11 @@ def main() -> None:
     pub = table["published"]
     for k, s in pub["k"].items():
         med, p90 = 100 * s["median"], 100 * s["p90"]
-        print(f"published, k = {k:>2s}: median {med:.1f} %, p90 {p90:.1f} % ({s['rows']} runs)")
+        cover = 100 * pub["coverage_80"].get(k, float("nan"))
+        print(
+            f"published, k = {k:>2s}: median {med:.1f} %, p90 {p90:.1f} % ({s['rows']} runs), "
+            f"80 % band holds {cover:.0f} %"
+        )
     print(
         f"{table['deployments']} deployments and {pub['groups']} published groups in "
         f"{table['seconds'] + pub['seconds']:.0f} s; wrote {where}"

@@ -690,3 +690,34 @@ def test_published_k_curve_is_what_its_groups_give():
         err = np.abs(user.predict_offsets(prep, np.zeros(len(user.FIELDS))) / prep.measured - 1)
         got = shipped["by_group"]["/".join(key)]["median_by_k"]["0"]
         assert float(np.median(err)) == pytest.approx(got, rel=1e-3)
+
+
+def test_docs_band_table_is_the_shipped_bands():
+    """docs/engines.md's table of 80 % bands is what ``interval_factors`` gives for the shipped
+    profile and for engines calibrated on k = 1, 3, 10 runs, with the coverage beside it."""
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "docs/engines.md").read_text(encoding="utf-8")
+    shipped = dcost.engines.heldout()["intervals"]
+    own = dcost.engines.own_measurements()["intervals"]
+
+    def band(t):
+        return f"x{math.exp(-t['q90']):.2f} to x{math.exp(-t['q10']):.2f}"
+
+    labels = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang"}
+    for name, label in labels.items():
+        assert band(shipped[name]) == "x{:.2f} to x{:.2f}".format(
+            *dcost.engines.interval_factors(name, 0.8)
+        )
+        cells = [band(shipped[name])] + [band(own[name][k]) for k in ("1", "3", "10")]
+        cover = " / ".join(f"{100 * own[name][k]['coverage_80']:.1f}" for k in ("1", "3", "10"))
+        row = f"| {label} | " + " | ".join(cells) + f" | {cover} % |"
+        assert row in text, row
+    found = re.search(
+        r"band held (\d+) % of their runs\s+uncalibrated, but a calibrated deployment's held "
+        r"only (\d+) % \(k = 1\) and (\d+) % \(k = 3\)",
+        text,
+    )
+    assert found
+    cov = dcost.engines.own_measurements()["published"]["coverage_80"]
+    assert found.groups() == tuple(f"{100 * cov[k]:.0f}" for k in ("0", "1", "3"))
