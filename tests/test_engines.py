@@ -721,3 +721,13 @@ def test_docs_band_table_is_the_shipped_bands():
     assert found
     cov = dcost.engines.own_measurements()["published"]["coverage_80"]
     assert found.groups() == tuple(f"{100 * cov[k]:.0f}" for k in ("0", "1", "3"))
+    split = re.search(
+        r"one model, as a deployment is, the band held (\d+) % and (\d+) % of its other runs; "
+        r"where\s+it mixes models, (\d+) % and (\d+) %",
+        text,
+    )
+    assert split
+    pub = dcost.engines.own_measurements()["published"]
+    one, several = pub["coverage_80_one_model"], pub["coverage_80_several_models"]
+    want = [f"{100 * c[k]:.0f}" for c in (one, several) for k in ("1", "3")]
+    assert list(split.groups()) == want
