@@ -647,6 +647,7 @@ def test_a_profile_without_moe_costs_calibrates():
     ]
     assert len(recs) >= 3
     cal = user.calibrate(recs, eng)
+    assert cal.engine.provenance["models"] == ["llama-2-70b"]
     assert "moe_layer_overhead" not in cal.engine.profile
     assert cal.posterior_sd["moe_layer_overhead"] == pytest.approx(1.0, rel=1e-6)
     assert "moe_layer_overhead" not in cal.identified
