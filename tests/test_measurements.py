@@ -15,6 +15,7 @@ import statistics
 
 import pytest
 
+import dcost
 from dcost import measurements
 from dcost.cli.app import main
 from dcost.validation import check_records, unknown_presets
@@ -400,3 +401,35 @@ def test_fast_reader_lists_of_strings_and_bad_numbers(monkeypatch, tmp_path):
         measurements.read(path, **FLAGS)
     line = 1 + text[: text.index("0.1x")].count("\n")
     assert (err.value.record, err.value.field) == (f"line {line}", "(JSON)")
+
+
+def test_cli_calibrates_a_profile_from_result_files(capsys, tmp_path):
+    """``dcost calibrate --from``: a vLLM result file calibrates the shipped profile; the profile
+    it writes loads as an engine that says how many records made it, and the printed 80 % band
+    is that of deployments calibrated on as many runs (the shipped k = 3 table)."""
+    out = tmp_path / "mine.toml"
+    flags = ["--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+    argv = ["calibrate", "--from", str(DATA / "vllm_bench_serve.json"), *flags]
+    assert main([*argv, "--out", str(out), "--json"]) == 0
+
+    def refuse(token):
+        raise AssertionError(f"not strict JSON: {token}")
+
+    printed = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    fitted = [
+        r
+        for r in measurements.read(DATA / "vllm_bench_serve.json", **FLAGS)
+        if r["metric"] in ("tpot", "ttft", "output_throughput_per_gpu")
+    ]
+    assert printed["records"] == len(fitted) == 3
+    mine = dcost.engine("vllm", hardware="h100-sxm", profile=out)
+    assert mine.provenance["records"] == 3
+    assert mine.provenance["models"] == ["llama-3.1-8b"]
+    band = dcost.engines.own_measurements()["intervals"]["vllm"]["3"]
+    want = [math.exp(-band["q90"]), math.exp(-band["q10"])]
+    assert printed["band_80"] == pytest.approx(want, rel=1e-9)
+    assert printed["band_80"] != pytest.approx(dcost.engines.interval_factors("vllm", 0.8))
+    assert main([*argv, "--out", str(tmp_path / "again.toml")]) == 0
+    text = capsys.readouterr().out
+    assert f"x{want[0]:.2f} to x{want[1]:.2f} (deployments calibrated on 3 of" in text
+    assert "again.toml" in text

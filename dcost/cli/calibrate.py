@@ -84,6 +84,11 @@ def _cmd_own(args) -> int:
     cal = user.calibrate(fitted, prior, files=args.from_files)
     out = pathlib.Path(args.out or "mine.toml")
     cal.engine.save(out)
+    # the band its predictions carry: deployments calibrated on as many of their runs, the rest
+    # of their runs held out (engines.own_measurements()["intervals"])
+    band = engines.interval_factors(cal.engine, 0.8)
+    ks = [int(k) for k in engines.own_measurements()["intervals"].get(prior.name, {})]
+    k = max((x for x in ks if x <= cal.records), default=0)
     if args.json:
         print(
             json_text(
@@ -97,6 +102,7 @@ def _cmd_own(args) -> int:
                     "identified": list(cal.identified),
                     "residual_rms_log_before": cal.residual_before,
                     "residual_rms_log_after": cal.residual_after,
+                    "band_80": list(band),
                 }
             )
         )
@@ -111,6 +117,10 @@ def _cmd_own(args) -> int:
             f"  {f:24s} {cal.before[f]:11.4g} -> {cal.after[f]:11.4g}   posterior sd "
             f"{cal.posterior_sd[f]:.2f} of prior {cal.prior_sd[f]:.2f}: {moved}"
         )
+    print(
+        f"80 % band on its predictions for this deployment: x{band[0]:.2f} to x{band[1]:.2f} "
+        f"(deployments calibrated on {k} of their runs, their other runs held out)"
+    )
     print(f"profile: {out} (use it: --engine {args.engine} --profile {out})")
     return 0
 
