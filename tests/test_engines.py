@@ -732,3 +732,31 @@ def test_docs_band_table_is_the_shipped_bands():
     one, several = pub["coverage_80_one_model"], pub["coverage_80_several_models"]
     want = [f"{100 * c[k]:.0f}" for c in (one, several) for k in ("1", "3")]
     assert list(split.groups()) == want
+
+
+def test_a_profile_calibrated_on_several_architectures_gets_the_shipped_band():
+    """``interval_factors`` of a profile calibrated on 3 runs: the calibrated deployments' band
+    when the runs are of one architecture (two names of DeepSeek-V3's network count as one),
+    the shipped profile's when they are of several or of a model that is no preset."""
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+
+    def calibrated(models):
+        prov = {"source": "dcost.calibrate.fit: test", "records": 3, "models": models}
+        return eng.with_profile(provenance=prov)
+
+    own = dcost.engines.own_measurements()["intervals"]["vllm"]["3"]
+    deployment = (math.exp(-own["q90"]), math.exp(-own["q10"]))
+    shipped = dcost.engines.interval_factors("vllm", 0.8)
+    assert deployment != pytest.approx(shipped)
+    for models, want in (
+        (["llama-3.1-8b"], deployment),
+        (["deepseek-v3", "deepseek-r1"], deployment),
+        (["llama-3.1-8b", "qwen3-32b"], shipped),
+        (["llama-3.1-8b", "my-own-model"], shipped),
+    ):
+        got = dcost.engines.interval_factors(calibrated(models), 0.8)
+        assert got == pytest.approx(want, rel=1e-12), models
+    cov = dcost.engines.own_measurements()["published"]
+    assert min(cov["coverage_80_several_models_shipped_band"][k] for k in ("1", "3")) > max(
+        cov["coverage_80_several_models"][k] for k in ("1", "3")
+    )
