@@ -756,6 +756,8 @@ def test_a_profile_calibrated_on_several_architectures_gets_the_shipped_band():
     ):
         got = dcost.engines.interval_factors(calibrated(models), 0.8)
         assert got == pytest.approx(want, rel=1e-12), models
+        assert dcost.engines.band_runs(calibrated(models)) == (3 if want == deployment else 0)
+    assert dcost.engines.band_runs(eng) == 0  # a shipped profile
     cov = dcost.engines.own_measurements()["published"]
     assert min(cov["coverage_80_several_models_shipped_band"][k] for k in ("1", "3")) > max(
         cov["coverage_80_several_models"][k] for k in ("1", "3")

@@ -87,8 +87,7 @@ def _cmd_own(args) -> int:
     # the band its predictions carry: deployments calibrated on as many of their runs, the rest
     # of their runs held out (engines.own_measurements()["intervals"])
     band = engines.interval_factors(cal.engine, 0.8)
-    ks = [int(k) for k in engines.own_measurements()["intervals"].get(prior.name, {})]
-    k = max((x for x in ks if x <= cal.records), default=0)
+    k = engines.band_runs(cal.engine)
     if args.json:
         print(
             json_text(
@@ -119,7 +118,11 @@ def _cmd_own(args) -> int:
         )
     print(
         f"80 % band on its predictions for this deployment: x{band[0]:.2f} to x{band[1]:.2f} "
-        f"(deployments calibrated on {k} of their runs, their other runs held out)"
+        + (
+            f"(deployments calibrated on {k} of their runs, their other runs held out)"
+            if k
+            else "(the shipped profile's, for a new model)"
+        )
     )
     print(f"profile: {out} (use it: --engine {args.engine} --profile {out})")
     return 0

@@ -59,6 +59,7 @@ __all__ = [
     "interval_factors",
     "confidence_factor",
     "own_measurements",
+    "band_runs",
     "slower",
     "default_scheduler",
     "from_file",
@@ -710,6 +711,16 @@ def _own_records(engine) -> int:
         return 0
 
 
+def band_runs(engine) -> int:
+    """The k whose band ``interval_factors`` puts around ``engine``'s predictions: the largest
+    k (1, 3, 10) of ``own_measurements()["intervals"]`` at most the runs it was calibrated on
+    (``_own_records``); 0 for the shipped profile's band (a shipped or hand-written profile,
+    one calibrated on several architectures, or an engine without calibrated bands)."""
+    n = _own_records(engine)
+    bands = own_measurements().get("intervals", {}).get(_name(engine.name), {}) if n else {}
+    return max((int(k) for k in bands if int(k) <= n), default=0)
+
+
 def _spread(engine) -> dict:
     """The band table (quantiles of held-out ``log(predicted/measured)``) for ``engine``: a name
     or a shipped ``Engine``, the shipped profile's on a new model (``heldout()["intervals"]``);
@@ -720,12 +731,9 @@ def _spread(engine) -> dict:
     if not isinstance(name, str):
         raise EngineError(f"engine must be a name or a dcost.Engine, got {type(engine).__name__}")
     key = _name(name)
-    n = _own_records(engine) if isinstance(engine, Engine) else 0
-    if n:
-        bands = own_measurements().get("intervals", {}).get(key, {})
-        ks = sorted(int(k) for k in bands if int(k) <= n)
-        if ks:
-            return bands[str(ks[-1])]
+    k = band_runs(engine) if isinstance(engine, Engine) else 0
+    if k:
+        return own_measurements()["intervals"][key][str(k)]
     table = heldout()["intervals"].get(key)
     if table is None:
         raise EngineError(f"no held-out spread for engine {name!r} in the shipped summary")
