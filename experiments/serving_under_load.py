@@ -133,6 +133,7 @@ def benchmark_means(srv, prompt: float, output: float, clients: int) -> dict:
         out[metric] = (clients * first + (want - clients) * rest) / want
         out[f"{metric}_first_wave"] = first
         out[f"{metric}_later"] = rest
+    out["kv_peak"] = float(run.kv_peak)  # most KV tokens held at once over the capacity
     return out
 
 
@@ -153,6 +154,49 @@ def summarize(rows: list[dict]) -> dict:
                 "bias": float(np.median(ratio[m])),
                 "runs": int(m.sum()),
             }
+    return out
+
+
+BANDS = ((1, 8), (9, 32), (33, 128), (129, None))
+"""Concurrency bands of ``waves``: clients, inclusive."""
+
+
+def waves(rows: list[dict]) -> list[dict]:
+    """Where the simulated TTFT falls short, by engine and concurrency band (every split's runs).
+
+    The measured mean is over ``ROUNDS * C`` requests, the first C sent at once; taking its first
+    wave as simulated, the later requests' measured mean TTFT is ``(ROUNDS m - f) / (ROUNDS - 1)``
+    (``m`` the measured mean, ``f`` the simulated first wave). Per band: runs, the median of the
+    simulated first wave over the simulated later waves (how far the simulation's clients have
+    spread out after the first wave), the median of the measured later requests' TTFT over the
+    simulated later waves', the median simulated over measured TPOT, and the runs whose
+    simulation held at most half of the KV cache at once."""
+    out = []
+    for engine in (*sorted({x["engine"] for x in rows}), "all"):
+        mine = [x for x in rows if engine in ("all", x["engine"])]
+        c = np.array([x["concurrency"] for x in mine])
+        m = np.array([x["ttft"] for x in mine])
+        first = np.array([x["simulated"]["ttft_first_wave"] for x in mine])
+        later = np.array([x["simulated"]["ttft_later"] for x in mine])
+        measured_later = (ROUNDS * m - first) / (ROUNDS - 1)
+        tpot = np.array([x["simulated"]["tpot"] / x["tpot"] for x in mine])
+        kv = np.array([x["simulated"].get("kv_peak", np.nan) for x in mine])
+        for lo, hi in BANDS:
+            sel = (c >= lo) & (c <= (hi if hi is not None else np.inf))
+            if sel.any():
+                out.append(
+                    {
+                        "engine": engine,
+                        "clients": f"{lo}-{hi}" if hi is not None else f">= {lo}",
+                        "runs": int(sel.sum()),
+                        "first_over_later": float(np.median(first[sel] / later[sel])),
+                        "measured_later_over_simulated": float(
+                            np.median(measured_later[sel] / later[sel])
+                        ),
+                        "tpot_simulated_over_measured": float(np.median(tpot[sel])),
+                        "kv_at_most_half": int(np.sum(kv[sel] <= 0.5)),
+                    }
+                )
     return out
 
 
@@ -192,6 +236,7 @@ def compute(n: int = 90, log=print) -> dict:
             "results": results,
         }
     table["seconds"] = time.perf_counter() - t0
+    table["waves"] = waves([x for s in table["splits"].values() for x in s["results"]])
     return table
 
 
@@ -248,6 +293,14 @@ def main() -> None:
                 f" simulated/measured {m['bias']:.2f}; {by}"
             )
         print(f"{split}: {s['runs']} runs, {len(s['refused'])} refused")
+    for w in table["waves"]:
+        print(
+            f"{w['engine']:6s} {w['clients']:>7s} clients ({w['runs']} runs): simulated first wave "
+            f"{w['first_over_later']:.1f}x the later ones; measured later requests "
+            f"{w['measured_later_over_simulated']:.2f}x the simulated; TPOT simulated/measured "
+            f"{w['tpot_simulated_over_measured']:.2f}; KV at most half full in "
+            f"{w['kv_at_most_half']}"
+        )
     print(f"{table['seconds']:.0f} s")
 
 

@@ -297,6 +297,37 @@ def test_silicon_rows_whose_experts_span_other_gpus_than_attention_are_counted_o
         assert weights / r["gpus"] < float(dcost.hardware(r["hardware"]).hbm_capacity), r["id"]
 
 
+def test_silicon_rows_whose_cap_is_below_their_clients_are_counted_out():
+    """An aggregated row of one replica without attention data parallelism whose running-sequence
+    cap (``batch_size``) is below its clients cannot be the layout that ran as stated (Qwen3-32B on
+    GB200 under TensorRT-LLM at 2 clients and a cap of 1 measured 5x the TPOT of 1 client); the
+    same row with a cap of its clients is kept, and so is every row with attention data
+    parallelism (whose batch is a rank's)."""
+    rows = silicon.load_rows()
+    mine = [
+        r
+        for r in rows
+        if r["mode"] == "agg" and r["system"] == "gb200" and r["backend"] == "trtllm"
+        and r["model_path"].endswith("Qwen3-32B") and r["batch_size"] == "1"
+        and silicon._field(r["silicon_data_source"], "silicon_concurrency") == "2"
+    ]  # fmt: skip
+    assert mine and all(r["attention_dp_size"] in ("", "0", "1") for r in mine)
+    recs, skipped = silicon.records(mine[:1])
+    assert not recs and [s.reason for s in skipped] == [silicon.BATCH_BELOW_CLIENTS]
+    recs, _ = silicon.records([dict(mine[0], batch_size="2")])
+    assert [r["metric"] for r in recs] == ["tpot"] and recs[0]["concurrency"] == 2
+    kept, skipped = silicon.records()
+    assert sum(s.reason == silicon.BATCH_BELOW_CLIENTS for s in skipped) == 29
+    assert not any(
+        r["attention_data_parallel"] == 1
+        and int(rows_by_id[r["id"][len("silicon-") : -len("-tpot")]]["batch_size"] or 10**9)
+        < r["concurrency"]
+        for rows_by_id in [{x["id"]: x for x in rows}]
+        for r in kept
+        if r["metric"] == "tpot" and r["serving"] == "aggregated"
+    )
+
+
 def test_silicon_predictions_are_linear_in_host_costs():
     recs, _ = silicon.records()
     pick = [r for r in recs if r["engine"] == "vllm" and r["hardware"] == "h200"][:6]

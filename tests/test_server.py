@@ -361,6 +361,49 @@ def test_the_docs_quote_the_under_load_experiment():
         assert cells[1:] == want, split
 
 
+def test_the_docs_quote_the_waves_of_the_under_load_experiment():
+    """The engines page's table of later waves is ``waves`` of the experiment's own results
+    (every split's runs), as its JSON stores it; and ``waves`` itself takes the later requests'
+    mean from the benchmark's: a run whose later requests measured what the simulation's later
+    waves did reads 1.0, one whose mean is the first wave's share of it alone reads 0."""
+    import json
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "experiments"))
+    import serving_under_load as sul
+
+    res = json.loads((root / "experiments/results/serving_under_load.json").read_text())
+    rows = [x for s in res["splits"].values() for x in s["results"]]
+    assert sul.waves(rows) == res["waves"]
+    page = (root / "docs/engines.md").read_text()
+    by = {(w["engine"], w["clients"]): w for w in res["waves"]}
+    for lo, hi in sul.BANDS:
+        band = f"{lo}-{hi}" if hi is not None else f">= {lo}"
+        a = by[("all", band)]
+        cells = [band, str(a["runs"]), f"{a['first_over_later']:.1f}"]
+        cells += [f"{by[(e, band)]['measured_later_over_simulated']:.2f}"
+                  for e in ("all", "sglang", "trtllm", "vllm")]  # fmt: skip
+        cells += [
+            f"{a['tpot_simulated_over_measured']:.2f}",
+            f"{a['kv_at_most_half']} of {a['runs']}",
+        ]
+        assert "| " + " | ".join(cells) + " |" in page, band
+
+    def run(measured, first, later, clients=16):
+        sim = {"ttft_first_wave": first, "ttft_later": later, "tpot": 0.02, "kv_peak": 0.1}
+        return {"engine": "vllm", "concurrency": clients, "ttft": measured, "tpot": 0.02,
+                "simulated": sim}  # fmt: skip
+
+    mean = (1.0 + (sul.ROUNDS - 1) * 0.1) / sul.ROUNDS  # first wave 1 s, later 0.1 s
+    w = {x["engine"]: x for x in sul.waves([run(mean, 1.0, 0.1)])}
+    assert w["all"]["measured_later_over_simulated"] == pytest.approx(1.0)
+    w = {x["engine"]: x for x in sul.waves([run(1.0 / sul.ROUNDS, 1.0, 0.1)])}
+    assert w["vllm"]["measured_later_over_simulated"] == pytest.approx(0.0, abs=1e-12)
+    assert w["vllm"]["kv_at_most_half"] == 1 and w["vllm"]["clients"] == "9-32"
+
+
 def test_frontend_time_varies_by_its_cv(tmp_path):
     """Lone requests: TTFT less the prefill step is each request's frontend time, of the
     scheduler's mean and coefficient of variation (gamma draws)."""

@@ -86,6 +86,12 @@ UNMODELLED = {
     "zhipuai/GLM-5": "DeepSeek sparse attention (DSA) is not modelled",
 }
 
+BATCH_BELOW_CLIENTS = (
+    "batch_size is below the clients of one replica without attention data parallelism: "
+    "layout not as stated"
+)
+"""Why an aggregated run whose running-sequence cap is below its clients is counted out."""
+
 _QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "": "bf16"}
 
 
@@ -272,6 +278,20 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
                 continue
             if not moe and layout["attention_data_parallel"] > 1:
                 skipped.append(Skipped(rid, "*", "data-parallel attention of a dense model"))
+                continue
+            cap = _int(row, "batch_size")
+            if (
+                layout["attention_data_parallel"] == 1
+                and cap is not None
+                and clients is not None
+                and cap < clients
+            ):
+                # one replica whose running-sequence cap is below its clients (29 TensorRT-LLM
+                # runs): its measured TPOT is neither a step of the cap's batch nor of the
+                # clients' (the engine profile predicts 0.07-1.04x and 0.10-7.7x of it), and
+                # the clients are the cap times the tensor parallelism in 21 of them, as if the
+                # batch were an attention rank's
+                skipped.append(Skipped(rid, "*", BATCH_BELOW_CLIENTS))
                 continue
             r = {**_base(row, "tpot", model, moe), **layout, "serving": "aggregated"}
             r.update(concurrency=clients, value=float(row["silicon_tpot_ms"]) * 1e-3)
