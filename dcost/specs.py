@@ -382,6 +382,11 @@ class Hardware(eqx.Module):
         (batching, input metadata, sampling, output processing, on the host); a stage step of
         ``B`` sequences over ``A`` attention groups, each scheduling its own share, pays
         ``sequence_overhead * B/A`` per pass (s, 0).
+      prefill_step_overhead: time a serving engine spends on a step that carries prompt tokens
+        beyond what a decode step costs: such a step runs outside the decode steps' CUDA graph
+        (its kernels launched one by one) and prepares its prompts on the host; paid once per
+        pass that carries prompt tokens (prefill chunks, mixed steps), never by a decode-only
+        step (s, 0).
       kernel_roofline_smoothness: how one kernel's compute and memory traffic overlap, ``r`` in
         [0, 1]: its time is ``smax_r(t_F, t_W) = (t_F^(1/r) + t_W^(1/r))^r``, the roofline's
         maximum at 0 (v1: streaming fully hides the arithmetic or the other way round), their
@@ -451,6 +456,7 @@ class Hardware(eqx.Module):
     hierarchical_collectives: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     idle_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     max_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    prefill_step_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -465,6 +471,7 @@ class Hardware(eqx.Module):
         "attention_flops": "flops",
         "kv_bandwidth_efficiency": "bandwidth_efficiency",
         "sequence_overhead": 0.0,
+        "prefill_step_overhead": 0.0,
         "kernel_roofline_smoothness": 0.0,
         "expert_flops_efficiency": 1.0,
         "expert_half_tokens": "matmul_half_tokens",
@@ -495,6 +502,7 @@ class Hardware(eqx.Module):
             "scaleout_latency",
             "matmul_half_tokens",
             "sequence_overhead",
+            "prefill_step_overhead",
             "expert_half_tokens",
             "expert_overhead",
             "moe_layer_overhead",

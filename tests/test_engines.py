@@ -238,12 +238,15 @@ def test_host_fit_holds_the_row_model_out():
     s_true = np.where(fold == "m1", 1e-3, 2e-3)
     y = 0.01 + s_true * a + 1e-5 * b
     layers = rng.choice([32.0, 80.0], 40)
-    y = y + 2e-5 * layers
-    costs = host.held_out_host(np.full(40, 0.01), (a, layers, b), y, np.full(40, "vllm"), fold)
+    prompt_steps = a * rng.uniform(0.0, 0.5, 40)  # a share of the steps carries prompt tokens
+    y = y + 2e-5 * layers + 4e-3 * prompt_steps
+    slopes = (a, layers, b, prompt_steps)
+    costs = host.held_out_host(np.full(40, 0.01), slopes, y, np.full(40, "vllm"), fold)
     assert costs[:20, 0] == pytest.approx(2e-3, rel=0.03)  # m1 rows: fitted on m2's
     assert costs[20:, 0] == pytest.approx(1e-3, rel=0.03)
     assert costs[:, 1] == pytest.approx(2e-5, rel=0.05)
     assert costs[:, 2] == pytest.approx(1e-5, rel=0.05)
+    assert costs[:, 3] == pytest.approx(4e-3, rel=0.05)
 
 
 # ---- the silicon sample --------------------------------------------------------------------
@@ -334,7 +337,12 @@ def test_silicon_predictions_are_linear_in_host_costs():
     pick = [r for r in recs if r["engine"] == "vllm" and r["hardware"] == "h200"][:6]
     p = silicon.predict_all(pick)
     eng = dcost.engine("vllm", hardware="h200")
-    costs = {"step_overhead": 2e-4, "layer_overhead": 5e-6, "sequence_overhead": 3e-6}
+    costs = {
+        "step_overhead": 2e-4,
+        "layer_overhead": 5e-6,
+        "sequence_overhead": 3e-6,
+        "prefill_step_overhead": 1e-3,
+    }
     mine = eng.with_profile(profile=costs)
     plain = {k: v for k, v in pick[0].items() if k != "mode"}
     running = silicon.running_sequences(dcost.validation.case(plain), plain, mine)
@@ -344,8 +352,8 @@ def test_silicon_predictions_are_linear_in_host_costs():
             float(mine.scheduler.max_num_batched_tokens),
         )
     )
-    assert p.engine(2e-4, 5e-6, 3e-6)[0] == pytest.approx(float(direct), rel=1e-4)
-    assert np.all(p.pure <= p.engine(0.0, 0.0, 0.0) * (1 + 1e-6))
+    assert p.engine(2e-4, 5e-6, 3e-6, 1e-3)[0] == pytest.approx(float(direct), rel=1e-4)
+    assert np.all(p.pure <= p.engine(0.0, 0.0, 0.0, 0.0) * (1 + 1e-6))
 
 
 # ---- the searches and the CLI ---------------------------------------------------------------
@@ -427,7 +435,7 @@ def _decode_records(n=6):
 
 @pytest.mark.slow
 def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
-    """Measurements made by the model with a slower host (3x the step cost) and a 10 % slower
+    """Measurements made by the model with a slower host (0.75 ms a step) and a 10 % slower
     HBM: the fit on six of them, from the shipped profile, predicts the other four closer than
     the prior does, and its residual falls."""
     from dcost.calibrate import user
@@ -435,7 +443,7 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     eng = dcost.engine("trtllm", hardware="h200")
     truth = eng.with_profile(
         profile={
-            "step_overhead": 3 * eng.profile["step_overhead"],
+            "step_overhead": 7.5e-4,
             "bandwidth_efficiency": 0.9 * eng.profile["bandwidth_efficiency"],
         }
     )
@@ -506,7 +514,8 @@ def test_the_fit_settles_where_the_loss_is_flat():
     # (padding rows 0, the prior's rows last)
     for r, at in ((r_prior, np.zeros(z.size)), (r_fit, z)):
         logs = np.log(user.predict_offsets(prep, at) / prep.measured)
-        assert np.sum(r[: -z.size] ** 2) == pytest.approx(np.sum((logs / user.SIGMA) ** 2), 1e-4)
+        # float32 logs of ratios near 1: two programs round them apart by ~1e-4 of the sum
+        assert np.sum(r[: -z.size] ** 2) == pytest.approx(np.sum((logs / user.SIGMA) ** 2), 1e-3)
         np.testing.assert_allclose(r[-z.size :], at / user._prior_sd(), rtol=1e-5, atol=1e-6)
     loss = lambda x: user._loss(*args, x)  # noqa: E731
     grad = np.asarray(jax.grad(loss)(jnp.asarray(z)))

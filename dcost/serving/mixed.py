@@ -191,6 +191,7 @@ def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> 
         draft_memory=draft_memory,
         phi_tokens=tokens,
         scheduled=b,
+        prompt_passes=jnp.where(x > 0, 1.0, 0.0),
     )
 
 

@@ -92,7 +92,8 @@ class Report(eqx.Module):
       t_overhead: host and launch time of one stage step,
         ``n_p (step_overhead + layer_overhead L/P + sequence_overhead B/A
         + expert_overhead (E' phi) (L_moe/P) / e + moe_layer_overhead L_moe/P)`` over its
-        ``n_p`` passes, with ``E' phi``
+        ``n_p`` passes (and ``prefill_step_overhead`` on each pass that carries prompt
+        tokens), with ``E' phi``
         the routed experts a pass touches (``E'`` with the redundant ones) and ``e`` the
         expert-parallel groups (s; 0 in v1).
       t_draft: the draft's passes of one step (speculative decoding; s; 0 in v1).
@@ -136,7 +137,8 @@ class PrefillReport(eqx.Module):
       memory_per_chip: HBM bytes per chip (weights + the prompts' KV).
       mfu: model FLOP utilization ``2*N_active*tokens_per_s / (P*G*F)``.
       t_overhead: fixed time of one stage step over its ``n_c`` chunks,
-        ``n_c (step_overhead + layer_overhead L/P + sequence_overhead B/A)`` (s; 0 in v1).
+        ``n_c (step_overhead + layer_overhead L/P + sequence_overhead B/A
+        + prefill_step_overhead)`` (s; 0 in v1).
     """
 
     t_compute: jax.Array
@@ -260,6 +262,7 @@ def _assemble(
     draft_memory,
     phi_tokens,
     scheduled,
+    prompt_passes=0.0,
 ):
     """Shared body of decode, prefill and mixed steps for one stage step (see each docstring).
 
@@ -270,7 +273,8 @@ def _assemble(
       of KV held; sequences: tokens per micro-batch counted by ``tokens_per_s`` per step;
       tokens_per_step: accepted length; t_draft: draft time; draft_memory: draft bytes per chip;
       phi_tokens: tokens per pass (for matmul sizes and imbalance); scheduled: sequences the
-      step schedules per pass (``sequence_overhead``).
+      step schedules per pass (``sequence_overhead``); prompt_passes: the passes that carry
+      prompt tokens (``prefill_step_overhead``; 0 for a decode step).
     """
     p, g = design.stages, design.chips
     chips = p * g
@@ -330,7 +334,7 @@ def _assemble(
         + hardware.get("sequence_overhead") * scheduled / groups
         + hardware.get("expert_overhead") * touched_experts * moe_layers / expert_groups
         + hardware.get("moe_layer_overhead") * moe_layers
-    )
+    ) + prompt_passes * hardware.get("prefill_step_overhead")
     overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
     serial = stage_time(
         ((f_attn_proj + f_dense) / chips, w_dense),
@@ -480,7 +484,8 @@ def decode(
     groups, each scheduling its share of the ``B`` sequences) ``+ expert_overhead E phi(B')
     L_moe/(P e)`` (each routed expert the step touches costs its group a small GEMM's launch
     and tile, whatever its tokens) ``+ moe_layer_overhead L_moe/P`` (each MoE layer's routing,
-    sorting and combining kernels); and
+    sorting and combining kernels), and ``prefill_step_overhead`` on a step that carries prompt
+    tokens (never on a decode step); and
 
     .. math:: tpot = (P t_{stage} + (P-1) t_{hop} + t_{draft}) / \\tau(a, k_d)
 
@@ -622,6 +627,7 @@ def _prefill(design, hardware, model, workload, smoothness) -> PrefillReport:
         draft_memory=0.0 * one,
         phi_tokens=tokens / n_c,
         scheduled=b,
+        prompt_passes=n_c,
     )
     fields = {k: getattr(r, k) for k in PrefillReport.__dataclass_fields__ if k != "ttft"}
     return PrefillReport(ttft=r.tpot, **fields)

@@ -364,6 +364,7 @@ class Predictions:
       per_step: seconds the metric gains per second of ``step_overhead``.
       per_layer: seconds it gains per second of ``layer_overhead``.
       per_sequence: seconds it gains per second of ``sequence_overhead``.
+      per_prefill_step: seconds it gains per second of ``prefill_step_overhead``.
       engine_label: the profile each record ran ("vllm-0.24.0"; "" where no engine profile
         ships for its chip: then ``engine_base`` is the family's).
     """
@@ -376,28 +377,34 @@ class Predictions:
     per_step: np.ndarray
     per_layer: np.ndarray
     per_sequence: np.ndarray
+    per_prefill_step: np.ndarray
     engine_label: list
 
-    def engine(self, step_overhead, layer_overhead, sequence_overhead) -> np.ndarray:
-        """The engine prediction with fixed costs ``step_overhead``, ``layer_overhead`` and
-        ``sequence_overhead`` (scalars or one value per record) (s)."""
+    def engine(
+        self, step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead=0.0
+    ) -> np.ndarray:
+        """The engine prediction with fixed costs ``step_overhead``, ``layer_overhead``,
+        ``sequence_overhead`` and ``prefill_step_overhead`` (scalars or one value per record)
+        (s)."""
         return (
             self.engine_base
             + np.asarray(step_overhead) * self.per_step
             + np.asarray(layer_overhead) * self.per_layer
             + np.asarray(sequence_overhead) * self.per_sequence
+            + np.asarray(prefill_step_overhead) * self.per_prefill_step
         )
 
 
 _PROBE_STEP = 1e-3
 _PROBE_SEQUENCE = 1e-5
 _PROBE_LAYER = 1e-5
+_PROBE_PREFILL_STEP = 1e-3
 
 
-def _evaluate(cases: list, overheads: tuple[float, float, float] | None) -> np.ndarray:
+def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) -> np.ndarray:
     """Each case's metric, evaluated in one vmapped call per kind of step; ``overheads`` sets
-    ``(step_overhead, layer_overhead, sequence_overhead)`` on every chip (None: as the cases
-    have them)."""
+    ``(step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead)`` on every chip
+    (None: as the cases have them)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -416,7 +423,12 @@ def _evaluate(cases: list, overheads: tuple[float, float, float] | None) -> np.n
         hw = stack([c.hardware for c in members])
         if overheads is not None:
             hw = eqx.tree_at(
-                lambda h: (h.step_overhead, h.layer_overhead, h.sequence_overhead),
+                lambda h: (
+                    h.step_overhead,
+                    h.layer_overhead,
+                    h.sequence_overhead,
+                    h.prefill_step_overhead,
+                ),
                 hw,
                 tuple(jnp.full(len(idx), v) for v in overheads),
                 is_leaf=lambda x: x is None,
@@ -533,10 +545,11 @@ def predict_all(
         else:
             engine_cases.append(fam)
         labels.append(eng.label if eng is not None else "")
-    base = _evaluate(engine_cases, (0.0, 0.0, 0.0))
-    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0, 0.0))
-    layer = _evaluate(engine_cases, (0.0, _PROBE_LAYER, 0.0))
-    seq = _evaluate(engine_cases, (0.0, 0.0, _PROBE_SEQUENCE))
+    base = _evaluate(engine_cases, (0.0, 0.0, 0.0, 0.0))
+    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0, 0.0, 0.0))
+    layer = _evaluate(engine_cases, (0.0, _PROBE_LAYER, 0.0, 0.0))
+    seq = _evaluate(engine_cases, (0.0, 0.0, _PROBE_SEQUENCE, 0.0))
+    prompt = _evaluate(engine_cases, (0.0, 0.0, 0.0, _PROBE_PREFILL_STEP))
     return Predictions(
         records=list(recs),
         measured=np.asarray([r["value"] for r in recs]),
@@ -546,5 +559,6 @@ def predict_all(
         per_step=(step - base) / _PROBE_STEP,
         per_layer=(layer - base) / _PROBE_LAYER,
         per_sequence=(seq - base) / _PROBE_SEQUENCE,
+        per_prefill_step=(prompt - base) / _PROBE_PREFILL_STEP,
         engine_label=labels,
     )
