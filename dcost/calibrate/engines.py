@@ -7,8 +7,9 @@
 2. ``dcost.validation.silicon``: the silicon sample's TPOT rows predicted with those profiles, no
    fixed costs yet;
 3. ``dcost.calibrate.host``: per engine, ``step_overhead``, ``layer_overhead``,
-   ``sequence_overhead`` and ``prefill_step_overhead`` fitted on those rows (rows that pure physics does not bound, i.e. that ran
-   something the sample does not state, such as speculative decoding, are left out of the fit),
+   ``sequence_overhead`` and ``prefill_step_overhead`` fitted on those rows (rows that pure
+   physics does not bound, i.e. that ran something the sample does not state, such as
+   speculative decoding, are left out of the fit),
    written into every profile of the engine; the same fit with each row's model held out gives
    the held-out errors, written to ``dcost/engines/heldout.toml`` (``dcost validate`` prints them).
 
