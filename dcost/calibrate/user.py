@@ -56,6 +56,7 @@ FIELDS = (
     "sequence_overhead",
     "moe_layer_overhead",
     "expert_overhead",
+    "prefill_step_overhead",
 )
 """The profile fields a calibration moves; the rest stay at the prior engine's. The MoE layer's
 fixed costs are the kernel tables' (each kernel timed alone, its launch included); an engine that
@@ -72,6 +73,7 @@ PRIOR_SD = {
     "sequence_overhead": 1.0,
     "moe_layer_overhead": 1.0,
     "expert_overhead": 1.0,
+    "prefill_step_overhead": 1.0,
 }
 """Prior spread of each field's offset (logit units for fractions, log units for times): an
 engine build may reach a GEMM rate a few tens of percent off the shipped one, and fixed costs

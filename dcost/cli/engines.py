@@ -54,6 +54,7 @@ def _cmd_engines(args) -> int:
                 f"{e.profile.get('kv_bandwidth_efficiency', 1.0):.2f}",
                 f"{1e3 * e.profile.get('step_overhead', 0.0):.2f}",
                 f"{1e6 * e.profile.get('layer_overhead', 0.0):.1f}",
+                f"{1e3 * e.profile.get('prefill_step_overhead', 0.0):.2f}",
                 " / ".join(_pct(med[k]) for k in ("gemm", "attention", "moe", "allreduce")),
             ]
         )
@@ -72,6 +73,7 @@ def _cmd_engines(args) -> int:
                 "KV BW",
                 "step ms",
                 "layer us",
+                "prompt step ms",
                 "kernel fits off (GEMM/attn/MoE/AR)",
             ],
         )
