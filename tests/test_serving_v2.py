@@ -203,6 +203,33 @@ def test_sequence_overhead_by_hand():
 
 
 @pytest.mark.x64
+def test_prefill_step_overhead_by_hand():
+    """A step that carries prompt tokens pays ``prefill_step_overhead`` once; a decode step
+    never. Dense, one chip: decode unchanged to the last bit; a prefill of 2 prompts of 4,000
+    tokens in chunks of 1,000 pays it 4 times; a mixed step of B = 8, prompts of 400 and outputs
+    of 100 (c = 8 * 400/100 = 32 prompt tokens a step on average, carried whole: c* = 400)
+    carries a prompt in f = 32/400 = 0.08 of its steps, so its mean step gains 0.08 * 5 ms =
+    0.4 ms; with a chunk of 16 tokens every step carries one (f = 1: 5 ms)."""
+    base = chip(step_overhead=1e-3, layer_overhead=1e-5)
+    h = chip(step_overhead=1e-3, layer_overhead=1e-5, prefill_step_overhead=5e-3)
+    d, w = Design(batch=8), Workload(100)
+    assert float(dcost.decode(d, h, dense(), w).tpot) == float(
+        dcost.decode(d, base, dense(), w).tpot
+    )
+    wp, dpf = Workload(0, prompt=4000), Design(batch=2, prefill_chunk=1000)
+    gap = dcost.prefill(dpf, h, dense(), wp).ttft - dcost.prefill(dpf, base, dense(), wp).ttft
+    assert float(gap) == pytest.approx(4 * 5e-3, rel=1e-9)
+    wm = Workload(100, prompt=400, output=100)
+    gap = dcost.mixed_step(d, h, dense(), wm).tpot - dcost.mixed_step(d, base, dense(), wm).tpot
+    assert float(gap) == pytest.approx(0.08 * 5e-3, rel=1e-9)
+    dc = Design(batch=8, prefill_chunk=16)
+    gap = dcost.mixed_step(dc, h, dense(), wm).tpot - dcost.mixed_step(dc, base, dense(), wm).tpot
+    assert float(gap) == pytest.approx(5e-3, rel=1e-9)
+    with pytest.raises(dcost.SpecError, match="prefill_step_overhead"):
+        chip(prefill_step_overhead=-1e-3)
+
+
+@pytest.mark.x64
 def test_collectives_by_hand():
     # ring all-reduce of 8e6 B over 8 chips: 14 alpha + 2*(7/8)*8e6/1e11 = 14 us + 140 us
     assert float(collectives.all_reduce(8e6, 8.0, 1e11, 1e-6)) == pytest.approx(1.54e-4)
