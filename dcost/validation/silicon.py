@@ -381,7 +381,7 @@ class Predictions:
     engine_label: list
 
     def engine(
-        self, step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead=0.0
+        self, step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead
     ) -> np.ndarray:
         """The engine prediction with fixed costs ``step_overhead``, ``layer_overhead``,
         ``sequence_overhead`` and ``prefill_step_overhead`` (scalars or one value per record)
