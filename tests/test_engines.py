@@ -409,13 +409,13 @@ def test_heldout_summary_is_the_code_s(tmp_path):
     recs, skipped = silicon.records()
     pick = [r for r in recs if r["engine"] == "sglang" and r["hardware"] == "h100-sxm"][:8]
     p = silicon.predict_all(pick, family=False)
-    costs = np.tile([5e-4, 1e-5, 1e-6], (len(pick), 1))
+    costs = np.tile([5e-4, 1e-5, 1e-6, 2e-3], (len(pick), 1))
     table = rebuild.summary(p, costs, skipped)
     path = rebuild.write_summary(table, tmp_path / "heldout.toml")
     import tomllib
 
     back = tomllib.loads(path.read_text())["silicon"]
-    ratio = p.engine(5e-4, 1e-5, 1e-6) / p.measured
+    ratio = p.engine(5e-4, 1e-5, 1e-6, 2e-3) / p.measured
     assert back["tpot"]["overall"]["median"] == pytest.approx(np.median(np.abs(ratio - 1)), 1e-4)
     assert back["tpot"]["by_engine"]["sglang"]["rows"] == len(pick)
 
