@@ -33,6 +33,11 @@ _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # does not know the option compiles without it
 _CPU_EXPERIMENTAL = {"xla_cpu_experimental_ynn_fusion_type": ""}
 _FAST_COMPILE = {"xla_backend_optimization_level": 0}
+# a program that should run fast names XLA's own default level (3) rather than leave it to the
+# process: a process whose XLA_FLAGS compile everything at level 0 (the test suite's, whose eager
+# operations and plain ``jax.jit`` programs then compile about twice as fast) still runs the
+# searches' long loops at full speed
+_RUN_FAST = {"xla_backend_optimization_level": 3}
 
 
 _ON = frozenset({"1", "on", "true", "yes"})
@@ -70,7 +75,7 @@ def chosen(environ=None) -> bool:
 
 def requested(fast_compile: bool) -> dict:
     """The options asked for (whether or not this XLA knows them)."""
-    return dict(_CPU_OPTIONS, **(_FAST_COMPILE if fast_compile else {}))
+    return dict(_CPU_OPTIONS, **(_FAST_COMPILE if fast_compile else _RUN_FAST))
 
 
 @functools.cache

@@ -102,7 +102,8 @@ def _port() -> int:
 
 def _child_env(devices: int) -> dict:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    devices_flag = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {devices_flag}".strip()
     env["PYTHONPATH"] = str(ROOT)
     return env
 

@@ -44,7 +44,10 @@ def test_level_0_gives_the_answer_of_the_default_level(monkeypatch):
     for value in ("0", "1"):
         monkeypatch.setenv("DCOST_FAST_COMPILE", value)
         options = _jit._options(_xla.prefer_fast(False))
-        assert options is None or ("xla_backend_optimization_level" in options) == (value == "1")
+        # level 0 when fast, else XLA's own default named (3), whatever XLA_FLAGS say
+        assert options is None or options["xla_backend_optimization_level"] == (
+            0 if value == "1" else 3
+        )
         solved[value] = dcost.optimize(p, settings)
     slow, fast = solved["0"], solved["1"]
     np.testing.assert_array_equal(np.asarray(slow.x), np.asarray(fast.x))
@@ -73,3 +76,22 @@ def test_even_optimized_programs_compile_fast_only_when_asked(monkeypatch):
     for value in ("0", "1"):
         monkeypatch.setenv("DCOST_FAST_COMPILE", value)
         assert _xla.chosen()
+
+
+def test_the_level_named_for_running_fast_is_xlas_own_default():
+    """``_xla.requested(False)`` names level 3 so that the suite's ``XLA_FLAGS`` (level 0) do not
+    reach a program that asks to run fast: 3 must be what XLA picks when nothing is said."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    code = (
+        "from jax._src.lib import xla_client\n"
+        "print(xla_client.CompileOptions().executable_build_options"
+        ".debug_options.xla_backend_optimization_level)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == _xla.requested(False)["xla_backend_optimization_level"]
+    assert _xla.requested(True)["xla_backend_optimization_level"] == 0
