@@ -26,12 +26,12 @@ dcost's own cache in fresh processes with their own directories and environments
 
 Optimization level. The suite compiles every program at XLA's backend optimization level 0
 (``DCOST_FAST_COMPILE=1``), as the command line does: most of its time is compiling programs it
-then runs a few times, and level 0 compiles them about twice as fast. ``XLA_FLAGS`` (``SUITE_XLA_FLAGS``,
-added when ``DCOST_FAST_COMPILE`` is ``1``) extends that, with XLA:CPU's classic emitters, to the
-programs dcost does not compile itself: JAX's eager operations (several thousand a run) and the
-tests' own ``jax.jit``; dcost's programs that ask to run fast name their level and keep it. Level 0 changes how fast
-the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at both
-levels). The notebooks' kernels inherit it, but for those in ``tests/test_notebooks.py``'s
+then runs a few times, and level 0 compiles them about twice as fast. ``XLA_FLAGS`` (level 0 and
+XLA:CPU's classic emitters, added when ``DCOST_FAST_COMPILE`` is ``1``) extend that to the programs
+dcost does not compile itself: JAX's eager operations (several thousand a run) and the tests' own
+``jax.jit``; dcost's programs that ask to run fast name their level and keep it. Level 0 changes
+how fast the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at
+both levels). The notebooks' kernels inherit it, but for those in ``tests/test_notebooks.py``'s
 ``OWN_LEVEL`` (the sensitivity notebook, whose exhaustive grid runs four times slower at level 0),
 which run as a user's would. ``DCOST_FAST_COMPILE=0 make test`` runs the suite at each program's
 own level.
@@ -49,11 +49,13 @@ import tempfile
 
 os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
 os.environ.setdefault("DCOST_FAST_COMPILE", "1")
-SUITE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
-if os.environ["DCOST_FAST_COMPILE"] == "1" and SUITE_XLA_FLAGS[0] not in os.environ.get(
-    "XLA_FLAGS", ""
+if os.environ["DCOST_FAST_COMPILE"] == "1" and "--xla_backend_optimization_level" not in (
+    os.environ.get("XLA_FLAGS", "")
 ):  # before JAX starts its backend; inherited by the subprocesses and the notebooks' kernels
-    os.environ["XLA_FLAGS"] = " ".join((os.environ.get("XLA_FLAGS", ""), *SUITE_XLA_FLAGS)).strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+    ).strip()
 if (
     "JAX_COMPILATION_CACHE_DIR" not in os.environ
     and os.environ.get("DCOST_TEST_SHARED_CACHE", "1") != "0"

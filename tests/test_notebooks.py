@@ -29,9 +29,6 @@ nbclient = pytest.importorskip("nbclient")
 
 import dcost  # noqa: E402
 
-# the options tests/conftest.py adds to XLA_FLAGS for the suite's processes
-SUITE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
-
 pytestmark = pytest.mark.notebooks
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -72,7 +69,8 @@ def executed():
             if name in OWN_LEVEL:  # and without the suite's XLA_FLAGS (tests/conftest.py)
                 env.pop("DCOST_FAST_COMPILE", None)
                 flags = env.get("XLA_FLAGS", "").split()
-                env["XLA_FLAGS"] = " ".join(f for f in flags if f not in SUITE_XLA_FLAGS)
+                suite = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
+                env["XLA_FLAGS"] = " ".join(f for f in flags if not f.startswith(suite))
             client.execute(env=env)
             cells = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
             assert len(cells) == 1, f"{name}: exactly one cell must be tagged 'summary'"
