@@ -236,7 +236,7 @@ def _chunk_step(n_devices: int, per_device: int, batch: int | None):
                 best = _merge(best, tuple(p[k] for p in parts))
             return best
 
-    @jit
+    @functools.partial(jit, optimized=True)
     def step(problem, carry, start):
         pb = broadcast(problem, 1 if batch is None else batch)
         return _merge(carry, chunk(pb, start))
