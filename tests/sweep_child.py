@@ -2,14 +2,10 @@
 named on the command line and prints one JSON line (each plan's ``repr`` fields, and timings).
 
     python tests/sweep_child.py SWEEP [--block B] [--port P --processes N --process-id I]
-                                      [--fast-compile]
 
 ``SWEEP`` is ``tiny`` (the tests' scenarios) or ``rates:N`` (N chat scenarios of one model on
 one chip, rates spread over three decades). With ``--port``, the process first joins
 ``jax.distributed`` on localhost (process ``I`` of ``N``). ``XLA_FLAGS`` sets the host devices.
-With ``--fast-compile`` the planner's programs compile at XLA's level 0, as ``dcost plan`` compiles
-them (``prefer_fast_compile(even_optimized=True)``): the tests' processes compile each search
-program once per device and run it once, and their reference is planned the same way.
 """
 
 from __future__ import annotations
@@ -77,7 +73,6 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--process-id", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--fast-compile", action="store_true")
     args = ap.parse_args()
     if args.port is not None:
         jax.distributed.initialize(
@@ -86,21 +81,14 @@ def main() -> None:
             process_id=args.process_id,
             initialization_timeout=60,
         )
-    import contextlib
-
     import dcost
-    from dcost.search._jit import prefer_fast_compile
 
     rows = tiny() if args.sweep == "tiny" else rates(int(args.sweep.split(":")[1]))
     times = []
-    fast = (
-        prefer_fast_compile(even_optimized=True) if args.fast_compile else contextlib.nullcontext()
-    )
-    with fast:
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            out = dcost.plan_sweep(rows, block=args.block)
-            times.append(time.perf_counter() - t)
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        out = dcost.plan_sweep(rows, block=args.block)
+        times.append(time.perf_counter() - t)
     print(
         json.dumps(
             {

@@ -4,11 +4,7 @@ naming the file, the line and the column.
 
 The reference is ``dcost.plan`` on each block of a group (``tests/sweep_child.py``'s ``tiny``
 sweep with ``block=16``: a group of 17 scenarios is planned as two calls of 16 and 1, a group of
-3 as one call). Every field of every plan is compared by its exact ``repr``. The reference, the
-sweep in this process and the two processes' all compile the planner's programs at XLA's level 0
-(``FAST``, as ``dcost plan`` does): the same bits at the same compiler options is the property
-checked, and the processes' nine per-device compilations take less than half as long as at the
-planner's own level.
+3 as one call). Every field of every plan is compared by its exact ``repr``.
 """
 
 from __future__ import annotations
@@ -27,18 +23,12 @@ import pytest
 import dcost
 from dcost.cli.app import main
 from dcost.planning.sweep import ScenarioError, assign
-from dcost.search._jit import prefer_fast_compile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import sweep_child  # noqa: E402
 
 CHILD = ROOT / "tests" / "sweep_child.py"
-
-
-def FAST():
-    """The compiler options of every plan compared below (``sweep_child.py --fast-compile``)."""
-    return prefer_fast_compile(even_optimized=True)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +44,7 @@ def reference_plans():
         for start in range(0, len(members), 16):
             part = members[start : start + 16]
             traffic = dcost.traffic("chat", rate=np.asarray([rows[i].rate for i in part]))
-            with FAST():
-                batch = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, tpot_slo=tpot, mode=mode)
+            batch = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, tpot_slo=tpot, mode=mode)
             for i, p in zip(part, batch, strict=True):
                 out[i] = p
     return out
@@ -69,8 +58,7 @@ def reference(reference_plans):
 def test_sweep_is_plan_block_by_block(reference):
     rows = sweep_child.tiny()
     rows[5] = rows[5]._asdict()  # a dict of the fields is a scenario too
-    with FAST():
-        sweep = dcost.plan_sweep(rows, block=16)
+    sweep = dcost.plan_sweep(rows, block=16)
     assert [sweep_child.summary(p) for p in sweep] == reference
     assert len(sweep) == 20 and sweep.chips.shape == (20,)
 
@@ -135,7 +123,7 @@ def test_sweep_on_two_processes_of_two_host_devices(reference):
     procs = [
         subprocess.Popen(
             [sys.executable, str(CHILD), "tiny", "--block", "16", "--port", str(port)]
-            + ["--processes", "2", "--process-id", str(i), "--fast-compile"],
+            + ["--processes", "2", "--process-id", str(i)],
             env=_child_env(2),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -170,8 +158,7 @@ def test_cli_scenarios_write_the_plans(tmp_path, capsys, reference_plans):
     src, out = tmp_path / "roadmap.csv", tmp_path / "plans.csv"
     src.write_text("\n".join(lines) + "\n")
     argv = ["plan", "--scenarios", str(src), "--out", str(out), "--mode", rows[19].mode]
-    with FAST():  # the reference's compiler options (the command line keeps the planner's level)
-        assert main(argv) == 0
+    assert main(argv) == 0
     assert "3 plans (3 feasible)" in capsys.readouterr().out
     table = list(csv.DictReader(out.read_text().splitlines()))
     assert [r["line"] for r in table] == ["2", "3", "4"]
