@@ -95,3 +95,23 @@ def test_the_level_named_for_running_fast_is_xlas_own_default():
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) == _xla.requested(False)["xla_backend_optimization_level"]
     assert _xla.requested(True)["xla_backend_optimization_level"] == 0
+
+
+def test_grid_search_keeps_xlas_level_under_the_fast_compile_switch(monkeypatch):
+    """``dcost.grid_search``'s chunk step runs a vectorized sweep of up to millions of designs, so
+    it asks for XLA's own level (``optimized=True``): ``DCOST_FAST_COMPILE`` (on in the suite) and
+    the plain ``prefer_fast_compile`` leave it there, only ``even_optimized`` moves it to level 0.
+    A program without ``optimized`` would give the same compiled function in both blocks."""
+    from dcost.search.grid import _chunk_step
+
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")
+    step = _chunk_step(1, 64, None)
+    own = step.compiled()
+    with _jit.prefer_fast_compile():
+        assert step.compiled() is own
+    with _jit.prefer_fast_compile(even_optimized=True):
+        assert step.compiled() is not own
+    plain = _jit.jit(lambda x: 2.0 * x)  # a program that does not ask: fast either way
+    fast = plain.compiled()
+    with _jit.prefer_fast_compile(even_optimized=True):
+        assert plain.compiled() is fast
