@@ -12,7 +12,8 @@ Three tables, every figure from a subprocess run under a timeout (``--timeout``,
    whole process, end to end (the ``dcost`` console script beside the interpreter, else
    ``python -m dcost``): *cold* against an empty persistent compilation cache
    (``DCOST_CACHE_DIR`` pointed at a fresh temporary directory; ``plan, next question``, another
-   model, chip and traffic, against the cache the README's ``plan`` left) and *warm* on the
+   model, chip and traffic, and ``plan, another profile``, the same question on vLLM's profile,
+   against the cache the README's ``plan`` left) and *warm* on the
    runs after it against the same directory (the median
    of ``--warm-runs``, default 3, each run's wall time printed beneath). Wall time and CPU
    time (user + system of the child, from ``getrusage``) are both printed: on a shared machine the
@@ -82,12 +83,16 @@ COMMANDS = {
     # model and chip with a similar count of layouts share them, dcost.planning.planner._padded)
     "plan, next question": ["plan", "--hardware", "a100-80gb", "--model", "llama-3-8b"]
     + ["--traffic", "code-completion", "--rate", "40", "--calibrated", "--engine", "none"],
+    # the README's question on vLLM's profile after it (Hardware.filled: one structure of the
+    # planner's programs for pure physics, the family profile and every engine's)
+    "plan, another profile": ["plan", "--hardware", "h100-sxm", "--model", "llama-3-70b"]
+    + ["--traffic", "chat", "--rate", "100", "--engine", "vllm"],
     # one deployment under a closed-loop load, vLLM's profile
     "simulate": ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b"]
     + ["--engine", "vllm", "--clients", "64", "--prompt", "1024", "--output", "256"],
 }
 # commands whose cache is first filled by another command's run
-AFTER = {"plan, next question": "plan"}
+AFTER = {"plan, next question": "plan", "plan, another profile": "plan"}
 QUICK = ("presets", "eval", "optimize")
 # llama-3-70b on 8 x H100, time per output token <= 50 ms
 PEER_QUESTION = {
@@ -188,8 +193,8 @@ def _cell(r: dict | None) -> str:
 
 def print_processes(rows):
     print(
-        "\nprocesses, end to end (s): cold = empty compilation cache (for 'plan, next question':"
-        " the cache 'plan' left), warm = its later runs"
+        "\nprocesses, end to end (s): cold = empty compilation cache (for 'plan, next question'"
+        " and 'plan, another profile': the cache 'plan' left), warm = its later runs"
     )
     print(f"  {'':28s} {'cold wall':>8s} {'cpu':>8s}   {'warm wall':>8s} {'cpu':>8s}")
     for label, cold, warm in rows:

@@ -21,7 +21,7 @@ from jax.tree_util import PyTreeDef
 
 from dcost._types import FloatLeaf, OptionalFloatLeaf
 
-__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError", "stack"]
+__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError", "stack", "shared_form"]
 
 
 class SpecError(ValueError):
@@ -540,6 +540,44 @@ class Hardware(eqx.Module):
 
     __repr__ = readable
 
+    def filled(self) -> Hardware:
+        """The same chip with every serving-model-v2 field that is None set to its "off" value
+        (``OFF``; a field whose off value names another field takes that field's value): the
+        same step times to the last bit, in one pytree structure whatever the chip's profile.
+
+        A jitted program of a ``Hardware`` compiles once per pytree structure, and pure physics
+        (every v2 field None), a family profile (``dcost.hardware(name, calibrated=True)``:
+        some None) and an engine profile (none) are three structures of it. The planner's
+        programs take every chip filled, so that a plan on one profile loads the programs a
+        plan on another compiled (17-20 s on 2 cores); the searches take a profiled chip filled
+        (``shared_form``). Not for derivatives by field as it is: a filled ``attention_flops``
+        is a leaf of its own, where None runs attention at ``flops`` (``dcost.sensitivity``
+        folds them back).
+
+        >>> import dcost
+        >>> h = dcost.hardware("h100-sxm")
+        >>> f = h.filled()
+        >>> h.step_overhead is None, float(f.step_overhead), bool(f.attention_flops == h.flops)
+        (True, 0.0, True)
+        >>> d, w = dcost.Design(batch=64, chips=8), dcost.Workload(2048)
+        >>> m = dcost.model("llama-3-70b")
+        >>> float(dcost.decode(d, f, m, w).tpot) == float(dcost.decode(d, h, m, w).tpot)
+        True
+        """
+        shape = np.shape(self.flops)
+        values = {}
+        for name in self.OFF:
+            if getattr(self, name) is not None:
+                continue
+            value = self.get(name)  # an alias's field, or a constant
+            values[name] = value if isinstance(value, jax.Array) else np.full(shape, value, float)
+        return dataclasses.replace(self, **values) if values else self
+
+    @property
+    def pure(self) -> bool:
+        """Whether every serving-model-v2 field is off (None): pure physics, no profile."""
+        return all(getattr(self, name) is None for name in self.OFF)
+
     @property
     def flops_achieved(self):
         """Achievable FLOP/s, ``F * eta_F``."""
@@ -571,6 +609,27 @@ class Hardware(eqx.Module):
     def scaleout_achieved(self):
         """Achieved scale-out bytes/s per chip, ``O * scaleout_efficiency``."""
         return self.scaleout_bandwidth * self.get("scaleout_efficiency")
+
+
+def shared_form(hardware: Hardware) -> Hardware:
+    """The chip as the searches' programs take it (``dcost.optimize``, ``dcost.sensitivity``):
+    a profiled chip filled (``Hardware.filled``), so that a family profile, an engine profile and
+    a profile fitted to a user's runs share one compiled program of each kind (a calibrated
+    search after an engine's loads its programs instead of compiling them for 10-15 s); pure
+    physics as it is, whose programs leave the v2 terms out (the optimizer and sensitivity
+    programs of llama-3-70b on a pure H100 filled compiled in 15.5 s against 13.1-14.3 s
+    unfilled, one run each on 2 cores).
+
+    >>> import dcost, jax
+    >>> cal, vllm = dcost.hardware("h100-sxm", calibrated=True), dcost.engine("vllm", "h100-sxm")
+    >>> s = jax.tree.structure
+    >>> s(shared_form(cal)) == s(shared_form(vllm.apply(cal))), s(cal) == s(vllm.apply(cal))
+    (True, False)
+    >>> pure = dcost.hardware("h100-sxm")
+    >>> shared_form(pure) is pure
+    True
+    """
+    return hardware if hardware.pure else hardware.filled()
 
 
 class Model(eqx.Module):

@@ -231,20 +231,29 @@ def test_optimize_runs_from_the_store_and_gives_the_same_answer(store, monkeypat
     monkeypatch.setattr(optimize_mod, "_relax_one", counting_relax)
     monkeypatch.setattr(optimize_mod, "_round_one", counting_round)
     settings = Settings(starts=2, rounds=3, steps=4, local_rounds=1)
-    p = dcost.Problem(
-        dcost.hardware("h100-sxm"),
-        dcost.model("llama-3-8b"),
-        dcost.Workload(2048),
-        free={"batch": (1, 97), "chips": (1, 3)},  # a structure of this test's own
-        tpot_slo=0.01,
-    )
+    calibrated = dcost.hardware("h100-sxm", calibrated=True)
+    on_vllm = dcost.engine("vllm", "h100-sxm").apply(calibrated, model=dcost.model("llama-3-8b"))
+
+    def problem(hardware):
+        return dcost.Problem(
+            hardware,
+            dcost.model("llama-3-8b"),
+            dcost.Workload(2048),
+            free={"batch": (1, 97), "chips": (1, 3)},  # a structure of this test's own
+            tpot_slo=0.01,
+        )
+
+    p = problem(calibrated)
     with _jit.prefer_fast_compile():
         first = dcost.optimize(p, settings)
         new_process()
         second = dcost.optimize(p, settings)  # the same question in a "new process"
+        new_process()  # on an engine's profile: the same programs (``dcost.specs.shared_form``)
+        third = dcost.optimize(problem(on_vllm), settings)
     assert traces == ["relax", "round"]  # traced once each, in the first "process" only
     np.testing.assert_array_equal(np.asarray(first.x), np.asarray(second.x))
     assert first.binding == second.binding and float(first.cost) == float(second.cost)
+    assert float(third.cost) != float(first.cost)  # the engine's own step times
     relax, round_ = (e for e in _programs.entries(store))
     assert (relax.name.split("-")[0], round_.name.split("-")[0]) == ("relax", "round")
     assert _programs.successor(relax) == round_  # the second is read beside the first
@@ -266,12 +275,16 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
         return search(*args, **kw)
 
     monkeypatch.setattr(planner.S, "search", counting)
-    h = dcost.hardware("h100-sxm")
+    h = dcost.hardware("h100-sxm", calibrated=True)
 
-    def plan(rate):  # compiled as `dcost plan` compiles them, the planner's programs included
+    def plan(rate, engine=None):  # compiled as `dcost plan` compiles them, the planner's too
         with _jit.prefer_fast_compile(even_optimized=True):
             return dcost.plan(
-                h, "llama-3-8b", dcost.traffic("chat", rate=rate), mode="disaggregated"
+                h,
+                "llama-3-8b",
+                dcost.traffic("chat", rate=rate),
+                mode="disaggregated",
+                engine=engine,
             )
 
     first = plan(5.0)
@@ -281,9 +294,19 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
     second = plan(5.0)
     new_process()
     third = plan(50.0)
+    # pure physics, a family profile and an engine's are one structure to the planner's
+    # programs (``Hardware.filled``): the plans on vLLM's profile and on pure physics load them
+    new_process()
+    fourth = plan(5.0, dcost.engine("vllm", "h100-sxm"))
+    new_process()
+    h = dcost.hardware("h100-sxm")
+    fifth = plan(5.0)
     assert len(traces) == traced  # loaded, not traced: the same structure, other numbers too
     assert str(first) == str(second) and first.chips == second.chips and first.feasible
     assert third.chips > first.chips
+    for other in (fourth, fifth):  # their own step times
+        assert other.feasible and other.tpot != first.tpot
+    assert fifth.tpot[0.9] < first.tpot[0.9]  # pure physics is a bound
     names = sorted({e.name.split("-")[0] for e in _programs.entries(store)})
     assert names == ["search_kind", "tables"]  # one search program per kind of pool
 

@@ -7,6 +7,8 @@ compared with the envelope-theorem elasticities, the multipliers and the implici
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -202,3 +204,31 @@ def test_infeasible_relaxation_is_flagged(solved):
     # a batched problem does not raise: the scenario is flagged and its constraint named
     assert not s.feasible[-1] and s.feasible[:-1].all()
     assert s.message[-1].startswith("infeasible: tpot binds:") and "2 ms target" in s.message[-1]
+
+
+def test_a_profiled_chips_elasticities_fold_what_the_programs_fill():
+    """A profiled chip is solved filled (``dcost.specs.shared_form``: one program for every
+    profile), so ``attention_flops``, None on the family profile (attention at ``flops``), is a
+    leaf of the program; its elasticity belongs to ``flops`` (the chain rule). The same chip
+    with ``attention_flops = flops`` set is the same program on the same numbers, whose two
+    elasticities must add up to the first chip's one."""
+    cal = dcost.hardware("h100-sxm", calibrated=True)
+    explicit = dataclasses.replace(cal, attention_flops=cal.flops)
+
+    def problem(h):  # a long context: attention's arithmetic shows through the smooth roofline
+        return dcost.Problem(
+            h,
+            dcost.model("llama-3-8b"),
+            dcost.Workload(32768),
+            free={"batch": (1, 4096)},
+            tpot_slo=0.05,
+        )
+
+    folded, apart = dcost.sensitivity(problem(cal)), dcost.sensitivity(problem(explicit))
+    assert folded.hardware.attention_flops is None  # as the chip has it
+    assert folded.problem.hardware.attention_flops is None  # the question asked
+    e_attn = float(apart.hardware.attention_flops)
+    assert abs(e_attn) > 1e-5  # not vacuous: what a missing fold would lose
+    assert float(folded.hardware.flops) == pytest.approx(
+        float(apart.hardware.flops) + e_attn, abs=1e-8
+    )

@@ -9,9 +9,12 @@ compiles is what a later ``dcost optimize`` or ``dcost eval`` finds in the cache
 searches, in ``dcost._programs``: a later run does not even trace them). Every preset
 pair has the same pytree structure, so one pair warms the programs of all of them; flags that
 change a problem's structure (``--max-chips`` and the other bounds, ``--ttft-slo``,
-``--chip-budget``, ``--objective``) compile programs of their own on first use. The planner's
-programs depend on the model's structure and the chip's layouts, so the plan step warms the
-README's question (llama-3-70b on calibrated H100s, chat traffic) and questions like it.
+``--chip-budget``, ``--objective``) compile programs of their own on first use, and so does
+the first search on a profiled chip (``--calibrated`` or ``--engine``: one set of programs for
+every profile, ``dcost.specs.shared_form``). The planner's programs depend on the model's
+structure and the chip's layouts, not on its profile (``Hardware.filled``), so the plan step
+warms the README's question (llama-3-70b on calibrated H100s, chat traffic) and questions like
+it, on pure physics and every engine's profile too.
 """
 
 from __future__ import annotations

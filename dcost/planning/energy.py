@@ -74,7 +74,8 @@ def _activity_energy(pool, plan, step: str, workload: Workload) -> float:
         attention_dp=pool.attention_dp,
         **kw,
     )
-    return float(_activity(design, plan.hardware, plan.model, workload, step=step))
+    # the chip filled, as the planner's programs take it: one program for every profile
+    return float(_activity(design, plan.hardware.filled(), plan.model, workload, step=step))
 
 
 def plan_energy(plan) -> FleetEnergy:

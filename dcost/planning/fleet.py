@@ -53,6 +53,7 @@ def exact_step(hardware, model, layout: Layout, workload):
     True
     """
     tau = float(_accepted_tokens(workload.get("acceptance"), layout.draft_tokens))
+    hardware = hardware.filled()  # one program for every profile, as the planner's
 
     def step(batch, tokens):
         b, c = np.broadcast_arrays(np.asarray(batch, float), np.asarray(tokens, float))

@@ -40,7 +40,15 @@ from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
 from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad
-from dcost.specs import Hardware, Model, SpecError, _concrete, check, check_count, whole_max
+from dcost.specs import (
+    Hardware,
+    Model,
+    SpecError,
+    _concrete,
+    check,
+    check_count,
+    whole_max,
+)
 
 __all__ = [
     "plan",
@@ -847,7 +855,11 @@ def _prepare(
     size = _layout_size(max(len(rows[k]) for k in searched))
     layouts_by_kind = {k: _stack(rows[k], size) for k in searched}
     acc = None if acceptance is None else jnp.asarray(acceptance, dtype)
-    tables = _tables(searched, hardware, model, layouts_by_kind, jnp.asarray(unique), acc)
+    # the programs take the chip filled (``Hardware.filled``): one structure for pure physics,
+    # family and engine profiles, so that each loads the programs another compiled (pure
+    # physics too, unlike the searches' ``shared_form``: its programs compile as long filled)
+    chip = hardware.filled()
+    tables = _tables(searched, chip, model, layouts_by_kind, jnp.asarray(unique), acc)
     settings = settings if settings.group else settings._replace(group=1)
     return Prepared(
         n,
@@ -862,7 +874,7 @@ def _prepare(
         jnp.asarray(index.reshape(-1), jnp.int32),
         traffic_p,
         targets,
-        hardware,
+        chip,
         model,
         settings,
         None,
@@ -1196,13 +1208,12 @@ def plan_grid(
     best: dict = {}
     per_kind: dict[str, tuple] = {k: (math.inf, None) for k in kinds if not rows[k]}
     built = [k for k in kinds if rows[k]]
+    chip = hardware.filled()  # as ``plan``'s programs take it
     if built:  # the tables of every kind at once: the program ``plan`` compiled for this mode
         stats = jnp.asarray(np.asarray(workload_stats(traffic))[None])
-        tabs = _tables(
-            tuple(built), hardware, model, {k: _stack(rows[k]) for k in built}, stats, acc
-        )
+        tabs = _tables(tuple(built), chip, model, {k: _stack(rows[k]) for k in built}, stats, acc)
     for kind in built:
-        feasible, chips = _grid_one(kind, tabs[kind], traffic, targets, hardware, model, n_max)
+        feasible, chips = _grid_one(kind, tabs[kind], traffic, targets, chip, model, n_max)
         feasible, chips = np.asarray(feasible), np.asarray(chips)
         cost = np.where(feasible, chips, np.inf)
         # the least chips; ties to the first layout (row-major: layouts, then replicas)

@@ -50,6 +50,7 @@ from dcost.search.problem import (
     better,
     broadcast,
     evaluate,
+    filled,
     from_search,
     repair,
     to_search,
@@ -557,7 +558,11 @@ def optimize(problem: Problem, settings: Settings = DEFAULT) -> Solution:
     """
     _check_problem("optimize", problem)
     check_settings("optimize", settings)
-    return bucketed(lambda p, batch: _solve(p, settings, batch), problem)
+
+    def solve(p, batch):  # on the chip filled (one program for every profile), answered for p
+        return eqx.tree_at(lambda s: s.problem, _solve(filled(p), settings, batch), p)
+
+    return bucketed(solve, problem)
 
 
 def _check_problem(owner: str, problem) -> None:

@@ -39,6 +39,7 @@ from dcost.specs import (
     check,
     check_groups,
     check_speculation,
+    shared_form,
     whole_max,
 )
 
@@ -594,6 +595,13 @@ def batch_size(problem: Problem) -> int | None:
             raise SpecError(f"{where} has a batch axis of {shape[0]}, others have {n}")
         n = shape[0]
     return n
+
+
+def filled(problem: Problem) -> Problem:
+    """The problem on its chip's ``shared_form`` (a profiled chip filled): the same numbers in
+    one pytree structure for every profile, so that the search programs compiled for one are
+    loaded for the others. The searches solve this and hand back the caller's problem."""
+    return eqx.tree_at(lambda p: p.hardware, problem, shared_form(problem.hardware))
 
 
 def broadcast(problem: Problem, n: int) -> Problem:

@@ -26,6 +26,7 @@ Fiacco, "Introduction to Sensitivity and Stability Analysis in Nonlinear Program
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -39,7 +40,7 @@ from dcost.search.buckets import bucketed
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.search.linalg import lstsq
 from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
-from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate, to_search
+from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate, filled, to_search
 from dcost.specs import Hardware, Model, SpecError, Workload
 
 INFEASIBLE_LOG_RATIO = 0.01
@@ -237,12 +238,16 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     """
     _check_problem("sensitivity", problem)
     check_settings("sensitivity", settings)
-    out = bucketed(lambda p, batch: _sensitivity(p, settings, batch), problem)
+
+    def solve(p, batch, settings):  # on the chip filled (``optimize``), answered for p
+        return _unfill(_sensitivity(filled(p), settings, batch), p)
+
+    out = bucketed(lambda p, batch: solve(p, batch, settings), problem)
     if np.ndim(out.log_ratios) == 1 and not bool(out.feasible):
         # the multi-start search may miss a feasible region that more starts find (DeepSeek-V3
         # on H100s with chips and stages free: 8 starts end 2 % over memory, 16 find the optimum)
         more = settings._replace(starts=RETRY_STARTS * settings.starts)
-        again = bucketed(lambda p, batch: _sensitivity(p, more, batch), problem)
+        again = bucketed(lambda p, batch: solve(p, batch, more), problem)
         if bool(again.feasible):
             return again
         raise SpecError(
@@ -251,6 +256,39 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
             "dcost.optimize(problem).message)"
         )
     return out
+
+
+def _fold(elastic: Hardware, hardware: Hardware) -> Hardware:
+    """Elasticities taken on ``shared_form(hardware)`` given as ``hardware``'s: a field that is
+    None in ``hardware`` has no elasticity of its own; where its off value is another field's
+    value (``attention_flops`` runs at ``flops``), its elasticity is that field's too (the chain
+    rule: ``d log c / d log F = e'_F + e'_{F_attn}`` when ``F_attn = F``)."""
+    values = {f.name: getattr(elastic, f.name) for f in dataclasses.fields(Hardware)}
+    for name, off in Hardware.OFF.items():
+        if getattr(hardware, name) is not None or values[name] is None:
+            continue
+        while isinstance(off, str) and getattr(hardware, off) is None:
+            off = Hardware.OFF[off]  # an alias of an alias that is off: a constant
+        if isinstance(off, str):
+            values[off] = values[off] + values[name]
+    kept = [
+        values[f.name]
+        for f in dataclasses.fields(Hardware)
+        if getattr(hardware, f.name) is not None
+    ]
+    return jax.tree.unflatten(jax.tree.structure(hardware), kept)
+
+
+def _unfill(sens: Sensitivity, problem: Problem) -> Sensitivity:
+    """A ``Sensitivity`` of ``filled(problem)`` as ``problem``'s own (``_fold``)."""
+    hw = problem.hardware
+    design = {
+        name: Elasticities(_fold(e.hardware, hw), e.model, e.workload)
+        for name, e in sens.design.items()
+    }
+    return dataclasses.replace(
+        sens, hardware=_fold(sens.hardware, hw), design=design, problem=problem
+    )
 
 
 def _message(sens: Sensitivity, i: int) -> str:
