@@ -40,15 +40,7 @@ from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
 from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad
-from dcost.specs import (
-    Hardware,
-    Model,
-    SpecError,
-    _concrete,
-    check,
-    check_count,
-    whole_max,
-)
+from dcost.specs import Hardware, Model, SpecError, _concrete, check, check_count, whole_max
 
 __all__ = [
     "plan",
