@@ -50,8 +50,8 @@ from dcost.search.problem import (
     better,
     broadcast,
     evaluate,
-    filled,
     from_search,
+    on_shared_form,
     repair,
     to_search,
 )
@@ -559,8 +559,8 @@ def optimize(problem: Problem, settings: Settings = DEFAULT) -> Solution:
     _check_problem("optimize", problem)
     check_settings("optimize", settings)
 
-    def solve(p, batch):  # on the chip filled (one program for every profile), answered for p
-        return eqx.tree_at(lambda s: s.problem, _solve(filled(p), settings, batch), p)
+    def solve(p, batch):  # on its chip's shared form (one program per profile), answered for p
+        return eqx.tree_at(lambda s: s.problem, _solve(on_shared_form(p), settings, batch), p)
 
     return bucketed(solve, problem)
 

@@ -597,7 +597,7 @@ def batch_size(problem: Problem) -> int | None:
     return n
 
 
-def filled(problem: Problem) -> Problem:
+def on_shared_form(problem: Problem) -> Problem:
     """The problem on its chip's ``shared_form`` (a profiled chip filled): the same numbers in
     one pytree structure for every profile, so that the search programs compiled for one are
     loaded for the others. The searches solve this and hand back the caller's problem."""

@@ -40,7 +40,7 @@ from dcost.search.buckets import bucketed
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.search.linalg import lstsq
 from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
-from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate, filled, to_search
+from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate, on_shared_form, to_search
 from dcost.specs import Hardware, Model, SpecError, Workload
 
 INFEASIBLE_LOG_RATIO = 0.01
@@ -239,8 +239,8 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     _check_problem("sensitivity", problem)
     check_settings("sensitivity", settings)
 
-    def solve(p, batch, settings):  # on the chip filled (``optimize``), answered for p
-        return _unfill(_sensitivity(filled(p), settings, batch), p)
+    def solve(p, batch, settings):  # on its chip's shared form (``optimize``), answered for p
+        return _unfill(_sensitivity(on_shared_form(p), settings, batch), p)
 
     out = bucketed(lambda p, batch: solve(p, batch, settings), problem)
     if np.ndim(out.log_ratios) == 1 and not bool(out.feasible):
@@ -280,7 +280,7 @@ def _fold(elastic: Hardware, hardware: Hardware) -> Hardware:
 
 
 def _unfill(sens: Sensitivity, problem: Problem) -> Sensitivity:
-    """A ``Sensitivity`` of ``filled(problem)`` as ``problem``'s own (``_fold``)."""
+    """A ``Sensitivity`` of ``on_shared_form(problem)`` as ``problem``'s own (``_fold``)."""
     hw = problem.hardware
     design = {
         name: Elasticities(_fold(e.hardware, hw), e.model, e.workload)
