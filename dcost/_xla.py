@@ -10,14 +10,11 @@ once, and where XLA no longer knows them (or the backend is not a CPU) it gives 
 defaults.
 
 ``DCOST_FAST_COMPILE=1`` in the environment makes every program compile fast, as if each asked for
-it (``prefer_fast(False)`` is then True), but for those that ask for XLA's own level
-(``optimized=True``: the planner's, the exhaustive grids): the trade for a process that runs many
-different programs once each, such as a notebook. ``DCOST_FAST_COMPILE=all`` reaches those too
-(``even_optimized()``), as ``dcost plan`` does for its one question: the test suite's choice
-(``tests/conftest.py``), whose planner programs run a few plans each. Unset or ``0`` (``off``,
-``false``, ``no``): each program asks for its own options. Set any way, it is the process's choice
-(``chosen``): ``dcost plan`` then does not make its planner's programs compile fast on its own
-(``dcost.search._jit.prefer_fast_compile(even_optimized=True)``).
+it (``prefer_fast(False)`` is then True): the trade for a process that runs many different programs
+once each, such as a notebook or the test suite (``tests/conftest.py`` sets it). Unset or ``0``
+(``off``, ``false``, ``no``): each program asks for its own options. Set either way, it is the
+process's choice (``chosen``): ``dcost plan`` then does not make its planner's programs compile
+fast on its own (``dcost.search._jit.prefer_fast_compile(even_optimized=True)``).
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-__all__ = ["requested", "options", "prefer_fast", "even_optimized", "chosen"]
+__all__ = ["requested", "options", "prefer_fast", "chosen"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # XLA:CPU's YNNPACK fusions of reductions and elementwise loops ran the planner's closed forms
@@ -45,42 +42,24 @@ _RUN_FAST = {"xla_backend_optimization_level": 3}
 
 _ON = frozenset({"1", "on", "true", "yes"})
 _OFF = frozenset({"", "0", "off", "false", "no"})
-_ALL = "all"
 
 
 def prefer_fast(fast_compile: bool, environ=None) -> bool:
     """Whether a program that asks for ``fast_compile`` compiles fast: it asked, or
-    ``DCOST_FAST_COMPILE`` is on (or ``all``). A value that is none of these nor off raises
-    ``ValueError``.
+    ``DCOST_FAST_COMPILE`` is on. A value that is neither on nor off raises ``ValueError``.
 
     >>> prefer_fast(False, {}), prefer_fast(False, {"DCOST_FAST_COMPILE": "1"})
     (False, True)
     """
-    value = _value(environ)
-    return fast_compile or value in _ON or value == _ALL
-
-
-def even_optimized(environ=None) -> bool:
-    """Whether ``DCOST_FAST_COMPILE`` is ``all``: the programs that ask for XLA's own level
-    (``optimized=True``) compile fast too.
-
-    >>> even_optimized({"DCOST_FAST_COMPILE": "1"}), even_optimized({"DCOST_FAST_COMPILE": "all"})
-    (False, True)
-    """
-    return _value(environ) == _ALL
-
-
-def _value(environ) -> str:
     env = os.environ if environ is None else environ
     value = env.get("DCOST_FAST_COMPILE", "").strip().lower()
-    if value not in _ON | _OFF | {_ALL}:
+    if value not in _ON | _OFF:
         raise ValueError(
             f"DCOST_FAST_COMPILE = {env['DCOST_FAST_COMPILE']!r} is not allowed: it must be one of"
-            f" {sorted(_ON)} (every program compiles fast but those that ask for XLA's own"
-            f" level), {_ALL!r} (every program compiles fast) or {sorted(_OFF - {''})} (unset:"
-            " each program asks for its own options)"
+            f" {sorted(_ON)} (every program compiles fast) or {sorted(_OFF - {''})} (unset: each"
+            " program asks for its own options)"
         )
-    return value
+    return fast_compile or value in _ON
 
 
 def chosen(environ=None) -> bool:

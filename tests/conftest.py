@@ -25,13 +25,11 @@ and write of the cache, so no process reads an entry another is still writing.
 dcost's own cache in fresh processes with their own directories and environments.
 
 Optimization level. The suite compiles every program at XLA's backend optimization level 0
-(``DCOST_FAST_COMPILE=all``), as ``dcost plan`` does: most of its time is compiling programs it
-then runs a few times, and level 0 compiles them about twice as fast; ``all`` reaches the
-programs that ask for XLA's own level too (the planner's, the grids': ``optimized=True``), and the
-sweep's child processes inherit it, so they compile what the tests compile. ``XLA_FLAGS`` (level 0
-and XLA:CPU's classic emitters, added when ``DCOST_FAST_COMPILE`` is ``1`` or ``all``) extend that
-to the programs dcost does not compile itself: JAX's eager operations (several thousand a run) and
-the tests' own ``jax.jit``; dcost's programs that ask to run fast name their level. Level 0 changes
+(``DCOST_FAST_COMPILE=1``), as the command line does: most of its time is compiling programs it
+then runs a few times, and level 0 compiles them about twice as fast. ``XLA_FLAGS`` (level 0 and
+XLA:CPU's classic emitters, added when ``DCOST_FAST_COMPILE`` is ``1``) extend that to the programs
+dcost does not compile itself: JAX's eager operations (several thousand a run) and the tests' own
+``jax.jit``; dcost's programs that ask to run fast name their level and keep it. Level 0 changes
 how fast the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at
 both levels). The notebooks' kernels inherit it, but for those in ``tests/test_notebooks.py``'s
 ``OWN_LEVEL`` (the sensitivity notebook, whose exhaustive grid runs four times slower at level 0),
@@ -50,8 +48,8 @@ import shutil
 import tempfile
 
 os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
-os.environ.setdefault("DCOST_FAST_COMPILE", "all")
-if os.environ["DCOST_FAST_COMPILE"] in ("1", "all") and "--xla_backend_optimization_level" not in (
+os.environ.setdefault("DCOST_FAST_COMPILE", "1")
+if os.environ["DCOST_FAST_COMPILE"] == "1" and "--xla_backend_optimization_level" not in (
     os.environ.get("XLA_FLAGS", "")
 ):  # before JAX starts its backend; inherited by the subprocesses and the notebooks' kernels
     os.environ["XLA_FLAGS"] = (

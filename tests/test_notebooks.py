@@ -61,7 +61,7 @@ def executed():
             client = nbclient.NotebookClient(
                 nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
             )
-            # the kernel inherits the suite's DCOST_FAST_COMPILE=all (and so loads the programs the
+            # the kernel inherits the suite's DCOST_FAST_COMPILE=1 (and so loads the programs the
             # suite's processes compiled, e.g. the planner's), except in the notebooks whose large
             # sweeps run several times slower at level 0 than they save in compiling: those
             # compile as a user's would, each program at its own optimization level

@@ -15,38 +15,6 @@ def test_on_values_make_every_program_fast(value):
     assert _xla.prefer_fast(True, {"DCOST_FAST_COMPILE": value})
 
 
-def test_all_reaches_the_programs_that_ask_for_xlas_own_level(monkeypatch):
-    """``DCOST_FAST_COMPILE=all`` (the suite's): every program compiles fast, those that ask for
-    XLA's own level too (``optimized=True``, in both ``jit`` wrappers), which ``1`` leaves
-    alone."""
-    from dcost.planning import _jit as planning_jit
-
-    assert _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": " ALL "})
-    assert _xla.even_optimized({"DCOST_FAST_COMPILE": "all"})
-    assert not any(_xla.even_optimized({"DCOST_FAST_COMPILE": v}) for v in ("", "0", "1"))
-
-    def double(x):
-        return 2.0 * x
-
-    asked: list[bool] = []  # the planner's wrapper asks _xla for its options when it compiles
-
-    def spy(fast):
-        asked.append(fast)
-        return None
-
-    monkeypatch.setattr(_xla, "options", spy)
-    searches, planner = _jit.jit(double, optimized=True), planning_jit.jit(double, optimized=True)
-    compiled = {}
-    for value in ("1", "all"):
-        monkeypatch.setenv("DCOST_FAST_COMPILE", value)
-        compiled[value] = searches.compiled()
-        assert float(planner(np.float32(3.0))) == 6.0
-    assert asked == [False, True]
-    assert compiled["all"] is not compiled["1"]
-    with _jit.prefer_fast_compile(even_optimized=True):  # the same program as dcost plan's
-        assert searches.compiled() is compiled["all"]
-
-
 @pytest.mark.parametrize("value", ["", "0", "off", "False", "no"])
 def test_off_values_leave_each_program_its_own_choice(value):
     assert not _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
@@ -95,7 +63,6 @@ def test_even_optimized_programs_compile_fast_only_when_asked(monkeypatch):
     def double(x):
         return 2.0 * x
 
-    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")  # the suite's "all" would reach it already
     f = _jit.jit(double, optimized=True)
     optimized = f.compiled()
     with _jit.prefer_fast_compile():

@@ -60,8 +60,7 @@ def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwar
 
     Static arguments are given by ``static_argnames`` (``dcost._programs`` relies on it).
     ``optimized=True`` compiles at XLA's own optimization level whatever the process prefers
-    (``DCOST_FAST_COMPILE=1``, ``prefer_fast_compile``) but for ``DCOST_FAST_COMPILE=all`` and
-    ``prefer_fast_compile(even_optimized=True)``: for a program that runs a large
+    (``DCOST_FAST_COMPILE``, ``prefer_fast_compile``): for a program that runs a large
     vectorized sweep, which level 0 runs several times more slowly than it compiles faster
     (the planner's exhaustive grid: 70-80 s of CPU a call against 13 s)."""
     if fun is None:
@@ -75,7 +74,7 @@ def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwar
 
     def fast_now() -> bool:
         if optimized:
-            return _EVEN_OPTIMIZED or _xla.even_optimized()
+            return _EVEN_OPTIMIZED
         return _xla.prefer_fast(fast_compile or _PREFER_FAST_COMPILE)
 
     def compiled():
