@@ -92,6 +92,28 @@ def test_step_table_against_the_serving_model(model, layout, calibrated, tol):
     )
 
 
+def test_decode_pool_table_pays_its_admissions():
+    """A disaggregated decode pool's step table against ``dcost.decode`` (which charges the
+    engine's ``prefill_step_overhead`` on the share ``min(1, B/T_out)`` of steps that admit a
+    sequence) at the nodes, one stage and two: within 0.5 %, and the aggregated table's decode
+    steps (c = 0) pay none of it (their prompt steps do, in ``dcost.mixed_step``)."""
+    eng = dcost.engine("trtllm", hardware="h100-sxm")
+    h, m = eng.apply(dcost.hardware("h100-sxm"), model=dcost.model(MODEL)), dcost.model(MODEL)
+    fee = float(h.prefill_step_overhead)
+    assert fee > 1e-4
+    w = dcost.Workload(1300.0, prompt=1155.0, output=211.0)
+    for stages in (1, 2):
+        lay = Layout(8, stages, 1, 2048, 0)
+        dec = jax.jit(step_table, static_argnames="kind")(lay, h, m, w, kind="decode")
+        agg = jax.jit(step_table)(lay, h, m, w)
+        for b in (15.0, 255.0, 1023.0):  # nodes: 2**(k/2) - 1
+            r = dcost.decode(dcost.Design(b / stages, 8, stages, attention_dp=1), h, m, w)
+            assert float(dec.trip(b, 0.0)) == pytest.approx(float(r.tpot), rel=5e-3)
+            share = min(1.0, b / stages / 211.0)
+            gap = float(dec.trip(b, 0.0) - agg.trip(b, 0.0))
+            assert gap == pytest.approx(stages * share * fee, rel=1e-3)
+
+
 # --------------------------------------------------------------------------- the plan itself
 
 

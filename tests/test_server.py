@@ -15,12 +15,14 @@ def vllm_8b():
 
 def test_one_client_runs_a_prefill_then_decode_steps(vllm_8b):
     """One client, fixed lengths: TTFT is one prefill step, every later token a decode step of
-    batch 1, e2e their sum; the decode step is dcost.decode's at batch 1 with the engine."""
+    batch 1, e2e their sum; the decode step is dcost.decode's at batch 1 with the engine, for a
+    step that admits no sequence (no output length: in an aggregated engine the prompt's own
+    step pays for the admission)."""
     load = Load(prompt=512, output=64, clients=1, requests=5, stagger=False)
     run = simulate_server(vllm_8b, load)
     eng = vllm_8b.resolved_engine()
     h, m = dcost.presets.pair("h100-sxm", "llama-3.1-8b")
-    w = dcost.Workload(512 + 32, prompt=512, output=64)
+    w = dcost.Workload(512 + 32, prompt=512)
     step = float(dcost.decode(dcost.Design(batch=1, chips=1), h, m, w, engine=eng).tpot)
     assert run.tpot == pytest.approx(step, rel=2e-3)
     assert run.e2e == pytest.approx(run.ttft + 63 * run.tpot, rel=1e-9)

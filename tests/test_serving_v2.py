@@ -230,6 +230,44 @@ def test_prefill_step_overhead_by_hand():
 
 
 @pytest.mark.x64
+def test_decode_pool_admissions_by_hand():
+    """A decode step with an output length admits ``min(1, B tau / T_out)`` sequences a step on
+    average (Little's law), each such step paying ``prefill_step_overhead``. Dense, one chip,
+    5 ms: B = 8 and T_out = 100 admit in 0.08 of the steps (0.4 ms a step); B = 8 and T_out = 4
+    would admit 2 a step, at most every step admits (5 ms); with 2 draft tokens accepted at
+    a = 0.5 (tau = 1 + 0.5 + 0.25 = 1.75) B = 8 and T_out = 100 admit in 0.14 (0.7 ms a step,
+    0.4 ms a token). Without an output length, or on a chip without the field, nothing."""
+    base = chip(step_overhead=1e-3, layer_overhead=1e-5)
+    h = chip(step_overhead=1e-3, layer_overhead=1e-5, prefill_step_overhead=5e-3)
+    d = Design(batch=8)
+
+    def gap(design, work, m=None):
+        m = dense() if m is None else m
+        return float(dcost.decode(design, h, m, work).tpot) - float(
+            dcost.decode(design, base, m, work).tpot
+        )
+
+    assert gap(d, Workload(100, output=100)) == pytest.approx(0.08 * 5e-3, rel=1e-9)
+    assert gap(d, Workload(100, output=4)) == pytest.approx(5e-3, rel=1e-9)
+    assert gap(d, Workload(100)) == 0.0
+    spec = Design(batch=8, draft_tokens=2)
+    ws = Workload(100, output=100, acceptance=0.5)
+    drafted = dense(draft_params=1e8)
+    tau = float(dcost.decode(spec, h, drafted, ws).tokens_per_step)
+    assert tau == pytest.approx(1.75, rel=1e-9)
+    assert gap(spec, ws, drafted) * tau == pytest.approx(0.14 * 5e-3, rel=1e-9)
+    # pure physics stays a bound: no field, no charge
+    w = Workload(100, output=100)
+    assert float(dcost.decode(d, base, dense(), w).tpot) == float(
+        dcost.decode(d, base, dense(), Workload(100)).tpot
+    )
+    # smooth and exact agree away from the kink, and the gradient in B is the share's slope
+    grad = jax.grad(lambda b: dcost.decode(Design(batch=b), h, dense(), w).tpot)
+    no_fee = jax.grad(lambda b: dcost.decode(Design(batch=b), base, dense(), w).tpot)
+    assert float(grad(8.0) - no_fee(8.0)) == pytest.approx(5e-3 / 100, rel=1e-6)
+
+
+@pytest.mark.x64
 def test_collectives_by_hand():
     # ring all-reduce of 8e6 B over 8 chips: 14 alpha + 2*(7/8)*8e6/1e11 = 14 us + 140 us
     assert float(collectives.all_reduce(8e6, 8.0, 1e11, 1e-6)) == pytest.approx(1.54e-4)

@@ -40,6 +40,7 @@ import numpy as np
 from dcost._types import FloatLeaf
 from dcost.planning import latency as lat
 from dcost.serving.mixed import _mixed_step, kv_transfer_time
+from dcost.serving.roofline import admitted_share
 from dcost.serving.speculative import _accepted_tokens
 from dcost.specs import Design, Hardware, Model, Workload, _float, readable
 
@@ -208,25 +209,58 @@ def _report(layout: Layout, hardware: Hardware, model: Model, workload: Workload
     return _mixed_step(layout.design(batch / p), hardware, model, workload, 0.0, tokens / p)
 
 
-def trip(layout: Layout, hardware: Hardware, model: Model, workload: Workload, batch, tokens):
+def _admission(layout: Layout, hardware: Hardware, workload: Workload, batch, kind: str):
+    """What a ``"decode"`` pool's replica trip adds for the sequences it admits (s):
+    ``P s prefill_step_overhead``, each of the ``P`` micro-batches of ``B/P`` admitting in a
+    share ``s = min(1, (B/P) tau / T_out)`` of its steps (``dcost.serving.roofline.
+    admitted_share``, as ``dcost.decode`` charges it); 0 for the other kinds, whose prompt
+    steps pay it in ``dcost.mixed_step``."""
+    if kind != "decode":
+        return 0.0
+    p = layout.stages
+    tau = _accepted_tokens(workload.get("acceptance"), layout.draft_tokens)
+    share = admitted_share(batch / p, tau, workload.output)
+    return p * share * hardware.get("prefill_step_overhead")
+
+
+def trip(
+    layout: Layout,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    batch,
+    tokens,
+    kind: str = "aggregated",
+):
     """The exact replica trip ``P t_stage + (P-1) t_hop + t_draft`` (s) (``tpot`` times the
-    accepted tokens per step)."""
+    accepted tokens per step), of a pool of ``kind`` (a ``"decode"`` pool's trips pay for the
+    sequences they admit, ``_admission``)."""
     r = _report(layout, hardware, model, workload, batch, tokens)
-    return r.tpot * r.tokens_per_step
+    return r.tpot * r.tokens_per_step + _admission(layout, hardware, workload, batch, kind)
 
 
-def _parts(layout: Layout, hardware: Hardware, model: Model, workload: Workload, batch, tokens):
+def _parts(
+    layout: Layout,
+    hardware: Hardware,
+    model: Model,
+    workload: Workload,
+    batch,
+    tokens,
+    kind: str = "aggregated",
+):
     """The five parts (s) and memory per chip of a replica step at ``batch`` sequences and
     ``tokens`` prompt tokens, from ``dcost.mixed_step`` (exact, smoothness 0): one stage's
     compute, memory and communication times (the whole-step roofline takes their maximum), the
     excess of its kernels run in series over that roofline
     (``t_stage - t_overhead - max(...)``, 0 when ``Hardware.kernel_serialization`` is 0; see
-    ``dcost.serving.roofline.stage_time``), and the rest of the trip."""
+    ``dcost.serving.roofline.stage_time``), and the rest of the trip (a ``"decode"`` pool's
+    admissions, ``_admission``, included)."""
     p = layout.stages
     r = _report(layout, hardware, model, workload, batch, tokens)
     roofline = jnp.stack([r.t_compute, r.t_weights + r.t_kv, r.t_comm])
     serial = r.t_stage - r.t_overhead - _stage(roofline)
     rest = p * r.t_overhead + (p - 1.0) * r.t_hop + r.t_draft
+    rest = rest + _admission(layout, hardware, workload, batch, kind)
     parts = jnp.stack([r.t_compute, r.t_weights + r.t_kv, r.t_comm, serial, rest])
     return parts, r.memory_per_chip
 
@@ -244,7 +278,8 @@ def step_table(
         ``acceptance`` for speculative layouts.
       kind: ``"aggregated"`` tabulates every batch and chunk node; a ``"decode"`` pool's steps
         carry no chunk and a ``"prefill"`` pool's no decode batch, so theirs are computed
-        along one axis and repeated along the other (a twentieth of the work).
+        along one axis and repeated along the other (a twentieth of the work); a decode pool's
+        steps also pay for the sequences they admit (``_admission``).
 
     Returns:
       A ``StepTable``.
@@ -268,7 +303,7 @@ def step_table(
     dtype = jnp.result_type(float)
     batch = jnp.asarray(np.append(bb, [0.0, 1.0]), dtype)  # the last two nodes: memory
     tokens = jnp.asarray(np.append(cc, [0.0, 0.0]), dtype)
-    parts, memory = jax.vmap(lambda b, c: _parts(layout, hardware, model, workload, b, c))(
+    parts, memory = jax.vmap(lambda b, c: _parts(layout, hardware, model, workload, b, c, kind))(
         batch, tokens
     )
     parts, m0, m1 = parts[:-2], memory[-2], memory[-1]

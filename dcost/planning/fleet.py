@@ -29,19 +29,20 @@ __all__ = ["simulate", "exact_step"]
 _CHUNK = 2**15
 
 
-@functools.partial(jit, fast_compile=True)
-def _trips(layout, hardware, model, workload, batch, tokens):
-    """The exact replica trip at each (batch, tokens) pair (s)."""
+@functools.partial(jit, static_argnames=("kind",), fast_compile=True)
+def _trips(layout, hardware, model, workload, batch, tokens, kind="aggregated"):
+    """The exact replica trip of a pool of ``kind`` at each (batch, tokens) pair (s)."""
 
     def one(b, c):
-        return trip(layout, hardware, model, workload, b, c)
+        return trip(layout, hardware, model, workload, b, c, kind)
 
     return jax.lax.map(lambda bc: one(*bc), (batch, tokens), batch_size=1024)
 
 
-def exact_step(hardware, model, layout: Layout, workload):
+def exact_step(hardware, model, layout: Layout, workload, kind: str = "aggregated"):
     """The token-step function ``t(B, c) = trip(B, c tau)/tau`` of a layout from the serving
-    model itself, for NumPy arrays (the simulation's table).
+    model itself, for NumPy arrays (the simulation's table); ``kind`` the pool's role
+    (``dcost.planning.designs.step_table``'s: a ``"decode"`` pool pays for its admissions).
 
     >>> import dcost
     >>> from dcost.planning.designs import Layout, step_table
@@ -67,7 +68,13 @@ def exact_step(hardware, model, layout: Layout, workload):
             nb[:k], nc[:k] = flat_b[piece], flat_c[piece]
             dtype = jnp.result_type(float)
             trips = _trips(
-                layout, hardware, model, workload, jnp.asarray(nb, dtype), jnp.asarray(nc, dtype)
+                layout,
+                hardware,
+                model,
+                workload,
+                jnp.asarray(nb, dtype),
+                jnp.asarray(nc, dtype),
+                kind=kind,
             )
             out[piece] = np.asarray(trips)[:k]
         return (out / tau).reshape(b.shape)
@@ -140,7 +147,7 @@ def simulate(
             pool.chips_per_stage, pool.stages, pool.attention_dp, pool.chunk, pool.draft_tokens
         )
         work = workload_of(plan.traffic, pool.role, plan.acceptance)
-        step = exact_step(hardware, model, layout, work)
+        step = exact_step(hardware, model, layout, work, pool.role)
         tau = float(_accepted_tokens(work.get("acceptance"), layout.draft_tokens))
         chunk = max(1, round(pool.chunk / tau)) if pool.role == "aggregated" else pool.chunk
         pools.append(

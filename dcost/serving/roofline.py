@@ -484,8 +484,10 @@ def decode(
     groups, each scheduling its share of the ``B`` sequences) ``+ expert_overhead E phi(B')
     L_moe/(P e)`` (each routed expert the step touches costs its group a small GEMM's launch
     and tile, whatever its tokens) ``+ moe_layer_overhead L_moe/P`` (each MoE layer's routing,
-    sorting and combining kernels), and ``prefill_step_overhead`` on a step that carries prompt
-    tokens (never on a decode step); and
+    sorting and combining kernels), and ``prefill_step_overhead`` on the share of steps that
+    admit a new sequence, ``min(1, B tau / T_out)`` with ``T_out = Workload.output``
+    (``admitted_share``: a disaggregated decode pool's steps; none when ``T_out`` is 0, the
+    default); and
 
     .. math:: tpot = (P t_{stage} + (P-1) t_{hop} + t_{draft}) / \\tau(a, k_d)
 
@@ -494,7 +496,9 @@ def decode(
         and the v2 layout fields.
       hardware: the chip.
       model: the network.
-      workload: ``context`` is the mean context ``T`` during decode (tokens).
+      workload: ``context`` is the mean context ``T`` during decode (tokens); ``output``
+        ``T_out`` (tokens; 0, the default, for a step that admits no sequence) sets the share
+        of steps that admit one (``admitted_share``).
       smoothness: 0 for the exact hard max, in ``(0, 1]`` for the smooth p-norm max
         (``dcost.smooth.MAX_SMOOTHNESS``).
       engine: a ``dcost.Engine`` (``dcost.engine("vllm", hardware=...)``): its measured profile
@@ -540,6 +544,7 @@ def _decode(design, hardware, model, workload, smoothness) -> Report:
         smoothness,
         tokens=tokens,
         passes=1.0,
+        prompt_passes=admitted_share(b, tau, workload.output, smoothness),
         attn_ctx_flops=tokens * model.attn_flops_per_context_token * t,
         expert_params_touched=touched,
         kv_bytes=b * t * model.kv_bytes_per_token,
@@ -554,6 +559,26 @@ def _decode(design, hardware, model, workload, smoothness) -> Report:
 
 
 _decode_jit = jitted("decode", _decode)
+
+
+def admitted_share(batch, tau, output, smoothness=0.0):
+    """The share of a decode pool's steps that admit a new sequence:
+    ``s = min(1, B tau / T_out)`` (0 when ``T_out = 0``).
+
+    In steady state ``B`` running sequences of ``T_out`` output tokens, ``tau`` a step, finish
+    (and are replaced) at ``B tau / T_out`` sequences a step; at most every step admits. A
+    disaggregated decode engine runs a step that admits a sequence whose KV its prefill pool
+    sent as a step with prompt tokens (vLLM's connector computes the prompt's last token there,
+    out of the full CUDA graph; SGLang runs the admitted sequences as a prebuilt extend
+    batch), so such a step pays ``prefill_step_overhead``: ``decode`` charges it ``s`` times a
+    step. Little's law (Little, Operations Research 9(3), 1961) gives the rate.
+
+    >>> round(float(admitted_share(64.0, 1.0, 1024.0)), 4), float(admitted_share(8.0, 1.0, 0.0))
+    (0.0625, 0.0)
+    """
+    rate = safe_div(batch * tau, output)  # 0 where T_out is 0
+    # rate / max(rate, 1) = min(rate, 1), smooth and finite at rate 0 (smax drops a zero term)
+    return rate / smax([rate, jnp.ones_like(rate)], smoothness)
 
 
 def prefill(
