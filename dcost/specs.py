@@ -385,8 +385,9 @@ class Hardware(eqx.Module):
       prefill_step_overhead: time a serving engine spends on a step that carries prompt tokens
         beyond what a decode step costs: such a step runs outside the decode steps' CUDA graph
         (its kernels launched one by one) and prepares its prompts on the host; paid once per
-        pass that carries prompt tokens (prefill chunks, mixed steps), never by a decode-only
-        step (s, 0).
+        pass that carries prompt tokens (prefill chunks, mixed steps) and by the share of a
+        decode pool's steps that admit a sequence (``dcost.serving.roofline.admitted_share``)
+        (s, 0).
       kernel_roofline_smoothness: how one kernel's compute and memory traffic overlap, ``r`` in
         [0, 1]: its time is ``smax_r(t_F, t_W) = (t_F^(1/r) + t_W^(1/r))^r``, the roofline's
         maximum at 0 (v1: streaming fully hides the arithmetic or the other way round), their

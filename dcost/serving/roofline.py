@@ -274,7 +274,7 @@ def _assemble(
       tokens_per_step: accepted length; t_draft: draft time; draft_memory: draft bytes per chip;
       phi_tokens: tokens per pass (for matmul sizes and imbalance); scheduled: sequences the
       step schedules per pass (``sequence_overhead``); prompt_passes: the passes that carry
-      prompt tokens (``prefill_step_overhead``; 0 for a decode step).
+      prompt tokens (``prefill_step_overhead``; a decode step's admitting share).
     """
     p, g = design.stages, design.chips
     chips = p * g
