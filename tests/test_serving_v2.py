@@ -20,7 +20,7 @@ import v1_reference as v1
 import dcost
 from dcost import Design, Workload
 from dcost.serving import attention, collectives, mixed, moe, speculative
-from dcost.serving.roofline import chunks, matmul_efficiency
+from dcost.serving.roofline import admitted_share, chunks, matmul_efficiency
 from dcost.smooth import smin
 
 # --------------------------------------------------------------------------------------- specs
@@ -261,7 +261,10 @@ def test_decode_pool_admissions_by_hand():
     assert float(dcost.decode(d, base, dense(), w).tpot) == float(
         dcost.decode(d, base, dense(), Workload(100)).tpot
     )
-    # smooth and exact agree away from the kink, and the gradient in B is the share's slope
+    # the smooth share equals the exact one away from the kink and is below it there
+    assert float(admitted_share(8.0, 1.0, 100.0, 0.2)) == pytest.approx(0.08, rel=1e-5)
+    assert float(admitted_share(100.0, 1.0, 100.0, 0.2)) == pytest.approx(2.0**-0.2, rel=1e-9)
+    # the exact model's gradient in B carries the share's slope, fee / T_out
     grad = jax.grad(lambda b: dcost.decode(Design(batch=b), h, dense(), w).tpot)
     no_fee = jax.grad(lambda b: dcost.decode(Design(batch=b), base, dense(), w).tpot)
     assert float(grad(8.0) - no_fee(8.0)) == pytest.approx(5e-3 / 100, rel=1e-6)
