@@ -209,18 +209,21 @@ def _report(layout: Layout, hardware: Hardware, model: Model, workload: Workload
     return _mixed_step(layout.design(batch / p), hardware, model, workload, 0.0, tokens / p)
 
 
-def _admission(layout: Layout, hardware: Hardware, workload: Workload, batch, kind: str):
+def _admission(layout: Layout, hardware: Hardware, workload: Workload, batch, kind):
     """What a ``"decode"`` pool's replica trip adds for the sequences it admits (s):
     ``P s prefill_step_overhead``, each of the ``P`` micro-batches of ``B/P`` admitting in a
     share ``s = min(1, (B/P) tau / T_out)`` of its steps (``dcost.serving.roofline.
     admitted_share``, as ``dcost.decode`` charges it); 0 for the other kinds, whose prompt
-    steps pay it in ``dcost.mixed_step``."""
-    if kind != "decode":
-        return 0.0
+    steps pay it in ``dcost.mixed_step``. ``kind`` is the pool's role, or a traced weight (1 a
+    decode pool, 0 another) so that one program serves every role."""
+    if isinstance(kind, str):
+        if kind != "decode":
+            return 0.0
+        kind = 1.0
     p = layout.stages
     tau = _accepted_tokens(workload.get("acceptance"), layout.draft_tokens)
     share = admitted_share(batch / p, tau, workload.output)
-    return p * share * hardware.get("prefill_step_overhead")
+    return kind * p * share * hardware.get("prefill_step_overhead")
 
 
 def trip(
@@ -230,11 +233,11 @@ def trip(
     workload: Workload,
     batch,
     tokens,
-    kind: str = "aggregated",
+    kind="aggregated",
 ):
     """The exact replica trip ``P t_stage + (P-1) t_hop + t_draft`` (s) (``tpot`` times the
     accepted tokens per step), of a pool of ``kind`` (a ``"decode"`` pool's trips pay for the
-    sequences they admit, ``_admission``)."""
+    sequences they admit, ``_admission``; a traced 0/1 weight also works)."""
     r = _report(layout, hardware, model, workload, batch, tokens)
     return r.tpot * r.tokens_per_step + _admission(layout, hardware, workload, batch, kind)
 

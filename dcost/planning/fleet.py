@@ -29,12 +29,13 @@ __all__ = ["simulate", "exact_step"]
 _CHUNK = 2**15
 
 
-@functools.partial(jit, static_argnames=("kind",), fast_compile=True)
-def _trips(layout, hardware, model, workload, batch, tokens, kind="aggregated"):
-    """The exact replica trip of a pool of ``kind`` at each (batch, tokens) pair (s)."""
+@functools.partial(jit, fast_compile=True)
+def _trips(layout, hardware, model, workload, batch, tokens, admits):
+    """The exact replica trip at each (batch, tokens) pair (s); ``admits`` 1.0 for a decode
+    pool's trips, which pay for their admissions (traced: one program for every pool)."""
 
     def one(b, c):
-        return trip(layout, hardware, model, workload, b, c, kind)
+        return trip(layout, hardware, model, workload, b, c, admits)
 
     return jax.lax.map(lambda bc: one(*bc), (batch, tokens), batch_size=1024)
 
@@ -74,7 +75,7 @@ def exact_step(hardware, model, layout: Layout, workload, kind: str = "aggregate
                 workload,
                 jnp.asarray(nb, dtype),
                 jnp.asarray(nc, dtype),
-                kind=kind,
+                jnp.asarray(1.0 if kind == "decode" else 0.0, dtype),
             )
             out[piece] = np.asarray(trips)[:k]
         return (out / tau).reshape(b.shape)
