@@ -12,7 +12,9 @@ concurrency C. AIConfigurator's benchmark (ai-dynamo/aiconfigurator
 the first C requests at once (its warm-up page: profiling starts after every warm-up response)
 and reports the mean over all 20*C. Its generator deploys each aggregated run with the run's
 batch size as the running-sequence cap, a token budget of that batch, the prompt and 1,500 tokens,
-and SGLang with ``--enable-mixed-chunk`` (``deployed``). The simulation runs the same:
+and SGLang with ``--enable-mixed-chunk`` (``deployed``; SGLang's versions from before the
+generator passed that flag, ``PROMPT_STEPS_ALONE``, run their prompt steps alone, and the figures
+with every SGLang run mixed are kept beside, ``"as_written"``). The simulation runs the same:
 ``Load(clients=C, stagger=False)``, the engine's scheduler with those settings (decode tokens
 first in the budget, prompt chunks beside them) and its ``frontend_time`` (vLLM's measured
 11 ms); the mean over 20*C requests weighs the first wave C/(20*C) and the later requests the
@@ -72,27 +74,48 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
     return out
 
 
-def deployed(eng, record, batch: int):
+PROMPT_STEPS_ALONE = frozenset({"0.5.1.post1", "0.5.3.post2", "0.5.4.post3"})
+"""SGLang versions whose runs are taken as deployed without ``--enable-mixed-chunk``: the
+generator deployed them from 2025-12-04 (ai-dynamo/aiconfigurator #144) and emitted the flag only
+from 2026-01-19 (#257, #258; ``agg enable_mixed_chunk = true`` in ``rule_plugin/sglang.rule``);
+the versions it added later (0.5.6.post2 on 2026-01-23, 0.5.8, 0.5.9, ...) had it from the first.
+The silicon rows state no date for the collection of these versions (SGLang 0.5.1.post1 on H100
+and H200, a gap-analysis source file), so which deployment ran them is not recorded; their
+measured TTFT and TPOT are those of prompt steps run alone (SGLang's default, ``prefill_first``),
+not of mixed steps (on the seed-0 sample's 0.5.1.post1 runs the mixed deployment's TTFT was
+0.2x the measured)."""
+
+
+def deployed(eng, record, batch: int, as_written: bool = False):
     """The engine as AIConfigurator's generator deploys an aggregated benchmark run
     (ai-dynamo/aiconfigurator ``src/aiconfigurator/generator/rule_plugin/benchmark/*.rule``):
     running sequences up to the run's batch size, a token budget of that batch plus the prompt
     and 1,500 tokens (``max_num_tokens``; TensorRT-LLM's rounded up to its 32-token blocks;
     SGLang's ``max_prefill_tokens`` of prompt and 1,500 beside the decodes), and SGLang with
-    ``--enable-mixed-chunk`` (prompt chunks beside the decodes, not alone). The cap never falls
-    below the client's concurrency (rows with attention data parallelism state the batch of a
-    rank)."""
+    ``--enable-mixed-chunk`` (prompt chunks beside the decodes, not alone), but for the versions
+    in ``PROMPT_STEPS_ALONE``: prompt steps alone, of at most the prompt and 1,500 tokens and
+    SGLang's own chunk (``chunked_prefill_size``, the engine's default budget); ``as_written``:
+    every SGLang run mixed, as the generator writes it today. The cap never falls below the
+    client's concurrency (rows with attention data parallelism state the batch of a rank)."""
     import dataclasses
 
     isl = int(record["prompt_tokens"])
     seqs = max(batch, int(record["concurrency"]))
     budget = batch + isl + 1500
+    alone = (
+        not as_written
+        and eng.name == "sglang"
+        and record.get("engine_version") in PROMPT_STEPS_ALONE
+    )
+    if alone:
+        budget = min(isl + 1500, eng.scheduler.max_num_batched_tokens)
     if eng.name == "trtllm":
         budget = -(-budget // 32) * 32
     sched = dataclasses.replace(
         eng.scheduler,
         max_num_seqs=seqs,
         max_num_batched_tokens=budget,
-        prefill_first=False,
+        prefill_first=alone,
     )
     return dataclasses.replace(eng, scheduler=sched)
 
@@ -218,20 +241,28 @@ def compute(n: int = 90, log=print) -> dict:
             except Exception as err:  # noqa: BLE001 - a run the simulation refuses is counted
                 refused.append({"id": r["id"], "error": str(err)})
                 continue
-            results.append(
-                {
-                    "id": r["id"],
-                    "engine": r["engine"],
-                    "concurrency": c,
-                    "ttft": ttft,
-                    "tpot": r["value"],
-                    "simulated": sim,
-                }
-            )
+            row = {
+                "id": r["id"],
+                "engine": r["engine"],
+                "concurrency": c,
+                "ttft": ttft,
+                "tpot": r["value"],
+                "simulated": sim,
+            }
+            written = deployed(record_engine(r)[0], r, batch, as_written=True)
+            if written.scheduler != srv.engine.scheduler:  # the generator's mixed steps beside
+                row["simulated_as_written"] = benchmark_means(
+                    server_for(r, written), r["prompt_tokens"], r["output_tokens"], c
+                )
+            results.append(row)
             if i % 30 == 0:
                 log(f"{split}: {i + 1} runs, {time.perf_counter() - t0:.0f} s")
+        as_written = [
+            dict(x, simulated=x.get("simulated_as_written", x["simulated"])) for x in results
+        ]
         table["splits"][split] = {
             **summarize(results),
+            "as_written": summarize(as_written),
             "refused": refused,
             "results": results,
         }
@@ -292,6 +323,12 @@ def main() -> None:
                 f"{split:8s} {metric}: median {med:.0f} %, p90 {p90:.0f} %,"
                 f" simulated/measured {m['bias']:.2f}; {by}"
             )
+        w = s["as_written"]["ttft"]
+        print(
+            f"{split:8s} ttft with every SGLang run mixed (the generator as written): median "
+            f"{100 * w['median']:.0f} %, p90 {100 * w['p90']:.0f} %, sglang "
+            f"{100 * w['sglang']['median']:.0f} % ({w['sglang']['bias']:.2f}x)"
+        )
         print(f"{split}: {s['runs']} runs, {len(s['refused'])} refused")
     for w in table["waves"]:
         print(
