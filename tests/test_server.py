@@ -157,6 +157,51 @@ def test_cli_simulate_is_the_api_s(capsys):
     assert "--clients N" in capsys.readouterr().err
 
 
+def test_cli_simulate_takes_the_engines_launch(capsys):
+    """The launch flags set the engine's scheduler (the JSON says which ran) and give the API's
+    answer on that engine; the order of a step changes the answer as the scheduler says: prompt
+    steps alone keep a benchmark's clients in waves (every request of a closed loop of equal
+    lengths finishes with its wave, so all end-to-end latencies are equal), prompt chunks
+    beside the decodes spread them; launch flags without an engine are refused."""
+    import json
+
+    from dcost.cli import main
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "qwen3-32b", "--engine", "sglang"]
+    args += ["--tensor-parallel", "2", "--clients", "16", "--requests", "64"]
+    args += ["--prompt", "2048", "--output", "32", "--json"]
+    launch = dict(max_num_seqs=24, max_num_batched_tokens=3000, gpu_memory_utilization=0.8,
+                  block_size=32, prefix_caching=False, frontend_time=0.02)  # fmt: skip
+    flags = ["--max-num-seqs", "24", "--max-num-batched-tokens", "3000"]
+    flags += ["--gpu-memory-utilization", "0.8", "--block-size", "32", "--no-prefix-caching"]
+    flags += ["--frontend-time", "0.02"]
+    runs = {}
+    for order in ("--prefill-first", "--mixed-chunk"):
+        assert main([*args, *flags, order]) == 0
+        runs[order] = got = json.loads(capsys.readouterr().out)
+        first = order == "--prefill-first"
+        assert got["engine"]["name"] == "sglang"
+        assert got["engine"]["scheduler"] == {**launch, "prefill_first": first, "frontend_cv": 0.0}
+        eng = dcost.engine("sglang", hardware="h100-sxm", prefill_first=first, **launch)
+        srv = Server("h100-sxm", "qwen3-32b", engine=eng, tensor_parallel=2)
+        want = simulate_server(srv, Load(prompt=2048, output=32, clients=16, requests=64))
+        assert got["ttft"]["mean"] == pytest.approx(want.summary()["ttft"]["mean"])
+    waves, spread = runs["--prefill-first"]["e2e"], runs["--mixed-chunk"]["e2e"]
+    assert waves["p99"] == pytest.approx(waves["p50"], rel=1e-9)
+    assert spread["p99"] > 1.05 * spread["p50"]
+    assert runs["--prefill-first"]["ttft"]["mean"] > runs["--mixed-chunk"]["ttft"]["mean"]
+    bare = ["simulate", "--hardware", "h100-sxm", "--model", "qwen3-32b", "--clients", "4"]
+    bare += ["--prompt", "64", "--output", "8"]
+    assert main([*bare, "--mixed-chunk", "--max-num-seqs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-num-seqs, --mixed-chunk / --prefill-first set an engine's launch" in err
+    assert main([*bare, "--engine", "vllm", "--gpu-memory-utilization", "1.5"]) == 2
+    assert "Scheduler.gpu_memory_utilization = 1.5" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*bare, "--engine", "sglang", "--mixed-chunk", "--prefill-first"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
 # --- the client's side, the scheduling order, traces and the prefix cache (issue 29) ---
 
 TRACES = __import__("pathlib").Path(__file__).parent / "data" / "traces"

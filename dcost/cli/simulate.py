@@ -11,13 +11,86 @@ BurstGPT, Mooncake: ``dcost.planning.traces``). Prints TTFT, TPOT, ITL and end-t
 (mean and percentiles), throughput, preemptions, the prefix-cache hit rate and the KV cache's
 peak (``dcost.planning.server``); ``--plot FILE`` saves each request's TTFT and TPOT against
 time with the stages shaded.
+
+The engine runs with its own defaults (``dcost/engines/schedulers.toml``, each with its source)
+unless the launch flags say otherwise, under vLLM's names (SGLang's and TensorRT-LLM's in
+brackets): ``--max-num-seqs`` (``--max-running-requests``, ``max_batch_size``),
+``--max-num-batched-tokens`` (``--chunked-prefill-size``, ``max_num_tokens``),
+``--gpu-memory-utilization`` (``--mem-fraction-static``), ``--block-size`` (``--page-size``),
+``--no-prefix-caching``, and ``--mixed-chunk`` (SGLang's ``--enable-mixed-chunk``: prompt chunks
+run beside the decodes; SGLang's default runs a step of prompt tokens alone, ``--prefill-first``).
+``--profile FILE`` runs a profile of your own (``dcost calibrate --from``).
 """
 
 from __future__ import annotations
 
-from dcost.cli.common import format_table, json_text, positive
+import argparse
+import dataclasses
+
+from dcost.cli.common import format_table, json_text, positive, whole
 
 __all__ = ["add_parsers"]
+
+
+# the launch flags: (flag, Scheduler field)
+_LAUNCH = (
+    ("--max-num-seqs", "max_num_seqs"),
+    ("--max-num-batched-tokens", "max_num_batched_tokens"),
+    ("--gpu-memory-utilization", "gpu_memory_utilization"),
+    ("--block-size", "block_size"),
+    ("--no-prefix-caching", "prefix_caching"),
+    ("--mixed-chunk / --prefill-first", "prefill_first"),
+    ("--frontend-time", "frontend_time"),
+)
+
+
+def _engine(args):
+    """``--engine`` on ``--hardware`` with ``--profile`` and the launch flags (None: pure
+    physics, which takes none of them)."""
+    settings = {
+        field: value
+        for (_, field), value in zip(
+            _LAUNCH,
+            (
+                args.max_num_seqs,
+                args.max_num_batched_tokens,
+                args.gpu_memory_utilization,
+                args.block_size,
+                False if args.no_prefix_caching else None,
+                args.prefill_first,
+                args.frontend_time,
+            ),
+            strict=True,
+        )
+        if value is not None
+    }
+    if args.engine in (None, "none"):
+        given = [flag for flag, field in _LAUNCH if field in settings]
+        if args.profile is not None:
+            given.append("--profile")
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} set an engine's launch; give --engine (vllm, sglang, "
+                "trtllm): pure physics has no scheduler of its own"
+            )
+        return None
+    from dcost import engines
+
+    return engines.engine(args.engine, hardware=args.hardware, profile=args.profile, **settings)
+
+
+def _launch(eng) -> str:
+    """The engine and the launch it runs under, in a few words."""
+    if eng is None:
+        return "pure physics (vLLM's scheduler)"
+    sc = eng.scheduler
+    order = "prompt steps alone" if sc.prefill_first else "prompt chunks beside the decodes"
+    cache = "" if sc.prefix_caching else ", no prefix caching"
+    return (
+        f"{eng.name} {eng.version} (at most {sc.max_num_seqs} sequences, "
+        f"{sc.max_num_batched_tokens}-token steps, {order}, {sc.gpu_memory_utilization:g} of "
+        f"HBM{cache})"
+    )
 
 
 def _cmd_simulate(args) -> int:
@@ -55,14 +128,24 @@ def _cmd_simulate(args) -> int:
     srv = Server(
         args.hardware,
         args.model,
-        engine=None if args.engine in (None, "none") else args.engine,
+        engine=_engine(args),
         tensor_parallel=args.tensor_parallel,
         expert_parallel=args.expert_parallel,
         attention_data_parallel=args.attention_data_parallel,
+        pipeline_parallel=args.pipeline_parallel,
         replicas=args.replicas,
+        weights=args.weights,
+        kv_cache=args.kv_cache,
     )
     run = simulate_server(srv, load, seed=args.seed)
     s = run.summary()
+    eng = srv.resolved_engine()
+    if eng is not None:  # the engine and its launch as simulated
+        s["engine"] = {
+            "name": eng.name,
+            "version": eng.version,
+            "scheduler": dataclasses.asdict(eng.scheduler),
+        }
     if args.plot:
         run.plot(load).savefig(args.plot, dpi=110)
     if args.json:
@@ -84,7 +167,7 @@ def _cmd_simulate(args) -> int:
         loop = f"{args.clients} clients" if args.clients else f"{len(args.rate)} stage(s)"
     print(
         f"{args.model} on {args.replicas} x {args.hardware} (TP{args.tensor_parallel}), "
-        f"{args.engine or 'pure physics'}: {loop}, prompts {load.prompt:g}, outputs {load.output:g}"
+        f"{_launch(eng)}: {loop}, prompts {load.prompt:g}, outputs {load.output:g}"
     )
     print(format_table(rows, ["ms", "mean", "p50", "p90", "p99"]))
     print(
@@ -99,6 +182,7 @@ def add_parsers(sub) -> None:
         "simulate",
         help="one deployment under a load, with its engine's scheduler",
         description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--hardware", required=True, help="hardware preset")
     p.add_argument("--model", required=True, help="model preset")
@@ -106,7 +190,41 @@ def add_parsers(sub) -> None:
     p.add_argument("--tensor-parallel", type=int, default=1)
     p.add_argument("--expert-parallel", type=int, default=None)
     p.add_argument("--attention-data-parallel", type=int, default=1)
+    p.add_argument("--pipeline-parallel", type=int, default=1)
     p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--weights", default=None, help="weight format (default: the model's own)")
+    p.add_argument("--kv-cache", default="bf16", help="KV-cache format")
+    p.add_argument("--profile", metavar="FILE", help="the engine's profile from this file")
+    launch = p.add_argument_group("the engine's launch (default: its own defaults)")
+    launch.add_argument("--max-num-seqs", type=whole, help="most running sequences")
+    launch.add_argument(
+        "--max-num-batched-tokens", type=whole, help="token budget of a step (prefill chunk)"
+    )
+    launch.add_argument(
+        "--gpu-memory-utilization", type=positive, help="share of HBM the engine uses, (0, 1]"
+    )
+    launch.add_argument("--block-size", type=whole, help="tokens per KV-cache block (page)")
+    launch.add_argument(
+        "--no-prefix-caching", action="store_true", help="no reuse of cached prefixes"
+    )
+    order = launch.add_mutually_exclusive_group()
+    order.add_argument(
+        "--mixed-chunk",
+        dest="prefill_first",
+        action="store_false",
+        default=None,
+        help="prompt chunks beside the decodes (SGLang --enable-mixed-chunk; vLLM, TensorRT-LLM)",
+    )
+    order.add_argument(
+        "--prefill-first",
+        dest="prefill_first",
+        action="store_true",
+        default=None,
+        help="a step of prompt tokens alone, the decodes waiting (SGLang's default)",
+    )
+    launch.add_argument(
+        "--frontend-time", type=float, default=None, help="s a client's TTFT adds (API, tokenizer)"
+    )
     p.add_argument("--prompt", type=positive, help="prompt tokens (mean)")
     p.add_argument("--output", type=positive, help="output tokens (mean)")
     p.add_argument("--trace", help="replay a trace file (CSV or JSON Lines)")
