@@ -20,7 +20,7 @@ import pytest
 
 import dcost
 from dcost.cli.app import main
-from dcost.cli.plan import launch_settings, parse_slo
+from dcost.cli.plan import launch_settings, parse_slo, scheduler_settings, token_budget
 from dcost.planning import (
     Layout,
     plan,
@@ -429,6 +429,71 @@ def test_slo_parsing_and_launch_settings_for_moe():
     assert "--disaggregation-mode decode" in sglang and "--speculative-num-steps 1" in sglang
     trt = "\n".join(launch_settings(fake, "deepseek-v3", "trtllm"))
     assert "--ep_size 16" in trt and "enable_attention_dp: true" in trt and "MTP" in trt
+
+
+@pytest.mark.slow
+def test_an_engines_launch_holds_the_plan_in_its_scheduler():
+    """The launch settings of a plan for SGLang, simulated request by request under SGLang's
+    scheduler (``dcost.planning.server``, 12,000 Poisson arrivals), meet the plan's targets;
+    launched as before (the chunk alone as SGLang's budget, whose running requests take their
+    share of it, and SGLang's default order, a step of prompt tokens alone) the same replicas
+    miss the TPOT target and their queue grows. The budget is the chunk beside the cap's decodes (and verified drafts)."""
+    from dcost.planning.server import Load, Server, simulate_server
+
+    traffic = dcost.traffic("chat", rate=60.0)
+    p = plan("h100-sxm", "llama-3-70b", traffic, engine="sglang", mode="aggregated")
+    (pool,) = p.pools
+    settings = scheduler_settings(pool, "sglang")
+    assert settings == {"max_num_seqs": pool.batch_cap, "prefill_first": False,
+                        "max_num_batched_tokens": pool.chunk + pool.batch_cap}  # fmt: skip
+    line = launch_settings(p, "llama-3-70b", "sglang")[1]
+    assert f"--chunked-prefill-size {pool.chunk + pool.batch_cap}" in line
+    assert "--enable-mixed-chunk" in line and "--max-prefill-tokens" not in line
+    load = Load(prompt=float(traffic.prompt_tokens), output=float(traffic.output_tokens),
+                stages=((60.0, 200.0),))  # fmt: skip
+
+    def simulated(**launch):
+        eng = dcost.engine("sglang", hardware="h100-sxm", frontend_time=0.0, **launch)
+        srv = Server("h100-sxm", "llama-3-70b", engine=eng, tensor_parallel=pool.chips_per_stage,
+                     replicas=pool.replicas)  # fmt: skip
+        s = simulate_server(srv, load, seed=0).summary()
+        return s["ttft"]["p99"], s["tpot"]["p90"]
+
+    ttft, tpot = simulated(**settings)
+    assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0], (ttft, tpot)
+    old = dict(settings, max_num_batched_tokens=pool.chunk, prefill_first=True)
+    ttft_old, tpot_old = simulated(**old)
+    assert tpot_old > p.tpot_slo[0] and ttft_old > 2 * ttft, (ttft_old, tpot_old)
+
+
+def test_token_budgets_and_orders_of_each_kind_of_pool():
+    """``C + cap (1 + k)`` for an aggregated pool, ``C`` for a prefill pool; SGLang's mixed
+    chunks off with speculative decoding (its server turns them off), said in the launch."""
+    from dcost.planning.planner import PoolPlan
+
+    h, m = dcost.presets.pair("h100-sxm", "deepseek-v3")
+    agg = PoolPlan(
+        "aggregated", 8, 1, 1, 2048, 2, 2, 100, 16, 1.0, "tpot_p90", 0, 0, 10, 0.02, 7e10
+    )
+    pre = PoolPlan("prefill", 8, 1, 1, 16384, 0, 2, 4, 16, 1.0, "ttft_p99", 0, 0, 1, 0.2, 7e10)
+    assert token_budget(agg) == 2048 + 100 * 3 and token_budget(pre) == 16384
+    assert scheduler_settings(agg, "vllm")["prefill_first"] is False
+    assert scheduler_settings(agg, "sglang")["prefill_first"] is True  # drafts: mixed off
+    with pytest.raises(ValueError, match="only aggregated pools"):
+        scheduler_settings(pre, "sglang")
+    fake = type("P", (), {"pools": (agg, pre), "model": m})()
+    sglang = launch_settings(fake, "deepseek-v3", "sglang")
+    assert "--chunked-prefill-size 2348" in sglang[1] and "--enable-mixed-chunk" not in sglang[1]
+    assert sglang[2].startswith("# note: SGLang turns mixed chunks off with speculative")
+    assert "--chunked-prefill-size 16384" in sglang[4] and "--max-prefill-tokens" not in sglang[4]
+    assert "--max-num-batched-tokens 2348" in " ".join(launch_settings(fake, "deepseek-v3", "vllm"))
+    assert "--max_num_tokens 2348" in " ".join(launch_settings(fake, "deepseek-v3", "trtllm"))
+    big = PoolPlan(
+        "aggregated", 8, 1, 1, 16384, 0, 2, 512, 16, 1.0, "tpot_p90", 0, 0, 10, 0.02, 7e10
+    )
+    fake = type("P", (), {"pools": (big,), "model": m})()
+    line = launch_settings(fake, "deepseek-v3", "sglang")[1]
+    assert "--chunked-prefill-size 16896 --max-prefill-tokens 16896 --enable-mixed-chunk" in line
 
 
 def test_public_names():

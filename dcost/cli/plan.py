@@ -452,6 +452,38 @@ def _print(args, p, sim, engines) -> None:
             print("  " + line)
 
 
+_SGLANG_PREFILL = 16384
+"""SGLang's default ``--max-prefill-tokens`` (sgl-project/sglang ``server_args.py``)."""
+
+
+def token_budget(pool) -> int:
+    """The engine's token budget a step of ``pool`` (a ``PoolPlan``) needs: its chunk of prompt
+    tokens beside the decodes, ``C + cap (1 + k)``, for an aggregated pool (the engines count
+    decode and verified draft tokens in the budget); the chunk for a prefill pool; 0 for a
+    decode pool (no chunked prefill)."""
+    c, cap, k = int(pool.chunk), int(pool.batch_cap), int(pool.draft_tokens)
+    return c + cap * (1 + k) if pool.role == "aggregated" and c else c
+
+
+def scheduler_settings(pool, engine: str) -> dict:
+    """``dcost.engine`` settings of one replica of an aggregated ``pool`` as its launch
+    (``launch_settings``) sets them: the running-sequence cap, the token budget
+    (``token_budget``) and the order of a step (SGLang's mixed chunks; off with speculative
+    decoding). ``dcost.planning.server.Server`` with ``dcost.engine(engine, hardware=...,
+    **scheduler_settings(pool, engine))`` simulates the planned replicas under the engine's
+    scheduler."""
+    if pool.role != "aggregated":
+        raise ValueError(f"scheduler_settings: a {pool.role} pool; only aggregated pools")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    prefill_first = engine == "sglang" and bool(pool.draft_tokens)
+    return {
+        "max_num_seqs": int(pool.batch_cap),
+        "max_num_batched_tokens": max(token_budget(pool), 1),
+        "prefill_first": prefill_first,
+    }
+
+
 def _per_rank(cap: int, ranks: int) -> int:
     return max(1, math.ceil(cap / max(ranks, 1)))
 
@@ -462,8 +494,15 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
     Parallelism: a dense model is tensor parallel over a stage's ``G`` chips; an MoE model is
     expert parallel over them, its attention tensor parallel (``A = 1``) or data parallel
     (``A = G``, one rank per chip); stages are pipeline parallel. The batch cap is the
-    replica's running sequences (vLLM schedules each data-parallel rank apart: cap/A each);
-    the chunk is the most prompt tokens per step.
+    replica's running sequences (vLLM schedules each data-parallel rank apart: cap/A each).
+    The plan's chunk ``C`` is the most prompt tokens a step carries *beside* its decodes; the
+    engines count the decode tokens in the same budget (vLLM ``max_num_batched_tokens``, SGLang
+    ``chunked_prefill_size`` less the running requests when mixed, TensorRT-LLM
+    ``max_num_tokens``), so an aggregated pool's budget is ``C + cap (1 + k)`` (``k`` draft
+    tokens each sequence verifies), a prefill pool's ``C``. SGLang runs a step of prompt tokens
+    alone unless launched with ``--enable-mixed-chunk``, which the plan's mixed steps need (and
+    its prompt tokens per batch stop at ``--max-prefill-tokens``, 16,384 by default); with
+    speculative decoding SGLang turns mixed chunks off, and the launch says so.
 
     Flags as the engines document them: vLLM ``vllm serve`` engine arguments
     (docs.vllm.ai, "Engine Arguments", "Expert Parallel Deployment", "MTP"); SGLang
@@ -483,6 +522,7 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
             pool.batch_cap,
         )
         tp = g // a
+        budget = token_budget(pool)
         out.append(f"# {pool.role}: {pool.replicas} replica(s) of {pool.chips_per_replica} chips")
         if engine == "vllm":
             cmd = ["vllm serve $MODEL"]
@@ -492,7 +532,9 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
             cmd.append("--enable-expert-parallel" if moe else "")
             cmd.append(f"--max-num-seqs {_per_rank(cap, a)}")
             if c:
-                cmd.append(f"--enable-chunked-prefill --max-num-batched-tokens {c}")
+                cmd.append(
+                    f"--enable-chunked-prefill --max-num-batched-tokens {_per_rank(budget, a)}"
+                )
             if k:
                 cmd.append(
                     f'--speculative-config \'{{"method": "mtp", "num_speculative_tokens": {k}}}\''
@@ -510,7 +552,9 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
             cmd.append(f"--pp-size {s}" if s > 1 else "")
             cmd.append(f"--max-running-requests {cap}")
             if c:
-                cmd.append(f"--chunked-prefill-size {c}")
+                cmd.append(f"--chunked-prefill-size {budget}")
+                cmd.append(f"--max-prefill-tokens {budget}" if budget > _SGLANG_PREFILL else "")
+                cmd.append("--enable-mixed-chunk" if pool.role == "aggregated" and not k else "")
             if k:
                 cmd.append(
                     f"--speculative-algorithm EAGLE --speculative-num-steps {k} "
@@ -519,12 +563,20 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
             if pool.role != "aggregated":
                 cmd.append(f"--disaggregation-mode {pool.role}")
             out.append(" ".join(x for x in cmd if x))
+            if pool.role == "aggregated" and c and k:
+                out.append(
+                    "# note: SGLang turns mixed chunks off with speculative decoding (server_args: "
+                    '"Mixed chunked prefill is disabled because of using eagle speculative '
+                    'decoding"): this pool runs its prompt steps alone, its decodes waiting, which '
+                    "the plan's mixed steps do not; check it with dcost simulate --engine sglang "
+                    "--prefill-first, or plan it for vLLM or TensorRT-LLM"
+                )
         elif engine == "trtllm":
             cmd = ["trtllm-serve $MODEL", f"--tp_size {g} --pp_size {s}"]
             cmd.append(f"--ep_size {g}" if moe else "")
             cmd.append(f"--max_batch_size {cap}")
             if c:
-                cmd.append(f"--max_num_tokens {c}")
+                cmd.append(f"--max_num_tokens {budget}")
             yaml = []
             if a > 1:
                 yaml.append("enable_attention_dp: true")
