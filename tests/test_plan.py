@@ -437,7 +437,8 @@ def test_an_engines_launch_holds_the_plan_in_its_scheduler():
     scheduler (``dcost.planning.server``, 12,000 Poisson arrivals), meet the plan's targets;
     launched as before (the chunk alone as SGLang's budget, whose running requests take their
     share of it, and SGLang's default order, a step of prompt tokens alone) the same replicas
-    miss the TPOT target and their queue grows. The budget is the chunk beside the cap's decodes (and verified drafts)."""
+    miss the TPOT target and their queue grows. The budget is the chunk beside the cap's
+    decodes (and verified drafts)."""
     from dcost.planning.server import Load, Server, simulate_server
 
     traffic = dcost.traffic("chat", rate=60.0)
