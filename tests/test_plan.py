@@ -432,13 +432,13 @@ def test_slo_parsing_and_launch_settings_for_moe():
 
 
 @pytest.mark.slow
-def test_an_engines_launch_holds_the_plan_in_its_scheduler():
+def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     """The launch settings of a plan for SGLang, simulated request by request under SGLang's
-    scheduler (``dcost.planning.server``, 12,000 Poisson arrivals), meet the plan's targets;
+    scheduler (``dcost.planning.server``, 6,000 Poisson arrivals), meet the plan's targets;
     launched as before (the chunk alone as SGLang's budget, whose running requests take their
     share of it, and SGLang's default order, a step of prompt tokens alone) the same replicas
-    miss the TPOT target and their queue grows. The budget is the chunk beside the cap's
-    decodes (and verified drafts)."""
+    miss the TPOT target and wait longer for a first token. The budget is the chunk beside the cap's
+    decodes (and verified drafts). vLLM's and TensorRT-LLM's plans hold as launched too."""
     from dcost.planning.server import Load, Server, simulate_server
 
     traffic = dcost.traffic("chat", rate=60.0)
@@ -451,10 +451,10 @@ def test_an_engines_launch_holds_the_plan_in_its_scheduler():
     assert f"--chunked-prefill-size {pool.chunk + pool.batch_cap}" in line
     assert "--enable-mixed-chunk" in line and "--max-prefill-tokens" not in line
     load = Load(prompt=float(traffic.prompt_tokens), output=float(traffic.output_tokens),
-                stages=((60.0, 200.0),))  # fmt: skip
+                stages=((60.0, 100.0),))  # fmt: skip
 
-    def simulated(**launch):
-        eng = dcost.engine("sglang", hardware="h100-sxm", frontend_time=0.0, **launch)
+    def simulated(name="sglang", **launch):
+        eng = dcost.engine(name, hardware="h100-sxm", frontend_time=0.0, **launch)
         srv = Server("h100-sxm", "llama-3-70b", engine=eng, tensor_parallel=pool.chips_per_stage,
                      replicas=pool.replicas)  # fmt: skip
         s = simulate_server(srv, load, seed=0).summary()
@@ -464,7 +464,12 @@ def test_an_engines_launch_holds_the_plan_in_its_scheduler():
     assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0], (ttft, tpot)
     old = dict(settings, max_num_batched_tokens=pool.chunk, prefill_first=True)
     ttft_old, tpot_old = simulated(**old)
-    assert tpot_old > p.tpot_slo[0] and ttft_old > 2 * ttft, (ttft_old, tpot_old)
+    assert tpot_old > p.tpot_slo[0] and ttft_old > ttft, (ttft_old, tpot_old)
+    for name in ("vllm", "trtllm"):  # the other engines' plans, as launched, hold too
+        p = plan("h100-sxm", "llama-3-70b", traffic, engine=name, mode="aggregated")
+        (pool,) = p.pools
+        ttft, tpot = simulated(name, **scheduler_settings(pool, name))
+        assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0], (name, ttft, tpot)
 
 
 def test_token_budgets_and_orders_of_each_kind_of_pool():
