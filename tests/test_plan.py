@@ -444,12 +444,15 @@ def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     traffic = dcost.traffic("chat", rate=60.0)
     p = plan("h100-sxm", "llama-3-70b", traffic, engine="sglang", mode="aggregated")
     (pool,) = p.pools
-    settings = scheduler_settings(pool, "sglang")
+    settings = scheduler_settings(pool, "sglang", p.memory_reserve)
     assert settings == {"max_num_seqs": pool.batch_cap, "prefill_first": False,
-                        "max_num_batched_tokens": pool.chunk + pool.batch_cap}  # fmt: skip
+                        "max_num_batched_tokens": pool.chunk + pool.batch_cap,
+                        "gpu_memory_utilization": 0.9}  # fmt: skip
+    assert p.memory_reserve == pytest.approx(0.1)
     line = launch_settings(p, "llama-3-70b", "sglang")[1]
     assert f"--chunked-prefill-size {pool.chunk + pool.batch_cap}" in line
     assert "--enable-mixed-chunk" in line and "--max-prefill-tokens" not in line
+    assert "--mem-fraction-static 0.9" in line
     load = Load(prompt=float(traffic.prompt_tokens), output=float(traffic.output_tokens),
                 stages=((60.0, 100.0),))  # fmt: skip
 
@@ -468,7 +471,7 @@ def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     for name in ("vllm", "trtllm"):  # the other engines' plans, as launched, hold too
         p = plan("h100-sxm", "llama-3-70b", traffic, engine=name, mode="aggregated")
         (pool,) = p.pools
-        ttft, tpot = simulated(name, **scheduler_settings(pool, name))
+        ttft, tpot = simulated(name, **scheduler_settings(pool, name, p.memory_reserve))
         assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0], (name, ttft, tpot)
 
 

@@ -465,13 +465,14 @@ def token_budget(pool) -> int:
     return c + cap * (1 + k) if pool.role == "aggregated" and c else c
 
 
-def scheduler_settings(pool, engine: str) -> dict:
+def scheduler_settings(pool, engine: str, memory_reserve: float = 0.1) -> dict:
     """``dcost.engine`` settings of one replica of an aggregated ``pool`` as its launch
     (``launch_settings``) sets them: the running-sequence cap, the token budget
-    (``token_budget``) and the order of a step (SGLang's mixed chunks; off with speculative
-    decoding). ``dcost.planning.server.Server`` with ``dcost.engine(engine, hardware=...,
-    **scheduler_settings(pool, engine))`` simulates the planned replicas under the engine's
-    scheduler."""
+    (``token_budget``), the order of a step (SGLang's mixed chunks; off with speculative
+    decoding) and the share of HBM the plan left the engine (``1 - memory_reserve``, the plan's
+    ``Plan.memory_reserve``). ``dcost.planning.server.Server`` with ``dcost.engine(engine,
+    hardware=..., **scheduler_settings(pool, engine, plan.memory_reserve))`` simulates the
+    planned replicas under the engine's scheduler."""
     if pool.role != "aggregated":
         raise ValueError(f"scheduler_settings: a {pool.role} pool; only aggregated pools")
     if engine not in ENGINES:
@@ -481,6 +482,7 @@ def scheduler_settings(pool, engine: str) -> dict:
         "max_num_seqs": int(pool.batch_cap),
         "max_num_batched_tokens": max(token_budget(pool), 1),
         "prefill_first": prefill_first,
+        "gpu_memory_utilization": 1.0 - float(memory_reserve),
     }
 
 
@@ -512,6 +514,7 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
     """
     out: list[str] = []
     moe = float(p.model.n_experts) > 0
+    share = f"{1.0 - float(getattr(p, 'memory_reserve', 0.1)):.3g}"  # of HBM, as the plan left
     for pool in p.pools:
         g, s, a, c, k, cap = (
             pool.chips_per_stage,
@@ -530,7 +533,7 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
             cmd.append(f"--tensor-parallel-size {g}" if a == 1 else "")
             cmd.append(f"--pipeline-parallel-size {s}" if s > 1 else "")
             cmd.append("--enable-expert-parallel" if moe else "")
-            cmd.append(f"--max-num-seqs {_per_rank(cap, a)}")
+            cmd.append(f"--max-num-seqs {_per_rank(cap, a)} --gpu-memory-utilization {share}")
             if c:
                 cmd.append(
                     f"--enable-chunked-prefill --max-num-batched-tokens {_per_rank(budget, a)}"
@@ -550,7 +553,7 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
             cmd.append(f"--dp {a} --enable-dp-attention" if a > 1 else "")
             cmd.append(f"--ep-size {g}" if moe else "")
             cmd.append(f"--pp-size {s}" if s > 1 else "")
-            cmd.append(f"--max-running-requests {cap}")
+            cmd.append(f"--max-running-requests {cap} --mem-fraction-static {share}")
             if c:
                 cmd.append(f"--chunked-prefill-size {budget}")
                 cmd.append(f"--max-prefill-tokens {budget}" if budget > _SGLANG_PREFILL else "")
