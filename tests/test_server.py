@@ -157,7 +157,7 @@ def test_cli_simulate_is_the_api_s(capsys):
     assert "--clients N" in capsys.readouterr().err
 
 
-def test_cli_simulate_takes_the_engines_launch(capsys):
+def test_cli_simulate_takes_the_engines_launch(capsys, tmp_path):
     """The launch flags set the engine's scheduler (the JSON says which ran) and give the API's
     answer on that engine; the order of a step changes the answer as the scheduler says: prompt
     steps alone keep a benchmark's clients in waves (every request of a closed loop of equal
@@ -190,6 +190,18 @@ def test_cli_simulate_takes_the_engines_launch(capsys):
     assert waves["p99"] == pytest.approx(waves["p50"], rel=1e-9)
     assert spread["p99"] > 1.05 * spread["p50"]
     assert runs["--prefill-first"]["ttft"]["mean"] > runs["--mixed-chunk"]["ttft"]["mean"]
+    # a profile of one's own: the steps pay its fixed cost (10 ms a step), as the API's do
+    mine = dcost.engine("sglang", hardware="h100-sxm")
+    mine = mine.with_profile(profile={**mine.profile, "step_overhead": 0.01})
+    path = mine.save(tmp_path / "mine.toml")
+    assert main([*args, "--profile", str(path)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    srv = Server("h100-sxm", "qwen3-32b", engine=dcost.engine("sglang", hardware="h100-sxm",
+                 profile=path), tensor_parallel=2)  # fmt: skip
+    want = simulate_server(srv, Load(prompt=2048, output=32, clients=16, requests=64)).summary()
+    assert got["tpot"]["mean"] == pytest.approx(want["tpot"]["mean"])
+    assert main(args) == 0  # the shipped profile's steps
+    assert got["tpot"]["mean"] > json.loads(capsys.readouterr().out)["tpot"]["mean"] + 0.009
     bare = ["simulate", "--hardware", "h100-sxm", "--model", "qwen3-32b", "--clients", "4"]
     bare += ["--prompt", "64", "--output", "8"]
     assert main([*bare, "--mixed-chunk", "--max-num-seqs", "8"]) == 2

@@ -32,40 +32,33 @@ from dcost.cli.common import format_table, json_text, positive, whole
 __all__ = ["add_parsers"]
 
 
-# the launch flags: (flag, Scheduler field)
-_LAUNCH = (
-    ("--max-num-seqs", "max_num_seqs"),
-    ("--max-num-batched-tokens", "max_num_batched_tokens"),
-    ("--gpu-memory-utilization", "gpu_memory_utilization"),
-    ("--block-size", "block_size"),
-    ("--no-prefix-caching", "prefix_caching"),
-    ("--mixed-chunk / --prefill-first", "prefill_first"),
-    ("--frontend-time", "frontend_time"),
-)
+# the launch flags, by the Scheduler field each sets
+_FLAGS = {
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "block_size": "--block-size",
+    "prefix_caching": "--no-prefix-caching",
+    "prefill_first": "--mixed-chunk / --prefill-first",
+    "frontend_time": "--frontend-time",
+}
 
 
 def _engine(args):
     """``--engine`` on ``--hardware`` with ``--profile`` and the launch flags (None: pure
     physics, which takes none of them)."""
-    settings = {
-        field: value
-        for (_, field), value in zip(
-            _LAUNCH,
-            (
-                args.max_num_seqs,
-                args.max_num_batched_tokens,
-                args.gpu_memory_utilization,
-                args.block_size,
-                False if args.no_prefix_caching else None,
-                args.prefill_first,
-                args.frontend_time,
-            ),
-            strict=True,
-        )
-        if value is not None
+    values = {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "block_size": args.block_size,
+        "prefix_caching": False if args.no_prefix_caching else None,
+        "prefill_first": args.prefill_first,
+        "frontend_time": args.frontend_time,
     }
+    settings = {field: v for field, v in values.items() if v is not None}
     if args.engine in (None, "none"):
-        given = [flag for flag, field in _LAUNCH if field in settings]
+        given = [_FLAGS[field] for field in settings]
         if args.profile is not None:
             given.append("--profile")
         if given:
