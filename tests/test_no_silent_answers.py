@@ -474,3 +474,33 @@ def test_any_raw_value_gives_a_finite_answer_or_names_it(name, value):
         assert isinstance(value, (bool, np.bool_))
     for leaf in jax.tree.leaves(out):
         assert np.all(np.isfinite(np.asarray(leaf, dtype=float))), (name, value, out)
+
+
+def test_the_decode_batch_of_an_overloaded_replica_is_never_light():
+    """``B = lambda E[K] t(B)``: a linear step ``t0 + s B`` has the fixed point
+    ``lambda E[K] t0 / (1 - lambda E[K] s)``, which the secant finds; a step that grows faster
+    than the batch has none: the overloaded batch, ``_B_MAX`` (the next test is the case whose
+    iterates came back to a batch of 0)."""
+    import jax.numpy as jnp
+
+    from dcost.planning import latency as lat
+
+    lam, k = jnp.asarray(20.0), jnp.asarray(100.0)
+    b = lat._decode_fixed_point(lambda b: 0.01 + 2e-4 * b, lam, k)
+    assert float(b) == pytest.approx(20.0 * 100.0 * 0.01 / (1.0 - 20.0 * 100.0 * 2e-4), rel=1e-5)
+    b = lat._decode_fixed_point(lambda b: 0.01 + 1e-3 * b + 1e-6 * b**2, lam, k)
+    assert float(b) == lat._B_MAX
+
+
+def test_a_plan_never_holds_a_replica_its_own_report_overloads():
+    """Llama 3.1 8B for chat at 27.3 requests/s on SGLang's H100 profile: one replica's decode
+    batch has no fixed point (its report read an infinite TTFT and 34,000 s steps), yet the
+    search's check of it had ended at a batch of 0 and called one replica feasible. Every
+    feasible plan's report is finite and within its targets."""
+    traffic = dcost.traffic("chat", rate=27.291411892802216)
+    p = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, ttft_slo=(5.0, 0.99),
+                   tpot_slo=(0.05, 0.99), mode="aggregated", engine="sglang")  # fmt: skip
+    (pool,) = p.pools
+    assert p.feasible and pool.replicas >= 2
+    assert np.isfinite(pool.step_time) and pool.decode_batch < pool.batch_cap
+    assert p.ttft[0.99] <= 5.0 and p.tpot[0.99] <= 0.05

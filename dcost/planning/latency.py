@@ -101,6 +101,8 @@ _Z = np.linspace(-7.0, 7.0, 201)  # quadrature nodes of a standard normal (trape
 _W = np.exp(-0.5 * _Z**2)
 _W = _W / _W.sum()
 _SECANT_ITERATIONS = 12
+_SETTLED = 1e-3  # the decode batch's fixed point: relative residual it must reach
+_B_MAX = 1e9  # the decode batch of an overloaded replica (sequences)
 _QUEUE_ITERATIONS = 12
 _PACKED = 32  # prompts per packed step considered: 0..31
 _PACKED_ITERATIONS = 6
@@ -563,10 +565,16 @@ def _decode_fixed_point(tbar_fn, lam_r, mean_k):
     plain steps' worth (the first step is a plain one). From below ``G`` is increasing and its
     iterates rise to the least fixed point; the secant gets there in a dozen steps where plain
     iteration needs ``log(eps)/log(G')`` (dozens near saturation). One evaluation of ``G`` per
-    step, so one copy of the step function in a compiled program."""
+    step, so one copy of the step function in a compiled program.
+
+    A batch the steps have not settled on (``|G(B) - B| > 1e-3 max(B, 1)`` at the last
+    evaluation) is returned as ``_B_MAX``, an overloaded replica: past saturation ``G`` climbs
+    faster than ``B``, a step that overshoots the clip comes back below zero, and the iterates
+    had ended at ``B = 0`` for a replica whose step grows without bound (a plan reported
+    feasible at one replica whose own report read an infinite TTFT, 2026-11-30)."""
 
     def g(b):
-        return jnp.minimum(lam_r * mean_k * tbar_fn(b), 1e9)
+        return jnp.minimum(lam_r * mean_k * tbar_fn(b), _B_MAX)
 
     def body(_, carry):
         b, b_prev, g_prev = carry
@@ -575,12 +583,13 @@ def _decode_fixed_point(tbar_fn, lam_r, mean_k):
         moved = jnp.abs(db) > 1e-6 * jnp.maximum(b, 1.0)
         slope = jnp.where(moved, (gb - g_prev) / jnp.where(moved, db, 1.0), 0.0)
         slope = jnp.where(jnp.isfinite(slope), slope, 0.0)
-        nxt = jnp.clip(b + (gb - b) / jnp.maximum(1.0 - slope, 0.1), 0.0, 1e9)
+        nxt = jnp.clip(b + (gb - b) / jnp.maximum(1.0 - slope, 0.1), 0.0, _B_MAX)
         return nxt, b, gb
 
     zero = jnp.zeros_like(lam_r)
-    b, _, _ = jax.lax.fori_loop(0, _SECANT_ITERATIONS, body, (zero, zero, zero))
-    return b
+    b, last, g_last = jax.lax.fori_loop(0, _SECANT_ITERATIONS, body, (zero, zero, zero))
+    settled = jnp.abs(g_last - last) <= _SETTLED * jnp.maximum(last, 1.0)
+    return jnp.where(settled, b, _B_MAX)
 
 
 def _packed_step(t_k, lam_r, start):
