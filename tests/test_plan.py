@@ -516,3 +516,25 @@ def test_workload_context_is_the_time_average_of_the_kv():
     w = workload_of(dcost.Traffic(1.0, 1000.0, 201.0), "aggregated")
     assert float(w.context) == pytest.approx(1000.0 + 100.0, rel=1e-3)
     assert float(workload_of(dcost.Traffic(1.0, 1000.0, 201.0), "prefill").context) == 1000.0
+
+
+def test_the_how_to_quotes_the_launch_experiment():
+    """The planning how-to's figures are experiments/results/launches_hold.json (python
+    experiments/launches_hold.py writes it), and every plan it counts as missing sat within
+    30 % of a target (as the page says)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    r = json.loads((root / "experiments/results/launches_hold.json").read_text())
+    page = " ".join((root / "docs/how-to/plan-a-fleet.md").read_text().split())
+    b = r["by_engine"]
+    assert f"{r['missed']} of the {r['feasible']} feasible plans miss a target" in page
+    assert f"({r['missed_ttft']} the TTFT, {r['missed_tpot']} the TPOT;" in page
+    for name, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
+        assert f"{label} {b[name]['missed']} of {b[name]['feasible']}" in page
+    rows = [x for x in r["rows"] if x["feasible"]]
+    assert len(rows) == r["feasible"] and r["scenarios"] == 30
+    for x in rows:
+        if x["ttft"]["miss"] or x["tpot"]["miss"]:
+            near = max(x["predicted_ttft"] / x["ttft_slo"], x["predicted_tpot"] / x["tpot_slo"])
+            assert near >= 0.7, x
