@@ -568,9 +568,9 @@ def _decode_fixed_point(tbar_fn, lam_r, mean_k):
     step, so one copy of the step function in a compiled program.
 
     A batch the steps have not settled on (``|G(B) - B| > 1e-3 max(B, 1)`` at the last
-    evaluation) is returned as ``_B_MAX``, an overloaded replica: past saturation ``G`` climbs
-    faster than ``B``, a step that overshoots the clip comes back below zero, and the iterates
-    had ended at ``B = 0`` for a replica whose step grows without bound (a plan reported
+    evaluation) is returned as ``_B_MAX``, an overloaded replica: for a replica past saturation
+    the clipped iterates (steps of up to ten times ``G(B) - B``) had ended at ``B = 0`` with
+    the last ``G(B)`` near 2e8, which the planner's check read as an idle replica (a plan reported
     feasible at one replica whose own report read an infinite TTFT, 2026-11-30)."""
 
     def g(b):
