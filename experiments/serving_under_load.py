@@ -5,16 +5,20 @@ simulation's mean TTFT and TPOT at a run's concurrency should be within a median
 of the measured ones.
 
 Each aggregated run of AIConfigurator's silicon sample is a benchmark client at a fixed
-concurrency C. AIConfigurator's benchmark (ai-dynamo/aiconfigurator
-``src/aiconfigurator/generator/sflow.py`` and ``.../benchmark/bench_run.sh.j2``) runs AIPerf with
+concurrency C. Most of the sampled runs are SemiAnalysis's InferenceX runs (``INFERENCEX``),
+simulated with its client (10 x C requests, lengths uniform over [0.8 L, L]) and, for SGLang, its
+launch scripts (``inferencex_deployed``). The rest are AIConfigurator's own: its benchmark
+(ai-dynamo/aiconfigurator ``src/aiconfigurator/generator/sflow.py`` and
+``.../benchmark/bench_run.sh.j2``) runs AIPerf with
 ``--concurrency C --request-count 20*C`` (``MULTI_ROUND`` 20), fixed prompt and output lengths
 (``ignore_eos``) and a warm-up of C or 2C requests whose answers it waits for; AIPerf then sends
 the first C requests at once (its warm-up page: profiling starts after every warm-up response)
 and reports the mean over all 20*C. Its generator deploys each aggregated run with the run's
 batch size as the running-sequence cap, a token budget of that batch, the prompt and 1,500 tokens,
 and SGLang with ``--enable-mixed-chunk`` (``deployed``; SGLang's versions from before the
-generator passed that flag, ``PROMPT_STEPS_ALONE``, run their prompt steps alone, and the figures
-with every SGLang run mixed are kept beside, ``"as_written"``). The simulation runs the same:
+generator passed that flag, ``PROMPT_STEPS_ALONE``, run their prompt steps alone; the figures
+with every run taken as AIConfigurator's and every SGLang run mixed are kept beside,
+``"as_written"``). The simulation runs the same:
 ``Load(clients=C, stagger=False)``, the engine's scheduler with those settings (decode tokens
 first in the budget, prompt chunks beside them) and its ``frontend_time`` (vLLM's measured
 11 ms); the mean over 20*C requests weighs the first wave C/(20*C) and the later requests the
@@ -35,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
+import math
 import pathlib
 import time
 
@@ -97,8 +103,6 @@ def deployed(eng, record, batch: int, as_written: bool = False):
     SGLang's own chunk (``chunked_prefill_size``, the engine's default budget); ``as_written``:
     every SGLang run mixed, as the generator writes it today. The cap never falls below the
     client's concurrency (rows with attention data parallelism state the batch of a rank)."""
-    import dataclasses
-
     isl = int(record["prompt_tokens"])
     seqs = max(batch, int(record["concurrency"]))
     budget = batch + isl + 1500
@@ -120,6 +124,69 @@ def deployed(eng, record, batch: int, as_written: bool = False):
     return dataclasses.replace(eng, scheduler=sched)
 
 
+INFERENCEX = ("db-dump/", "source_file=2026-03-25.csv", "source_file=2026-04-06.csv")
+"""How the silicon rows that SemiAnalysis's InferenceX ran begin their ``silicon_data_source``:
+its database's rows (a config id, a workflow run, the engine's container image) and two CSVs of
+its runs measured from March and April 2026 (the same images, models, chips and InferenceX's
+1k/1k, 1k/8k and 8k/1k lengths). AIConfigurator reads InferenceX's database
+(``src/aiconfigurator/sdk/config_adapter/inferencex.py``); these runs were launched by
+InferenceX's own scripts, not AIConfigurator's generator, and measured by its own client."""
+
+INFERENCEX_ROUNDS = 10
+"""InferenceX's client (``benchmarks/benchmark_lib.sh`` ``run_benchmark_serving``,
+``utils/bench_serving/benchmark_serving.py``, SemiAnalysisAI/InferenceX from 2026-01-21, #480):
+``--num-prompts CONC*10 --max-concurrency CONC --request-rate inf`` after ``2*CONC`` warm-up
+requests it waits for: the first C requests at once, 10 x C in all."""
+
+INFERENCEX_RANGE = 0.8
+"""InferenceX's ``--random-range-ratio`` (``.github/workflows/benchmark-tmpl.yml``
+``RANDOM_RANGE_RATIO: 0.8``): prompt and output lengths uniform over [0.8 L, L]."""
+
+
+def inferencex(row) -> bool:
+    """Whether a silicon row is one of InferenceX's runs (``INFERENCEX``)."""
+    return row["silicon_data_source"].startswith(INFERENCEX)
+
+
+def inferencex_deployed(eng, record, precision: str):
+    """The engine as InferenceX's single-node script launched the run (SemiAnalysisAI/InferenceX
+    ``benchmarks/single_node/dsr1_{fp4,fp8}_{b200,b300,h200}.sh`` as of 2026-04-10 and, for
+    B300, 2026-04-20; the scheduler flags below are those of every version from 2026-01-22 on).
+
+    SGLang serves DeepSeek-R1 in InferenceX: prompt steps alone (no ``--enable-mixed-chunk``),
+    no radix cache, and on B200 and B300 ``--scheduler-recv-interval`` 30 at 16 clients or
+    more, else 10 (FP8 on 4 GPUs: 10): the scheduler takes in new requests every that many
+    decode steps. FP4: ``--chunked-prefill-size 16384``, 256 running, memory 0.85; FP8 on 8
+    B200/B300: 32,768-token prompt steps, 128 running, memory 0.82; on 4: 8,192, 32, 0.95; FP8
+    on H200: 32,768, 512 running at 1k/1k else 256, 0.82, every step. The running cap never falls
+    below the client's concurrency (as in ``deployed``). vLLM's and TensorRT-LLM's InferenceX
+    runs keep ``deployed``'s settings: their scripts' token budgets (TensorRT-LLM's
+    ``max(8192, C + ISL + 64)`` rounded to 64 for DeepSeek-R1) are near them."""
+    c, isl = int(record["concurrency"]), int(record["prompt_tokens"])
+    osl, tp = int(record["output_tokens"]), int(record["tensor_parallel"])
+    blackwell = record["hardware"].startswith(("b200", "b300"))
+    if eng.name != "sglang":
+        raise ValueError(f"no InferenceX launch of {eng.name} here")
+    if precision == "fp4":
+        budget, seqs, mem, recv = 16384, 256, 0.85, (30 if c >= 16 else 10)
+    elif blackwell and tp >= 8:
+        budget, seqs, mem, recv = 32768, 128, 0.82, (30 if c >= 16 else 10)
+    elif blackwell:
+        budget, seqs, mem, recv = 8192, 32, 0.95, 10
+    else:
+        budget, seqs, mem, recv = 32768, (512 if (isl, osl) == (1024, 1024) else 256), 0.82, 1
+    sched = dataclasses.replace(
+        eng.scheduler,
+        max_num_seqs=max(seqs, c),
+        max_num_batched_tokens=budget,
+        gpu_memory_utilization=mem,
+        prefix_caching=False,
+        prefill_first=True,
+        recv_interval=recv,
+    )
+    return dataclasses.replace(eng, scheduler=sched)
+
+
 def server_for(record, engine):
     """One replica of ``record``'s deployment (chip, model, layout, formats) on ``engine``."""
     from dcost.planning.server import Server
@@ -137,17 +204,28 @@ def server_for(record, engine):
     )
 
 
-def benchmark_means(srv, prompt: float, output: float, clients: int) -> dict:
-    """Mean TTFT and TPOT of AIPerf's closed loop: C at once, 20*C requests in all (s)."""
+def benchmark_means(
+    srv, prompt: float, output: float, clients: int, rounds: int = ROUNDS, spread: float = 1.0
+) -> dict:
+    """Mean TTFT and TPOT of a benchmark's closed loop: C at once, ``rounds`` x C requests in
+    all (AIPerf's 20; InferenceX's 10), lengths uniform over [``spread`` L, L] (1: fixed) drawn
+    as gamma of that mean and coefficient of variation (s)."""
     from dcost.planning.server import Load, simulate_server
 
-    want = ROUNDS * clients
-    n = want if want * output <= FULL else min(want, max(4 * clients, 60))
-    run = simulate_server(
-        srv,
-        Load(prompt=prompt, output=output, clients=clients, requests=n, stagger=False),
-        warmup=0.0,
+    want = rounds * clients
+    mean = (1.0 + spread) / 2.0
+    cv = (1.0 - spread) / (math.sqrt(3.0) * (1.0 + spread))
+    n = want if want * output * mean <= FULL else min(want, max(4 * clients, 60))
+    load = Load(
+        prompt=prompt * mean,
+        output=output * mean,
+        prompt_cv=cv,
+        output_cv=cv,
+        clients=clients,
+        requests=n,
+        stagger=False,
     )
+    run = simulate_server(srv, load, warmup=0.0)
     order = np.argsort(run.arrival, kind="stable")
     out = {}
     for metric in ("ttft", "tpot"):
@@ -201,7 +279,8 @@ def waves(rows: list[dict]) -> list[dict]:
         m = np.array([x["ttft"] for x in mine])
         first = np.array([x["simulated"]["ttft_first_wave"] for x in mine])
         later = np.array([x["simulated"]["ttft_later"] for x in mine])
-        measured_later = (ROUNDS * m - first) / (ROUNDS - 1)
+        k = np.array([x.get("rounds", ROUNDS) for x in mine])
+        measured_later = (k * m - first) / (k - 1)
         tpot = np.array([x["simulated"]["tpot"] / x["tpot"] for x in mine])
         kv = np.array([x["simulated"].get("kv_peak", np.nan) for x in mine])
         for lo, hi in BANDS:
@@ -224,8 +303,10 @@ def waves(rows: list[dict]) -> list[dict]:
 
 
 def compute(n: int = 90, log=print) -> dict:
+    from dcost.validation import silicon
     from dcost.validation.cases import record_engine
 
+    silicon_rows = {x["id"]: x for x in silicon.load_rows()}
     t0 = time.perf_counter()
     seen = sample(n, seed=0)
     held = sample(n, seed=1, exclude=frozenset(r["id"] for r, _, _ in seen))
@@ -234,10 +315,18 @@ def compute(n: int = 90, log=print) -> dict:
     for split, runs in (("seen", seen), ("held_out", held), ("fresh", fresh)):
         results, refused = [], []
         for i, (r, ttft, batch) in enumerate(runs):
-            srv = server_for(r, deployed(record_engine(r)[0], r, batch))
+            source = silicon_rows[r["id"][len("silicon-") : -len("-tpot")]]
+            eng = record_engine(r)[0]
+            ix = inferencex(source)
+            if ix and eng.name == "sglang":
+                launched = inferencex_deployed(eng, r, source["precision"])
+            else:
+                launched = deployed(eng, r, batch)
+            client = (INFERENCEX_ROUNDS, INFERENCEX_RANGE) if ix else (ROUNDS, 1.0)
+            srv = server_for(r, launched)
             c = int(r["concurrency"])
             try:
-                sim = benchmark_means(srv, r["prompt_tokens"], r["output_tokens"], c)
+                sim = benchmark_means(srv, r["prompt_tokens"], r["output_tokens"], c, *client)
             except Exception as err:  # noqa: BLE001 - a run the simulation refuses is counted
                 refused.append({"id": r["id"], "error": str(err)})
                 continue
@@ -245,15 +334,29 @@ def compute(n: int = 90, log=print) -> dict:
                 "id": r["id"],
                 "engine": r["engine"],
                 "concurrency": c,
+                "benchmark": "inferencex" if ix else "aiconfigurator",
+                "rounds": client[0],
                 "ttft": ttft,
                 "tpot": r["value"],
                 "simulated": sim,
             }
-            written = deployed(record_engine(r)[0], r, batch, as_written=True)
-            if written.scheduler != srv.engine.scheduler:  # the generator's mixed steps beside
+            # as the experiment ran before: every run the generator's, AIPerf's 20 x C fixed
+            # lengths, every SGLang run mixed
+            written = deployed(eng, r, batch, as_written=True)
+            if ix or written.scheduler != srv.engine.scheduler:
                 row["simulated_as_written"] = benchmark_means(
                     server_for(r, written), r["prompt_tokens"], r["output_tokens"], c
                 )
+            if ix and eng.name == "sglang":  # what the intake and the order each account for
+                sc = launched.scheduler
+                for key, other in (
+                    ("simulated_recv_every_step", dataclasses.replace(sc, recv_interval=1)),
+                    ("simulated_mixed", dataclasses.replace(sc, prefill_first=False)),
+                ):
+                    e = dataclasses.replace(launched, scheduler=other)
+                    row[key] = benchmark_means(
+                        server_for(r, e), r["prompt_tokens"], r["output_tokens"], c, *client
+                    )
             results.append(row)
             if i % 30 == 0:
                 log(f"{split}: {i + 1} runs, {time.perf_counter() - t0:.0f} s")
@@ -267,8 +370,25 @@ def compute(n: int = 90, log=print) -> dict:
             "results": results,
         }
     table["seconds"] = time.perf_counter() - t0
-    table["waves"] = waves([x for s in table["splits"].values() for x in s["results"]])
+    every = [x for s in table["splits"].values() for x in s["results"]]
+    table["waves"] = waves(every)
+    table["sglang_inferencex"] = ablation(every)
     return table
+
+
+def ablation(rows: list[dict]) -> dict:
+    """SGLang's InferenceX runs of every split: median error and simulated/measured of the mean
+    TTFT as launched, with an intake every step, and with prompt chunks mixed."""
+    out = {}
+    mine = [x for x in rows if "simulated_recv_every_step" in x]
+    for key in ("simulated", "simulated_recv_every_step", "simulated_mixed"):
+        ratio = np.array([x[key]["ttft"] / x["ttft"] for x in mine])
+        out[key] = {
+            "runs": len(mine),
+            "median": float(np.median(np.abs(ratio - 1.0))),
+            "bias": float(np.median(ratio)),
+        }
+    return out
 
 
 def plot(table: dict):
@@ -297,7 +417,9 @@ def plot(table: dict):
         ax.set_ylabel(f"simulated / measured mean {metric.upper()}")
         ax.legend(fontsize=7)
     n = sum(table["splits"][s]["runs"] for s in table["splits"])
-    fig.suptitle(f"{n} silicon-sample runs as their benchmark ran them (20 x C requests)")
+    fig.suptitle(
+        f"{n} silicon-sample runs as their benchmark ran them (AIPerf 20 x C, InferenceX 10 x C)"
+    )
     fig.tight_layout()
     return fig
 
@@ -305,9 +427,14 @@ def plot(table: dict):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--runs", type=int, default=90, help="runs per sample (a third per engine)")
+    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the JSON")
     args = p.parse_args()
-    table = compute(args.runs)
     out = ROOT / "experiments" / "results" / "serving_under_load.json"
+    if args.plot_only:
+        table = json.loads(out.read_text())
+        plot(table).savefig(ROOT / "experiments" / "results" / "serving_under_load.png", dpi=110)
+        return
+    table = compute(args.runs)
     out.write_text(json.dumps(table, indent=1))
     plot(table).savefig(ROOT / "experiments" / "results" / "serving_under_load.png", dpi=110)
     for split, s in table["splits"].items():
@@ -325,7 +452,7 @@ def main() -> None:
             )
         w = s["as_written"]["ttft"]
         print(
-            f"{split:8s} ttft with every SGLang run mixed (the generator as written): median "
+            f"{split:8s} ttft as AIConfigurator's, every SGLang run mixed (as before): median "
             f"{100 * w['median']:.0f} %, p90 {100 * w['p90']:.0f} %, sglang "
             f"{100 * w['sglang']['median']:.0f} % ({w['sglang']['bias']:.2f}x)"
         )
@@ -337,6 +464,11 @@ def main() -> None:
             f"{w['measured_later_over_simulated']:.2f}x the simulated; TPOT simulated/measured "
             f"{w['tpot_simulated_over_measured']:.2f}; KV at most half full in "
             f"{w['kv_at_most_half']}"
+        )
+    for key, a in table["sglang_inferencex"].items():
+        print(
+            f"SGLang's InferenceX runs, {key}: {100 * a['median']:.0f} % off "
+            f"({a['bias']:.2f}x; {a['runs']} runs)"
         )
     print(f"{table['seconds']:.0f} s")
 

@@ -171,10 +171,11 @@ def test_cli_simulate_takes_the_engines_launch(capsys, tmp_path):
     args += ["--tensor-parallel", "2", "--clients", "16", "--requests", "64"]
     args += ["--prompt", "2048", "--output", "32", "--json"]
     launch = dict(max_num_seqs=24, max_num_batched_tokens=3000, gpu_memory_utilization=0.8,
-                  block_size=32, prefix_caching=False, frontend_time=0.02)  # fmt: skip
+                  block_size=32, prefix_caching=False, frontend_time=0.02,
+                  recv_interval=4)  # fmt: skip
     flags = ["--max-num-seqs", "24", "--max-num-batched-tokens", "3000"]
     flags += ["--gpu-memory-utilization", "0.8", "--block-size", "32", "--no-prefix-caching"]
-    flags += ["--frontend-time", "0.02"]
+    flags += ["--frontend-time", "0.02", "--scheduler-recv-interval", "4"]
     runs = {}
     for order in ("--prefill-first", "--mixed-chunk"):
         assert main([*args, *flags, order]) == 0
@@ -279,6 +280,28 @@ def test_the_engine_s_order_of_prefill_and_decode(tmp_path, prefill_first):
     own = t(0, 2048) if prefill_first else t(1, 2048)
     front = eng.scheduler.frontend_time
     assert front + own <= run.ttft[1] <= front + own + t(1, 0) + 1e-12
+
+
+@pytest.mark.parametrize("interval", [1, 7, 30])
+def test_sglang_s_recv_interval_takes_requests_in_every_n_decode_steps(tmp_path, interval):
+    """SGLang's ``--scheduler-recv-interval`` N: a busy engine takes in new requests before the
+    step after a prompt step, then every N decode-only steps. A prompt reaching it at ``a``
+    while one request decodes waits for the first intake at or after ``a``: ``T0 + ceil((a -
+    T0) / (N d)) N d`` (T0 the end of the first prompt's step, d a decode step), then computes
+    beside the decode token, t(1, x). An idle engine takes a request at once, whatever N."""
+    eng = dcost.engine("sglang", hardware="h100-sxm", prefill_first=False, recv_interval=interval)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+    load = _trace(tmp_path, [(0, 512, 400), (0.5, 2048, 5), (30, 700, 5)])
+    run = simulate_server(srv, load)
+    t = _steps(srv, load)
+    front, d = eng.scheduler.frontend_time, t(1, 0)
+    t0 = front + t(0, 512)
+    a = 0.5 + front
+    intake = t0 + np.ceil((a - t0) / (interval * d) - 1e-9) * interval * d
+    assert run.ttft[1] == pytest.approx(intake + t(1, 2048) - 0.5, rel=1e-9)
+    assert run.ttft[2] == pytest.approx(front + t(0, 700), rel=1e-9)  # idle: at once
+    with pytest.raises(dcost.engines.EngineError, match="Scheduler.recv_interval = 0"):
+        dcost.engine("sglang", hardware="h100-sxm", recv_interval=0)
 
 
 def test_mooncake_block_hashes_hit_the_prefix_cache(vllm_8b):
@@ -418,6 +441,16 @@ def test_the_docs_quote_the_under_load_experiment():
             pct(p["p90"]),
         ]
         assert cells[1:] == want, split
+    ab = res["sglang_inferencex"]
+
+    def run(key, off=""):
+        return f"{ab[key]['bias']:.2f}x ({100 * ab[key]['median']:.0f} %{off})"
+
+    text = " ".join(page.split())
+    assert f"on the {ab['simulated']['runs']} such runs of the three samples" in text
+    assert f"every step put them at {run('simulated_recv_every_step', ' off')}" in text
+    assert f"with the scripts' interval {run('simulated')}" in text
+    assert f"instead of alone {run('simulated_mixed')}" in text
 
 
 def test_the_docs_quote_the_waves_of_the_under_load_experiment():

@@ -18,7 +18,8 @@ brackets): ``--max-num-seqs`` (``--max-running-requests``, ``max_batch_size``),
 ``--max-num-batched-tokens`` (``--chunked-prefill-size``, ``max_num_tokens``),
 ``--gpu-memory-utilization`` (``--mem-fraction-static``), ``--block-size`` (``--page-size``),
 ``--no-prefix-caching``, and ``--mixed-chunk`` (SGLang's ``--enable-mixed-chunk``: prompt chunks
-run beside the decodes; SGLang's default runs a step of prompt tokens alone, ``--prefill-first``).
+run beside the decodes; SGLang's default runs a step of prompt tokens alone, ``--prefill-first``),
+``--scheduler-recv-interval`` (SGLang's: a busy engine takes in new requests every N decode steps).
 ``--profile FILE`` runs a profile of your own (``dcost calibrate --from``).
 """
 
@@ -41,6 +42,7 @@ _FLAGS = {
     "prefix_caching": "--no-prefix-caching",
     "prefill_first": "--mixed-chunk / --prefill-first",
     "frontend_time": "--frontend-time",
+    "recv_interval": "--scheduler-recv-interval",
 }
 
 
@@ -55,6 +57,7 @@ def _engine(args):
         "prefix_caching": False if args.no_prefix_caching else None,
         "prefill_first": args.prefill_first,
         "frontend_time": args.frontend_time,
+        "recv_interval": args.recv_interval,
     }
     settings = {field: v for field, v in values.items() if v is not None}
     if args.engine in (None, "none"):
@@ -79,6 +82,8 @@ def _launch(eng) -> str:
     sc = eng.scheduler
     order = "prompt steps alone" if sc.prefill_first else "prompt chunks beside the decodes"
     cache = "" if sc.prefix_caching else ", no prefix caching"
+    if sc.recv_interval > 1:
+        cache += f", new requests taken in every {sc.recv_interval} decode steps"
     return (
         f"{eng.name} {eng.version} (at most {sc.max_num_seqs} sequences, "
         f"{sc.max_num_batched_tokens}-token steps, {order}, {sc.gpu_memory_utilization:g} of "
@@ -217,6 +222,12 @@ def add_parsers(sub) -> None:
     )
     launch.add_argument(
         "--frontend-time", type=float, default=None, help="s a client's TTFT adds (API, tokenizer)"
+    )
+    launch.add_argument(
+        "--scheduler-recv-interval",
+        dest="recv_interval",
+        type=whole,
+        help="SGLang: take in new requests every N decode steps (default 1: every step)",
     )
     p.add_argument("--prompt", type=positive, help="prompt tokens (mean)")
     p.add_argument("--output", type=positive, help="output tokens (mean)")

@@ -146,6 +146,10 @@ class Scheduler:
         over requests.
       frontend_cv: coefficient of variation of that time from request to request (gamma; 0:
         the same for every request).
+      recv_interval: how often a busy engine takes in new requests (SGLang
+        ``--scheduler-recv-interval``, default 1): after that many decode-only steps, or after
+        any step with prompt tokens; an idle engine takes them at once. 1: every step (vLLM,
+        TensorRT-LLM).
     """
 
     max_num_seqs: int
@@ -156,9 +160,10 @@ class Scheduler:
     prefill_first: bool = False
     frontend_time: float = 0.0
     frontend_cv: float = 0.0
+    recv_interval: int = 1
 
     def __post_init__(self):
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "recv_interval"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise EngineError(

@@ -19,6 +19,9 @@ through the other with the engine's scheduler, step by step:
   in its later turns; hits are whole KV blocks and leave at least one prompt token to compute;
 - with ``Scheduler.prefill_first`` (SGLang) a step with prompt tokens to compute runs them alone
   and the running decodes wait for the next;
+- with ``Scheduler.recv_interval`` N > 1 (SGLang ``--scheduler-recv-interval``) a busy replica
+  takes in the requests that reached it only before a step that follows N decode-only steps
+  since it last did, or follows a step with prompt tokens; an idle one takes them at once;
 - a step lasts ``t(B, x)`` of the serving model with the engine's profile (``dcost.mixed_step``'s
   step of ``B`` decode tokens and ``x`` prompt tokens), tabulated once per deployment.
 
@@ -695,6 +698,10 @@ def simulate_server(
             cache_tokens[r] -= c.pop(old)
 
     reps = server.replicas
+    recv = int(sched.recv_interval)
+    inbox: list[deque] = [deque() for _ in range(reps)]  # reached a busy replica, not taken in
+    since_recv = [0] * reps  # SGLang's counter: decode-only steps since the last intake
+    decode_only = [False] * reps  # whether the replica's last step had no prompt tokens
     waiting: list[deque] = [deque() for _ in range(reps)]
     running: list[list[int]] = [[] for _ in range(reps)]
     busy = [False] * reps
@@ -779,11 +786,18 @@ def simulate_server(
         kv_peak = max(kv_peak, kv[r])
         counter += 1
         x = sum(t for _, t in plan)
+        decode_only[r] = x == 0
         heapq.heappush(events, (now + step_time(len(decoding), x), 1, counter, r, decoding, plan))
 
     def start(r, now):
         nonlocal preemptions
         run = running[r]
+        if recv > 1:  # SGLang's intake: after recv decode-only steps or a prompt step
+            since_recv[r] += 1 if decode_only[r] else recv
+            if since_recv[r] >= recv or not run:  # with nothing running, at once
+                waiting[r].extend(inbox[r])
+                inbox[r].clear()
+                since_recv[r] = 0
         if sched.prefill_first:
             plan = plan_prompts(r, budget)
             if plan:  # a prompt step alone: the running decodes wait
@@ -811,7 +825,10 @@ def simulate_server(
         now, kind = ev[0], ev[1]
         if kind == 0:  # an arrival: to the replica with the least work
             j = ev[2]
-            r = min(range(reps), key=lambda q: len(running[q]) + len(waiting[q]))
+            r = min(range(reps), key=lambda q: len(running[q]) + len(waiting[q]) + len(inbox[q]))
+            if recv > 1 and busy[r]:
+                inbox[r].append(j)
+                continue
             waiting[r].append(j)
             if not busy[r]:  # an idle replica starts once every arrival of this instant is in
                 busy[r] = True
@@ -860,7 +877,7 @@ def simulate_server(
             running_series.append(len(running[0]))
         start(r, now)
         for q in range(reps):
-            if not busy[q] and (waiting[q] or running[q]):
+            if not busy[q] and (waiting[q] or running[q] or inbox[q]):
                 start(q, now)
 
     first_a, finish_a = np.asarray(first), np.asarray(finish)
