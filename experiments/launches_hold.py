@@ -4,8 +4,9 @@ Claim (issue 29, "plans that hold in it"): a feasible aggregated plan for vLLM, 
 TensorRT-LLM meets its TTFT and TPOT targets when its replicas run under that engine's scheduler
 (``dcost.planning.server``: the running-sequence cap, the token budget with decode tokens counted
 first, SGLang's order of a step, the KV cache, preemption) with the settings its launch sets
-(``dcost.cli.plan.scheduler_settings``: the cap, a budget of the chunk beside the cap's decodes,
-SGLang's mixed chunks, the share of HBM the plan left), within the simulation's sampling error.
+(``dcost.planning.launch.scheduler_settings``: the cap, a budget of the chunk beside the cap's
+decodes, SGLang's mixed chunks, the share of HBM the plan left), within the simulation's sampling
+error.
 ``experiments/plans_hold.py`` asks the same of the planner's own fleet simulation; this one asks
 it of the engine's.
 
@@ -13,9 +14,11 @@ Setting: ``N`` random scenarios (seeded, as ``plans_hold``'s: a model, a traffic
 log-uniform rate of 0.5-40 requests/s, TTFT targets of 0.5-5 s and TPOT targets of 20-100 ms at
 the 99th percentile) and an engine, each planned aggregated on that engine's H100 profile. A
 feasible plan's replicas get Poisson arrivals at the plan's rate with the preset's length means
-and spreads (its cached prompt share as a shared system prompt) for ``REQUESTS`` requests,
-``SEEDS`` seeds, the engine's frontend time off (the plan's latencies are the engine's). Misses
-and touches as ``plans_hold.verdict`` (batch means).
+and spreads (its prefix-hit share of every prompt already cached, ``launch_load``) for
+``REQUESTS`` requests, ``SEEDS`` seeds, the engine's frontend time off (the plan's latencies are
+the engine's). Misses and touches as ``plans_hold.verdict`` (batch means). Then ``dcost plan
+--check-launch`` (``check_launch``: the engine's frontend time in, seed 0) on each plan, and the
+replicas it names where the launch misses, simulated again on seeds 1 and 2.
 
 Run: ``python experiments/launches_hold.py [N]`` (default 30; about 3 minutes on 2 cores;
 ``--plot-only`` redraws the figure from the saved results).
@@ -23,6 +26,7 @@ Run: ``python experiments/launches_hold.py [N]`` (default 30; about 3 minutes on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -32,8 +36,8 @@ import numpy as np
 import plans_hold as H
 
 import dcost
-from dcost.cli.plan import scheduler_settings
-from dcost.planning.server import Load, Server, simulate_server
+from dcost.planning.launch import check_launch, launch_load, scheduler_settings
+from dcost.planning.server import Server, simulate_server
 from dcost.plots import readable_log
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -70,15 +74,7 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
         pipeline_parallel=pool.stages,
         replicas=pool.replicas,
     )
-    prompt = float(traffic.prompt_tokens)
-    load = Load(
-        prompt=prompt,
-        output=float(traffic.output_tokens),
-        prompt_cv=float(traffic.prompt_cv),
-        output_cv=float(traffic.output_cv),
-        stages=((case["rate"], requests / case["rate"]),),
-        shared_prefix=round(float(traffic.prefix_hit) * prompt),
-    )
+    load = launch_load(plan, requests)
     t0 = time.perf_counter()
     runs = [simulate_server(srv, load, seed=s) for s in range(seeds)]
     row.update(
@@ -91,6 +87,16 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
         tpot=H.verdict([r.tpot[r.measured] for r in runs], case["tpot_slo"]),
         preemptions=int(sum(r.preemptions for r in runs)),
     )
+    # dcost plan --check-launch: the plan under the engine's scheduler as a client measures it
+    # (the engine's frontend time in), seed 0; the replicas it names, on seeds it did not see
+    chk = check_launch(plan, HARDWARE, case["model"], engine, requests=requests, seed=0)
+    row["check"] = {"holds": chk.holds, "replicas": chk.replicas, "planned": chk.planned}
+    if chk.replicas is not None and not chk.holds:
+        client = dcost.engine(engine, hardware=HARDWARE, **launch)
+        srv = dataclasses.replace(srv, engine=client, replicas=chk.replicas)
+        again = [simulate_server(srv, load, seed=s) for s in range(1, seeds + 1)]
+        row["check"]["ttft"] = H.verdict([r.ttft[r.measured] for r in again], case["ttft_slo"])
+        row["check"]["tpot"] = H.verdict([r.tpot[r.measured] for r in again], case["tpot_slo"])
     return row
 
 
@@ -128,6 +134,24 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
             (r["ttft"]["touch"] or r["tpot"]["touch"])
             and not (r["ttft"]["miss"] or r["tpot"]["miss"])
             for r in feasible
+        ),
+        "check_missed": sum(not r["check"]["holds"] for r in feasible),
+        "check_repaired": sum(
+            r["check"]["replicas"] is not None and not r["check"]["holds"] for r in feasible
+        ),
+        "check_repaired_miss": sum(
+            "ttft" in r["check"] and (r["check"]["ttft"]["miss"] or r["check"]["tpot"]["miss"])
+            for r in feasible
+        ),
+        "check_extra_replicas": sum(
+            r["check"]["replicas"] - r["check"]["planned"]
+            for r in feasible
+            if r["check"]["replicas"] is not None
+        ),
+        "check_planned_replicas": sum(  # the planned replicas of the plans it repaired
+            r["check"]["planned"]
+            for r in feasible
+            if r["check"]["replicas"] is not None and not r["check"]["holds"]
         ),
         "by_engine": {
             e: {
@@ -196,6 +220,11 @@ def main() -> None:
     print(
         f"{res['feasible']} feasible of {n}; missed {res['missed']} (TTFT {res['missed_ttft']}, "
         f"TPOT {res['missed_tpot']}); touched {res['touched']}; by engine {res['by_engine']}"
+    )
+    print(
+        f"check-launch: {res['check_missed']} miss as launched; replicas found for "
+        f"{res['check_repaired']}, of which {res['check_repaired_miss']} miss on fresh seeds; "
+        f"{res['check_extra_replicas']} replicas added to {res['check_planned_replicas']}"
     )
     print(json.dumps({k: v for k, v in res.items() if k != "rows"}))
 

@@ -1,6 +1,8 @@
 """One deployment under a load (dcost.planning.server): the scheduler's bookkeeping against
 closed forms, the loads' arrivals, and bad input named by field."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -314,6 +316,26 @@ def test_mooncake_block_hashes_hit_the_prefix_cache(vllm_8b):
     computed = [1500, 1400 - 2 * 512, 700, 1]  # the last holds all of its 3 blocks
     assert run.ttft == pytest.approx([front + t(0, x) for x in computed], rel=1e-9)
     assert run.summary()["prefix_hit_rate"] == pytest.approx(2 / 4)
+
+
+def test_a_prefix_share_hits_that_share_of_every_prompt_in_whole_blocks(tmp_path):
+    """``Load.prefix_share`` s: a lone prompt of p tokens computes ``p - floor(s p / 16) 16``
+    under vLLM's 16-token blocks (at least one token), from its first request on; without
+    prefix caching it computes them all."""
+    rows = [(0, 700, 3), (20, 3000, 3), (40, 150, 3)]
+    for caching in (True, False):
+        eng = dcost.engine("vllm", hardware="h100-sxm", prefix_caching=caching)
+        srv = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+        trace = _trace(tmp_path, rows)
+        load = dataclasses.replace(trace, prefix_share=0.4)
+        run = simulate_server(srv, load)
+        t = _steps(srv, load)
+        front = eng.scheduler.frontend_time
+        left = [p - int(0.4 * p) // 16 * 16 if caching else p for _, p, _ in rows]
+        assert run.ttft == pytest.approx([front + t(0, x) for x in left], rel=1e-9)
+        assert run.summary()["prefix_hit_rate"] == (1.0 if caching else 0.0)
+    with pytest.raises(dcost.SpecError, match="Load.prefix_share = 1.5"):
+        Load(prompt=100, output=10, clients=1, prefix_share=1.5)
 
 
 def test_a_session_s_later_turns_hit_its_earlier_context(vllm_8b):

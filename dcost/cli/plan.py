@@ -8,7 +8,10 @@ Prints a table of the chosen fleet (and the other mode's, with ``--mode best``):
 $/hour, $ per million input and output tokens, predicted TTFT and TPOT percentiles, and the
 binding limit; then the launch settings the plan implies for vLLM, SGLang and TensorRT-LLM
 (parallel degrees, running sequences, chunk size). ``--simulate N`` runs the planned fleet
-through the discrete-event simulation and prints its percentiles beside the prediction.
+through the discrete-event simulation and prints its percentiles beside the prediction;
+``--check-launch N`` simulates each engine's launch of an aggregated plan under that engine's own
+scheduler (``dcost.planning.launch.check_launch``) and says whether the targets hold, and where
+they miss, how many replicas hold them.
 ``--json`` prints SI units under the API's names. Exit codes: 0 a plan, 1 infeasible (the
 binding limit is printed), 2 a bad argument.
 """
@@ -32,10 +35,17 @@ from dcost.cli.common import (
     selected_engine,
 )
 from dcost.cli.sweep import add_arguments as add_sweep_arguments
+from dcost.planning.launch import ENGINES, scheduler_settings, token_budget
 
-__all__ = ["add_parsers", "cmd_plan", "parse_slo", "launch_settings", "ENGINES"]
-
-ENGINES = ("vllm", "sglang", "trtllm")
+__all__ = [
+    "add_parsers",
+    "cmd_plan",
+    "parse_slo",
+    "launch_settings",
+    "scheduler_settings",
+    "token_budget",
+    "ENGINES",
+]
 
 
 def parse_slo(text: str) -> tuple[float, float]:
@@ -141,6 +151,15 @@ def add_parsers(subparsers) -> None:
         help="also run the planned fleet through the discrete-event simulation",
     )
     p.add_argument(
+        "--check-launch",
+        type=int,
+        default=0,
+        metavar="REQUESTS",
+        help="simulate each engine's launch of an aggregated plan under that engine's own "
+        "scheduler (REQUESTS requests at the plan's rate); where a target misses, say how "
+        "many replicas hold it",
+    )
+    p.add_argument(
         "--engine",
         choices=(*ENGINES, "all", "none"),
         default="all",
@@ -227,6 +246,10 @@ def _one_plan(args) -> int:
         raise ValueError(f"--max-chips must be >= 1, got {args.max_chips}")
     if args.simulate < 0:
         raise ValueError(f"--simulate must be >= 0 requests, got {args.simulate}")
+    if args.check_launch and args.check_launch < 100:
+        raise ValueError(
+            f"--check-launch must be at least 100 requests (0: off), got {args.check_launch}"
+        )
 
     def planned(chip):
         return plan(
@@ -256,6 +279,15 @@ def _one_plan(args) -> int:
     p = planned(hardware)
     sim = simulate(p, requests=args.simulate) if p.feasible and args.simulate else None
     engines = () if args.engine == "none" else ENGINES if args.engine == "all" else (args.engine,)
+    checks = {}
+    if args.check_launch and p.feasible and p.mode == "aggregated":
+        from dcost.planning.launch import check_launch
+
+        for e in engines:
+            mine = args.profile if args.engine == e else None
+            checks[e] = check_launch(
+                p, args.hardware, args.model, e, requests=args.check_launch, profile=mine
+            )
     if median is not None:
         plural = "" if median.chips == 1 else "s"
         cost = (
@@ -283,6 +315,8 @@ def _one_plan(args) -> int:
         calibration = profile_error(args)
         if calibration:
             out["calibration_error"] = {"family_name": calibration[0], **calibration[1]}
+        if args.check_launch:
+            out["launch_check"] = {e: _check_json(c) for e, c in checks.items()}
         if sim is not None:
             out["simulation"] = {
                 "requests": args.simulate,
@@ -292,8 +326,47 @@ def _one_plan(args) -> int:
             }
         print(json_text(out, _JSON_REASONS))
         return 0 if p.feasible else 1
-    _print(args, p, sim, engines)
+    _print(args, p, sim, engines, checks)
     return 0 if p.feasible else 1
+
+
+def _check_json(c) -> dict:
+    """A ``LaunchCheck`` in SI units, its replica counts as keys."""
+    return {
+        "requests": c.requests,
+        "planned_replicas": c.planned,
+        "holds": c.holds,
+        "replicas_that_hold": c.replicas,
+        "targets": {"ttft": c.targets[0], "tpot": c.targets[1]},
+        "quantiles": {"ttft": c.quantiles[0], "tpot": c.quantiles[1]},
+        "frontend_time": c.frontend_time,
+        "ttft": {str(n): v for n, v in c.ttft.items()},
+        "tpot": {str(n): v for n, v in c.tpot.items()},
+    }
+
+
+def _check_line(c) -> str:
+    """One line: the planned replicas' simulated percentiles under the engine's scheduler and
+    what holds."""
+    n = c.planned
+    qt, qp = (f"p{100 * q:g}" for q in c.quantiles)
+    line = (
+        f"under {c.engine}'s scheduler ({c.requests:,} requests simulated): TTFT {qt} "
+        f"{fmt_time(c.ttft[n])} (target {fmt_time(c.targets[0])}), TPOT {qp} "
+        f"{fmt_time(c.tpot[n])} (target {fmt_time(c.targets[1])})"
+    )
+    if c.holds:
+        return line + ": holds"
+    if c.replicas is None:
+        most = max(c.ttft)
+        return (
+            f"{line}: misses, and still at {most} replicas (TTFT {fmt_time(c.ttft[most])}, "
+            f"TPOT {fmt_time(c.tpot[most])}): a replica's prompt steps, not its queue, miss"
+        )
+    return (
+        f"{line}: misses; {c.replicas} replicas hold it (TTFT {fmt_time(c.ttft[c.replicas])}, "
+        f"TPOT {fmt_time(c.tpot[c.replicas])})"
+    )
 
 
 _JSON_REASONS = {
@@ -391,7 +464,7 @@ def _row(p, chosen: bool) -> list[str]:
     ]
 
 
-def _print(args, p, sim, engines) -> None:
+def _print(args, p, sim, engines, checks=None) -> None:
     t = p.traffic
     print(
         f"{args.model} on {args.hardware}{' (calibrated)' if args.calibrated else ''}: "
@@ -450,40 +523,15 @@ def _print(args, p, sim, engines) -> None:
         print(f"\n{engine} launch settings (MODEL = the checkpoint of {args.model}):")
         for line in launch_settings(p, args.model, engine):
             print("  " + line)
+        if checks and engine in checks:
+            print("  # " + _check_line(checks[engine]))
+    if args.check_launch and p.mode != "aggregated":
+        print(f"\n--check-launch: a {p.mode} plan; engines' schedulers are simulated for "
+              "aggregated plans only")  # fmt: skip
 
 
 _SGLANG_PREFILL = 16384
 """SGLang's default ``--max-prefill-tokens`` (sgl-project/sglang ``server_args.py``)."""
-
-
-def token_budget(pool) -> int:
-    """The engine's token budget a step of ``pool`` (a ``PoolPlan``) needs: its chunk of prompt
-    tokens beside the decodes, ``C + cap (1 + k)``, for an aggregated pool (the engines count
-    decode and verified draft tokens in the budget); the chunk for a prefill pool; 0 for a
-    decode pool (no chunked prefill)."""
-    c, cap, k = int(pool.chunk), int(pool.batch_cap), int(pool.draft_tokens)
-    return c + cap * (1 + k) if pool.role == "aggregated" and c else c
-
-
-def scheduler_settings(pool, engine: str, memory_reserve: float = 0.1) -> dict:
-    """``dcost.engine`` settings of one replica of an aggregated ``pool`` as its launch
-    (``launch_settings``) sets them: the running-sequence cap, the token budget
-    (``token_budget``), the order of a step (SGLang's mixed chunks; off with speculative
-    decoding) and the share of HBM the plan left the engine (``1 - memory_reserve``, the plan's
-    ``Plan.memory_reserve``). ``dcost.planning.server.Server`` with ``dcost.engine(engine,
-    hardware=..., **scheduler_settings(pool, engine, plan.memory_reserve))`` simulates the
-    planned replicas under the engine's scheduler."""
-    if pool.role != "aggregated":
-        raise ValueError(f"scheduler_settings: a {pool.role} pool; only aggregated pools")
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    prefill_first = engine == "sglang" and bool(pool.draft_tokens)
-    return {
-        "max_num_seqs": int(pool.batch_cap),
-        "max_num_batched_tokens": max(token_budget(pool), 1),
-        "prefill_first": prefill_first,
-        "gpu_memory_utilization": 1.0 - float(memory_reserve),
-    }
 
 
 def _per_rank(cap: int, ranks: int) -> int:

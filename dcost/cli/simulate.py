@@ -101,6 +101,8 @@ def _cmd_simulate(args) -> int:
                 f"--trace sets the requests; drop {', '.join(kinds) or '--prompt/--output'}"
             )
         load = Load.from_trace(args.trace, shared_prefix=args.shared_prefix)
+        if args.prefix_share:
+            load = dataclasses.replace(load, prefix_share=args.prefix_share)
     else:
         if not kinds:
             raise ValueError(
@@ -121,6 +123,7 @@ def _cmd_simulate(args) -> int:
             clients=args.clients,
             requests=args.requests,
             shared_prefix=args.shared_prefix,
+            prefix_share=args.prefix_share,
             sessions=Sessions(args.turns, args.think_time) if args.turns > 1 else None,
         )
     srv = Server(
@@ -239,6 +242,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
     p.add_argument("--burstiness", type=positive, default=None, help="gap CV (bursty arrivals)")
     p.add_argument("--shared-prefix", type=float, default=0.0, help="shared prompt tokens")
+    p.add_argument(
+        "--prefix-share", type=float, default=0.0, help="share of every prompt already cached"
+    )
     p.add_argument("--turns", type=int, default=1, help="turns per conversation (sessions)")
     p.add_argument("--think-time", type=float, default=0.0, help="s between an answer and a turn")
     p.add_argument("--seed", type=int, default=0)

@@ -10,6 +10,8 @@
 - ``sweep``: ``plan_sweep`` (many questions, sharded over devices and processes), ``Scenario``.
 - ``envelope``: ``plan_sensitivity`` (elasticities of the bill, by the envelope theorem).
 - ``fleet``: ``simulate`` (a plan's fleet through the simulation, step times exact).
+- ``launch``: ``scheduler_settings`` (a plan as an engine launches it) and ``check_launch``
+  (the launch under that engine's scheduler, ``server``, and the replicas that hold it).
 """
 
 from dcost.planning.designs import Layout, StepTable, step_table

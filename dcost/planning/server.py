@@ -17,6 +17,8 @@ through the other with the engine's scheduler, step by step:
   first, up to the KV cache's size): a shared prefix (``Load.shared_prefix``) after its first
   request, a trace's equal block hashes (Mooncake), a session's earlier turns (prompt and output)
   in its later turns; hits are whole KV blocks and leave at least one prompt token to compute;
+  ``Load.prefix_share`` s of every prompt hits besides (its first s p tokens, whole blocks: the
+  planner's ``Traffic.prefix_hit``, a share of each prompt already cached);
 - with ``Scheduler.prefill_first`` (SGLang) a step with prompt tokens to compute runs them alone
   and the running decodes wait for the next;
 - with ``Scheduler.recv_interval`` N > 1 (SGLang ``--scheduler-recv-interval``) a busy replica
@@ -142,6 +144,9 @@ class Load:
         with identical lengths their requests then stay in lockstep, waves of prefills that a
         measured run's jitter breaks up).
       shared_prefix: tokens of every prompt that are the same (a system prompt).
+      prefix_share: share of every prompt that is already in the cache when it arrives (an
+        earlier turn, a document asked about again): its first ``prefix_share * prompt``
+        tokens hit, in whole blocks (with prefix caching on), as ``Traffic.prefix_hit`` says.
       prompt_cv, output_cv: coefficients of variation of the lengths (gamma; 0: fixed).
       trace: a replayed trace (``Load.from_trace``): its arrivals and lengths replace the
         stages and the means.
@@ -161,6 +166,7 @@ class Load:
     requests: int | None = None
     stagger: bool = True
     shared_prefix: float = 0.0
+    prefix_share: float = 0.0
     prompt_cv: float = 0.0
     output_cv: float = 0.0
     trace: Trace | None = None
@@ -191,6 +197,8 @@ class Load:
         _number("Load", "prompt", self.prompt, 1.0, high=_MAX_TOKENS)
         _number("Load", "output", self.output, 1.0, high=_MAX_TOKENS)
         _number("Load", "shared_prefix", self.shared_prefix)
+        if _number("Load", "prefix_share", self.prefix_share) >= 1.0:
+            _fail("Load", "prefix_share", self.prefix_share, "a share in [0, 1)")
         if self.shared_prefix >= self.prompt:
             _fail("Load", "shared_prefix", self.shared_prefix, "it must be below the prompt")
         if not isinstance(self.stagger, bool):
@@ -659,6 +667,7 @@ def simulate_server(
     # replica's cache holds segments (least recently used out first) up to its KV tokens
     caching = sched.prefix_caching
     block = int(sched.block_size)
+    share = float(load.prefix_share) if caching else 0.0
     segments: list[list] = [[] for _ in range(n)]
     turn_key: list = [None] * n  # the key a session's turn leaves in the cache when it ends
     if caching:
@@ -744,6 +753,7 @@ def simulate_server(
             got = cache[r].pop(key)
             cache[r][key] = got  # most recently used
             hit += got if tokens is None else tokens
+        hit = max(hit, int(share * need))  # the share already cached, as the traffic says
         hit = min(hit // block * block, need - 1)
         if hit > 0:
             hits += 1

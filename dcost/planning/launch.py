@@ -1,0 +1,205 @@
+"""A plan as an engine launches it, and whether it holds under that engine's own scheduler.
+
+The planner sizes replicas with closed forms (``latency``) checked against a simulation of its
+own pools (``fleet.simulate``). An engine schedules differently: a running-sequence cap and a
+token budget per step, decode tokens counted first (vLLM, TensorRT-LLM) or a step of prompt
+tokens alone (SGLang without mixed chunks), its KV cache and preemption
+(``dcost.planning.server``). ``scheduler_settings`` is what a plan's launch sets;
+``check_launch`` runs the planned replicas through that engine's scheduler at the plan's traffic
+and, where a target misses, adds replicas until the simulation holds them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = [
+    "ENGINES",
+    "LaunchCheck",
+    "check_launch",
+    "launch_load",
+    "scheduler_settings",
+    "token_budget",
+]
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def token_budget(pool) -> int:
+    """The engine's token budget a step of ``pool`` (a ``PoolPlan``) needs: its chunk of prompt
+    tokens beside the decodes, ``C + cap (1 + k)``, for an aggregated pool (the engines count
+    decode and verified draft tokens in the budget); the chunk for a prefill pool; 0 for a
+    decode pool (no chunked prefill)."""
+    c, cap, k = int(pool.chunk), int(pool.batch_cap), int(pool.draft_tokens)
+    return c + cap * (1 + k) if pool.role == "aggregated" and c else c
+
+
+def scheduler_settings(pool, engine: str, memory_reserve: float = 0.1) -> dict:
+    """``dcost.engine`` settings of one replica of an aggregated ``pool`` as its launch
+    (``dcost.cli.plan.launch_settings``) sets them: the running-sequence cap, the token budget
+    (``token_budget``), the order of a step (SGLang's mixed chunks; off with speculative
+    decoding) and the share of HBM the plan left the engine (``1 - memory_reserve``, the plan's
+    ``Plan.memory_reserve``). ``dcost.planning.server.Server`` with ``dcost.engine(engine,
+    hardware=..., **scheduler_settings(pool, engine, plan.memory_reserve))`` simulates the
+    planned replicas under the engine's scheduler."""
+    if pool.role != "aggregated":
+        raise ValueError(f"scheduler_settings: a {pool.role} pool; only aggregated pools")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    prefill_first = engine == "sglang" and bool(pool.draft_tokens)
+    return {
+        "max_num_seqs": int(pool.batch_cap),
+        "max_num_batched_tokens": max(token_budget(pool), 1),
+        "prefill_first": prefill_first,
+        "gpu_memory_utilization": 1.0 - float(memory_reserve),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCheck:
+    """A plan's launch under its engine's scheduler (``check_launch``).
+
+    Attributes:
+      engine: the engine's name.
+      planned: the plan's replicas.
+      ttft, tpot: ``{replicas: simulated latency at the target's quantile}`` (s), one entry per
+        replica count tried, in the order tried.
+      targets: ``(TTFT target, TPOT target)`` (s); quantiles: theirs.
+      holds: whether the planned replicas meet both targets in the simulation.
+      replicas: the fewest replicas tried that meet both (the planned ones when they hold), or
+        None when none of those tried did.
+      requests: requests simulated per replica count; frontend_time: the client-side time each
+        TTFT carries (the engine's, s).
+    """
+
+    engine: str
+    planned: int
+    ttft: dict
+    tpot: dict
+    targets: tuple[float, float]
+    quantiles: tuple[float, float]
+    holds: bool
+    replicas: int | None
+    requests: int
+    frontend_time: float
+
+
+def launch_load(plan, requests: int):
+    """The plan's traffic as ``dcost.planning.server.Load``: Poisson arrivals at its rate for
+    ``requests`` requests, its length means and spreads (gamma), and its prefix hits as the
+    share of every prompt already cached (``Load.prefix_share``, as the planner takes them)."""
+    from dcost.planning.server import Load
+
+    t = plan.traffic
+    prompt = float(t.prompt_tokens)
+    rate = float(t.rate)
+    return Load(
+        prompt=prompt,
+        output=float(t.output_tokens),
+        prompt_cv=float(t.prompt_cv),
+        output_cv=float(t.output_cv),
+        stages=((rate, requests / rate),),
+        prefix_share=float(t.prefix_hit),
+    )
+
+
+def check_launch(
+    plan,
+    hardware: str,
+    model: str,
+    engine: str,
+    *,
+    requests: int = 4000,
+    seed: int = 0,
+    profile=None,
+    max_extra: float = 1.0,
+) -> LaunchCheck:
+    """Simulate an aggregated ``plan``'s replicas as ``engine`` launches them
+    (``scheduler_settings``) at the plan's traffic (Poisson arrivals at its rate, its length
+    means and spreads, its prefix hits as the share of each prompt already cached), with the
+    engine's frontend
+    time, and compare the TTFT and TPOT at the targets' quantiles with the targets. Where one
+    misses, add replicas (one, two, four, ... up to ``max_extra`` times the planned count more)
+    until both hold: the answer is the fewest tried that hold.
+
+    Args:
+      plan: a feasible aggregated ``dcost.plan`` answer.
+      hardware, model: the preset names the plan was made for.
+      engine: "vllm", "sglang" or "trtllm".
+      requests: requests per simulation (the first and last 10 % left out).
+      seed: NumPy seed of the arrivals and lengths.
+      profile: a profile file of the engine (``dcost calibrate``), or None for the shipped one.
+      max_extra: most replicas to add, as a share of the planned count (at least one).
+
+    Returns:
+      ``LaunchCheck``.
+    """
+    from dcost import engines
+    from dcost.planning.server import Server, simulate_server
+    from dcost.specs import SpecError
+
+    if not plan.feasible:
+        raise SpecError("check_launch: the plan is infeasible; nothing to launch")
+    if plan.mode != "aggregated":
+        raise SpecError(
+            f"check_launch: a {plan.mode} plan; the engine's scheduler is simulated for "
+            "aggregated plans only"
+        )
+    (pool,) = plan.pools
+    settings = scheduler_settings(pool, engine, plan.memory_reserve)
+    eng = engines.engine(engine, hardware=hardware, profile=profile, **settings)
+    load = launch_load(plan, requests)
+    (t_target, t_q), (p_target, p_q) = plan.ttft_slo, plan.tpot_slo
+    ttft: dict = {}
+    tpot: dict = {}
+
+    def meets(n: int) -> bool:
+        srv = Server(
+            hardware,
+            model,
+            engine=eng,
+            tensor_parallel=pool.chips_per_stage // pool.attention_dp,
+            attention_data_parallel=pool.attention_dp,
+            pipeline_parallel=pool.stages,
+            replicas=n,
+        )
+        run = simulate_server(srv, load, seed=seed)
+        t, p = run.ttft[run.measured], run.tpot[run.measured]
+        ttft[n] = float(np.quantile(t[np.isfinite(t)], t_q))
+        tpot[n] = float(np.quantile(p[np.isfinite(p)], p_q))
+        return ttft[n] <= t_target and tpot[n] <= p_target
+
+    n0 = int(pool.replicas)
+    holds = meets(n0)
+    found: int | None = n0 if holds else None
+    if not holds:
+        limit = n0 + max(1, int(max_extra * n0))
+        step, lo = 1, n0
+        while found is None and lo < limit:
+            n = min(lo + step, limit)
+            if meets(n):
+                found = n
+            else:
+                lo, step = n, 2 * step
+        if found is not None:  # the fewest between the last miss and the first hold
+            miss = lo
+            while found - miss > 1:
+                mid = (found + miss) // 2
+                if meets(mid):
+                    found = mid
+                else:
+                    miss = mid
+    return LaunchCheck(
+        engine=engine,
+        planned=n0,
+        ttft=ttft,
+        tpot=tpot,
+        targets=(float(t_target), float(p_target)),
+        quantiles=(float(t_q), float(p_q)),
+        holds=holds,
+        replicas=found,
+        requests=requests,
+        frontend_time=float(eng.scheduler.frontend_time),
+    )

@@ -1,0 +1,93 @@
+"""A plan's launch under its engine's scheduler (dcost.planning.launch.check_launch): its figures
+are the engine simulation's own, a plan that misses gets the fewest replicas that hold, and what
+it cannot check is refused by name."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import dcost
+from dcost.planning.launch import check_launch, launch_load, scheduler_settings
+from dcost.planning.server import Server, simulate_server
+
+REQUESTS = 1500
+
+
+@pytest.fixture(scope="module")
+def chat_plan():
+    traffic = dcost.traffic("chat", rate=27.3)
+    return dcost.plan("h100-sxm", "llama-3.1-8b", traffic, engine="vllm", mode="aggregated")
+
+
+def _simulated(p, replicas, engine="vllm"):
+    """The pool's replicas under the engine's scheduler, as the launch sets it: the TTFT and
+    TPOT at the targets' quantiles (what check_launch must report)."""
+    (pool,) = p.pools
+    eng = dcost.engine(engine, hardware="h100-sxm", **scheduler_settings(pool, engine))
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=replicas,
+                 tensor_parallel=pool.chips_per_stage)  # fmt: skip
+    run = simulate_server(srv, launch_load(p, REQUESTS), seed=0)
+    t, s = run.ttft[run.measured], run.tpot[run.measured]
+    return (float(np.quantile(t, p.ttft_slo[1])),
+            float(np.quantile(s[np.isfinite(s)], p.tpot_slo[1])))  # fmt: skip
+
+
+def test_a_plan_that_holds_is_said_to_hold_with_the_simulations_figures(chat_plan):
+    p = chat_plan
+    (pool,) = p.pools
+    c = check_launch(p, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS)
+    ttft, tpot = _simulated(p, pool.replicas)
+    assert c.ttft == {pool.replicas: pytest.approx(ttft)}
+    assert c.tpot == {pool.replicas: pytest.approx(tpot)}
+    assert c.holds and c.replicas == pool.replicas
+    assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0]
+    assert c.frontend_time == pytest.approx(0.011)  # the client's TTFT, vLLM's frontend in it
+
+
+def test_too_few_replicas_get_the_fewest_that_hold(chat_plan):
+    """The plan's pool cut to one replica overloads it (the queue grows): the check says it
+    misses and names the fewest replicas it tried that hold; one fewer than that misses."""
+    (pool,) = chat_plan.pools
+    assert pool.replicas >= 2
+    cut = dataclasses.replace(chat_plan, pools=(dataclasses.replace(pool, replicas=1),))
+    c = check_launch(cut, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS)
+    assert not c.holds and c.replicas is not None and c.replicas >= 2
+    assert c.ttft[1] > cut.ttft_slo[0] or c.tpot[1] > cut.tpot_slo[0]
+    ttft, tpot = _simulated(cut, c.replicas)
+    assert ttft <= cut.ttft_slo[0] and tpot <= cut.tpot_slo[0]
+    ttft, tpot = _simulated(cut, c.replicas - 1)
+    assert ttft > cut.ttft_slo[0] or tpot > cut.tpot_slo[0]
+
+
+def test_what_cannot_be_checked_is_refused_by_name(chat_plan):
+    traffic = dcost.traffic("chat", rate=27.3)
+    dis = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, mode="disaggregated")
+    with pytest.raises(dcost.SpecError, match="a disaggregated plan"):
+        check_launch(dis, "h100-sxm", "llama-3.1-8b", "vllm")
+    bad = dataclasses.replace(chat_plan, feasible=False)
+    with pytest.raises(dcost.SpecError, match="the plan is infeasible"):
+        check_launch(bad, "h100-sxm", "llama-3.1-8b", "vllm")
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        check_launch(chat_plan, "h100-sxm", "llama-3.1-8b", "tgi")
+
+
+def test_cli_checks_the_launch(capsys):
+    from dcost.cli import main
+
+    args = ["plan", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--traffic", "chat",
+            "--rate", "27.3", "--engine", "vllm", "--mode", "aggregated"]  # fmt: skip
+    assert main([*args, "--check-launch", str(REQUESTS), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["launch_check"]["vllm"]
+    want = check_launch(
+        dcost.plan("h100-sxm", "llama-3.1-8b", dcost.traffic("chat", rate=27.3), engine="vllm",
+                   mode="aggregated"),  # fmt: skip
+        "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS,
+    )  # fmt: skip
+    assert got["holds"] == want.holds and got["replicas_that_hold"] == want.replicas
+    assert got["ttft"] == {str(n): pytest.approx(v) for n, v in want.ttft.items()}
+    assert main([*args, "--check-launch", str(REQUESTS)]) == 0
+    assert "under vllm's scheduler (1,500 requests simulated)" in capsys.readouterr().out
+    assert main([*args, "--check-launch", "50"]) == 2
+    assert "--check-launch must be at least 100 requests" in capsys.readouterr().err
