@@ -195,7 +195,8 @@ def plot(res: dict):
         ax.legend(fontsize=8)
     fig.suptitle(
         f"{res['feasible']} feasible aggregated plans under their engine's scheduler, launched "
-        f"as planned: {res['missed']} miss (above the line: over the target)"
+        f"as planned: {res['missed']} miss, {res['touched']} touch\n(above the line: over the "
+        "target; a touch is within the simulation's sampling error of it)"
     )
     fig.tight_layout()
     return fig

@@ -521,14 +521,15 @@ def test_workload_context_is_the_time_average_of_the_kv():
 def test_the_how_to_quotes_the_launch_experiment():
     """The planning how-to's figures are experiments/results/launches_hold.json (python
     experiments/launches_hold.py writes it), and every plan it counts as missing sat within
-    20 % of a target (as the page says), and the page quotes its --check-launch figures."""
+    about 10 % of a target (as the page says), and the page quotes its --check-launch figures."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
     r = json.loads((root / "experiments/results/launches_hold.json").read_text())
     page = " ".join((root / "docs/how-to/plan-a-fleet.md").read_text().split())
     b = r["by_engine"]
-    assert f"{r['missed']} of the {r['feasible']} feasible plans miss a target" in page
+    verb = "misses" if r["missed"] == 1 else "miss"
+    assert f"{r['missed']} of the {r['feasible']} feasible plans {verb} a target" in page
     assert f"({r['missed_ttft']} the TTFT, {r['missed_tpot']} the TPOT;" in page
     for name, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
         assert f"{label} {b[name]['missed']} of {b[name]['feasible']}" in page
@@ -537,7 +538,7 @@ def test_the_how_to_quotes_the_launch_experiment():
     for x in rows:
         if x["ttft"]["miss"] or x["tpot"]["miss"]:
             near = max(x["predicted_ttft"] / x["ttft_slo"], x["predicted_tpot"] / x["tpot_slo"])
-            assert near >= 0.8, x
+            assert near >= 0.89, x
     # --check-launch: the misses it finds, the replicas it names and how those held again
     assert (
         f"it found {r['check_missed']} that miss as launched and replicas for "
@@ -546,5 +547,4 @@ def test_the_how_to_quotes_the_launch_experiment():
     ) in page
     again = "none" if r["check_repaired_miss"] == 0 else str(r["check_repaired_miss"])
     assert f"{again} of the {r['check_repaired']} missed" in page
-    left = r["check_missed"] - r["check_repaired"]
-    assert f"The other {left} " in page
+    assert r["check_missed"] >= r["missed"]  # one seed, no allowance: the stricter count

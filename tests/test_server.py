@@ -338,6 +338,26 @@ def test_a_prefix_share_hits_that_share_of_every_prompt_in_whole_blocks(tmp_path
         Load(prompt=100, output=10, clients=1, prefix_share=1.5)
 
 
+@pytest.mark.parametrize("distribution", ["gamma", "lognormal"])
+def test_lengths_are_drawn_with_their_mean_cv_and_the_distribution_s_median(distribution):
+    """200,000 draws of cv 1.5 around 2,000 tokens: the mean and cv as given (within 2 % and
+    4 %), and the median of the distribution named: ``mean / sqrt(1 + cv^2)`` for the
+    lognormal (the planner's ``Traffic``), the gamma's (shape 1/cv^2) below it."""
+    import scipy.stats as st
+
+    load = Load(prompt=2000, output=10, prompt_cv=1.5, clients=1, distribution=distribution)
+    x, _ = load.lengths(np.random.default_rng(0), 200_000)
+    assert x.mean() == pytest.approx(2000, rel=0.02)
+    assert x.std() / x.mean() == pytest.approx(1.5, rel=0.04)
+    if distribution == "lognormal":
+        median = 2000 / np.sqrt(1 + 1.5**2)
+    else:
+        median = st.gamma(1 / 1.5**2, scale=2000 * 1.5**2).median()
+    assert np.median(x) == pytest.approx(median, rel=0.03)
+    with pytest.raises(dcost.SpecError, match="Load.distribution = 'pareto'"):
+        Load(prompt=2000, output=10, clients=1, distribution="pareto")
+
+
 def test_a_session_s_later_turns_hit_its_earlier_context(vllm_8b):
     """Turn k of a session holds turn k-1's prompt and output as its prefix: it computes the rest,
     the hit in whole KV blocks (16 tokens under vLLM)."""

@@ -124,6 +124,9 @@ def _cmd_simulate(args) -> int:
             requests=args.requests,
             shared_prefix=args.shared_prefix,
             prefix_share=args.prefix_share,
+            prompt_cv=args.prompt_cv,
+            output_cv=args.output_cv,
+            distribution=args.distribution,
             sessions=Sessions(args.turns, args.think_time) if args.turns > 1 else None,
         )
     srv = Server(
@@ -241,6 +244,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--seconds", type=positive, action="append", help="open loop: stage length")
     p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
     p.add_argument("--burstiness", type=positive, default=None, help="gap CV (bursty arrivals)")
+    p.add_argument("--prompt-cv", type=float, default=0.0, help="prompt length sd/mean")
+    p.add_argument("--output-cv", type=float, default=0.0, help="output length sd/mean")
+    p.add_argument(
+        "--distribution",
+        choices=("gamma", "lognormal"),
+        default="gamma",
+        help="lengths around their means (lognormal: as dcost plan's traffic)",
+    )
     p.add_argument("--shared-prefix", type=float, default=0.0, help="shared prompt tokens")
     p.add_argument(
         "--prefix-share", type=float, default=0.0, help="share of every prompt already cached"

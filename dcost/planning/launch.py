@@ -88,7 +88,7 @@ class LaunchCheck:
 
 def launch_load(plan, requests: int):
     """The plan's traffic as ``dcost.planning.server.Load``: Poisson arrivals at its rate for
-    ``requests`` requests, its length means and spreads (gamma), and its prefix hits as the
+    ``requests`` requests, its lognormal lengths (means and spreads), and its prefix hits as the
     share of every prompt already cached (``Load.prefix_share``, as the planner takes them)."""
     from dcost.planning.server import Load
 
@@ -102,6 +102,7 @@ def launch_load(plan, requests: int):
         output_cv=float(t.output_cv),
         stages=((rate, requests / rate),),
         prefix_share=float(t.prefix_hit),
+        distribution="lognormal",
     )
 
 

@@ -57,6 +57,7 @@ from dcost.specs import SpecError, check_count, check_share
 __all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server"]
 
 ARRIVALS = ("poisson", "constant")
+DISTRIBUTIONS = ("gamma", "lognormal")
 
 
 def _fail(owner, field, value, allowed):
@@ -147,7 +148,10 @@ class Load:
       prefix_share: share of every prompt that is already in the cache when it arrives (an
         earlier turn, a document asked about again): its first ``prefix_share * prompt``
         tokens hit, in whole blocks (with prefix caching on), as ``Traffic.prefix_hit`` says.
-      prompt_cv, output_cv: coefficients of variation of the lengths (gamma; 0: fixed).
+      prompt_cv, output_cv: coefficients of variation of the lengths (0: fixed).
+      distribution: how the lengths are drawn around their means: "gamma" or "lognormal" (the
+        planner's ``Traffic``: ``ln X ~ N(mu, sigma^2)``, ``sigma^2 = ln(1 + cv^2)``; its tail is
+        lighter than the gamma's at a large cv, its median higher).
       trace: a replayed trace (``Load.from_trace``): its arrivals and lengths replace the
         stages and the means.
       sessions: ``Sessions(turns, think_time)``: each request the stages or the clients send
@@ -169,6 +173,7 @@ class Load:
     prefix_share: float = 0.0
     prompt_cv: float = 0.0
     output_cv: float = 0.0
+    distribution: str = "gamma"
     trace: Trace | None = None
     sessions: Sessions | None = None
 
@@ -205,6 +210,8 @@ class Load:
             _fail("Load", "stagger", self.stagger, "True or False")
         _number("Load", "prompt_cv", self.prompt_cv)
         _number("Load", "output_cv", self.output_cv)
+        if self.distribution not in DISTRIBUTIONS:
+            _fail("Load", "distribution", self.distribution, f"one of {DISTRIBUTIONS}")
         if not (isinstance(self.arrival, Bursty) or self.arrival in ARRIVALS):
             _fail("Load", "arrival", self.arrival, f"one of {ARRIVALS} or dcost.Bursty(cv)")
         if self.sessions is not None and not isinstance(self.sessions, Sessions):
@@ -260,8 +267,13 @@ class Load:
         def draw(mean, cv):
             if cv == 0:
                 return np.full(n, max(1, round(mean)))
-            shape = 1.0 / cv**2
-            return np.maximum(1, np.rint(rng.gamma(shape, mean / shape, n))).astype(int)
+            if self.distribution == "lognormal":
+                sigma2 = math.log1p(cv**2)
+                x = rng.lognormal(math.log(mean) - sigma2 / 2.0, math.sqrt(sigma2), n)
+            else:
+                shape = 1.0 / cv**2
+                x = rng.gamma(shape, mean / shape, n)
+            return np.maximum(1, np.rint(x)).astype(int)
 
         return draw(self.prompt, self.prompt_cv), draw(self.output, self.output_cv)
 
