@@ -148,7 +148,7 @@ def inferencex(row) -> bool:
     return row["silicon_data_source"].startswith(INFERENCEX)
 
 
-def inferencex_deployed(eng, record, precision: str):
+def inferencex_deployed(eng, record, precision: str, batch: int | None = None):
     """The engine as InferenceX's single-node script launched the run (SemiAnalysisAI/InferenceX
     ``benchmarks/single_node/dsr1_{fp4,fp8}_{b200,b300,h200}.sh`` as of 2026-04-10 and, for
     B300, 2026-04-20; the scheduler flags below are those of every version from 2026-01-22 on).
@@ -159,12 +159,13 @@ def inferencex_deployed(eng, record, precision: str):
     decode steps. FP4: ``--chunked-prefill-size 16384``, 256 running, memory 0.85; FP8 on 8
     B200/B300: 32,768-token prompt steps, 128 running, memory 0.82; on 4: 8,192, 32, 0.95; FP8
     on H200: 32,768, 512 running at 1k/1k else 256, 0.82, every step. The running cap never falls
-    below the client's concurrency (as in ``deployed``). vLLM's and TensorRT-LLM's InferenceX
-    runs keep ``deployed``'s settings: their scripts' token budgets (TensorRT-LLM's
-    ``max(8192, C + ISL + 64)`` rounded to 64 for DeepSeek-R1) are near them."""
+    below the client's concurrency (as in ``deployed``). TensorRT-LLM's runs:
+    ``_inferencex_trtllm``. vLLM's InferenceX runs keep ``deployed``'s settings."""
     c, isl = int(record["concurrency"]), int(record["prompt_tokens"])
     osl, tp = int(record["output_tokens"]), int(record["tensor_parallel"])
     blackwell = record["hardware"].startswith(("b200", "b300"))
+    if eng.name == "trtllm":
+        return _inferencex_trtllm(eng, record, precision, batch)
     if eng.name != "sglang":
         raise ValueError(f"no InferenceX launch of {eng.name} here")
     if precision == "fp4":
@@ -183,6 +184,44 @@ def inferencex_deployed(eng, record, precision: str):
         prefix_caching=False,
         prefill_first=True,
         recv_interval=recv,
+    )
+    return dataclasses.replace(eng, scheduler=sched)
+
+
+def _inferencex_trtllm(eng, record, precision: str, batch: int | None):
+    """TensorRT-LLM as InferenceX launched it: no block reuse, chunked prefill off (a prompt in
+    one step: the budget is ``max_num_tokens``), and batch waiting where the script set it
+    (``Scheduler.batch_wait_iters``, ``batch_wait_tokens``). Llama 3.3 70B (the
+    ``benchmarks/70b_*_trt_*.sh`` of 2025-10-29, when its runs were measured):
+    ``--max_num_tokens 16384``, and at 1k/1k on fewer than 8 GPUs ``batch_wait_timeout_iters:
+    20``, ``batch_wait_max_tokens_ratio: 0.9``. DeepSeek-R1 (``dsr1_*_trt.sh``, 2026-04-10):
+    ``max_num_tokens`` ``max(8192, C + ISL + 64)`` rounded up to 64, and FP8 on B200 at 1k/1k
+    and 64 clients or more 40 and 0.8. gpt-oss-120b (``gptoss_fp4_*_trt.sh``): 20,000 tokens.
+    Other models keep ``deployed``'s settings."""
+    c, isl = int(record["concurrency"]), int(record["prompt_tokens"])
+    osl, tp = int(record["output_tokens"]), int(record["tensor_parallel"])
+    model = record["model"]
+    wait = (0, 0.0)
+    if model.startswith("llama-3.3-70b"):
+        budget = 16384
+        if (isl, osl) == (1024, 1024) and tp < 8:
+            wait = (20, 0.9)
+    elif model.startswith("deepseek"):
+        budget = max(8192, -(-(c + isl + 64) // 64) * 64)
+        b200 = record["hardware"].startswith("b200")
+        if precision == "fp8" and b200 and (isl, osl) == (1024, 1024) and c >= 64:
+            wait = (40, 0.8)
+    elif model.startswith("gpt-oss"):
+        budget = 20000
+    else:
+        return deployed(eng, record, batch or int(record["concurrency"]))
+    sched = dataclasses.replace(
+        eng.scheduler,
+        max_num_seqs=max(eng.scheduler.max_num_seqs, c),
+        max_num_batched_tokens=max(budget, c + 1),
+        prefix_caching=False,
+        batch_wait_iters=wait[0],
+        batch_wait_tokens=wait[1],
     )
     return dataclasses.replace(eng, scheduler=sched)
 
@@ -318,8 +357,8 @@ def compute(n: int = 90, log=print) -> dict:
             source = silicon_rows[r["id"][len("silicon-") : -len("-tpot")]]
             eng = record_engine(r)[0]
             ix = inferencex(source)
-            if ix and eng.name == "sglang":
-                launched = inferencex_deployed(eng, r, source["precision"])
+            if ix and eng.name in ("sglang", "trtllm"):
+                launched = inferencex_deployed(eng, r, source["precision"], batch)
             else:
                 launched = deployed(eng, r, batch)
             client = (INFERENCEX_ROUNDS, INFERENCEX_RANGE) if ix else (ROUNDS, 1.0)
@@ -347,6 +386,14 @@ def compute(n: int = 90, log=print) -> dict:
                 row["simulated_as_written"] = benchmark_means(
                     server_for(r, written), r["prompt_tokens"], r["output_tokens"], c
                 )
+            if ix and eng.name == "trtllm" and launched.scheduler.batch_wait_iters:
+                e = dataclasses.replace(
+                    launched,
+                    scheduler=dataclasses.replace(launched.scheduler, batch_wait_iters=0),
+                )
+                row["simulated_no_batch_wait"] = benchmark_means(
+                    server_for(r, e), r["prompt_tokens"], r["output_tokens"], c, *client
+                )
             if ix and eng.name == "sglang":  # what the intake and the order each account for
                 sc = launched.scheduler
                 for key, other in (
@@ -373,15 +420,69 @@ def compute(n: int = 90, log=print) -> dict:
     every = [x for s in table["splits"].values() for x in s["results"]]
     table["waves"] = waves(every)
     table["sglang_inferencex"] = ablation(every)
+    table["trtllm_batch_wait"] = ablation(
+        every, ("simulated", "simulated_no_batch_wait"), "simulated_no_batch_wait"
+    )
+    table["trtllm_batch_wait_all"] = batch_waiting_runs(log)
+    table["seconds"] = time.perf_counter() - t0
     return table
 
 
-def ablation(rows: list[dict]) -> dict:
-    """SGLang's InferenceX runs of every split: median error and simulated/measured of the mean
-    TTFT as launched, with an intake every step, and with prompt chunks mixed."""
+def batch_waiting_runs(log=print) -> dict:
+    """Every aggregated silicon run InferenceX launched with TensorRT-LLM's batch waiting (not
+    only the samples'): the mean TTFT as launched and without the waiting, median error and
+    simulated/measured, and per run."""
+    from dcost.validation import silicon
+    from dcost.validation.cases import record_engine
+
+    recs, _ = silicon.records()
+    rows = {x["id"]: x for x in silicon.load_rows()}
+    out: dict = {"runs": []}
+    for r in recs:
+        if r["metric"] != "tpot" or r["mode"] != "agg" or r["engine"] != "trtllm":
+            continue
+        src = rows[r["id"][len("silicon-") : -len("-tpot")]]
+        if not inferencex(src):
+            continue
+        eng = record_engine(r)[0]
+        launched = inferencex_deployed(eng, r, src["precision"], int(src["batch_size"]))
+        if not launched.scheduler.batch_wait_iters:
+            continue
+        c = int(r["concurrency"])
+        off = dataclasses.replace(
+            launched, scheduler=dataclasses.replace(launched.scheduler, batch_wait_iters=0)
+        )
+        row = {"id": r["id"], "concurrency": c, "ttft": float(src["silicon_ttft_ms"]) * 1e-3}
+        for key, e in (("simulated", launched), ("simulated_no_batch_wait", off)):
+            m = benchmark_means(
+                server_for(r, e), r["prompt_tokens"], r["output_tokens"], c,
+                INFERENCEX_ROUNDS, INFERENCEX_RANGE,
+            )  # fmt: skip
+            row[key] = m["ttft"]
+        out["runs"].append(row)
+    for key in ("simulated", "simulated_no_batch_wait"):
+        ratio = np.array([x[key] / x["ttft"] for x in out["runs"]])
+        out[key] = {
+            "runs": len(ratio),
+            "median": float(np.median(np.abs(ratio - 1.0))),
+            "p90": float(np.quantile(np.abs(ratio - 1.0), 0.9)),
+            "bias": float(np.median(ratio)),
+        }
+    log(f"batch waiting: {len(out['runs'])} runs")
+    return out
+
+
+def ablation(
+    rows: list[dict],
+    keys=("simulated", "simulated_recv_every_step", "simulated_mixed"),
+    marker: str = "simulated_recv_every_step",
+) -> dict:
+    """The runs of every split that carry ``marker`` (SGLang's InferenceX runs; TensorRT-LLM's
+    with batch waiting): median error and simulated/measured of the mean TTFT as launched and
+    without each setting (an intake every step, prompt chunks mixed; no batch waiting)."""
     out = {}
-    mine = [x for x in rows if "simulated_recv_every_step" in x]
-    for key in ("simulated", "simulated_recv_every_step", "simulated_mixed"):
+    mine = [x for x in rows if marker in x]
+    for key in keys:
         ratio = np.array([x[key]["ttft"] / x["ttft"] for x in mine])
         out[key] = {
             "runs": len(mine),
@@ -465,11 +566,23 @@ def main() -> None:
             f"{w['tpot_simulated_over_measured']:.2f}; KV at most half full in "
             f"{w['kv_at_most_half']}"
         )
-    for key, a in table["sglang_inferencex"].items():
+    labels = {
+        "sglang_inferencex": "SGLang's InferenceX runs",
+        "trtllm_batch_wait": "TensorRT-LLM's runs with batch waiting",
+    }
+    w = table["trtllm_batch_wait_all"]
+    for key in ("simulated", "simulated_no_batch_wait"):
+        a = w[key]
         print(
-            f"SGLang's InferenceX runs, {key}: {100 * a['median']:.0f} % off "
-            f"({a['bias']:.2f}x; {a['runs']} runs)"
+            f"every TensorRT-LLM run with batch waiting, {key}: {100 * a['median']:.0f} % off, "
+            f"p90 {100 * a['p90']:.0f} % ({a['bias']:.2f}x; {a['runs']} runs)"
         )
+    for name, label in labels.items():
+        for key, a in table[name].items():
+            print(
+                f"{label}, {key}: {100 * a['median']:.0f} % off "
+                f"({a['bias']:.2f}x; {a['runs']} runs)"
+            )
     print(f"{table['seconds']:.0f} s")
 
 

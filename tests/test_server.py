@@ -174,10 +174,11 @@ def test_cli_simulate_takes_the_engines_launch(capsys, tmp_path):
     args += ["--prompt", "2048", "--output", "32", "--json"]
     launch = dict(max_num_seqs=24, max_num_batched_tokens=3000, gpu_memory_utilization=0.8,
                   block_size=32, prefix_caching=False, frontend_time=0.02,
-                  recv_interval=4)  # fmt: skip
+                  recv_interval=4, batch_wait_iters=3, batch_wait_tokens=0.5)  # fmt: skip
     flags = ["--max-num-seqs", "24", "--max-num-batched-tokens", "3000"]
     flags += ["--gpu-memory-utilization", "0.8", "--block-size", "32", "--no-prefix-caching"]
     flags += ["--frontend-time", "0.02", "--scheduler-recv-interval", "4"]
+    flags += ["--batch-wait-iters", "3", "--batch-wait-tokens", "0.5"]
     runs = {}
     for order in ("--prefill-first", "--mixed-chunk"):
         assert main([*args, *flags, order]) == 0
@@ -304,6 +305,29 @@ def test_sglang_s_recv_interval_takes_requests_in_every_n_decode_steps(tmp_path,
     assert run.ttft[2] == pytest.approx(front + t(0, 700), rel=1e-9)  # idle: at once
     with pytest.raises(dcost.engines.EngineError, match="Scheduler.recv_interval = 0"):
         dcost.engine("sglang", hardware="h100-sxm", recv_interval=0)
+
+
+@pytest.mark.parametrize("tokens", [0.9, 0.1])
+def test_tensorrt_llm_s_batch_waiting_holds_prompts_while_sequences_decode(tmp_path, tokens):
+    """TensorRT-LLM's ``batch_wait_timeout_iters`` W and ``batch_wait_max_tokens_ratio`` r: a
+    prompt reaching a replica while one request decodes waits W decode steps from the first step
+    that sees it (``s0``), unless the step's decode token and the prompt reach r of the budget;
+    a prompt reaching an idle replica never waits."""
+    eng = dcost.engine("trtllm", hardware="h100-sxm", batch_wait_iters=20, batch_wait_tokens=tokens)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+    load = _trace(tmp_path, [(0, 512, 400), (0.5, 2048, 5), (30, 700, 5)])
+    run = simulate_server(srv, load)
+    t = _steps(srv, load)
+    front, d = eng.scheduler.frontend_time, t(1, 0)
+    t0 = front + t(0, 512)
+    s0 = t0 + np.ceil((0.5 + front - t0) / d - 1e-9) * d
+    budget = eng.scheduler.max_num_batched_tokens
+    waits = 20 if 1 + 2048 < tokens * budget else 0
+    assert run.ttft[1] == pytest.approx(s0 + waits * d + t(1, 2048) - 0.5, rel=1e-9)
+    assert run.ttft[0] == pytest.approx(front + t(0, 512), rel=1e-9)  # nothing decoded yet
+    assert run.ttft[2] == pytest.approx(front + t(0, 700), rel=1e-9)  # idle: at once
+    with pytest.raises(dcost.engines.EngineError, match="Scheduler.batch_wait_tokens = 1.5"):
+        dcost.engine("trtllm", hardware="h100-sxm", batch_wait_tokens=1.5)
 
 
 def test_mooncake_block_hashes_hit_the_prefix_cache(vllm_8b):
@@ -493,6 +517,13 @@ def test_the_docs_quote_the_under_load_experiment():
     assert f"every step put them at {run('simulated_recv_every_step', ' off')}" in text
     assert f"with the scripts' interval {run('simulated')}" in text
     assert f"instead of alone {run('simulated_mixed')}" in text
+    bw = res["trtllm_batch_wait_all"]
+    on, off = bw["simulated"], bw["simulated_no_batch_wait"]
+    assert f"on all {on['runs']} silicon runs it launched that way" in text
+    assert (
+        f"{on['bias']:.2f}x the measured ({100 * on['median']:.1f} % off, p90 "
+        f"{100 * on['p90']:.1f} %) with it and {off['bias']:.2f}x ({100 * off['median']:.1f} %)"
+    ) in text
 
 
 def test_the_docs_quote_the_waves_of_the_under_load_experiment():

@@ -19,7 +19,8 @@ brackets): ``--max-num-seqs`` (``--max-running-requests``, ``max_batch_size``),
 ``--gpu-memory-utilization`` (``--mem-fraction-static``), ``--block-size`` (``--page-size``),
 ``--no-prefix-caching``, and ``--mixed-chunk`` (SGLang's ``--enable-mixed-chunk``: prompt chunks
 run beside the decodes; SGLang's default runs a step of prompt tokens alone, ``--prefill-first``),
-``--scheduler-recv-interval`` (SGLang's: a busy engine takes in new requests every N decode steps).
+``--scheduler-recv-interval`` (SGLang's: a busy engine takes in new requests every N decode steps),
+``--batch-wait-iters`` and ``--batch-wait-tokens`` (TensorRT-LLM's batch waiting).
 ``--profile FILE`` runs a profile of your own (``dcost calibrate --from``).
 """
 
@@ -43,6 +44,8 @@ _FLAGS = {
     "prefill_first": "--mixed-chunk / --prefill-first",
     "frontend_time": "--frontend-time",
     "recv_interval": "--scheduler-recv-interval",
+    "batch_wait_iters": "--batch-wait-iters",
+    "batch_wait_tokens": "--batch-wait-tokens",
 }
 
 
@@ -58,6 +61,8 @@ def _engine(args):
         "prefill_first": args.prefill_first,
         "frontend_time": args.frontend_time,
         "recv_interval": args.recv_interval,
+        "batch_wait_iters": args.batch_wait_iters,
+        "batch_wait_tokens": args.batch_wait_tokens,
     }
     settings = {field: v for field, v in values.items() if v is not None}
     if args.engine in (None, "none"):
@@ -84,6 +89,8 @@ def _launch(eng) -> str:
     cache = "" if sc.prefix_caching else ", no prefix caching"
     if sc.recv_interval > 1:
         cache += f", new requests taken in every {sc.recv_interval} decode steps"
+    if sc.batch_wait_iters:
+        cache += f", prompts wait up to {sc.batch_wait_iters} steps for a batch"
     return (
         f"{eng.name} {eng.version} (at most {sc.max_num_seqs} sequences, "
         f"{sc.max_num_batched_tokens}-token steps, {order}, {sc.gpu_memory_utilization:g} of "
@@ -234,6 +241,16 @@ def add_parsers(sub) -> None:
         dest="recv_interval",
         type=whole,
         help="SGLang: take in new requests every N decode steps (default 1: every step)",
+    )
+    launch.add_argument(
+        "--batch-wait-iters",
+        type=int,
+        help="TensorRT-LLM batch_wait_timeout_iters: steps new prompts wait while others decode",
+    )
+    launch.add_argument(
+        "--batch-wait-tokens",
+        type=float,
+        help="TensorRT-LLM batch_wait_max_tokens_ratio: share of the budget that ends the wait",
     )
     p.add_argument("--prompt", type=positive, help="prompt tokens (mean)")
     p.add_argument("--output", type=positive, help="output tokens (mean)")

@@ -150,6 +150,10 @@ class Scheduler:
         ``--scheduler-recv-interval``, default 1): after that many decode-only steps, or after
         any step with prompt tokens; an idle engine takes them at once. 1: every step (vLLM,
         TensorRT-LLM).
+      batch_wait_iters, batch_wait_tokens: TensorRT-LLM's ``batch_wait_timeout_iters`` and
+        ``batch_wait_max_tokens_ratio`` (default 0 and 0: off): while sequences decode, new
+        prompts wait up to that many steps, unless the step's tokens (decodes and the waiting
+        prompts) reach that share of ``max_num_batched_tokens``.
     """
 
     max_num_seqs: int
@@ -161,6 +165,8 @@ class Scheduler:
     frontend_time: float = 0.0
     frontend_cv: float = 0.0
     recv_interval: int = 1
+    batch_wait_iters: int = 0
+    batch_wait_tokens: float = 0.0
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "recv_interval"):
@@ -181,6 +187,17 @@ class Scheduler:
                     f"Scheduler.{name} = {getattr(self, name)!r} is not allowed: it must be "
                     "True or False"
                 )
+        if isinstance(self.batch_wait_iters, bool) or not isinstance(self.batch_wait_iters, int) \
+                or self.batch_wait_iters < 0:  # fmt: skip
+            raise EngineError(
+                f"Scheduler.batch_wait_iters = {self.batch_wait_iters!r} is not allowed: it must "
+                "be a whole number >= 0"
+            )
+        w = self.batch_wait_tokens
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 1.0:
+            raise EngineError(
+                f"Scheduler.batch_wait_tokens = {w!r} is not allowed: it must be a share in [0, 1]"
+            )
         for name in ("frontend_time", "frontend_cv"):
             f = getattr(self, name)
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f < math.inf:

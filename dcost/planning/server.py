@@ -21,6 +21,9 @@ through the other with the engine's scheduler, step by step:
   planner's ``Traffic.prefix_hit``, a share of each prompt already cached);
 - with ``Scheduler.prefill_first`` (SGLang) a step with prompt tokens to compute runs them alone
   and the running decodes wait for the next;
+- with ``Scheduler.batch_wait_iters`` W > 0 (TensorRT-LLM's batch waiting) new prompts wait
+  while sequences decode, up to W steps, unless the step's decode tokens and the waiting prompts'
+  tokens reach ``batch_wait_tokens`` of the budget;
 - with ``Scheduler.recv_interval`` N > 1 (SGLang ``--scheduler-recv-interval``) a busy replica
   takes in the requests that reached it only before a step that follows N decode-only steps
   since it last did, or follows a step with prompt tokens; an idle one takes them at once;
@@ -723,6 +726,9 @@ def simulate_server(
     inbox: list[deque] = [deque() for _ in range(reps)]  # reached a busy replica, not taken in
     since_recv = [0] * reps  # SGLang's counter: decode-only steps since the last intake
     decode_only = [False] * reps  # whether the replica's last step had no prompt tokens
+    wait_iters = int(sched.batch_wait_iters)
+    wait_tokens = float(sched.batch_wait_tokens) * budget
+    waited = [0] * reps  # TensorRT-LLM's batch waiting: steps the prompts have waited
     waiting: list[deque] = [deque() for _ in range(reps)]
     running: list[list[int]] = [[] for _ in range(reps)]
     busy = [False] * reps
@@ -802,6 +808,20 @@ def simulate_server(
             kv[r] += take
         return plan
 
+    def held(r, room, decodes):
+        """TensorRT-LLM's batch waiting: whether the prompts that would join this step wait
+        (and count the wait), or go (and reset it)."""
+        pending = sum(int(left[j]) for j in running[r] if left[j] > 0)
+        for j in list(waiting[r])[: max(cap - len(running[r]), 0)]:
+            pending += int(left[j]) if left[j] > 0 else int(prompt_l[j])
+        if pending == 0:
+            return False
+        if waited[r] >= wait_iters or decodes + min(pending, room) >= wait_tokens:
+            waited[r] = 0
+            return False
+        waited[r] += 1
+        return True
+
     def launch(r, now, decoding, plan):
         nonlocal counter, kv_peak
         busy[r] = True
@@ -836,7 +856,10 @@ def simulate_server(
             preemptions += 1
             decoding = [j for j in run if left[j] == 0]
         kv[r] += len(decoding)  # the decode tokens' KV first, then the prompts' chunks
-        plan = plan_prompts(r, budget - len(decoding))
+        if wait_iters and decoding and held(r, budget - len(decoding), len(decoding)):
+            plan = []
+        else:
+            plan = plan_prompts(r, budget - len(decoding))
         if not decoding and not plan:
             busy[r] = False
             return
