@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -812,7 +813,7 @@ def simulate_server(
         """TensorRT-LLM's batch waiting: whether the prompts that would join this step wait
         (and count the wait), or go (and reset it)."""
         pending = sum(int(left[j]) for j in running[r] if left[j] > 0)
-        for j in list(waiting[r])[: max(cap - len(running[r]), 0)]:
+        for j in itertools.islice(waiting[r], max(cap - len(running[r]), 0)):
             pending += int(left[j]) if left[j] > 0 else int(prompt_l[j])
         if pending == 0:
             return False
