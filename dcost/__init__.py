@@ -103,6 +103,7 @@ _LAZY = {
     "Server": "dcost.planning.server",
     "Load": "dcost.planning.server",
     "Bursty": "dcost.planning.server",
+    "check_launch": "dcost.planning.launch",
     "Engine": "dcost.engines",
     "Scheduler": "dcost.engines",
     "engine": "dcost.engines",
@@ -202,6 +203,6 @@ __all__ += ["Traffic", "traffic", "planning", "plan", "Plan", "PlanBatch", "simu
 __all__ += ["Scenario", "plan_sweep", "plan_energy", "FleetEnergy"]
 __all__ += ["TCO", "energy", "Energy", "PowerFit", "power_cap"]
 __all__ += ["Ownership", "ownership", "owned", "tco_per_token", "breakeven"]
-__all__ += ["Engine", "Scheduler", "engine", "engines", "Server", "Load", "Bursty"]
+__all__ += ["Engine", "Scheduler", "engine", "engines", "Server", "Load", "Bursty", "check_launch"]
 __all__ += ["explore"]
 __version__ = "0.1.0"
