@@ -160,12 +160,14 @@ def inferencex_deployed(eng, record, precision: str, batch: int | None = None):
     B200/B300: 32,768-token prompt steps, 128 running, memory 0.82; on 4: 8,192, 32, 0.95; FP8
     on H200: 32,768, 512 running at 1k/1k else 256, 0.82, every step. The running cap never falls
     below the client's concurrency (as in ``deployed``). TensorRT-LLM's runs:
-    ``_inferencex_trtllm``. vLLM's InferenceX runs keep ``deployed``'s settings."""
+    ``_inferencex_trtllm``; vLLM's: ``_inferencex_vllm``."""
     c, isl = int(record["concurrency"]), int(record["prompt_tokens"])
     osl, tp = int(record["output_tokens"]), int(record["tensor_parallel"])
     blackwell = record["hardware"].startswith(("b200", "b300"))
     if eng.name == "trtllm":
         return _inferencex_trtllm(eng, record, precision, batch)
+    if eng.name == "vllm":
+        return _inferencex_vllm(eng, record, batch)
     if eng.name != "sglang":
         raise ValueError(f"no InferenceX launch of {eng.name} here")
     if precision == "fp4":
@@ -222,6 +224,28 @@ def _inferencex_trtllm(eng, record, precision: str, batch: int | None):
         prefix_caching=False,
         batch_wait_iters=wait[0],
         batch_wait_tokens=wait[1],
+    )
+    return dataclasses.replace(eng, scheduler=sched)
+
+
+def _inferencex_vllm(eng, record, batch: int | None):
+    """vLLM as InferenceX launched it (``benchmarks/single_node/{gptoss,minimaxm2.5,
+    kimik2.5}_*.sh`` of 2026-04-10, ``benchmarks/70b_*.sh`` of 2025-10-29): no prefix caching;
+    ``max-num-batched-tokens`` 8,192 (set, or vLLM's default on these chips), 2 x ISL for
+    MiniMax-M2.5 on B200 and B300; ``max-num-seqs`` the clients (the scripts set them, or a
+    cap of 256-1,024 that C clients do not reach, or do and are kept at C as in ``deployed``).
+    Other models keep ``deployed``'s settings."""
+    c, isl = int(record["concurrency"]), int(record["prompt_tokens"])
+    model, hw = record["model"], record["hardware"]
+    if not model.startswith(("gpt-oss", "llama-3.3-70b", "minimax", "kimi")):
+        return deployed(eng, record, batch or c)
+    blackwell = hw.startswith(("b200", "b300"))
+    budget = 2 * isl if model.startswith("minimax") and blackwell else 8192
+    sched = dataclasses.replace(
+        eng.scheduler,
+        max_num_seqs=c,
+        max_num_batched_tokens=max(budget, c + 1),
+        prefix_caching=False,
     )
     return dataclasses.replace(eng, scheduler=sched)
 
@@ -357,7 +381,7 @@ def compute(n: int = 90, log=print) -> dict:
             source = silicon_rows[r["id"][len("silicon-") : -len("-tpot")]]
             eng = record_engine(r)[0]
             ix = inferencex(source)
-            if ix and eng.name in ("sglang", "trtllm"):
+            if ix:
                 launched = inferencex_deployed(eng, r, source["precision"], batch)
             else:
                 launched = deployed(eng, r, batch)
