@@ -34,6 +34,21 @@ def _simulated(p, replicas, engine="vllm"):
             float(np.quantile(s[np.isfinite(s)], p.tpot_slo[1])))  # fmt: skip
 
 
+def test_the_launch_load_is_the_plan_s_traffic(chat_plan):
+    """Poisson at the plan's rate for the requests asked, the traffic's lognormal lengths (mean
+    and cv) and its prefix hits as the share of every prompt already cached."""
+    t = chat_plan.traffic
+    load = launch_load(chat_plan, 3000)
+    ((rate, seconds),) = load.stages
+    assert rate == pytest.approx(float(t.rate)) and rate * seconds == pytest.approx(3000)
+    assert load.arrival == "poisson" and load.distribution == "lognormal"
+    assert (load.prompt, load.output) == pytest.approx((float(t.prompt_tokens),
+                                                        float(t.output_tokens)))  # fmt: skip
+    assert (load.prompt_cv, load.output_cv) == pytest.approx((float(t.prompt_cv),
+                                                              float(t.output_cv)))  # fmt: skip
+    assert load.prefix_share == pytest.approx(float(t.prefix_hit)) and load.shared_prefix == 0
+
+
 def test_a_plan_that_holds_is_said_to_hold_with_the_simulations_figures(chat_plan):
     p = chat_plan
     (pool,) = p.pools
