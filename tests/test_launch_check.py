@@ -86,6 +86,10 @@ def test_what_cannot_be_checked_is_refused_by_name(chat_plan):
         check_launch(bad, "h100-sxm", "llama-3.1-8b", "vllm")
     with pytest.raises(ValueError, match="unknown engine 'tgi'"):
         check_launch(chat_plan, "h100-sxm", "llama-3.1-8b", "tgi")
+    with pytest.raises(dcost.SpecError, match="check_launch.requests = 50 is not allowed"):
+        check_launch(chat_plan, "h100-sxm", "llama-3.1-8b", "vllm", requests=50)
+    with pytest.raises(dcost.SpecError, match="check_launch.max_extra = -1"):
+        check_launch(chat_plan, "h100-sxm", "llama-3.1-8b", "vllm", max_extra=-1)
 
 
 def test_cli_checks_the_launch(capsys):

@@ -361,7 +361,8 @@ def _check_line(c) -> str:
         most = max(c.ttft)
         return (
             f"{line}: misses, and still at {most} replicas (TTFT {fmt_time(c.ttft[most])}, "
-            f"TPOT {fmt_time(c.tpot[most])}): a replica's prompt steps, not its queue, miss"
+            f"TPOT {fmt_time(c.tpot[most])}), the most it tries; where more replicas barely "
+            "move a TTFT, its long prompts' own steps bind, not the queue"
         )
     return (
         f"{line}: misses; {c.replicas} replicas hold it (TTFT {fmt_time(c.ttft[c.replicas])}, "

@@ -139,8 +139,19 @@ def check_launch(
     """
     from dcost import engines
     from dcost.planning.server import Server, simulate_server
-    from dcost.specs import SpecError
+    from dcost.specs import SpecError, check_count
 
+    requests = check_count("check_launch", "requests", requests, low=100)
+    seed = check_count("check_launch", "seed", seed, low=0)
+    if (
+        isinstance(max_extra, bool)
+        or not isinstance(max_extra, (int, float))
+        or not (0.0 <= max_extra < float("inf"))
+    ):
+        raise SpecError(
+            f"check_launch.max_extra = {max_extra!r} is not allowed: it must be a finite share "
+            ">= 0 of the planned replicas"
+        )
     if not plan.feasible:
         raise SpecError("check_launch: the plan is infeasible; nothing to launch")
     if plan.mode != "aggregated":
