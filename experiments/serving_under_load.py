@@ -6,8 +6,9 @@ of the measured ones.
 
 Each aggregated run of AIConfigurator's silicon sample is a benchmark client at a fixed
 concurrency C. Most of the sampled runs are SemiAnalysis's InferenceX runs (``INFERENCEX``),
-simulated with its client (10 x C requests, lengths uniform over [0.8 L, L]) and, for SGLang, its
-launch scripts (``inferencex_deployed``). The rest are AIConfigurator's own: its benchmark
+simulated with its client (10 x C requests, lengths uniform over [0.8 L, L]) and its launch
+scripts (``inferencex_deployed``: SGLang's, TensorRT-LLM's and vLLM's). The rest are
+AIConfigurator's own: its benchmark
 (ai-dynamo/aiconfigurator ``src/aiconfigurator/generator/sflow.py`` and
 ``.../benchmark/bench_run.sh.j2``) runs AIPerf with
 ``--concurrency C --request-count 20*C`` (``MULTI_ROUND`` 20), fixed prompt and output lengths
