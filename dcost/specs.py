@@ -28,15 +28,31 @@ class SpecError(ValueError):
     """A spec field holds a value the model cannot use."""
 
 
+def _default_float() -> np.dtype:
+    """JAX's default float dtype now: float32, or float64 under x64 (``jnp.result_type(float)``,
+    read from the x64 setting, which ``jax.enable_x64`` changes, at a fraction of its cost: a spec
+    converts every field)."""
+    return _FLOAT64 if jax.config.read("jax_enable_x64") else _FLOAT32
+
+
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+# each float dtype's largest finite number, smallest positive normal one, and the whole number
+# below which it holds every integer exactly (2**(mantissa bits + 1))
+_LIMITS = {
+    d: (float(np.finfo(d).max), float(np.finfo(d).tiny), float(2 ** (np.finfo(d).nmant + 1)))
+    for d in (_FLOAT32, _FLOAT64)
+}
+
+
 def float_max() -> float:
     """The largest finite number of JAX's default float dtype (float32, or float64 under x64)."""
-    return float(jnp.finfo(jnp.result_type(float)).max)
+    return _LIMITS[_default_float()][0]
 
 
 def float_tiny() -> float:
     """The smallest positive normal number of JAX's default float dtype (``1.18e-38`` in
     float32): a nonzero value below it becomes 0 or keeps only a few digits."""
-    return float(jnp.finfo(jnp.result_type(float)).tiny)
+    return _LIMITS[_default_float()][1]
 
 
 def whole_max() -> float:
@@ -45,7 +61,7 @@ def whole_max() -> float:
     ``2**24 = 16,777,216`` in float32 (``2**53`` under x64): past it ``n`` and ``n + 1`` are the
     same number, so a count (batch, chips, layers) no longer means what it says.
     """
-    return float(2 ** (jnp.finfo(jnp.result_type(float)).nmant + 1))
+    return _LIMITS[_default_float()][2]
 
 
 def _dtype_problem(x) -> str | None:
@@ -110,6 +126,19 @@ def _float(x):
         return None
     if isinstance(x, jax.core.Tracer):
         return x
+    kind = type(x)
+    if kind is float or kind is int:  # the common case, without NumPy's checks (bool is not int)
+        dtype = _default_float()
+        fmax, tiny, _ = _LIMITS[dtype]
+        try:
+            v = float(x)
+        except OverflowError:  # an int past any float: ``check`` names the range
+            return _Invalid(x, None)
+        if math.isfinite(v) and (abs(v) > fmax or (v != 0 and abs(v) < tiny)):
+            return _Invalid(x, None)
+        return jax.device_put(np.asarray(v, dtype))
+    if isinstance(x, jax.Array) and not x.weak_type and np.dtype(x.dtype).kind == "f":
+        return x  # a strongly typed float array already (``jnp.asarray`` would give it back)
     why = _dtype_problem(x)
     if why is not None:
         return _Invalid(x, why)
@@ -245,15 +274,17 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
         value, why = x, _dtype_problem(x)
     if integer:
         high = whole_max() if high is None else min(high, whole_max())
-    allowed = f"{'>' if low_open else '>='} {_bound(low)}"
-    if high is not None:
-        allowed += f" and <= {_bound(high)}"
-    if integer:
-        allowed = "a whole number " + allowed
+
+    def allowed() -> str:  # what the message says is allowed (built only to raise)
+        text = f"{'>' if low_open else '>='} {_bound(low)}"
+        if high is not None:
+            text += f" and <= {_bound(high)}"
+        return "a whole number " + text if integer else text
+
     if why is not None:
         raise SpecError(
             f"{owner}.{name} = {_short(value)} is not allowed: it must be a real number "
-            f"{allowed}, not {why}"
+            f"{allowed()}, not {why}"
         )
     v = _concrete(x)
     if v is None:
@@ -286,7 +317,7 @@ def check(owner: str, name: str, x, *, low=0.0, low_open=False, high=None, integ
             )
         raise SpecError(
             f"{owner}.{name} = {_show(np.asarray(first))} is not allowed: "
-            f"it must be finite and {allowed}{note}"
+            f"it must be finite and {allowed()}{note}"
         )
 
 
