@@ -105,7 +105,9 @@ class Sensitivity(eqx.Module):
 
     def ranked(self, top: int | None = None) -> list[tuple[str, float]]:
         """``[(name, elasticity), ...]`` of the cost, largest magnitude first, zeros dropped
-        (a single scenario): "what would make tokens cheaper"."""
+        (a single scenario): "what would make tokens cheaper". Magnitudes equal to 6 decimals
+        (the many elasticities of exactly +-1) are in the order of their names, so the order
+        does not hang on the last bits a compiler option moves."""
         rows = []
         for part in ("hardware", "model", "workload"):
             tree = getattr(self, part)
@@ -114,7 +116,7 @@ class Sensitivity(eqx.Module):
                 rows.append((f"{part}.{name}", float(leaf)))
         rows += [(f"{name}_limit", float(v)) for name, v in self.limits.items()]
         rows = [r for r in rows if r[1] != 0.0 and np.isfinite(r[1])]
-        rows.sort(key=lambda r: -abs(r[1]))
+        rows.sort(key=lambda r: (-round(abs(r[1]), 6), r[0]))
         return rows[:top]
 
 
