@@ -28,13 +28,6 @@ class SpecError(ValueError):
     """A spec field holds a value the model cannot use."""
 
 
-def _default_float() -> np.dtype:
-    """JAX's default float dtype now: float32, or float64 under x64 (``jnp.result_type(float)``,
-    read from the x64 setting, which ``jax.enable_x64`` changes, at a fraction of its cost: a spec
-    converts every field)."""
-    return _FLOAT64 if jax.config.read("jax_enable_x64") else _FLOAT32
-
-
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 # each float dtype's largest finite number, smallest positive normal one, and the whole number
 # below which it holds every integer exactly (2**(mantissa bits + 1))
@@ -42,6 +35,13 @@ _LIMITS = {
     d: (float(np.finfo(d).max), float(np.finfo(d).tiny), float(2 ** (np.finfo(d).nmant + 1)))
     for d in (_FLOAT32, _FLOAT64)
 }
+
+
+def _default_float() -> np.dtype:
+    """JAX's default float dtype now: float32, or float64 under x64 (``jnp.result_type(float)``,
+    read from the x64 setting, which ``jax.enable_x64`` changes, at a fraction of its cost: a spec
+    converts every field)."""
+    return _FLOAT64 if jax.config.read("jax_enable_x64") else _FLOAT32
 
 
 def float_max() -> float:
@@ -132,8 +132,8 @@ def _float(x):
         fmax, tiny, _ = _LIMITS[dtype]
         try:
             v = float(x)
-        except OverflowError:  # an int past any float: ``check`` names the range
-            return _Invalid(x, None)
+        except OverflowError:  # an int past float64's range (10**400): not a number we can hold
+            return _Invalid(x, "a number beyond any float's range")
         if math.isfinite(v) and (abs(v) > fmax or (v != 0 and abs(v) < tiny)):
             return _Invalid(x, None)
         return jax.device_put(np.asarray(v, dtype))

@@ -294,9 +294,9 @@ def test_silicon_rows_whose_experts_span_other_gpus_than_attention_are_counted_o
     kept, _ = silicon.records()
     weights, capacity = {}, {}  # thousands of rows, a few dozen models and chips: each built once
     for r in kept:
-        key = (r["model"], r["weights"], r["kv_cache"])
+        key = name, precision, kv = (r["model"], r["weights"], r["kv_cache"])
         if key not in weights:
-            m = dcost.model(*key[:1], weights=key[1], kv_cache=key[2])
+            m = dcost.model(name, weights=precision, kv_cache=kv)
             weights[key] = (
                 float(m.params_dense) + float(m.params_per_expert) * float(m.n_experts)
             ) * float(m.bytes_per_param)

@@ -205,6 +205,22 @@ def test_every_leaf_is_a_strong_float(spec):
         assert not leaf.aval.weak_type
 
 
+def test_numbers_of_every_form_become_strong_floats_or_named_errors():
+    """The converter's paths: a Python int or float, a weak-typed JAX array (made strong), a
+    strong one (kept), a NumPy scalar; an int past float32 but within float64 (refused as out of
+    range), one past any float (refused, named), never an OverflowError."""
+    for value in (3, 3.0, jnp.asarray(3.0), jnp.float32(3.0), np.float64(3.0), np.int64(3)):
+        leaf = dcost.Design(batch=value, chips=1.0).batch
+        assert float(leaf) == 3.0 and leaf.dtype == jnp.float32 and not leaf.aval.weak_type
+    strong = jnp.asarray(5.0, dtype=jnp.float32)
+    assert dcost.Design(batch=strong, chips=1.0).batch is strong
+    assert float(hw(flops=10**30).flops) == pytest.approx(1e30, rel=1e-7)
+    with pytest.raises(dcost.SpecError, match=r"Hardware.flops = 1e\+39 .*largest float32"):
+        hw(flops=10**39)
+    with pytest.raises(dcost.SpecError, match="Hardware.flops = 1000.* beyond any float"):
+        hw(flops=10**400)
+
+
 @pytest.mark.x64
 def test_float64_when_enabled():
     assert dcost.Design(batch=3).batch.dtype == jnp.float64
