@@ -119,9 +119,9 @@ class StepTable(eqx.Module):
       tau: tokens a sequence advances per step (1 without speculation).
       memory_base: HBM bytes per chip at batch 0 (weights, attention copies, draft).
       memory_per_sequence: HBM bytes per chip per running sequence of the replica (its KV).
-      row: None for one table; for a stack of tables (every field with a leading axis), the
-        one this view reads (an integer, traced or not): the stack is gathered lazily, cell by
-        cell, never copied whole (``select``).
+      row: None for one table; for a view of a stack of tables (``select``), the one it reads
+        (an integer, traced or not): ``parts`` keeps the whole stack's leading axis and is
+        gathered lazily, cell by cell, never copied whole; the other fields are the row's.
     """
 
     parts: jax.Array
@@ -132,28 +132,30 @@ class StepTable(eqx.Module):
     row: jax.Array | None = None
 
     def select(self, row) -> StepTable:
-        """The view of table ``row`` of a stack."""
+        """The view of table ``row`` of a stack (every field with a leading axis): its scalar
+        fields gathered once, its parts when a cell is read."""
         return StepTable(
-            self.parts, self.stages, self.tau, self.memory_base, self.memory_per_sequence, row
+            self.parts,
+            _take(self.stages, row),
+            _take(self.tau, row),
+            _take(self.memory_base, row),
+            _take(self.memory_per_sequence, row),
+            row,
         )
 
-    def _get(self, x):
-        return x if self.row is None else x[self.row]
-
     def _cells(self, ib, ic=None):
-        if self.row is None:
-            return self.parts[ib] if ic is None else self.parts[ib, ic]
-        return self.parts[self.row, ib] if ic is None else self.parts[self.row, ib, ic]
+        at = tuple(i for i in (self.row, ib, ic) if i is not None)
+        return _take(self.parts, *at)
 
     @property
     def p(self):
         """``P`` of this table."""
-        return self._get(self.stages)
+        return self.stages
 
     @property
     def tokens_per_step(self):
         """``tau`` of this table."""
-        return self._get(self.tau)
+        return self.tau
 
     def trip(self, batch, tokens):
         """Seconds of one replica step with ``batch`` running sequences and ``tokens`` prompt
@@ -162,7 +164,7 @@ class StepTable(eqx.Module):
             ib, wb = _index(batch, 1.0, _B_PER_OCTAVE, B_NODES)
             row = self._cells(ib) * (1.0 - wb) + self._cells(ib + 1) * wb
             ic, wc = _index(tokens, _C_UNIT, _C_PER_OCTAVE, C_NODES)
-            p = row[ic] * (1.0 - wc[..., None]) + row[ic + 1] * wc[..., None]
+            p = _take(row, ic) * (1.0 - wc[..., None]) + _take(row, ic + 1) * wc[..., None]
         else:
             batch, tokens = jnp.broadcast_arrays(batch, tokens)
             ib, wb = _index(batch, 1.0, _B_PER_OCTAVE, B_NODES)
@@ -180,7 +182,13 @@ class StepTable(eqx.Module):
 
     def memory(self, batch):
         """HBM bytes per chip with ``batch`` running sequences per replica."""
-        return self._get(self.memory_base) + self._get(self.memory_per_sequence) * batch
+        return self.memory_base + self.memory_per_sequence * batch
+
+
+def _take(x, *index):
+    """``x[index]`` for indices known to be non-negative: without the wrap of negative indices
+    that plain indexing adds to every traced index (a compare, an add and a select each)."""
+    return x.at[index].get(wrap_negative_indices=False)
 
 
 def _stage(p):
@@ -197,8 +205,8 @@ def _index(x, unit, per_octave, nodes):
     x = jnp.maximum(jnp.asarray(x, dtype=jnp.result_type(float)), 0.0)
     j = jnp.floor(per_octave * jnp.log2(1.0 + x / unit))
     i = jnp.clip(j, 0, len(nodes) - 2).astype(jnp.int32)
-    lo = jnp.asarray(nodes, x.dtype)[i]
-    hi = jnp.asarray(nodes, x.dtype)[i + 1]
+    lo = _take(jnp.asarray(nodes, x.dtype), i)
+    hi = _take(jnp.asarray(nodes, x.dtype), i + 1)
     return i, (x - lo) / (hi - lo)
 
 

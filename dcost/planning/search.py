@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.planning import latency as lat
-from dcost.planning.designs import Layout, StepTable, transfer_time
+from dcost.planning.designs import Layout, StepTable, _take, transfer_time
 from dcost.planning.pools import Pool
 from dcost.planning.traffic import Traffic
 from dcost.specs import Hardware, Model
@@ -169,7 +169,7 @@ class Tables(eqx.Module):
     def row(self, workload, layout):
         """Layout ``layout`` and its table for workload ``workload`` (indices may be traced;
         the table is a lazy view of the stack)."""
-        lay = jax.tree.map(lambda x: x[layout], self.layouts)
+        lay = jax.tree.map(lambda x: _take(x, layout), self.layouts)
         return lay, self.table.select(workload * self.size + layout)
 
 
@@ -434,15 +434,15 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         end, or where the bound exceeds the best fleet held (so do all later ones). A layout
         the screen found feasible at its cap starts with that bracket."""
         at = jnp.minimum(pos, n_layouts - 1)
-        row = const["order"][at]
-        lb = const["lb_chips"][row]
+        row = _take(const["order"], at)
+        lb = _take(const["lb_chips"], row)
         valid = (pos < n_layouts) & jnp.isfinite(lb) & (lb <= best_chips)
         return dict(
             row=row,
-            lo=const["bounds"].replicas[row] - 1.0,
-            hi=state["hint"][at],
+            lo=_take(const["bounds"].replicas, row) - 1.0,
+            hi=_take(state["hint"], at),
             hlo=jnp.full(pos.shape, _BIG, dtype),
-            hhi=state["hint_h"][at],
+            hhi=_take(state["hint_h"], at),
             rung=jnp.zeros(pos.shape, jnp.int32),
             done=~valid,
             seen=jnp.zeros(pos.shape, bool),
@@ -481,7 +481,7 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
 
     def caps(rows, best_chips):
         """The most replicas of each layout that tie the best fleet held (inf: none)."""
-        return jnp.floor(best_chips / chips[rows])
+        return jnp.floor(best_chips / _take(chips, rows))
 
     def candidates(s, cap):
         lo, hi = s["lo"], s["hi"]
@@ -489,7 +489,7 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         first = s["rung"] == 0
         base = jnp.where(first, lo + 1.0, jnp.maximum(lo, 1.0))
         climb = jnp.maximum(
-            lo[:, None] + 1.0 + jnp.arange(r), jnp.ceil(base[:, None] * ladder[rung])
+            lo[:, None] + 1.0 + jnp.arange(r), jnp.ceil(base[:, None] * _take(ladder, rung))
         )
         below = jnp.maximum(lo, 1.0)  # the first round's first candidate: the bound less one
         climb = climb.at[:, 0].set(jnp.where(first, below, climb[:, 0]))
@@ -520,8 +520,9 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         first = jnp.maximum(state["screened"], state["next"])
         q = first + jnp.arange(k * r)
         q_at = jnp.minimum(q, n_layouts - 1)
-        q_row = order[q_at]
-        q_ok = (q < n_layouts) & jnp.isfinite(lb_chips[q_row]) & (lb_chips[q_row] <= best["chips"])
+        q_row = _take(order, q_at)
+        q_lb = _take(lb_chips, q_row)
+        q_ok = (q < n_layouts) & jnp.isfinite(q_lb) & (q_lb <= best["chips"])
         screening = jnp.isfinite(best["chips"]) & q_ok[0]
         q_cap = jnp.clip(caps(q_row, best["chips"]), 1.0, N_MAX)
 
@@ -694,7 +695,7 @@ def search(
         idx = jnp.argsort(~live(st), stable=True)[:width]  # scenarios still searching first
 
         def take(tree):
-            return jax.tree.map(lambda x: x[idx], tree)
+            return jax.tree.map(lambda x: _take(x, idx), tree)
 
         sub = take(st)
         new = jax.vmap(advance)(take(const), sub, *take(scenario))
@@ -702,7 +703,7 @@ def search(
         new = jax.tree.map(
             lambda a, b: jnp.where(keep.reshape((width,) + (1,) * (a.ndim - 1)), a, b), new, sub
         )
-        return jax.tree.map(lambda x, y: x.at[idx].set(y), st, new)
+        return jax.tree.map(lambda x, y: x.at[idx].set(y, wrap_negative_indices=False), st, new)
 
     state = jax.lax.while_loop(lambda st: jnp.any(live(st)), body, state)
     return jax.vmap(lambda c, st, *sc: finish(c, st, *sc, quantiles))(const, state, *scenario)
