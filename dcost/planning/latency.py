@@ -223,6 +223,13 @@ def _split_sums(x, weights, at, powers):
     operations where the direct sum is ``O(N M)`` (the planner evaluates the closed forms at
     many candidates, and the direct sums over 201 x 201 nodes were most of their time). The
     suffix sums are summed from the top, so ``above`` has no cancellation."""
+    return _split(_sums(x, weights, powers), at)
+
+
+def _sums(x, weights, powers):
+    """``(sorted x, below, above)``, ``below`` and ``above`` ``(powers, N + 1)``: the weighted
+    power sums of the nodes below and from each place of the sorted nodes (``_split_sums``'
+    part that does not depend on where the nodes are split, computed once for many splits)."""
     xs, ws = jax.lax.sort(jnp.broadcast_arrays(x, weights), num_keys=1, is_stable=True)
     each = [ws]
     for _ in range(powers - 1):
@@ -231,6 +238,12 @@ def _split_sums(x, weights, at, powers):
     zero = jnp.zeros((powers, 1), terms.dtype)
     below = jnp.concatenate([zero, jnp.cumsum(terms, axis=-1)], axis=-1)
     above = jnp.concatenate([jnp.cumsum(terms[:, ::-1], axis=-1)[:, ::-1], zero], axis=-1)
+    return xs, below, above
+
+
+def _split(sums, at):
+    """``_split_sums`` at the values ``at`` from the sums of ``_sums``."""
+    xs, below, above = sums
     k = jnp.searchsorted(xs, at, side="left")  # how many nodes lie below t
     return (
         below.at[:, k].get(wrap_negative_indices=False),
@@ -238,7 +251,7 @@ def _split_sums(x, weights, at, powers):
     )
 
 
-def _wait_survival(tail, y, queue):
+def _wait_survival(tail, y, queue, sums=None):
     """``P(W > y)`` of the prefill queue's wait (``y >= 0``, any shape): the larger of the
     exponential tail of ``mgc_wait`` and the heavy-tail (subexponential) form
 
@@ -255,7 +268,8 @@ def _wait_survival(tail, y, queue):
     (an assumption in the spirit of Foss and Korshunov, "Heavy tails in multi-server queue",
     Queueing Systems 52, 2006). For light-tailed service the exponential form is the larger in
     the tail and nothing changes there. ``queue``: ``(weights, S per node, rho, c)``; None:
-    the exponential tail alone.
+    the exponential tail alone. ``sums``: ``_sums(S per node, weights, 2)`` where the caller
+    has them (a percentile's bisection evaluates this at many ``y``); None: computed here.
     """
     p = tail.p_wait * jnp.exp(-tail.rate * y)
     if queue is None:
@@ -263,7 +277,7 @@ def _wait_survival(tail, y, queue):
     w, nodes, rho, servers = queue
     mean = jnp.maximum(jnp.sum(w * nodes), 1e-30)
     # E[(S - y)^+] = sum_{S_i > y} w_i (S_i - y), over the nodes above y (_split_sums)
-    _, above = _split_sums(nodes, w, y, 2)
+    _, above = _split(_sums(nodes, w, 2) if sums is None else sums, y)
     excess = jnp.maximum(above[1] - y * above[0], 0.0) / mean
     factor = 1.0 / jnp.maximum(1.0 - rho, 1e-6)
     heavy = jnp.minimum(tail.p_wait * factor * jnp.power(jnp.clip(excess, 0.0, 1.0), servers), 1.0)
@@ -306,12 +320,13 @@ def _ttft(traffic, quantiles, service, extra, tail, residual, busy, at=None, que
     w = jnp.asarray(_W, dtype=service.dtype)
     own = service + extra
     r = jnp.maximum(residual, 1e-30)
+    sums = None if queue is None else _sums(queue[1], queue[0], 2)  # once for every x
 
     def survival(x):  # x: (Q,)
         y = x[:, None] - own
         ys = jnp.maximum(y, 0.0)
         g = (1.0 - tail.p_wait) * busy * jnp.clip(1.0 - ys / r, 0.0, 1.0)
-        g = g + _wait_survival(tail, ys, queue)
+        g = g + _wait_survival(tail, ys, queue, sums)
         return jnp.sum(w * jnp.where(y < 0, 1.0, g), axis=-1)
 
     stable = tail.rate > 0
@@ -465,16 +480,28 @@ def _gamma_survival(x, mean, k2, k3):
     every element of a vector (15 us an element at ``k = 1e6`` against 0.3 us at 50 on one
     core): the exact form alone made TPOT's tail 2x slower to evaluate.
     """
+    return _gamma_sf(x, _gamma_form(mean, k2, k3))
+
+
+def _gamma_form(mean, k2, k3):
+    """What ``_gamma_survival`` needs of its distribution, apart from ``x`` (computed once for
+    a percentile's bisection): ``(mean, scale, shape, large, k_l, v)``."""
     sd = jnp.sqrt(k2)
     skew = jnp.maximum(k3, 0.0) / (k2 * sd)
     shape = jnp.clip(4.0 / jnp.maximum(jnp.square(skew), 4e-6), 1e-3, 1e6)
     scale = sd / jnp.sqrt(shape)
-    y = jnp.maximum((x - mean) / scale + shape, 0.0)
     large = shape > _WILSON_HILFERTY
-    # double where: the lanes of the other form get arguments where it is cheap and finite
-    exact = jax.scipy.special.gammaincc(jnp.where(large, 1.0, shape), jnp.where(large, 1.0, y))
     k_l = jnp.where(large, shape, _WILSON_HILFERTY)
     v = 1.0 / (9.0 * k_l)
+    return mean, scale, shape, large, k_l, v
+
+
+def _gamma_sf(x, form):
+    """``_gamma_survival`` at ``x`` of the distribution ``form`` (``_gamma_form``)."""
+    mean, scale, shape, large, k_l, v = form
+    y = jnp.maximum((x - mean) / scale + shape, 0.0)
+    # double where: the lanes of the other form get arguments where it is cheap and finite
+    exact = jax.scipy.special.gammaincc(jnp.where(large, 1.0, shape), jnp.where(large, 1.0, y))
     root = jnp.cbrt(jnp.maximum(jnp.where(large, y, k_l) / k_l, 1e-30))
     approx = jst.norm.sf((root - 1.0 + v) / jnp.sqrt(v))
     return jnp.where(large, approx, exact)
@@ -525,8 +552,9 @@ def _once(fn):
     """``fn`` that keeps its last result for the same argument object: ``_tpot`` calls its
     moment functions with one ``K``, and the cumulants they share are then traced (and
     compiled) once instead of once per moment (the aggregated pool's search program: 9,404
-    equations before, 6,476 after, with ``_split_sums``' sort carrying its weights and the step
-    tables' gathers taken without a wrap of negative indices).
+    equations before, 6,225 after, with ``_split_sums``' sort carrying its weights, the step
+    tables' gathers taken without a wrap of negative indices and the percentiles' survival
+    functions given what does not depend on ``x`` once).
 
     >>> calls = []
     >>> twice = _once(lambda k: calls.append(k) or 2 * k)
@@ -561,16 +589,19 @@ def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None, atoms_fn=Non
     s = jnp.sqrt(var)
     k3 = None if k3_fn is None else k3_fn(k)
     atoms = None if atoms_fn is None else atoms_fn(k)
+    # what does not depend on x, once for every x (a percentile's bisection)
+    form = None if k3 is None else _gamma_form(m, var, k3)
+    if atoms is not None:  # short outputs: the count of chunk steps, exactly
+        base, jump, (p, fits), rest = atoms
+        sd = jnp.sqrt(jnp.maximum(rest, jnp.square(1e-6 * base)))[:, None]
+        j = jnp.arange(_ATOMS, dtype=k.dtype)
+        level = base[:, None] + jump[:, None] * j  # (N, J)
 
     def survival(x):  # x: (Q,)
-        if k3 is None:
+        if form is None:
             return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
-        each = _gamma_survival(x[:, None], m, var, k3)
-        if atoms is not None:  # short outputs: the count of chunk steps, exactly
-            base, jump, (p, fits), rest = atoms
-            sd = jnp.sqrt(jnp.maximum(rest, jnp.square(1e-6 * base)))[:, None]
-            j = jnp.arange(_ATOMS, dtype=k.dtype)
-            level = base[:, None] + jump[:, None] * j  # (N, J)
+        each = _gamma_sf(x[:, None], form)
+        if atoms is not None:
             z = (x[:, None, None] - level[None]) / sd[None]
             exact = jnp.sum(p[None] * jst.norm.sf(z), axis=-1)
             each = jnp.where(fits[None], exact, each)
