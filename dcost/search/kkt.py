@@ -273,10 +273,12 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
     jac_value = _jac_and_value(lambda w: kkt_residual(problem, w, aset, s))
     d = y0.shape[0]
 
+    n, dt = w0.shape[0], w0.dtype
+
     def newton(carry, i):
         w, step, scale, norm, jac, aux = carry
         trial = w + scale * step
-        jac_t, (r_t, aux_t) = jac_value(trial)
+        jac_t, (r_t, aux_t) = jax.tree.map(lambda x: x.astype(dt), jac_value(trial))
         norm_t = jnp.linalg.norm(r_t)
         better = (jnp.isfinite(norm_t) & (norm_t < norm)) | (i == 0)  # pass 0: the start itself
         new_step = lstsq(jac_t, -r_t)
@@ -291,9 +293,11 @@ def _newton(problem: Problem, y0, near, snap, pin_tol, s):
         ), None
 
     # Pass 0 of the loop evaluates the start itself (a zero step, taken whatever its residual):
-    # one copy of the KKT Jacobian in the compiled program instead of two.
-    shapes = jax.eval_shape(jac_value, w0)
-    jac0, (_, aux0) = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    # one copy of the KKT Jacobian in the compiled program instead of two. Its carry's shapes
+    # follow from w's (r and w have n = d + n_c entries): tracing the Jacobian for them
+    # (jax.eval_shape) took an eighth of the sensitivity program's trace.
+    jac0 = jnp.zeros((n, n), dt)
+    aux0 = (jnp.zeros((d,), dt), jnp.zeros((), dt), jnp.zeros((n - d,), dt))
     start = (
         w0,
         jnp.zeros_like(w0),
