@@ -39,6 +39,7 @@ import numpy as np
 
 from dcost._types import FloatLeaf
 from dcost.planning import latency as lat
+from dcost.planning.latency import _take
 from dcost.serving.mixed import _mixed_step, kv_transfer_time
 from dcost.serving.roofline import admitted_share
 from dcost.serving.speculative import _accepted_tokens
@@ -183,12 +184,6 @@ class StepTable(eqx.Module):
     def memory(self, batch):
         """HBM bytes per chip with ``batch`` running sequences per replica."""
         return self.memory_base + self.memory_per_sequence * batch
-
-
-def _take(x, *index):
-    """``x[index]`` for indices known to be non-negative: without the wrap of negative indices
-    that plain indexing adds to every traced index (a compare, an add and a select each)."""
-    return x.at[index].get(wrap_negative_indices=False)
 
 
 def _stage(p):

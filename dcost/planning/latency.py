@@ -245,10 +245,14 @@ def _split(sums, at):
     """``_split_sums`` at the values ``at`` from the sums of ``_sums``."""
     xs, below, above = sums
     k = jnp.searchsorted(xs, at, side="left")  # how many nodes lie below t
-    return (
-        below.at[:, k].get(wrap_negative_indices=False),
-        above.at[:, k].get(wrap_negative_indices=False),
-    )
+    return _take(below, slice(None), k), _take(above, slice(None), k)
+
+
+def _take(x, *index):
+    """``x[index]`` for indices known to be non-negative: without the wrap of negative indices
+    that plain indexing adds to every traced index (a compare, an add and a select each; the
+    planner's search and step tables gather with it)."""
+    return x.at[index].get(wrap_negative_indices=False)
 
 
 def _wait_survival(tail, y, queue, sums=None):

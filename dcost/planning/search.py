@@ -55,7 +55,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.planning import latency as lat
-from dcost.planning.designs import Layout, StepTable, _take, transfer_time
+from dcost.planning.designs import Layout, StepTable, transfer_time
+from dcost.planning.latency import _take
 from dcost.planning.pools import Pool
 from dcost.planning.traffic import Traffic
 from dcost.specs import Hardware, Model
