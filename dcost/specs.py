@@ -21,7 +21,16 @@ from jax.tree_util import PyTreeDef
 
 from dcost._types import FloatLeaf, OptionalFloatLeaf
 
-__all__ = ["Hardware", "Model", "Workload", "Design", "SpecError", "stack", "shared_form"]
+__all__ = [
+    "Hardware",
+    "Model",
+    "Workload",
+    "Design",
+    "SpecError",
+    "stack",
+    "shared_form",
+    "attention_splits",
+]
 
 
 class SpecError(ValueError):
@@ -695,6 +704,10 @@ class Model(eqx.Module):
       kv_heads: KV heads per layer ``h_kv``; tensor-parallel attention of degree ``t`` holds the
         KV cache ``t/min(t, h_kv)`` times (MLA: 1 latent head). 0: splits over any number of
         chips (v1).
+      attention_heads: query heads per layer ``h`` (0: any). No term of the cost uses it: an
+        engine splits attention over ``t`` chips only where ``t`` divides ``h`` (and ``t``
+        divides ``h_kv`` or ``h_kv`` divides ``t``: each chip holds whole KV heads), so the
+        planner offers no layout it could not launch (``attention_splits``).
       prefill_attn_flops_per_context_token: attention FLOPs per (token x context token) of a
         prefill ``a_pf`` (MLA runs its non-absorbed form there); 0: ``a``.
       max_domains_per_token: most scale-up domains a token's experts may span ``M``
@@ -733,6 +746,7 @@ class Model(eqx.Module):
     n_moe_layers: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     params_attention: FloatLeaf = eqx.field(default=0.0, converter=_float)
     kv_heads: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    attention_heads: FloatLeaf = eqx.field(default=0.0, converter=_float)
     prefill_attn_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     max_domains_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     draft_params: FloatLeaf = eqx.field(default=0.0, converter=_float)
@@ -787,7 +801,7 @@ class Model(eqx.Module):
 
     def _check_v2(self):
         # v2 fields: float leaves, 0 = off; counts are whole numbers (like n_experts)
-        for name in ("kv_heads", "max_domains_per_token", "draft_layers"):
+        for name in ("kv_heads", "attention_heads", "max_domains_per_token", "draft_layers"):
             check("Model", name, getattr(self, name), integer=True)
         for name in (
             "params_attention",
@@ -1107,6 +1121,28 @@ def check_groups(owner: str, design: Design) -> None:
                 f"{_show(b.ravel()[i])}: its groups split a stage's chips evenly, so it must be "
                 "a whole number dividing Design.chips"
             )
+
+
+def attention_splits(model: Model, degree) -> bool:
+    """Whether a serving engine can split one model's attention over ``degree`` chips (tensor
+    parallel attention of degree ``t``): ``t`` divides the query heads ``h``, and either divides
+    the KV heads ``h_kv`` (each chip holds ``h_kv/t`` of them) or is a multiple of them (each KV
+    head is held ``t/h_kv`` times). vLLM, SGLang and TensorRT-LLM refuse any other degree at
+    launch (vLLM: "Total number of attention heads must be divisible by tensor parallel size").
+    A head count of 0 (``Model.attention_heads``, ``kv_heads``) is not checked: any degree.
+
+    >>> import dcost
+    >>> m = dcost.model("llama-3-70b")  # 64 query heads, 8 KV heads
+    >>> [t for t in (1, 2, 3, 8, 16, 24, 64, 72, 128) if attention_splits(m, t)]
+    [1, 2, 8, 16, 64]
+    """
+    t = float(degree)
+    h, kv = float(np.asarray(model.attention_heads)), float(np.asarray(model.kv_heads))
+    if t != round(t) or t < 1:
+        return False
+    if h > 0 and h % t != 0:
+        return False
+    return not (kv > 0 and kv % t != 0 and t % kv != 0)
 
 
 def check_speculation(owner: str, design: Design, model: Model, workload: Workload | None):

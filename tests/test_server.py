@@ -97,12 +97,17 @@ def test_bad_servers_and_calls_are_named():
 def test_degrees_the_model_cannot_take_are_refused():
     """Llama 3.1 8B has 32 attention heads and 32 layers, Mixtral 8 experts (their config.json):
     one more rank than that is refused naming the field, as is a deployment of over a million
-    chips (it was accepted, and the simulation would have held 1e12 replicas' state)."""
+    chips (it was accepted, and the simulation would have held 1e12 replicas' state), and a
+    tensor-parallel degree the heads do not split over (3 of Llama's 32 query heads; 5 divides
+    Qwen3-14B's 40 but neither divides nor is a multiple of its 8 KV heads), which an engine
+    refuses at launch."""
     Server("h100-sxm", "llama-3.1-8b", tensor_parallel=32, pipeline_parallel=32)
     Server("h100-sxm", "mixtral-8x7b", expert_parallel=8)
     Server("h100-sxm", "llama-3.1-8b", expert_parallel=1)
     for model, kw, needle in (
         ("llama-3.1-8b", dict(tensor_parallel=33), "Server.tensor_parallel = 33 .*32 attention"),
+        ("llama-3.1-8b", dict(tensor_parallel=3), "Server.tensor_parallel = 3 .*32 query heads"),
+        ("qwen3-14b", dict(tensor_parallel=5), "tensor_parallel = 5 .*40 query heads and 8 KV"),
         ("llama-3.1-8b", dict(pipeline_parallel=33), "Server.pipeline_parallel = 33 .*32 layers"),
         ("mixtral-8x7b", dict(expert_parallel=9), "Server.expert_parallel = 9 .*8 routed"),
         ("llama-3.1-8b", dict(expert_parallel=2), "Server.expert_parallel = 2 .*dense"),

@@ -804,12 +804,18 @@ def test_presets_carry_the_v2_model_fields():
     DeepSeek-V3 node limit 4, MLA one latent head, MTP draft 1 layer."""
     for name in dcost.model_names():
         m = dcost.model(name)
-        for field in ("params_attention", "kv_heads", "max_domains_per_token", "draft_params"):
+        for field in (
+            "params_attention",
+            "kv_heads",
+            "attention_heads",
+            "max_domains_per_token",
+            "draft_params",
+        ):
             assert getattr(m, field) is not None, (name, field)
         assert 0 < float(m.params_attention) < float(m.params_dense)
     llama = dcost.model("llama-3-70b")
     assert float(llama.params_attention) == 80 * 150_994_944
-    assert float(llama.kv_heads) == 8.0
+    assert float(llama.kv_heads) == 8.0 and float(llama.attention_heads) == 64.0
     v3 = dcost.model("deepseek-v3")
     assert float(v3.max_domains_per_token) == 4.0 and float(v3.kv_heads) == 1.0
     assert float(v3.draft_layers) == 1.0 and float(v3.draft_params) > 1e9

@@ -40,7 +40,16 @@ from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
 from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad
-from dcost.specs import Hardware, Model, SpecError, _concrete, check, check_count, whole_max
+from dcost.specs import (
+    Hardware,
+    Model,
+    SpecError,
+    _concrete,
+    attention_splits,
+    check,
+    check_count,
+    whole_max,
+)
 
 __all__ = [
     "plan",
@@ -171,10 +180,16 @@ def layouts(
     options: Options = DEFAULT_OPTIONS,
     acceptance=None,
     memory_reserve: float = 0.1,
+    launchable: bool = True,
 ) -> list[tuple[float, float, float, float, float]]:
     """The ``(G, P, A, C, k)`` layouts a pool of ``kind`` may take, in search order.
 
-    Layouts whose weights alone overflow HBM (``b_w N_total/(P G) > M (1 - r)``) are left out.
+    Layouts whose weights alone overflow HBM (``b_w N_total/(P G) > M (1 - r)``) are left out,
+    and (``launchable``) those whose tensor-parallel attention, over ``G/A`` chips, no engine
+    launches (``dcost.specs.attention_splits``: the degree must divide the query heads, and
+    divide or be a multiple of the KV heads; llama-3-70b's 64 heads split over 64 chips of a
+    72-chip domain, not 72). A pipeline's stages each take the most chips of a scale-up domain
+    that its attention splits over.
 
     >>> import dcost
     >>> h, m = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b")
@@ -188,9 +203,17 @@ def layouts(
         chips = tuple(2**i for i in range(int(math.log2(top)) + 1))
         if domain <= top and domain not in chips:
             chips = tuple(sorted((*chips, int(domain))))
-    filling = max((g for g in chips if g <= domain), default=min(chips))
     moe = _value(model.n_experts) > 0
     attention = options.attention if moe else ("tp",)
+
+    def splits(g, a):  # tensor-parallel attention over G/A chips, as an engine can launch it
+        return not launchable or attention_splits(model, g if a == "tp" else 1.0)
+
+    # a stage of a pipeline fills a scale-up domain: the most chips of it attention splits over
+    filling = {
+        a: max((g for g in chips if g <= domain and splits(g, a)), default=min(chips))
+        for a in ("tp", "dp")
+    }
     drafts: tuple[int, ...] = (0,)
     if kind != "prefill" and acceptance is not None and _value(model.draft_params) > 0:
         drafts = tuple(options.draft_tokens)
@@ -204,11 +227,11 @@ def layouts(
     out = []
     for g in chips:
         for p in options.stages:
-            if p > 1 and g != filling:
-                continue
             if weights / (p * g) > room:
                 continue
             for a in dict.fromkeys("tp" if (x == "dp" and g == 1) else x for x in attention):
+                if (p > 1 and g != filling[a]) or not splits(g, a):
+                    continue
                 for c in chunk_options:
                     for k in drafts:
                         out.append((float(g), float(p), 1.0 if a == "tp" else float(g), c, k))
@@ -813,8 +836,13 @@ def _prepare(
         max_utilisation=None if max_utilisation is None else float(max_utilisation),
     )
     if empty:
+        # the weights fit some layout, but no engine could launch it: say so, not "memory"
+        heads = any(
+            layouts(k, hardware, model, options, acceptance, float(memory_reserve), False)
+            for k in empty
+        )
         plans = [
-            _no_fit(modes, hardware, model, traffic_at(traffic_b, i), question)
+            _no_fit(modes, hardware, model, traffic_at(traffic_b, i), question, options, heads)
             for i in range(batch)
         ]
         return Prepared(
@@ -1116,7 +1144,18 @@ def _empty(m, traffic, question, label, text, evaluations) -> Plan:
     )
 
 
-def _no_fit(modes, hardware, model, traffic, question) -> Plan:
+def _no_fit(modes, hardware, model, traffic, question, options, heads=False) -> Plan:
+    """The plan of a question no layout can serve: the weights fit none, or (``heads``) those
+    they fit split the model's attention over a number of chips no engine launches."""
+    if heads:
+        kv = float(np.asarray(model.kv_heads))
+        text = (
+            f"layout: no layout tried splits the model's attention heads "
+            f"({float(np.asarray(model.attention_heads)):g} query heads, {kv:g} KV heads) over "
+            f"its tensor-parallel chips (Options.chips = {options.chips!r}): an engine needs the "
+            "degree to divide the query heads, and to divide or be a multiple of the KV heads"
+        )
+        return _empty(modes[0], traffic, question, "layout", text, 0)
     need = float(model.bytes_per_param) * float(model.params_total) / 1e9
     text = (
         f"memory: the weights ({need:,.0f} GB) do not fit in HBM in any layout tried "

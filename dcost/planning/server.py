@@ -56,7 +56,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dcost.planning.traces import Trace
-from dcost.specs import SpecError, check_count, check_share
+from dcost.specs import SpecError, attention_splits, check_count, check_share
 
 __all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server"]
 
@@ -376,6 +376,13 @@ class Server:
             if getattr(self, f) > int(arch[key]):
                 _fail("Server", f, getattr(self, f),
                       f"{self.model} has {int(arch[key])} {what}; at most that many")  # fmt: skip
+        spec = presets.model(self.model)
+        if not attention_splits(spec, self.tensor_parallel):  # what an engine launches
+            _fail("Server", "tensor_parallel", self.tensor_parallel,
+                  f"{self.model}'s {float(spec.attention_heads):g} query heads and "
+                  f"{float(spec.kv_heads):g} KV heads do not split over it; a degree that "
+                  "divides the query heads and divides or is a multiple of the KV heads "
+                  "(vLLM, SGLang and TensorRT-LLM refuse others)")  # fmt: skip
         gpus = self.tensor_parallel * self.attention_data_parallel * self.pipeline_parallel
         if gpus * self.replicas > _MAX_GPUS:
             _fail("Server", "replicas" if gpus <= _MAX_GPUS else "attention_data_parallel",

@@ -358,7 +358,8 @@ def derive_model(card: dict) -> dict:
       ``params_active``, ``kv_bytes_sliding`` (bytes per sequence, 0 without sliding layers);
       for serving model v2: ``params_attention`` (``L`` times the attention parameters of one
       layer, biases and QK-norm included, layer norms not), ``kv_heads`` (``kv``; 1 for MLA,
-      whose cache is one latent every query head reads), ``prefill_attn_flops_per_context_token``
+      whose cache is one latent every query head reads), ``attention_heads`` (``n_heads``),
+      ``prefill_attn_flops_per_context_token``
       (MLA's non-absorbed form ``2*L*h*(n + r + v)``: scores over ``n + r`` dimensions and
       values over ``v`` per head, 5.0 MFLOP for DeepSeek-V3 against 17.0 absorbed; the decode
       figure otherwise), ``max_domains_per_token`` (the arch key of that name: node-limited
@@ -447,6 +448,7 @@ def derive_model(card: dict) -> dict:
         "kv_bytes_sliding": kv_sliding,
         "params_attention": layers * attn,
         "kv_heads": kv_heads,
+        "attention_heads": heads,
         "prefill_attn_flops_per_context_token": prefill_flops,
         "max_domains_per_token": float(a.get("max_domains_per_token", 0)),
         "params_embedding": lookup,
@@ -516,7 +518,8 @@ def model(
     """The model preset ``name`` as a ``dcost.Model``, counts derived from its architecture.
 
     Serving model v2's fields come from the card too: ``params_attention``, ``kv_heads``,
-    ``prefill_attn_flops_per_context_token`` and ``max_domains_per_token`` (``derive_model``),
+    ``attention_heads``, ``prefill_attn_flops_per_context_token`` and ``max_domains_per_token``
+    (``derive_model``),
     the draft fields from its ``mtp`` table (``derive_draft``; 0 without one). Every preset sets
     every one of them (0 where the model has none), so presets stack into one batched ``Model``.
 
@@ -554,6 +557,7 @@ def model(
             "n_moe_layers",
             "params_attention",
             "kv_heads",
+            "attention_heads",
             "prefill_attn_flops_per_context_token",
             "params_embedding",
         )
