@@ -432,7 +432,8 @@ def plot_pareto_designs(frontier, ax=None):
     elif scatter is not None:
         bar = ax.figure.colorbar(scatter, ax=ax)
         bar.set_label("chips per replica (chips per stage x stages)")
-    ax.legend(fontsize="small", title=title, title_fontsize="small")
+    # the batch grows with a looser target: the lower right is where the frontier is not
+    ax.legend(fontsize="small", title=title, title_fontsize="small", loc="lower right")
     return ax
 
 

@@ -10,6 +10,7 @@ text overlap, none leaves the figure, and no legend or text sits on a data curve
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 
@@ -24,6 +25,7 @@ from matplotlib.text import Text
 import dcost
 from dcost import demo
 from dcost.plots import batch_curve, log_ticks
+from dcost.specs import attention_splits
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +103,17 @@ def test_sweep_covers_the_optimum_and_none_within_limits_is_cheaper(built):
     ok = np.asarray(ev.feasible)
     assert ok[i]
     assert np.min(np.asarray(ev.cost)[ok]) >= float(sol.cost) * (1 - 1e-6)
-    # the binding memory limit cuts the curve right after the optimum
-    if "memory" in sol.binding:
-        j = problem.constraints.index("memory")
-        assert not np.asarray(ev.feasible_each)[i + 1, j]
+    # a binding memory limit cuts the curve right after the optimum, or stops the next
+    # launchable layout with fewer chips (the design's neighbours, dcost.search.solution.finish)
+    if (
+        "memory" in sol.binding
+        and np.asarray(ev.feasible_each)[i + 1, problem.constraints.index("memory")]
+    ):
+        chips = float(sol.design.chips)
+        fewer = max(g for g in range(1, int(chips)) if attention_splits(problem.model, g))
+        smaller = dataclasses.replace(sol.design, chips=float(fewer))
+        step = dcost.decode(smaller, problem.hardware, problem.model, problem.workload)
+        assert float(step.memory_per_chip) > float(problem.limit_values()["memory"])
 
 
 def _labelled_ticks(axis, lo, hi):

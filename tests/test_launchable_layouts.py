@@ -97,3 +97,47 @@ def test_chips_no_engine_launches_are_named():
     )
     assert not p.feasible and p.binding == "layout"
     assert "64 query heads, 8 KV heads" in p.message and "(3, 6)" in p.message
+
+
+def test_repair_moves_chips_to_a_degree_that_splits_the_heads():
+    """3 chips do not split Llama 3.1 8B's 32 heads: the repair goes to 2 or 4 by its direction;
+    5 divides Qwen3-14B's 40 query heads but not its 8 KV heads: to 4 or 8."""
+    import jax.numpy as jnp
+
+    from dcost.search.problem import admissible, repair
+
+    for name, chips, down, up in (("llama-3.1-8b", 3.0, 2.0, 4.0), ("qwen3-14b", 5.0, 4.0, 8.0)):
+        p = dcost.Problem(
+            dcost.hardware("h100-sxm"),
+            dcost.model(name),
+            dcost.Workload(2048),
+            free={"batch": (1, 1024), "chips": (1, 8)},
+            tpot_slo=0.02,
+        )
+        x = jnp.array([64.0, chips])
+        assert not bool(admissible(p, x))
+        for direction, want in ((-1.0, down), (1.0, up)):
+            moved, ok = repair(p, x, direction)
+            assert bool(ok) and float(moved[1]) == want and float(moved[0]) == 64.0
+            assert bool(admissible(p, moved))
+
+
+def test_optimize_answers_chips_an_engine_launches():
+    """Without head counts (``attention_heads=0``) the cheapest design of Llama 3.1 8B at a
+    10 ms TPOT takes 3 chips, which no engine launches; with them, the search and the exhaustive
+    grid agree on a degree that splits the heads, at a higher cost."""
+    h = dcost.hardware("h100-sxm", calibrated=True)
+
+    def problem(m):
+        return dcost.Problem(
+            h, m, dcost.Workload(2048), free={"batch": (1, 1024), "chips": (1, 8)}, tpot_slo=0.01
+        )
+
+    m = dcost.model("llama-3.1-8b")
+    any_split = dcost.model("llama-3.1-8b", attention_heads=0, kv_heads=0)  # 3 <= 8: same cost
+    free_grid = dcost.grid_search(problem(any_split))
+    assert float(free_grid.x[1]) == 3.0 and not attention_splits(m, 3)
+    best, grid = dcost.optimize(problem(m)), dcost.grid_search(problem(m))
+    assert attention_splits(m, float(best.x[1])) and bool(best.feasible)
+    assert float(best.cost) == pytest.approx(float(grid.cost), rel=1e-6)
+    assert float(grid.cost) > float(free_grid.cost)

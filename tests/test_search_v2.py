@@ -172,9 +172,11 @@ def test_layout_grid_matches_brute_force():
 
 
 def test_repair_moves_attention_groups_to_divisors():
+    # no head counts: any G/A splits the attention, so only the divisors count here (the heads'
+    # rule: tests/test_launchable_layouts.py and the DeepSeek-V3 cases below)
     p = dcost.Problem(
         dcost.hardware("h200"),
-        dcost.model("deepseek-v3"),
+        dcost.model("deepseek-v3", attention_heads=0),
         dcost.Workload(4096),
         free={"chips": (1, 12), "attention_dp": (2, 12)},
     )
@@ -194,6 +196,18 @@ def test_repair_moves_attention_groups_to_divisors():
         assert bool(admissible(p, x))
     assert not bool(admissible(p, jnp.array([12.0, 5.0])))
     assert not bool(admissible(p, jnp.array([4.0, 8.0])))  # more groups than chips
+    # DeepSeek-V3's 128 heads: G/A must divide them, so of 12's divisors A = 3, 6, 12 remain
+    heads = dcost.Problem(
+        dcost.hardware("h200"),
+        dcost.model("deepseek-v3"),
+        dcost.Workload(4096),
+        free={"chips": (1, 12), "attention_dp": (2, 12)},
+    )
+    fix = jax.jit(lambda x, direction: repair(heads, x, direction))
+    for (g, a), direction, want in (((12.0, 5.0), -1, 3.0), ((12.0, 5.0), 0, 6.0)):
+        x, ok = fix(jnp.array([g, a]), direction)
+        assert bool(ok) and float(x[1]) == want, (g, a, direction)
+    assert not bool(admissible(heads, jnp.array([12.0, 4.0])))  # 4 divides 12; 3 not 128
     # a prime number of chips above the bounds' reach has no valid layout: not ok
     q = dcost.Problem(
         dcost.hardware("h200"),

@@ -322,12 +322,12 @@ class Problem(eqx.Module):
 
     @property
     def divides(self) -> str | None:
-        """Which variable a search repairs so that ``attention_dp`` divides ``chips``: the free
-        ``"attention_dp"``; or ``"chips"`` when the attention layout is fixed and the chips are
-        free; None when the rule does not constrain the search."""
+        """Which variable a search repairs so that the design is a layout an engine launches
+        (``admissible``): the free ``"attention_dp"``; or the free ``"chips"`` (the attention
+        layout fixed, or v1's, ``A = 1``); None when neither is free."""
         if "attention_dp" in self.names:
             return "attention_dp"
-        if self.fixed.attention_dp is not None and "chips" in self.names:
+        if "chips" in self.names:
             return "chips"
         return None
 
@@ -705,17 +705,43 @@ def from_search(problem: Problem, v):
     return v - jnp.asarray(off, jnp.result_type(v)) if off.any() else v
 
 
+HEADS_SEARCHED = 256
+"""The most tensor-parallel degrees ``repair`` tries beside the multiples of ``A`` nearest the
+design: every degree that splits a model's heads divides its query heads (at most 128 in the 2026
+presets), so a model with more than this many heads may find none and be ranked last."""
+
+
+def splits(model, degree):
+    """``dcost.specs.attention_splits`` traced: whether tensor-parallel attention over
+    ``degree`` chips splits the model's heads (the degree divides the query heads, and divides or
+    is a multiple of the KV heads; a head count of 0 allows any degree)."""
+    h, kv = model.attention_heads, model.kv_heads
+    whole = (degree >= 1) & (degree == jnp.round(degree))
+    t = jnp.where(whole, degree, 1.0)
+    by_query = (h <= 0) | (jnp.mod(h, t) == 0)
+    by_kv = (kv <= 0) | (jnp.mod(kv, t) == 0) | (jnp.mod(t, jnp.where(kv > 0, kv, 1.0)) == 0)
+    return whole & by_query & by_kv
+
+
+def _attention_groups(problem: Problem, x):
+    """``A`` of the design vector ``x``: free, fixed, or 1 (v1's layout)."""
+    if "attention_dp" in problem.names:
+        return x[problem.names.index("attention_dp")]
+    a = problem.fixed.attention_dp
+    return jnp.ones((), x.dtype) if a is None else a
+
+
 def admissible(problem: Problem, x):
-    """Whether the whole-number design vector ``x`` is a layout one can run: its attention
-    groups ``A`` divide its chips per stage ``G`` (``A <= G``, ``G mod A = 0``). Always True when
-    the problem fixes both or leaves the attention layout to v1's convention."""
+    """Whether the whole-number design vector ``x`` is a layout an engine launches: its
+    attention groups ``A`` divide its chips per stage ``G`` (``A <= G``, ``G mod A = 0``), and
+    tensor-parallel attention over ``G/A`` chips splits the model's heads (``splits``). Always
+    True when the problem frees neither."""
     if problem.divides is None:
         return jnp.ones((), bool)
     d = problem.design(jnp.asarray(x))  # A = min(A, G): compare with the A asked for
-    names = problem.names
-    a = x[names.index("attention_dp")] if "attention_dp" in names else problem.fixed.attention_dp
-    assert a is not None  # problem.divides says so
-    return (a <= d.chips) & (jnp.mod(d.chips, a) == 0)
+    a = _attention_groups(problem, x)
+    divides = (a <= d.chips) & (jnp.mod(d.chips, a) == 0)
+    return divides & splits(problem.model, d.chips / jnp.where(divides, a, 1.0))
 
 
 def repair(problem: Problem, x, direction):
@@ -724,9 +750,11 @@ def repair(problem: Problem, x, direction):
     With ``attention_dp`` free, ``A`` moves to a divisor of ``G`` within its bounds: the largest
     one ``<= A`` for ``direction < 0``, the smallest ``>= A`` for ``direction > 0``, the nearest
     (ties down) for 0, each falling back to the other side when its own has none. With the
-    layout fixed and ``chips`` free, ``G`` moves to a multiple of ``A`` the same way. ``ok`` is
-    False when no value within the bounds works (the caller ranks the design last). ``x``
-    unchanged (and ok) when the problem has no such rule.
+    layout fixed (or v1's, ``A = 1``) and ``chips`` free, ``G`` moves to a multiple of ``A`` the
+    same way. Either way ``G/A`` must split the model's attention heads (``splits``: 3 chips do
+    not split Llama's 32 heads, so chips 3 moves to 2 or 4). ``ok`` is False when no value
+    within the bounds works (the caller ranks the design last). ``x`` unchanged (and ok) when
+    the problem has no such rule.
 
     >>> import dcost, jax.numpy as jnp
     >>> from dcost.search.problem import repair
@@ -748,11 +776,16 @@ def repair(problem: Problem, x, direction):
         g = d.chips
         cand = jnp.arange(lo, hi + 1, dtype=x.dtype)
         ok = (cand <= g) & (jnp.mod(g, cand) == 0)
+        ok = ok & splits(problem.model, g / jnp.where(ok, cand, 1.0))
     else:
-        a = problem.fixed.attention_dp
-        assert a is not None  # problem.divides says so
-        cand = jnp.stack([jnp.floor(v / a) * a, jnp.ceil(v / a) * a]).astype(x.dtype)
-        ok = (cand >= jnp.maximum(lo, a)) & (cand <= hi)
+        a = _attention_groups(problem, x)
+        # the multiples of A either side, and A times every degree up to HEADS_SEARCHED (a
+        # degree that splits the heads divides them): ascending, so ties go to the smaller
+        degrees = jnp.arange(1, HEADS_SEARCHED + 1, dtype=x.dtype)
+        near = jnp.stack([jnp.floor(v / a), jnp.ceil(v / a)]).astype(x.dtype)
+        t = jnp.sort(jnp.concatenate([near, degrees]))
+        cand = t * a
+        ok = (cand >= jnp.maximum(lo, a)) & (cand <= hi) & splits(problem.model, t)
     side = jnp.where(direction < 0, cand <= v, jnp.where(direction > 0, cand >= v, True))
     pool = jnp.where(jnp.any(ok & side), ok & side, ok)
     # nearest in the pool; ties go to the first, the smaller (candidates ascend)
