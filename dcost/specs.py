@@ -1136,13 +1136,19 @@ def attention_splits(model: Model, degree) -> bool:
     >>> [t for t in (1, 2, 3, 8, 16, 24, 64, 72, 128) if attention_splits(m, t)]
     [1, 2, 8, 16, 64]
     """
-    t = float(degree)
-    h, kv = float(np.asarray(model.attention_heads)), float(np.asarray(model.kv_heads))
-    if t != round(t) or t < 1:
-        return False
-    if h > 0 and h % t != 0:
-        return False
-    return not (kv > 0 and kv % t != 0 and t % kv != 0)
+    h, kv = np.asarray(model.attention_heads), np.asarray(model.kv_heads)
+    return bool(np.all(splits_heads(h, kv, np.asarray(float(degree)), np)))
+
+
+def splits_heads(heads, kv_heads, degree, xp):
+    """``attention_splits``' rule elementwise, in the array module ``xp`` (``numpy`` for concrete
+    values, ``jax.numpy`` inside a traced search: ``dcost.search.problem.splits``)."""
+    whole = (degree >= 1) & (degree == xp.round(degree))
+    t = xp.where(whole, degree, 1.0)
+    by_query = (heads <= 0) | (xp.mod(heads, t) == 0)
+    kv = xp.where(kv_heads > 0, kv_heads, 1.0)
+    by_kv = (kv_heads <= 0) | (xp.mod(kv, t) == 0) | (xp.mod(t, kv) == 0)
+    return whole & by_query & by_kv
 
 
 def check_speculation(owner: str, design: Design, model: Model, workload: Workload | None):

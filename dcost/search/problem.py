@@ -40,6 +40,7 @@ from dcost.specs import (
     check_groups,
     check_speculation,
     shared_form,
+    splits_heads,
     whole_max,
 )
 
@@ -715,12 +716,7 @@ def splits(model, degree):
     """``dcost.specs.attention_splits`` traced: whether tensor-parallel attention over
     ``degree`` chips splits the model's heads (the degree divides the query heads, and divides or
     is a multiple of the KV heads; a head count of 0 allows any degree)."""
-    h, kv = model.attention_heads, model.kv_heads
-    whole = (degree >= 1) & (degree == jnp.round(degree))
-    t = jnp.where(whole, degree, 1.0)
-    by_query = (h <= 0) | (jnp.mod(h, t) == 0)
-    by_kv = (kv <= 0) | (jnp.mod(kv, t) == 0) | (jnp.mod(t, jnp.where(kv > 0, kv, 1.0)) == 0)
-    return whole & by_query & by_kv
+    return splits_heads(model.attention_heads, model.kv_heads, degree, jnp)
 
 
 def _attention_groups(problem: Problem, x):
