@@ -141,3 +141,17 @@ def test_optimize_answers_chips_an_engine_launches():
     assert attention_splits(m, float(best.x[1])) and bool(best.feasible)
     assert float(best.cost) == pytest.approx(float(grid.cost), rel=1e-6)
     assert float(grid.cost) > float(free_grid.cost)
+
+
+@pytest.mark.parametrize("name", dcost.model_names())
+def test_repair_tries_every_degree_that_splits_a_preset(name):
+    """``repair`` tries 27 degrees, not all 256: every degree up to 256 that splits the preset's
+    heads (the engines' rule, exhaustively) is among them."""
+    import numpy as np
+
+    from dcost.search.problem import degrees
+
+    m = dcost.model(name)
+    heads, kv = card_heads(name)
+    tried = {float(t) for t in np.asarray(degrees(m, np.float32))}
+    assert {float(t) for t in range(1, 257) if engine_launches(heads, kv, t)} <= tried
