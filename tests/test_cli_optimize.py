@@ -240,6 +240,23 @@ def test_eval_takes_layout_fields(capsys):
     assert got["design"]["attention_dp"] == 4 and got["tokens_per_step"] == pytest.approx(2.44)
 
 
+def test_eval_says_when_no_engine_launches_the_design(capsys):
+    """3 chips of tensor-parallel attention do not split Llama 3 70B's 64 heads: the physics is
+    printed, and a line (``launchable`` in --json) says no engine runs it; 4 chips do."""
+    base = ["--hardware", "h100-sxm", "--model", "llama-3-70b", "--batch", "8"]
+    base += ["--context", "2048"]
+    code, out, _ = run(capsys, "eval", *base, "--chips", "3")
+    assert code == 0 and "launch:" in out and "64 query heads and 8 KV heads" in out
+    code, out, _ = run(capsys, "eval", *base, "--chips", "4")
+    assert code == 0 and "launch:" not in out
+    code, out, _ = run(capsys, "eval", *base, "--chips", "3", "--json")
+    assert code == 0 and json.loads(out)["launchable"] is False
+    # DeepSeek-V3 on 6 chips in 3 attention groups: 2-way tensor-parallel attention splits
+    dp = ["--batch", "8", "--chips", "6", "--attention-dp", "3", "--json"]
+    code, out, _ = run(capsys, "eval", *DSV3, *dp)
+    assert code == 0 and json.loads(out)["launchable"] is True
+
+
 def test_eval_and_the_search_take_the_expert_parallel_groups(capsys):
     """``--expert-parallel`` fixes ``Design.expert_parallel``: ``dcost eval`` evaluates it (the
     design line names it), and a search keeps it and at least that many chips per stage."""

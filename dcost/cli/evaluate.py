@@ -38,7 +38,7 @@ from dcost.cli.search import (
 )
 from dcost.search.problem import LAYOUT_VARIABLES
 from dcost.serving.roofline import bottleneck, decode, prefill
-from dcost.specs import Design
+from dcost.specs import Design, attention_splits
 
 __all__ = ["add_parsers"]
 
@@ -79,6 +79,10 @@ def _cmd_eval(args) -> int:
     binds = str(bottleneck(r))
     capacity = float(h.hbm_capacity)
     calibration = profile_error(args)
+    # the physics of any design, but say when no engine could launch it (its tensor-parallel
+    # attention over chips / attention_dp does not split the model's heads)
+    degree = float(args.chips) / float(layout.get("attention_dp") or 1.0)
+    launchable = attention_splits(m, degree)
     if args.json:
         print(
             json_text(
@@ -98,6 +102,7 @@ def _cmd_eval(args) -> int:
                     "bottleneck": binds,
                     "hbm_capacity": capacity,
                     "fits": fields["memory_per_chip"] <= capacity,
+                    "launchable": launchable,
                     **fields,
                     **({"energy": en} if en is not None else {}),
                     **(
@@ -148,6 +153,13 @@ def _cmd_eval(args) -> int:
     print(f"MFU:                   {fields['mfu'] * 100:.1f} %")
     for line in energy_lines(en, per):
         print(line)
+    if not launchable:
+        print(
+            f"launch:                none: {float(m.attention_heads):g} query heads and "
+            f"{float(m.kv_heads):g} KV heads do not split over {degree:g} chips of "
+            "tensor-parallel attention (an engine needs a degree that divides the query heads "
+            "and divides or is a multiple of the KV heads)"
+        )
     if calibration:
         print(calibration_line(*calibration, width=23))
     return 0
