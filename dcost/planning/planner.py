@@ -34,7 +34,13 @@ from dcost.engines import on_engine
 from dcost.engines import resolve as resolve_engine
 from dcost.planning import search as S
 from dcost.planning._jit import jit as _small_jit
-from dcost.planning.designs import Layout, step_table, workload_from_stats, workload_stats
+from dcost.planning.designs import (
+    Layout,
+    step_table,
+    unused_table,
+    workload_from_stats,
+    workload_stats,
+)
 from dcost.planning.traffic import Traffic
 from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
@@ -265,9 +271,38 @@ def _stack(rows, size: int | None = None) -> Layout:
 # ------------------------------------------------------------------------------ the programs
 
 
+_CHUNK = 16
+"""Layouts a step of the tables' loop tabulates (``_tables_one``); ``_layout_size``'s sizes are
+multiples of it."""
+
+
 def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
+    """Every layout's step table for one workload, ``_CHUNK`` layouts a step of a loop: a chunk of
+    padding rows alone (``_stack``: ``chips = NaN``, the most rows of a padded stack) gets the
+    table ``step_table`` gives them (``designs.unused_table``) without evaluating the model, so
+    the work follows the model's layouts, not the padded size (40 of 128 rows for a dense model
+    on an 8-chip domain). A stack that is not a whole number of chunks is tabulated at once."""
     work = workload_from_stats(stats, kind, acceptance)
-    return jax.vmap(lambda lay: step_table(lay, hardware, model, work, kind))(layouts_k)
+
+    def tabulate(lay):
+        return jax.vmap(lambda one: step_table(one, hardware, model, work, kind))(lay)
+
+    n = layouts_k.chips.shape[0]
+    if n % _CHUNK:
+        return tabulate(layouts_k)
+    chunks = jax.tree.map(lambda x: x.reshape(n // _CHUNK, _CHUNK), layouts_k)
+    like = jax.eval_shape(tabulate, jax.tree.map(lambda x: x[0], chunks))
+
+    row = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), like)
+
+    def unused(lay):
+        return jax.vmap(lambda one: unused_table(one, work, row))(lay)
+
+    def step(lay):
+        return jax.lax.cond(jnp.all(jnp.isnan(lay.chips)), unused, tabulate, lay)
+
+    tables = jax.lax.map(step, chunks)
+    return jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), tables)
 
 
 # the planner's programs run many evaluations a call: compiled optimized whatever the process
