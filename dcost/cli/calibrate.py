@@ -1,4 +1,6 @@
-"""``dcost calibrate``: measure this machine's F and BW and compare a real decode step."""
+"""``dcost calibrate``: fit an engine profile to your benchmark result files (``--from``), rebuild
+the shipped profiles from AIConfigurator's kernel tables (``--from-aiconfigurator``), or measure
+this machine's F and BW and compare a real decode step with ``dcost.decode`` (neither)."""
 
 from __future__ import annotations
 
@@ -193,7 +195,8 @@ def add_parsers(subparsers) -> None:
     """Register ``dcost calibrate [--quick] [--json] [--from-aiconfigurator [DATA]]``."""
     p = subparsers.add_parser(
         "calibrate",
-        help="measure this machine's F and BW and compare a real decode step with dcost.decode",
+        help="fit an engine profile to your benchmark files (--from), rebuild the shipped "
+        "profiles (--from-aiconfigurator), or time this machine's decode step",
     )
     p.add_argument(
         "--from-aiconfigurator",
