@@ -114,37 +114,43 @@ def test_decode_pool_table_pays_its_admissions():
             assert gap == pytest.approx(stages * share * fee, rel=1e-3)
 
 
-@pytest.mark.parametrize("name", ["llama-3-70b", "mixtral-8x7b"])
-def test_tables_skip_padding_chunks_and_match_one_vmap(name):
+@pytest.mark.parametrize(
+    "name, x64", [("llama-3-70b", False), ("mixtral-8x7b", False), ("llama-3-70b", True)]
+)
+def test_tables_skip_padding_chunks_and_match_one_vmap(name, x64):
     """The planner's tables, ``_CHUNK`` layouts a loop step with chunks of padding rows skipped,
-    are one ``vmap`` of ``step_table`` over every row, for every kind: the same NaN rows (the
-    padding, whole chunks of it skipped) and the same times within float32 rounding (XLA
-    vectorizes a chunk of 16 rows and a stack of 128 apart: a few ulps)."""
+    are one ``vmap`` of ``step_table`` over every row, for every kind and in float32 and float64
+    (the skipped chunks' dtype is the model's): the same NaN rows (the padding, whole chunks of
+    it skipped) and the same times within float32 rounding (XLA vectorizes a chunk of 16 rows
+    and a stack of 128 apart: a few ulps)."""
     from dcost.planning import planner as PL
     from dcost.planning.designs import workload_stats
 
-    h, m = dcost.hardware("h100-sxm", calibrated=True).filled(), dcost.model(name)
-    stats = workload_stats(dcost.traffic("chat", rate=10.0))
-    for kind in ("aggregated", "prefill", "decode"):
-        rows = PL.layouts(kind, h, m)
-        size = PL._layout_size(len(rows))
-        assert size - len(rows) >= PL._CHUNK  # at least one chunk is padding alone
-        lays = PL._stack(rows, size)
-        chunked = jax.jit(PL._tables_one, static_argnums=0)(kind, h, m, lays, stats, None)
+    with jax.enable_x64(x64):
+        h, m = dcost.hardware("h100-sxm", calibrated=True).filled(), dcost.model(name)
+        stats = workload_stats(dcost.traffic("chat", rate=10.0))[None]  # one workload
+        for kind in ("aggregated", "prefill", "decode"):
+            rows = PL.layouts(kind, h, m)
+            size = PL._layout_size(len(rows))
+            assert size - len(rows) >= PL._CHUNK  # at least one chunk is padding alone
+            lays = PL._stack(rows, size)
+            chunked = jax.jit(PL._tables_one, static_argnums=0)(kind, h, m, lays, stats, None)
 
-        def whole(lays, kind=kind):
-            work = PL.workload_from_stats(stats, kind, None)
-            return jax.vmap(lambda lay: step_table(lay, h, m, work, kind))(lays)
+            def whole(lays, kind=kind):
+                work = PL.workload_from_stats(stats[0], kind, None)
+                one = jax.vmap(lambda lay: step_table(lay, h, m, work, kind))(lays)
+                return jax.tree.map(lambda x: x[None], one)
 
-        for a, b in zip(
-            jax.tree.leaves(chunked), jax.tree.leaves(jax.jit(whole)(lays)), strict=True
-        ):
-            assert a.shape == b.shape and a.dtype == b.dtype
-            a, b = np.asarray(a), np.asarray(b)
-            assert np.array_equal(np.isnan(a), np.isnan(b)), kind
-            np.testing.assert_allclose(a, b, rtol=2e-5, atol=0, err_msg=kind)
-        assert np.all(np.isnan(np.asarray(chunked.parts[len(rows) :])))
-        assert np.all(np.isfinite(np.asarray(chunked.parts[: len(rows)])))
+            for a, b in zip(
+                jax.tree.leaves(chunked), jax.tree.leaves(jax.jit(whole)(lays)), strict=True
+            ):
+                assert a.shape == b.shape and a.dtype == b.dtype
+                a, b = np.asarray(a), np.asarray(b)
+                assert np.array_equal(np.isnan(a), np.isnan(b)), kind
+                np.testing.assert_allclose(a, b, rtol=2e-5, atol=0, err_msg=kind)
+            assert np.all(np.isnan(np.asarray(chunked.parts[0, len(rows) :])))
+            assert np.all(np.isfinite(np.asarray(chunked.parts[0, : len(rows)])))
+            assert chunked.parts.dtype == (np.float64 if x64 else np.float32)
 
 
 # --------------------------------------------------------------------------- the plan itself

@@ -324,32 +324,30 @@ def step_table(
     return StepTable(parts, layout.stages, tau, m0, m1 - m0)
 
 
-def unused_table(layout: Layout, workload: Workload, like: StepTable) -> StepTable:
+def unused_table(layout: Layout, hardware: Hardware, model: Model, workload: Workload) -> StepTable:
     """What ``step_table`` gives a layout of ``chips = NaN`` (the planner's padding rows), without
     evaluating the serving model: every time and byte NaN (``chips`` reaches each of them), its
-    stages and tokens per step as the layout's. ``like``: a table of the same shapes and dtypes
-    (``jax.eval_shape`` of ``step_table``), which the result takes.
+    stages and tokens per step as the layout's, in the dtype the inputs promote to (what the
+    serving model computes in).
 
     >>> import dcost, jax, jax.numpy as jnp
     >>> h, m, w = dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"), dcost.Workload(1200)
     >>> pad = Layout(jnp.nan, 2, 1, 512, 0)
     >>> t = jax.jit(lambda lay: step_table(lay, h, m, w))(pad)
-    >>> u = unused_table(pad, w, t)
-    >>> all(bool(jnp.array_equal(a, b, equal_nan=True)) for a, b in
-    ...     zip(jax.tree.leaves(t), jax.tree.leaves(u), strict=True))
+    >>> u = unused_table(pad, h, m, w)
+    >>> all(bool(jnp.array_equal(a, b, equal_nan=True)) and a.dtype == b.dtype
+    ...     for a, b in zip(jax.tree.leaves(t), jax.tree.leaves(u), strict=True))
     True
     """
+    dtype = jnp.result_type(*jax.tree.leaves((layout, hardware, model, workload)), float)
+    nan = jnp.asarray(jnp.nan, dtype)
     tau = _accepted_tokens(workload.get("acceptance"), layout.draft_tokens)
-
-    def nan(x):
-        return jnp.full(jnp.shape(x), jnp.nan, jnp.result_type(x))
-
     return StepTable(
-        nan(like.parts),
-        jnp.asarray(layout.stages, jnp.result_type(like.stages)),
-        jnp.asarray(tau, jnp.result_type(like.tau)),
-        nan(like.memory_base),
-        nan(like.memory_per_sequence),
+        jnp.full((len(B_NODES), len(C_NODES), _PARTS), nan),
+        jnp.asarray(layout.stages, dtype),
+        jnp.asarray(tau, dtype),
+        nan,
+        nan,
     )
 
 

@@ -277,32 +277,39 @@ multiples of it."""
 
 
 def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
-    """Every layout's step table for one workload, ``_CHUNK`` layouts a step of a loop: a chunk of
-    padding rows alone (``_stack``: ``chips = NaN``, the most rows of a padded stack) gets the
-    table ``step_table`` gives them (``designs.unused_table``) without evaluating the model, so
-    the work follows the model's layouts, not the padded size (40 of 128 rows for a dense model
-    on an 8-chip domain). A stack that is not a whole number of chunks is tabulated at once."""
-    work = workload_from_stats(stats, kind, acceptance)
+    """Every layout's step table for each of the ``U`` workloads ``stats`` (leading axes ``(U,
+    L)``), ``_CHUNK`` layouts a step of a loop: a chunk of padding rows alone (``_stack``:
+    ``chips = NaN``, most rows of a padded stack) gets the table ``step_table`` gives them
+    (``designs.unused_table``) without evaluating the model, so the work follows the model's
+    layouts, not the padded size (40 of 128 rows for a dense model on an 8-chip domain). The
+    loop is outermost, the workloads vmapped inside it (a loop under ``vmap`` would trace its
+    body twice). A stack that is not a whole number of chunks is tabulated at once."""
+
+    def each(fn, lay):  # (U, len(lay)) tables
+        def one_workload(st):
+            work = workload_from_stats(st, kind, acceptance)
+            return jax.vmap(lambda one: fn(one, work))(lay)
+
+        return jax.vmap(one_workload)(stats)
 
     def tabulate(lay):
-        return jax.vmap(lambda one: step_table(one, hardware, model, work, kind))(lay)
+        return each(lambda one, work: step_table(one, hardware, model, work, kind), lay)
+
+    def unused(lay):
+        return each(lambda one, work: unused_table(one, hardware, model, work), lay)
 
     n = layouts_k.chips.shape[0]
     if n % _CHUNK:
         return tabulate(layouts_k)
     chunks = jax.tree.map(lambda x: x.reshape(n // _CHUNK, _CHUNK), layouts_k)
-    like = jax.eval_shape(tabulate, jax.tree.map(lambda x: x[0], chunks))
-
-    row = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), like)
-
-    def unused(lay):
-        return jax.vmap(lambda one: unused_table(one, work, row))(lay)
 
     def step(lay):
         return jax.lax.cond(jnp.all(jnp.isnan(lay.chips)), unused, tabulate, lay)
 
-    tables = jax.lax.map(step, chunks)
-    return jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), tables)
+    tables = jax.lax.map(step, chunks)  # (chunks, U, _CHUNK, ...)
+    return jax.tree.map(
+        lambda x: jnp.moveaxis(x, 1, 0).reshape(x.shape[1], n, *x.shape[3:]), tables
+    )
 
 
 # the planner's programs run many evaluations a call: compiled optimized whatever the process
@@ -313,11 +320,7 @@ def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
     ``u * L + l`` (``search.Tables``)."""
     out = {}
     for kind in kinds:
-        t = jax.vmap(
-            lambda st, kind=kind: _tables_one(
-                kind, hardware, model, layouts_by_kind[kind], st, acceptance
-            )
-        )(stats)
+        t = _tables_one(kind, hardware, model, layouts_by_kind[kind], stats, acceptance)
         flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), t)
         out[kind] = S.Tables(layouts_by_kind[kind], flat)
     return out
