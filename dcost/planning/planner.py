@@ -51,9 +51,9 @@ from dcost.specs import (
     Model,
     SpecError,
     _concrete,
-    attention_splits,
     check,
     check_count,
+    splits_heads,
     whole_max,
 )
 
@@ -212,8 +212,13 @@ def layouts(
     moe = _value(model.n_experts) > 0
     attention = options.attention if moe else ("tp",)
 
+    # attention_splits' rule on the head counts read once (each read of a device array waits
+    # for it: a plan's layouts asked for them 360 times, 4 ms of a warm plan)
+    heads, kv_heads = _value(model.attention_heads), _value(model.kv_heads)
+
     def splits(g, a):  # tensor-parallel attention over G/A chips, as an engine can launch it
-        return not launchable or attention_splits(model, g if a == "tp" else 1.0)
+        degree = float(g) if a == "tp" else 1.0
+        return not launchable or bool(splits_heads(heads, kv_heads, degree, np))
 
     # a stage of a pipeline fills a scale-up domain: the most chips of it attention splits over
     filling = {
