@@ -212,8 +212,8 @@ def layouts(
     moe = _value(model.n_experts) > 0
     attention = options.attention if moe else ("tp",)
 
-    # attention_splits' rule on the head counts read once (each read of a device array waits
-    # for it: a plan's layouts asked for them 360 times, 4 ms of a warm plan)
+    # attention_splits' rule on the head counts read once: a plan's three calls had read the two
+    # device arrays at every degree tried, 360 reads
     heads, kv_heads = _value(model.attention_heads), _value(model.kv_heads)
 
     def splits(g, a):  # tensor-parallel attention over G/A chips, as an engine can launch it
