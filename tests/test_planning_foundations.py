@@ -346,9 +346,12 @@ def test_node_sums_equal_the_direct_sums(seed):
 @pytest.mark.slow  # two compilations of both closed forms
 def test_share_over_a_time_brackets_its_percentile():
     """``P(X > x) <= 1 - q`` just above the solved percentile ``x_q`` and ``>= 1 - q`` just
-    below it (the share is a sum of steps over the quadrature, so at ``x_q`` itself it may sit
-    on a step): the search's tail verdict and the report's percentile are one distribution,
-    and agree for every target not within 1e-4 of ``x_q``. The share falls as the time grows."""
+    below it: the search's tail verdict and the report's percentile are one distribution, and
+    agree for every target not within 1e-4 of ``x_q``. The share is continuous in the time (the
+    prompt's own time integrated between quadrature nodes, ``latency._share_above``), so at
+    ``x_q`` itself it is ``1 - q``: a sum node by node was a staircase, and a percentile sat on
+    one of its steps (the median TTFT of the aggregated pool here had a share of 0.513
+    over it). The share falls as the time grows."""
     t = Traffic(12.0, 1500.0, 200.0, prompt_cv=1.0, output_cv=1.0)
     q = (0.5, 0.9, 0.99)
     agg = Pool(step(), replicas=2, batch_cap=512, chunk=2048)
@@ -371,10 +374,56 @@ def test_share_over_a_time_brackets_its_percentile():
             for name in ("ttft_over", "tpot_over"):
                 assert float(getattr(above, name)) <= 1.0 - qj + tol
                 assert float(getattr(below, name)) >= 1.0 - qj - tol
+            at = latency((base.ttft[j], base.tpot[j]))[i]
+            assert float(at.ttft_over) == pytest.approx(1.0 - qj, abs=1e-4)
         shares = [latency((base.ttft[-1] * f, base.tpot[-1] * f))[i] for f in (0.5, 1.0, 2.0)]
         ttft = [float(x.ttft_over) for x in shares]
         assert ttft == sorted(ttft, reverse=True) and ttft[0] > ttft[-1]
         assert float(shares[-1].tpot_over) < 0.01 < float(shares[0].tpot_over)
+
+
+@pytest.mark.slow  # compiles both closed forms for two sets of nodes
+@pytest.mark.parametrize("which", ["aggregated", "disaggregated"])
+def test_percentiles_converge_in_the_quadrature_nodes(which, monkeypatch):
+    """The shipped quadrature (101 nodes of prompt and of output lengths) against 1,601 nodes,
+    for the lengths of every traffic preset at a light and a heavy load: every percentile
+    within 2 %. The integrands jump where a prompt needs a second chunk, where a request's
+    decode steps pass a whole number and where an output reaches two tokens, and the wait for
+    a decode step in progress is far narrower than the nodes' spacing; handled node by node,
+    201 nodes were up to 3.6 % off (the 90th percentile TTFT of code completions at 50
+    requests/s on 56 H100s), 101 nodes up to 9.6 %."""
+    from dcost.planning import latency as lat
+
+    def percentiles(nodes):
+        monkeypatch.setattr(lat, "_Z", lat._nodes(nodes)[0])
+        monkeypatch.setattr(lat, "_W", lat._nodes(nodes)[1])
+        monkeypatch.setattr(lat, "_Z_OUT", lat._nodes(nodes)[0])
+        monkeypatch.setattr(lat, "_W_OUT", lat._nodes(nodes)[1])
+        agg = Pool(step(), replicas=8, batch_cap=512, chunk=2048)
+        pre = Pool(roofline_step(A, 0.0, E_TOK), replicas=8, batch_cap=64, chunk=2048)
+
+        @functools.partial(jax.jit, compiler_options=FAST)
+        def one(t):
+            if which == "aggregated":
+                out = aggregated_latency(t, agg)
+            else:
+                out = disaggregated_latency(t, pre, step_pool(), lambda n: 1e-5 * n)
+            return jnp.concatenate([out.ttft, out.tpot])
+
+        rows = []
+        for name in traffic_names():
+            for rate in (2.0, 20.0):  # light and heavy: prefill utilisation up to 0.8
+                t = dcost.traffic(name, rate=rate)
+                rows.append(np.asarray(one(t)))
+        return np.stack(rows)
+
+    def step_pool():
+        return Pool(step(), replicas=4, batch_cap=512, chunk=1)
+
+    assert len(lat._Z) == len(lat._Z_OUT) == 101
+    shipped, fine = percentiles(101), percentiles(1601)
+    assert np.all(np.isfinite(fine)), fine
+    np.testing.assert_allclose(shipped, fine, rtol=0.02)
 
 
 # ------------------------------------------------------ latency against the simulation (10 %)

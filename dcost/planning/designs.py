@@ -366,7 +366,7 @@ def workload_stats(traffic):
     decode context is the time average of a running sequence's KV cache,
     ``E[T_in] + E[K^2] / (2 E[K])`` with ``K = T_out - 1`` (a sequence with ``K`` steps holds
     ``T_in + K/2`` tokens on average over them, and it is running for ``K`` steps)."""
-    w = jnp.asarray(lat._W, dtype=jnp.result_type(float))
+    w = jnp.asarray(lat._W_OUT, dtype=jnp.result_type(float))
     k = jnp.maximum(lat._lengths(traffic, "output") - 1.0, 0.0)
     ek, ek2 = jnp.sum(w * k), jnp.sum(w * k * k)
     context = traffic.prompt_tokens + ek2 / (2.0 * jnp.maximum(ek, 1e-6))

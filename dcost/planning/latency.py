@@ -68,6 +68,18 @@ the lognormal output length) of shifted gammas with these three cumulants (a sho
 sees a chunk step or not: the skew matters in the tail). In a disaggregated decode pool
 ``f = 0`` and the request waits ``R ~ U(0, t)`` for its first step, adding ``R / K``.
 
+**Quadrature.** Expectations over prompt and output lengths are trapezoid sums over 101 nodes
+of the lognormal's normal variable on [-7, 7] (``_nodes``). Where an integrand is not smooth
+between nodes it is integrated there: the share of prompts whose own time (and the decode step
+they wait for, ``R``, tens of ms where two nodes' prefill times differ by far more) passes
+``x`` with the own time linear between nodes (``_share_above``), a short output's count of
+chunk steps for the whole numbers of steps on either side of ``K``, and the requests of at
+least two tokens by the share of a node's cell above 1.5. The percentiles are then continuous
+in everything and converge as the square of the nodes' spacing: within 1.9 % of 1,601 nodes for
+every traffic preset on H100s (``tests/test_planning_foundations.py`` checks 2 %), where the
+sums node by node with 201 nodes were up to 3.6 % off, and their percentiles stuck to the
+nodes' own times.
+
 Limits, stated: the batch cap is assumed not to bind in the percentiles (``slot_wait`` reports
 Erlang-C's probability that an arrival finds all ``n * cap`` slots full, for a search to keep
 small); step times do not depend on context length; KV transfers do not contend.
@@ -97,9 +109,17 @@ __all__ = [
 ]
 
 QUANTILES = (0.5, 0.9, 0.99)
-_Z = np.linspace(-7.0, 7.0, 201)  # quadrature nodes of a standard normal (trapezoid weights)
-_W = np.exp(-0.5 * _Z**2)
-_W = _W / _W.sum()
+
+
+def _nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` quadrature nodes of a standard normal on [-7, 7] and their trapezoid weights."""
+    z = np.linspace(-7.0, 7.0, n)
+    w = np.exp(-0.5 * z**2)
+    return z, w / w.sum()
+
+
+_Z, _W = _nodes(101)  # prompt lengths
+_Z_OUT, _W_OUT = _nodes(101)  # output lengths
 _SECANT_ITERATIONS = 12
 _SETTLED = 1e-3  # the decode batch's fixed point: relative residual it must reach
 _B_MAX = 1e9  # the decode batch of an overloaded replica (sequences)
@@ -159,8 +179,11 @@ class Latency(eqx.Module):
 
 
 def _lengths(traffic: Traffic, which: str):
+    """The lengths at the quadrature nodes of ``which`` (``"prompt"``: ``_Z``, weights ``_W``;
+    ``"output"``: ``_Z_OUT``, ``_W_OUT``)."""
     mu, sigma = traffic.lognormal(which)
-    return jnp.exp(mu + sigma * jnp.asarray(_Z, dtype=jnp.result_type(float)))
+    z = _Z if which == "prompt" else _Z_OUT
+    return jnp.exp(mu + sigma * jnp.asarray(z, dtype=jnp.result_type(float)))
 
 
 def _prefill_tokens(prompt_u, chunk):
@@ -314,6 +337,56 @@ def _solve(fn, target, lo, hi):
     return x0 - (step - jax.lax.stop_gradient(step))  # value x0, gradient of the Newton step
 
 
+def _cells(w, v):
+    """What ``_share_above`` needs of the values ``v`` at the quadrature nodes (weights ``w``):
+    each cell between neighbouring nodes, its trapezoid weight and the range of ``v`` on it."""
+    low, high = jnp.minimum(v[:-1], v[1:]), jnp.maximum(v[:-1], v[1:])
+    return 0.5 * (w[:-1] + w[1:]), low, high
+
+
+def _share_above(cells, x, busy=0.0, residual=0.0):
+    """``P(V + D > x)`` for each ``x`` (shape ``(Q,)``): ``V`` linear between the quadrature
+    nodes (``_cells``), ``D`` the wait for a decode step in progress, 0 with probability ``1 -
+    busy`` and else ``U(0, r)`` (``r = residual``):
+
+    .. math:: P(V + D > x) \\approx \\sum_c \\bar w_c\\, E_{V \\sim U(v^-_c, v^+_c)}
+              \\big[1_{V > x} + \\mathrm{busy}\\,(1 - (x - V)/r)\\,1_{0 \\le x - V \\le r}\\big]
+
+    over the cells ``c`` between neighbouring nodes, ``\\bar w_c`` the mean of their two
+    weights, ``V`` uniform over the cell's range (linear in the node), each term integrated
+    exactly. Continuous in ``x`` and second-order accurate in the nodes' spacing like the
+    trapezoid rule, where a sum node by node is a staircase: a step of ``r`` (tens of ms)
+    is far narrower than the prefill times between two nodes. ``V`` need not be monotone in
+    the node.
+
+    >>> import numpy as np
+    >>> z = np.linspace(-7.0, 7.0, 101); w = np.exp(-z**2 / 2); w /= w.sum()
+    >>> cells = _cells(jnp.asarray(w), jnp.exp(jnp.asarray(z)))
+    >>> round(float(_share_above(cells, jnp.ones(1))[0]), 4)  # P(lognormal(0, 1) > 1)
+    0.5
+    >>> # and with D ~ U(0, 1/2) always: P(V + D > 1) = E[min(1, (V + 1/2 - 1)^+ / (1/2))]
+    >>> v = np.exp(np.random.default_rng(0).normal(size=400_000))
+    >>> exact = np.mean(np.clip((v - 0.5) / 0.5, 0.0, 1.0))
+    >>> bool(abs(float(_share_above(cells, jnp.ones(1), 1.0, 0.5)[0]) - exact) < 2e-3)
+    True
+    """
+    weight, low, high = cells
+    span = high - low
+    wide = span > 0
+    safe = jnp.where(wide, span, 1.0)
+    x = x[:, None]
+    r = jnp.maximum(residual, 1e-30)
+    above = jnp.where(wide, jnp.clip((high - x) / safe, 0.0, 1.0), (low > x).astype(span.dtype))
+    # the ramp over y = x - V in [0, r]: the share of the cell with y in [a, b], times the mean
+    # of 1 - y/r there; b - a from differences that do not cancel when the cell is narrow
+    a, b = jnp.clip(x - high, 0.0, r), jnp.clip(x - low, 0.0, r)
+    inside = jnp.maximum(jnp.minimum(jnp.minimum(span, x - low), jnp.minimum(r - (x - high), r)), 0)
+    ramp = inside / safe * (1.0 - 0.5 * (a + b) / r)
+    point = jnp.where(x >= low, jnp.clip(1.0 - (x - low) / r, 0.0, 1.0), 0.0)
+    ramp = jnp.where(wide, ramp, point)
+    return jnp.sum(weight * (above + busy * ramp), axis=-1)
+
+
 def _ttft(traffic, quantiles, service, extra, tail, residual, busy, at=None, queue=None):
     """Percentiles of ``W' + S + extra`` (see the module docstring); ``service`` and ``extra``
     are per quadrature node, ``residual`` the decode step an arrival may wait for. All
@@ -325,13 +398,16 @@ def _ttft(traffic, quantiles, service, extra, tail, residual, busy, at=None, que
     own = service + extra
     r = jnp.maximum(residual, 1e-30)
     sums = None if queue is None else _sums(queue[1], queue[0], 2)  # once for every x
+    # the prompt's own time and the decode step it may wait for (``_share_above``, integrated
+    # over each cell between nodes) and the queue's wait (node by node): a sum over the nodes
+    # of all three made P(TTFT > x) a staircase in x whose percentiles stuck to the nodes'
+    # own times
+    cells = _cells(w, own)
 
     def survival(x):  # x: (Q,)
-        y = x[:, None] - own
-        ys = jnp.maximum(y, 0.0)
-        g = (1.0 - tail.p_wait) * busy * jnp.clip(1.0 - ys / r, 0.0, 1.0)
-        g = g + _wait_survival(tail, ys, queue, sums)
-        return jnp.sum(w * jnp.where(y < 0, 1.0, g), axis=-1)
+        wait = _wait_survival(tail, jnp.maximum(x[:, None] - own, 0.0), queue, sums)
+        lone = _share_above(cells, x, busy, r)
+        return (1.0 - tail.p_wait) * lone + jnp.sum(w * wait, axis=-1)
 
     stable = tail.rate > 0
     rate = jnp.where(stable, tail.rate, 1.0)
@@ -412,7 +488,7 @@ def _window_chunks(rate, left, durations, weights, window):
 def _branching(traffic, lam_r, slope):
     """The decode batch's branching ratio ``e = lambda_r E[K] t'(B)``, clipped to [0, 0.9]."""
     x_out = _lengths(traffic, "output")
-    w = jnp.asarray(_W, dtype=x_out.dtype)
+    w = jnp.asarray(_W_OUT, dtype=x_out.dtype)
     return jnp.clip(lam_r * jnp.sum(w * jnp.maximum(x_out - 1.0, 0.0)) * slope, 0.0, 0.9)
 
 
@@ -429,7 +505,7 @@ def _cross_covariance(traffic, rate, durations, weights, window):
 
     (16-point Gauss-Legendre in ``v``), ``a E[n] E[K]`` once ``T`` outlasts both."""
     x_out = _lengths(traffic, "output")
-    w_k = jnp.asarray(_W, dtype=x_out.dtype)
+    w_k = jnp.asarray(_W_OUT, dtype=x_out.dtype)
     stays = jnp.maximum(x_out - 1.0, 0.0)
     nodes, wts = (jnp.asarray(x, dtype=x_out.dtype) for x in _LEGENDRE)
     v = 0.5 * window[:, None] * (nodes[None, :] + 1.0)  # (M, 16)
@@ -458,7 +534,7 @@ def _batch_cumulants(traffic, lam_r, step_time, slope, window):
     driving an M/M/inf count: Hawkes and Oakes, J. Appl. Prob. 11, 1974).
     """
     x_out = _lengths(traffic, "output")
-    w = jnp.asarray(_W, dtype=x_out.dtype)
+    w = jnp.asarray(_W_OUT, dtype=x_out.dtype)
     stays = jnp.maximum(x_out - 1.0, 0.0)
     e = _branching(traffic, lam_r, slope)
     a = lam_r * step_time
@@ -586,7 +662,14 @@ def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None, atoms_fn=Non
     (None without ``at``; see ``_ttft``)."""
     x_out = _lengths(traffic, "output")
     k = jnp.maximum(x_out - 1.0, 0.5)
-    w = jnp.asarray(_W, dtype=k.dtype) * (x_out >= 1.5)
+    # the requests of two tokens or more: T_out >= 3/2 at a node's cell, counted by the share
+    # of the cell (half the spacing on either side of the node) above that length, not all or
+    # nothing (which moved the mixture's weights by a node's at once)
+    mu, sigma = traffic.lognormal("output")
+    z = jnp.asarray(_Z_OUT, dtype=k.dtype)
+    edge = (jnp.log(1.5) - mu) / jnp.maximum(sigma, 1e-30)
+    above = jnp.clip((z - edge) / (z[1] - z[0]) + 0.5, 0.0, 1.0)
+    w = jnp.asarray(_W_OUT, dtype=k.dtype) * above
     w = w / jnp.maximum(jnp.sum(w), 1e-30)
     m = mean_fn(k)
     var = jnp.maximum(var_fn(k), jnp.square(1e-6 * m))
@@ -596,19 +679,23 @@ def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None, atoms_fn=Non
     # what does not depend on x, once for every x (a percentile's bisection)
     form = None if k3 is None else _gamma_form(m, var, k3)
     if atoms is not None:  # short outputs: the count of chunk steps, exactly
-        base, jump, (p, fits), rest = atoms
+        # for the whole numbers of steps below and above K (axis 0), weighed (1 - u, u): the
+        # law is continuous in K, so a quadrature over output lengths converges as fast as
+        # its nodes' spacing allows (K rounded to the nearest, it jumped between nodes)
+        base, jump, (p, fits), u, rest = atoms
         sd = jnp.sqrt(jnp.maximum(rest, jnp.square(1e-6 * base)))[:, None]
         j = jnp.arange(_ATOMS, dtype=k.dtype)
-        level = base[:, None] + jump[:, None] * j  # (N, J)
+        level = base[None, :, None] + jump[..., None] * j  # (2, N, J)
+        share = jnp.stack([1.0 - u, u])  # (2, N)
 
     def survival(x):  # x: (Q,)
         if form is None:
             return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
         each = _gamma_sf(x[:, None], form)
         if atoms is not None:
-            z = (x[:, None, None] - level[None]) / sd[None]
-            exact = jnp.sum(p[None] * jst.norm.sf(z), axis=-1)
-            each = jnp.where(fits[None], exact, each)
+            z = (x[:, None, None, None] - level[None]) / sd[None, None]
+            exact = jnp.sum(p[None] * jst.norm.sf(z), axis=-1)  # (Q, 2, N)
+            each = jnp.sum(share * jnp.where(fits[None], exact, each[:, None]), axis=1)
         return jnp.sum(w * each, axis=-1)
 
     over = None if at is None else survival(jnp.reshape(at, (1,)))[0]
@@ -679,7 +766,7 @@ def _slot_wait(pool, load):
 
 def _mean_k(traffic):
     x_out = _lengths(traffic, "output")
-    w = jnp.asarray(_W, dtype=x_out.dtype)
+    w = jnp.asarray(_W_OUT, dtype=x_out.dtype)
     return jnp.sum(w * jnp.maximum(x_out - 1.0, 0.0))
 
 
@@ -711,7 +798,7 @@ def aggregated_latency(
     >>> pool = Pool(roofline_step(0.02, 1e-4, 2e-5), replicas=2, batch_cap=256, chunk=1024)
     >>> lat = aggregated_latency(dcost.Traffic(4.0, 1000, 200, prompt_cv=1.0), pool)
     >>> [round(float(x), 3) for x in lat.ttft]
-    [0.036, 0.064, 0.122]
+    [0.036, 0.064, 0.123]
     """
     quantiles, tpot_q = _quantiles(quantiles, tpot_quantiles)
     step, chunk = pool.step, pool.chunk
@@ -798,13 +885,15 @@ def aggregated_latency(
         return chunk_cumulants(k)[2] + batch_cumulants(k)[1]
 
     def atoms_fn(k):
-        # a short output's chunk steps are a count: N_c = 0, 1, ... steps of delta/K each
+        # a short output's chunk steps are a count: N_c = 0, 1, ... steps of delta/K each, for
+        # the whole numbers of steps on either side of K (``_tpot`` weighs the two laws)
         m1, k2, _ = window(k)
-        kk = jnp.maximum(jnp.round(k), 1.0)
+        kk = jnp.maximum(jnp.floor(k), 1.0) + jnp.asarray([[0.0], [1.0]], dtype=k.dtype)
         count_var = jnp.square(kk) * k2 / jnp.square(1.0 - e_c)
         batch_var = batch_cumulants(k)[0]
         base = tbar - delta * f_in + 0.0 * k
-        return base, delta / kk, _count_pmf(kk * m1, count_var, k), batch_var
+        pmf = jax.vmap(_count_pmf)(kk * m1, count_var, kk)
+        return base, delta / kk, pmf, jnp.clip(k + 1.0 - kk[1], 0.0, 1.0), batch_var
 
     tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot, k3_fn, atoms_fn)
     load = traffic.rate * (es + mean_k * tbar)

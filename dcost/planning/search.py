@@ -363,7 +363,11 @@ def bounds(
             n_bound,
             reason,
         )
-        ttft_floor = jnp.sum(w * (own + extra > targets.ttft_slo))
+        # P(own > slo) as evaluate's TTFT survival counts it (``_share_above``) and node by
+        # node: that survival is at least the smaller of the two at any replica count
+        own = own + extra
+        over = lat._share_above(lat._cells(w, own), jnp.reshape(targets.ttft_slo, (1,)))[0]
+        ttft_floor = jnp.minimum(jnp.sum(w * (own > targets.ttft_slo)), over)
         work = work + served
     if decodes:
         # the largest batch whose step meets the TPOT target, by bisection on t(B + 1, 0)
