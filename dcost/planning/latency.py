@@ -679,23 +679,30 @@ def _tpot(traffic, quantiles, mean_fn, var_fn, at=None, k3_fn=None, atoms_fn=Non
     # what does not depend on x, once for every x (a percentile's bisection)
     form = None if k3 is None else _gamma_form(m, var, k3)
     if atoms is not None:  # short outputs: the count of chunk steps, exactly
-        # for the whole numbers of steps below and above K (axis 0), weighed (1 - u, u): the
-        # law is continuous in K, so a quadrature over output lengths converges as fast as
-        # its nodes' spacing allows (K rounded to the nearest, it jumped between nodes)
-        base, jump, (p, fits), u, rest = atoms
+        # one law for each whole number of steps K = 1 .. _ATOMS - 1 (``atoms_fn``); a node
+        # weighs those on either side of its K, (1 - u, u), the gamma standing in from K =
+        # _ATOMS: continuous in K, so the quadrature over output lengths converges as fast as
+        # its nodes' spacing allows (a node's K rounded to the nearest jumped between nodes),
+        # and the laws are evaluated 47 times, not once or twice per node
+        base, jump, p, rest = atoms
         sd = jnp.sqrt(jnp.maximum(rest, jnp.square(1e-6 * base)))[:, None]
         j = jnp.arange(_ATOMS, dtype=k.dtype)
-        level = base[None, :, None] + jump[..., None] * j  # (2, N, J)
-        share = jnp.stack([1.0 - u, u])  # (2, N)
+        level = base[:, None] + jump[:, None] * j  # (_ATOMS - 1, J)
+        low = jnp.clip(jnp.floor(k), 1.0, _ATOMS - 1.0)
+        u = jnp.clip(k - low, 0.0, 1.0)
+        below = (low - 1.0).astype(jnp.int32)
+        high_fits = low + 1.0 < _ATOMS
+        above = jnp.where(high_fits, low, 0.0).astype(jnp.int32)
 
     def survival(x):  # x: (Q,)
         if form is None:
             return jnp.sum(w * jst.norm.sf((x[:, None] - m) / s), axis=-1)
         each = _gamma_sf(x[:, None], form)
         if atoms is not None:
-            z = (x[:, None, None, None] - level[None]) / sd[None, None]
-            exact = jnp.sum(p[None] * jst.norm.sf(z), axis=-1)  # (Q, 2, N)
-            each = jnp.sum(share * jnp.where(fits[None], exact, each[:, None]), axis=1)
+            z = (x[:, None, None] - level[None]) / sd[None]
+            exact = jnp.sum(p[None] * jst.norm.sf(z), axis=-1)  # (Q, _ATOMS - 1)
+            at_high = jnp.where(high_fits, _take(exact, slice(None), above), each)
+            each = (1.0 - u) * _take(exact, slice(None), below) + u * at_high
         return jnp.sum(w * each, axis=-1)
 
     over = None if at is None else survival(jnp.reshape(at, (1,)))[0]
@@ -886,14 +893,13 @@ def aggregated_latency(
 
     def atoms_fn(k):
         # a short output's chunk steps are a count: N_c = 0, 1, ... steps of delta/K each, for
-        # the whole numbers of steps on either side of K (``_tpot`` weighs the two laws)
-        m1, k2, _ = window(k)
-        kk = jnp.maximum(jnp.floor(k), 1.0) + jnp.asarray([[0.0], [1.0]], dtype=k.dtype)
+        # each whole number of steps K = 1 .. _ATOMS - 1 (``_tpot`` weighs them at the nodes)
+        kk = jnp.arange(1.0, _ATOMS, dtype=k.dtype)
+        m1, k2, _ = _window_chunks(lam_r * tbar, left, n_nodes, w, kk)
         count_var = jnp.square(kk) * k2 / jnp.square(1.0 - e_c)
-        batch_var = batch_cumulants(k)[0]
-        base = tbar - delta * f_in + 0.0 * k
-        pmf = jax.vmap(_count_pmf)(kk * m1, count_var, kk)
-        return base, delta / kk, pmf, jnp.clip(k + 1.0 - kk[1], 0.0, 1.0), batch_var
+        batch_var = _batch_cumulants(traffic, lam_r, tbar, slope, kk)[0]
+        base = tbar - delta * f_in + 0.0 * kk
+        return base, delta / kk, _count_pmf(kk * m1, count_var, kk)[0], batch_var
 
     tpot, tpot_mean, tpot_over = _tpot(traffic, tpot_q, mean_fn, var_fn, at_tpot, k3_fn, atoms_fn)
     load = traffic.rate * (es + mean_k * tbar)
