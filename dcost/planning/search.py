@@ -25,13 +25,15 @@ count** ``n_min``; the search finds it for the layouts that can win, by **branch
    verdict is by the tail: ``h_j = log(P(X > slo)/(1 - q))`` for TTFT and TPOT (``evaluate``'s
    ``by_tail``: ``X_q <= slo`` exactly when the share over ``slo`` is at most ``1 - q``, with
    no percentile solved), ``log(value/limit)`` for the others.
-4. *Caps.* With a fleet of ``c*`` chips held, a layout can only win (or tie) at
-   ``n <= cap = floor(c* / (P G))``: its ladder ends at the cap, infeasible there it is out,
-   and a *screen* round tries the next unopened layouts at their caps together (``4 group``
-   of them), so that a layout that cannot win costs one evaluation.
-5. *Stop.* When the cheapest fleet found costs no more chips than the next layout's bound, no
-   unvisited layout can beat it (ties are visited too, and go to the first layout in the
-   enumeration, as in the exhaustive grid).
+4. *Caps.* A tie goes to the first layout in the enumeration, as in the exhaustive grid. With
+   a fleet of ``c*`` chips held, a layout can only win at ``n <= cap``: ``floor(c* / (P G))``
+   for a layout before the held one in the enumeration, ``ceil(c* / (P G)) - 1`` (strictly
+   fewer chips) for one after it. Its ladder ends at the cap, infeasible there it is out, and
+   a *screen* round tries the next unopened layouts at their caps together (``4 group`` of
+   them), so that a layout that cannot win costs one evaluation.
+5. *Stop.* When the next layout's bound says it cannot win against the fleet held (more
+   chips, or as many and after it in the enumeration), no unvisited layout can: the search
+   ends.
 
 ``grid`` evaluates every layout at every count ``1..n_max``: the ground truth the search is
 tested against. Everything is one jitted program. Many traffic scenarios share it: each round
@@ -434,14 +436,22 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
     ladder = jnp.asarray(_LADDER, dtype)
     inf = jnp.asarray(jnp.inf, dtype)
 
-    def open_at(const, state, pos, best_chips):
+    def can_win(rows, chips_needed, best):
+        """Whether a layout of fleets of at least ``chips_needed`` chips can still be the
+        answer: fewer chips than the best fleet held, or as many and first in the enumeration
+        (ties go to the first layout, as in the exhaustive grid)."""
+        return (chips_needed < best["chips"]) | (
+            (chips_needed == best["chips"]) & (rows < best["row"])
+        )
+
+    def open_at(const, state, pos, best):
         """Slots for the layouts at positions ``pos`` of the order; closed (done) past the
-        end, or where the bound exceeds the best fleet held (so do all later ones). A layout
-        the screen found feasible at its cap starts with that bracket."""
+        end, or where the bound says the layout cannot win against the best fleet held. A
+        layout the screen found feasible at its cap starts with that bracket."""
         at = jnp.minimum(pos, n_layouts - 1)
         row = _take(const["order"], at)
         lb = _take(const["lb_chips"], row)
-        valid = (pos < n_layouts) & jnp.isfinite(lb) & (lb <= best_chips)
+        valid = (pos < n_layouts) & jnp.isfinite(lb) & can_win(row, lb, best)
         return dict(
             row=row,
             lo=_take(const["bounds"].replicas, row) - 1.0,
@@ -467,7 +477,7 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
             out=jnp.zeros((n_layouts,), bool),
             screened=jnp.asarray(k),
         )
-        slots = open_at(const, state, slot, inf)
+        slots = open_at(const, state, slot, dict(chips=inf, row=n_layouts))
         state = dict(
             state,
             slots=slots,
@@ -484,9 +494,12 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         )
         return const, state
 
-    def caps(rows, best_chips):
-        """The most replicas of each layout that tie the best fleet held (inf: none)."""
-        return jnp.floor(best_chips / _take(chips, rows))
+    def caps(rows, best):
+        """The most replicas of each layout that can still win against the best fleet held
+        (inf: none held): as many chips for a layout before it in the enumeration (a tie goes
+        to the first), strictly fewer for one after it."""
+        ratio = best["chips"] / _take(chips, rows)
+        return jnp.where(rows < best["row"], jnp.floor(ratio), jnp.ceil(ratio) - 1.0)
 
     def candidates(s, cap):
         lo, hi = s["lo"], s["hi"]
@@ -527,12 +540,12 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         q_at = jnp.minimum(q, n_layouts - 1)
         q_row = _take(order, q_at)
         q_lb = _take(lb_chips, q_row)
-        q_ok = (q < n_layouts) & jnp.isfinite(q_lb) & (q_lb <= best["chips"])
+        q_ok = (q < n_layouts) & jnp.isfinite(q_lb) & can_win(q_row, q_lb, best)
         screening = jnp.isfinite(best["chips"]) & q_ok[0]
-        q_cap = jnp.clip(caps(q_row, best["chips"]), 1.0, N_MAX)
+        q_cap = jnp.clip(caps(q_row, best), 1.0, N_MAX)
 
         # a search round: each open slot's candidates
-        cap = caps(s["row"], best["chips"])
+        cap = caps(s["row"], best)
         cand = candidates(s, cap)
         rows = jnp.where(screening, q_row, jnp.repeat(s["row"], r))
         ns = jnp.where(screening, q_cap, cand.reshape(-1))
@@ -590,14 +603,14 @@ def _steps(kind: str, tables: Tables, hardware: Hardware, model: Model, settings
         )
         # a slot whose layout can no longer tie the best is closed; free slots take the next
         # layouts the screen has not ruled out
-        done = s["done"] | (s["lo"] >= caps(s["row"], best["chips"]))
+        done = s["done"] | (s["lo"] >= caps(s["row"], best))
         place = jnp.arange(n_layouts)
         avail = (place >= state["next"]) & ~state["out"]
         rank = jnp.cumsum(avail)
         want = jnp.cumsum(done)  # the j-th free slot takes the j-th available position
         pos = jnp.searchsorted(rank, want, side="left")
         pos = jnp.where(want <= rank[-1], pos, n_layouts)
-        fresh = open_at(const, state, pos, best["chips"])
+        fresh = open_at(const, state, pos, best)
         s = jax.tree.map(
             lambda a, f: jnp.where(done.reshape((k,) + (1,) * (a.ndim - 1)), f, a),
             dict(s, done=done),
