@@ -395,10 +395,9 @@ def test_percentiles_converge_in_the_quadrature_nodes(which, monkeypatch):
     from dcost.planning import latency as lat
 
     def percentiles(nodes):
-        monkeypatch.setattr(lat, "_Z", lat._nodes(nodes)[0])
-        monkeypatch.setattr(lat, "_W", lat._nodes(nodes)[1])
-        monkeypatch.setattr(lat, "_Z_OUT", lat._nodes(nodes)[0])
-        monkeypatch.setattr(lat, "_W_OUT", lat._nodes(nodes)[1])
+        z, w = lat._nodes(nodes)
+        for name, value in (("_Z", z), ("_W", w), ("_Z_OUT", z), ("_W_OUT", w)):
+            monkeypatch.setattr(lat, name, value)
         agg = Pool(step(), replicas=8, batch_cap=512, chunk=2048)
         pre = Pool(roofline_step(A, 0.0, E_TOK), replicas=8, batch_cap=64, chunk=2048)
 

@@ -360,7 +360,7 @@ def _share_above(cells, x, busy=0.0, residual=0.0):
     the node.
 
     >>> import numpy as np
-    >>> z = np.linspace(-7.0, 7.0, 101); w = np.exp(-z**2 / 2); w /= w.sum()
+    >>> z, w = _nodes(101)
     >>> cells = _cells(jnp.asarray(w), jnp.exp(jnp.asarray(z)))
     >>> round(float(_share_above(cells, jnp.ones(1))[0]), 4)  # P(lognormal(0, 1) > 1)
     0.5
