@@ -414,13 +414,16 @@ def _integer_search(problem: Problem, v_starts, settings: Settings):
     return x, per * size * (1 + settings.local_rounds)
 
 
-def best_continuous(problem: Problem, settings: Settings = DEFAULT):
+def best_continuous(problem: Problem, settings: Settings = DEFAULT, u0=None):
     """Solve the relaxation of one scenario from every start; the best run and all of them.
 
-    The best run is the cheapest after a penalty of 10 per unit of total log-violation.
+    The starts are the first ``settings.starts`` points of the Halton sequence in the unit box
+    (``_halton``), or the rows of ``u0`` (``(starts, d)``, in ``(0, 1)``) where given. The best
+    run is the cheapest after a penalty of 10 per unit of total log-violation.
     """
     d = len(problem.free)
-    u0 = jnp.asarray(_halton(settings.starts, d), jnp.result_type(float))
+    if u0 is None:
+        u0 = jnp.asarray(_halton(settings.starts, d), jnp.result_type(float))
     z0 = jnp.log(u0) - jnp.log1p(-u0)
     runs = _solve_starts(problem, z0, settings)
     viol = jnp.sum(jnp.maximum(runs.log_ratios, 0.0), axis=-1)

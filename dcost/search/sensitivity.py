@@ -39,7 +39,14 @@ from dcost.search._jit import jit
 from dcost.search.buckets import bucketed
 from dcost.search.kkt import NEAR, PIN_TOL, SNAP, ActiveSet, Relaxed, kkt_residual, polish
 from dcost.search.linalg import lstsq
-from dcost.search.optimize import DEFAULT, Settings, _check_problem, best_continuous, check_settings
+from dcost.search.optimize import (
+    DEFAULT,
+    Settings,
+    _check_problem,
+    _halton,
+    best_continuous,
+    check_settings,
+)
 from dcost.search.problem import _LIMIT_OF, Problem, broadcast, evaluate, on_shared_form, to_search
 from dcost.specs import Hardware, Model, SpecError, Workload
 
@@ -50,8 +57,10 @@ INFEASIBLE_LOG_RATIO = 0.01
 too tight gave 2.3)."""
 
 RETRY_STARTS = 2
-"""A single scenario whose relaxed optimum comes out infeasible is searched again with this many
-times the starts before it is called infeasible."""
+"""A single scenario whose relaxed optimum comes out infeasible is searched again from the next
+``settings.starts`` points of the Halton sequence, up to this many sets of starts in all, before
+it is called infeasible. Each set runs the same compiled program (the set's first point is an
+argument, not a static setting), so a retry costs a run, not a compilation."""
 
 __all__ = ["sensitivity", "relax", "Sensitivity", "Relaxed", "Elasticities"]
 
@@ -120,10 +129,19 @@ class Sensitivity(eqx.Module):
         return rows[:top]
 
 
-def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array]:
+def _starts(problem: Problem, settings: Settings, first) -> jax.Array:
+    """``settings.starts`` points of the Halton sequence from its ``first`` (traced: every set
+    of ``RETRY_STARTS`` is one program), ``(starts, d)`` in the unit box."""
+    halton = _halton(RETRY_STARTS * settings.starts, len(problem.free))
+    table = jnp.asarray(halton, jnp.result_type(float))
+    return jax.lax.dynamic_slice_in_dim(table, first, settings.starts)
+
+
+def _relax_one(problem: Problem, settings: Settings, first=0) -> tuple[Relaxed, jax.Array]:
     """Polish every start of the continuous search under every guess; the cheapest KKT point
-    (or, when none passes the checks, the best start's first guess, flagged ``kkt = False``)."""
-    best, runs = best_continuous(problem, settings)
+    (or, when none passes the checks, the best start's first guess, flagged ``kkt = False``).
+    The starts are the Halton points from ``first`` on (``_starts``)."""
+    best, runs = best_continuous(problem, settings, _starts(problem, settings, first))
     s = best.smoothness
     starts = jnp.concatenate(
         [jnp.log(to_search(problem, best.v))[None], jnp.log(to_search(problem, runs.v))]
@@ -146,8 +164,8 @@ def _relax_one(problem: Problem, settings: Settings) -> tuple[Relaxed, jax.Array
     return jax.tree.map(lambda a: a[k], every), jacs[k]
 
 
-def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
-    r, jac_w = _relax_one(problem, settings)
+def _sensitivity_one(problem: Problem, settings: Settings, first=0) -> Sensitivity:
+    r, jac_w = _relax_one(problem, settings, first)
     s = r.smoothness
     w = jnp.concatenate([r.y, r.lambdas])
     aset = ActiveSet(jax.lax.stop_gradient(r.y), r.interior, r.active)
@@ -183,10 +201,10 @@ def _sensitivity_one(problem: Problem, settings: Settings) -> Sensitivity:
 
 
 @functools.partial(jit, static_argnames=("settings", "batch"), fast_compile=True)
-def _sensitivity(problem, settings, batch):
+def _sensitivity(problem, settings, batch, first):
     if batch is None:
-        return _sensitivity_one(problem, settings)
-    return jax.vmap(lambda p: _sensitivity_one(p, settings))(broadcast(problem, batch))
+        return _sensitivity_one(problem, settings, first)
+    return jax.vmap(lambda p: _sensitivity_one(p, settings, first))(broadcast(problem, batch))
 
 
 def relax(problem: Problem, settings: Settings = DEFAULT) -> Relaxed:
@@ -224,8 +242,8 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
 
     Raises:
       SpecError: a single-scenario problem is infeasible: even the smooth relaxation's best design
-        exceeds a limit by more than ``INFEASIBLE_LOG_RATIO``, also when searched again with
-        ``RETRY_STARTS`` times the starts. The message names the constraint,
+        exceeds a limit by more than ``INFEASIBLE_LOG_RATIO``, also when searched again from
+        the next starts (``RETRY_STARTS`` sets in all). The message names the constraint,
         its value and its limit; elasticities exist only at a feasible optimum. A batched problem
         (a sweep, where some scenarios may be out of reach) does not raise: its infeasible
         scenarios are flagged in ``.feasible`` and explained in ``.message``, and their
@@ -241,21 +259,26 @@ def sensitivity(problem: Problem, settings: Settings = DEFAULT) -> Sensitivity:
     _check_problem("sensitivity", problem)
     check_settings("sensitivity", settings)
 
-    def solve(p, batch, settings):  # on its chip's shared form (``optimize``), answered for p
-        return _unfill(_sensitivity(on_shared_form(p), settings, batch), p)
+    def solve(first):  # on its chip's shared form (``optimize``), answered for p
+        first = np.int32(first)
+        return bucketed(
+            lambda p, batch: _unfill(_sensitivity(on_shared_form(p), settings, batch, first), p),
+            problem,
+        )
 
-    out = bucketed(lambda p, batch: solve(p, batch, settings), problem)
+    out = solve(0)
     if np.ndim(out.log_ratios) == 1 and not bool(out.feasible):
-        # the multi-start search may miss a feasible region that more starts find (DeepSeek-V3
-        # on H100s with chips and stages free: 8 starts end 2 % over memory, 16 find the optimum)
-        more = settings._replace(starts=RETRY_STARTS * settings.starts)
-        again = bucketed(lambda p, batch: solve(p, batch, more), problem)
-        if bool(again.feasible):
-            return again
+        # the multi-start search may miss a feasible region that other starts find (DeepSeek-V3
+        # on H100s with chips and stages free: the first 8 starts end 2 % over memory, the next
+        # 8 find the optimum)
+        for k in range(1, RETRY_STARTS):
+            again = solve(k * settings.starts)
+            if bool(again.feasible):
+                return again
         raise SpecError(
-            f"sensitivity: the problem is {out.message} (also with {more.starts} starts); "
-            "elasticities exist only at a feasible optimum (relax the limit, or see "
-            "dcost.optimize(problem).message)"
+            f"sensitivity: the problem is {out.message} (also from "
+            f"{RETRY_STARTS * settings.starts} starts); elasticities exist only at a feasible "
+            "optimum (relax the limit, or see dcost.optimize(problem).message)"
         )
     return out
 
