@@ -27,7 +27,7 @@ def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwar
     """``jax.jit(fun, compiler_options=dcost._xla.options(fast_compile), **kwargs)``, compiled on
     first use (fast also when ``DCOST_FAST_COMPILE`` is on: ``dcost._xla.prefer_fast``); usable as
     a decorator. ``optimized=True``: at XLA's own level whatever the process prefers, for a
-    program that runs long loops (the envelope's bisections ran 4-5x slower at level 0)."""
+    program that runs long loops and is run often enough to pay for its longer compile."""
     if fun is None:
         return functools.partial(jit, fast_compile=fast_compile, optimized=optimized, **kwargs)
 
