@@ -31,10 +31,8 @@ XLA:CPU's classic emitters, added when ``DCOST_FAST_COMPILE`` is ``1``) extend t
 dcost does not compile itself: JAX's eager operations (several thousand a run) and the tests' own
 ``jax.jit``; dcost's programs that ask to run fast name their level and keep it. Level 0 changes
 how fast the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at
-both levels). The notebooks' kernels inherit it, but for those in ``tests/test_notebooks.py``'s
-``OWN_LEVEL`` (the sensitivity notebook, whose exhaustive grid runs four times slower at level 0),
-which run as a user's would. ``DCOST_FAST_COMPILE=0 make test`` runs the suite at each program's
-own level.
+both levels). The notebooks' kernels inherit it. ``DCOST_FAST_COMPILE=0 make test`` runs the
+suite at each program's own level.
 
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
 that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.

@@ -9,7 +9,7 @@ the notebook's own saved output. The kernel runs with the repository root as wor
 
 The committed notebooks must be saved executed (outputs present), which is checked without running
 them. Running them takes most of this file's time (about 20-80 s each on 2 cores). The kernels
-share the suite's compilation cache and, but for ``OWN_LEVEL``, its ``DCOST_FAST_COMPILE``
+share the suite's compilation cache, its ``DCOST_FAST_COMPILE`` and its ``XLA_FLAGS``
 (``tests/conftest.py``).
 """
 
@@ -34,10 +34,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
 _PROBE = "import sys, dcost\nprint(sys.executable)\nprint(dcost.__file__)"
-OWN_LEVEL = {"sensitivity"}
-"""Notebooks run at each program's own optimization level: ``sensitivity``'s exhaustive grid
-over 24 scenarios took 45 s at level 0 against 11 s (its total 90 s against 50 s); the others
-are as fast or faster at level 0 (planning 20 s against 25 s, tour 28 s against 30 s)."""
 
 
 def _card(kind: str, name: str) -> dict:
@@ -61,17 +57,13 @@ def executed():
             client = nbclient.NotebookClient(
                 nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
             )
-            # the kernel inherits the suite's DCOST_FAST_COMPILE=1 (and so loads the programs the
-            # suite's processes compiled, e.g. the planner's), except in the notebooks whose large
-            # sweeps run several times slower at level 0 than they save in compiling: those
-            # compile as a user's would, each program at its own optimization level
-            env = dict(os.environ)
-            if name in OWN_LEVEL:  # and without the suite's XLA_FLAGS (tests/conftest.py)
-                env.pop("DCOST_FAST_COMPILE", None)
-                flags = env.get("XLA_FLAGS", "").split()
-                suite = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
-                env["XLA_FLAGS"] = " ".join(f for f in flags if not f.startswith(suite))
-            client.execute(env=env)
+            # the kernel inherits the suite's DCOST_FAST_COMPILE=1 and XLA_FLAGS (and so loads
+            # the programs the suite's processes compiled, e.g. the planner's). The sensitivity
+            # notebook once ran at each program's own level, its exhaustive grid being 4x slower
+            # at level 0; the grid's chunks now keep their own level everywhere
+            # (``optimized=True``), and the notebook took 61 s with the suite's settings against
+            # 65 s without (2026-12-01, alone, 2 cores)
+            client.execute(env=dict(os.environ))
             cells = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
             assert len(cells) == 1, f"{name}: exactly one cell must be tagged 'summary'"
             cache[name] = (nb, json.loads(_stdout(cells[0])))
