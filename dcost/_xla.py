@@ -15,6 +15,11 @@ once each, such as a notebook or the test suite (``tests/conftest.py`` sets it).
 (``off``, ``false``, ``no``): each program asks for its own options. Set either way, it is the
 process's choice (``chosen``): ``dcost plan`` then does not make its planner's programs compile
 fast on its own (``dcost.search._jit.prefer_fast_compile(even_optimized=True)``).
+``DCOST_FAST_COMPILE=all`` goes one step further: the programs that ask for XLA's own level
+because they run a search of many candidates (the planner's, ``optimized=True``) compile fast
+too, as ``dcost plan`` compiles them on its own (``even_optimized``): the trade for a process
+that asks each planning question once or twice, such as the test suite. The vectorized sweeps of
+millions of designs (``dcost.grid_search``'s chunks) keep their level whatever is set.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-__all__ = ["requested", "options", "prefer_fast", "chosen"]
+__all__ = ["requested", "options", "prefer_fast", "even_optimized", "chosen"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # XLA:CPU's YNNPACK fusions of reductions and elementwise loops ran the planner's closed forms
@@ -40,7 +45,8 @@ _FAST_COMPILE = {"xla_backend_optimization_level": 0}
 _RUN_FAST = {"xla_backend_optimization_level": 3}
 
 
-_ON = frozenset({"1", "on", "true", "yes"})
+_ALL = "all"
+_ON = frozenset({"1", "on", "true", "yes", _ALL})
 _OFF = frozenset({"", "0", "off", "false", "no"})
 
 
@@ -56,10 +62,23 @@ def prefer_fast(fast_compile: bool, environ=None) -> bool:
     if value not in _ON | _OFF:
         raise ValueError(
             f"DCOST_FAST_COMPILE = {env['DCOST_FAST_COMPILE']!r} is not allowed: it must be one of"
-            f" {sorted(_ON)} (every program compiles fast) or {sorted(_OFF - {''})} (unset: each"
-            " program asks for its own options)"
+            f" {sorted(_ON - {_ALL})} (every program compiles fast but those that ask for XLA's"
+            f" own level), {_ALL!r} (the planner's programs too) or {sorted(_OFF - {''})} (unset:"
+            " each program asks for its own options)"
         )
     return fast_compile or value in _ON
+
+
+def even_optimized(environ=None) -> bool:
+    """Whether ``DCOST_FAST_COMPILE`` is ``all``: the programs that ask for XLA's own level to
+    run a search fast (``optimized=True``, the planner's) compile fast too.
+
+    >>> even_optimized({"DCOST_FAST_COMPILE": "1"}), even_optimized({"DCOST_FAST_COMPILE": "all"})
+    (False, True)
+    """
+    env = os.environ if environ is None else environ
+    prefer_fast(False, env)  # a bad value raises, naming what is allowed
+    return env.get("DCOST_FAST_COMPILE", "").strip().lower() == _ALL
 
 
 def chosen(environ=None) -> bool:

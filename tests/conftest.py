@@ -24,14 +24,17 @@ and write of the cache, so no process reads an entry another is still writing.
 ``DCOST_TEST_SHARED_CACHE=0`` turns the shared cache off. ``tests/test_cache.py`` exercises
 dcost's own cache in fresh processes with their own directories and environments.
 
-Optimization level. The suite compiles every program at XLA's backend optimization level 0
-(``DCOST_FAST_COMPILE=1``), as the command line does: most of its time is compiling programs it
-then runs a few times, and level 0 compiles them about twice as fast. ``XLA_FLAGS`` (level 0 and
-XLA:CPU's classic emitters, added when ``DCOST_FAST_COMPILE`` is ``1``) extend that to the programs
-dcost does not compile itself: JAX's eager operations (several thousand a run) and the tests' own
-``jax.jit``; dcost's programs that ask to run fast name their level and keep it. Level 0 changes
-how fast the code runs, not what it computes (``tests/test_xla_options.py`` solves one problem at
-both levels). The notebooks' kernels inherit it. ``DCOST_FAST_COMPILE=0 make test`` runs the
+Optimization level. The suite compiles its programs at XLA's backend optimization level 0
+(``DCOST_FAST_COMPILE=all``), as ``dcost plan`` does: most of its time is compiling programs it
+then runs a few times, and level 0 compiles them about twice as fast. ``all`` reaches the
+planner's programs too, which ask for XLA's own level to run their searches fast (under ``1``
+they kept it: the plan-heavy test files took 261 s against 176 s, 2026-12-01, 2 cores);
+``dcost.grid_search``'s vectorized sweeps keep their level whatever is set. ``XLA_FLAGS``
+(level 0 and XLA:CPU's classic emitters, added when ``DCOST_FAST_COMPILE`` is ``1`` or ``all``)
+extend that to the programs dcost does not compile itself: JAX's eager operations (several
+thousand a run) and the tests' own ``jax.jit``. Level 0 changes how fast the code runs, not what
+it computes (``tests/test_xla_options.py`` solves one problem at both levels). The notebooks'
+kernels and the tests' subprocesses inherit it. ``DCOST_FAST_COMPILE=0 make test`` runs the
 suite at each program's own level.
 
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
@@ -46,8 +49,8 @@ import shutil
 import tempfile
 
 os.environ.setdefault("DCOST_CACHE", "0")  # before anything imports dcost
-os.environ.setdefault("DCOST_FAST_COMPILE", "1")
-if os.environ["DCOST_FAST_COMPILE"] == "1" and "--xla_backend_optimization_level" not in (
+os.environ.setdefault("DCOST_FAST_COMPILE", "all")
+if os.environ["DCOST_FAST_COMPILE"] in ("1", "all") and "--xla_backend_optimization_level" not in (
     os.environ.get("XLA_FLAGS", "")
 ):  # before JAX starts its backend; inherited by the subprocesses and the notebooks' kernels
     os.environ["XLA_FLAGS"] = (

@@ -57,11 +57,11 @@ def executed():
             client = nbclient.NotebookClient(
                 nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
             )
-            # the kernel inherits the suite's DCOST_FAST_COMPILE=1 and XLA_FLAGS (and so loads
+            # the kernel inherits the suite's DCOST_FAST_COMPILE=all and XLA_FLAGS (and so loads
             # the programs the suite's processes compiled, e.g. the planner's). The sensitivity
             # notebook once ran at each program's own level, its exhaustive grid being 4x slower
             # at level 0; the grid's chunks now keep their own level everywhere
-            # (``optimized=True``), and the notebook took 61 s with the suite's settings against
+            # (``sweep=True``), and the notebook took 61 s with the suite's settings against
             # 65 s without (2026-12-01, alone, 2 cores)
             client.execute(env=dict(os.environ))
             cells = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]

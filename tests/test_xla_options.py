@@ -9,10 +9,11 @@ from dcost.search import _jit
 from dcost.search.optimize import Settings
 
 
-@pytest.mark.parametrize("value", ["1", "on", "TRUE", " yes "])
+@pytest.mark.parametrize("value", ["1", "on", "TRUE", " yes ", "all", " ALL "])
 def test_on_values_make_every_program_fast(value):
     assert _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
     assert _xla.prefer_fast(True, {"DCOST_FAST_COMPILE": value})
+    assert _xla.even_optimized({"DCOST_FAST_COMPILE": value}) == (value.strip().lower() == "all")
 
 
 @pytest.mark.parametrize("value", ["", "0", "off", "False", "no"])
@@ -20,13 +21,15 @@ def test_off_values_leave_each_program_its_own_choice(value):
     assert not _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
     assert _xla.prefer_fast(True, {"DCOST_FAST_COMPILE": value})
     assert not _xla.prefer_fast(False, {})
+    assert not _xla.even_optimized({"DCOST_FAST_COMPILE": value})
 
 
-@pytest.mark.parametrize("value", ["2", "fast", "yes please"])
+@pytest.mark.parametrize("value", ["2", "fast", "yes please", "all of them"])
 def test_other_values_are_refused_by_name(value):
-    with pytest.raises(ValueError, match="DCOST_FAST_COMPILE") as err:
-        _xla.prefer_fast(False, {"DCOST_FAST_COMPILE": value})
-    assert repr(value) in str(err.value)
+    for check in (_xla.prefer_fast, lambda _, env: _xla.even_optimized(env)):
+        with pytest.raises(ValueError, match="DCOST_FAST_COMPILE") as err:
+            check(False, {"DCOST_FAST_COMPILE": value})
+        assert repr(value) in str(err.value) and "'all'" in str(err.value)
 
 
 @pytest.mark.slow
@@ -63,6 +66,7 @@ def test_even_optimized_programs_compile_fast_only_when_asked(monkeypatch):
     def double(x):
         return 2.0 * x
 
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")  # the suite's own "all" reaches them (below)
     f = _jit.jit(double, optimized=True)
     optimized = f.compiled()
     with _jit.prefer_fast_compile():
@@ -73,9 +77,28 @@ def test_even_optimized_programs_compile_fast_only_when_asked(monkeypatch):
     assert float(fast(np.float32(3.0))) == float(optimized(np.float32(3.0))) == 6.0
     monkeypatch.delenv("DCOST_FAST_COMPILE", raising=False)
     assert not _xla.chosen()
-    for value in ("0", "1"):
+    for value in ("0", "1", "all"):
         monkeypatch.setenv("DCOST_FAST_COMPILE", value)
         assert _xla.chosen()
+    # DCOST_FAST_COMPILE=all is even_optimized for the whole process
+    assert f.compiled() is fast
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")
+    assert f.compiled() is optimized
+
+
+def test_the_planners_programs_follow_the_process_choice(monkeypatch):
+    """The planner's search asks for XLA's own level (``optimized=True``); under
+    ``DCOST_FAST_COMPILE=all`` (the suite's) and in ``dcost plan`` (``even_optimized``) it
+    compiles at level 0, under ``1`` it keeps its level."""
+    from dcost.planning import planner
+
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")
+    own = planner._search_kind.compiled()
+    with _jit.prefer_fast_compile(even_optimized=True):
+        fast = planner._search_kind.compiled()
+    assert fast is not own
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "all")
+    assert planner._search_kind.compiled() is fast
 
 
 def test_the_level_named_for_running_fast_is_xlas_own_default():
@@ -99,18 +122,25 @@ def test_the_level_named_for_running_fast_is_xlas_own_default():
 
 def test_grid_search_keeps_xlas_level_under_the_fast_compile_switch(monkeypatch):
     """``dcost.grid_search``'s chunk step runs a vectorized sweep of up to millions of designs, so
-    it asks for XLA's own level (``optimized=True``): ``DCOST_FAST_COMPILE`` (on in the suite) and
-    the plain ``prefer_fast_compile`` leave it there, only ``even_optimized`` moves it to level 0.
-    A program without ``optimized`` would give the same compiled function in both blocks."""
+    it keeps XLA's own level (``sweep=True``) whatever the process asks: ``DCOST_FAST_COMPILE``
+    (``all`` in the suite), the plain ``prefer_fast_compile`` and ``even_optimized`` leave it
+    there. A program without ``sweep`` would give another compiled function in some block."""
     from dcost.search.grid import _chunk_step
 
-    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")
     step = _chunk_step(1, 64, None)
     own = step.compiled()
-    with _jit.prefer_fast_compile():
+    for value in ("1", "all"):
+        monkeypatch.setenv("DCOST_FAST_COMPILE", value)
         assert step.compiled() is own
-    with _jit.prefer_fast_compile(even_optimized=True):
-        assert step.compiled() is not own
+        with _jit.prefer_fast_compile():
+            assert step.compiled() is own
+        with _jit.prefer_fast_compile(even_optimized=True):
+            assert step.compiled() is own
+    optimized = _jit.jit(lambda x: 2.0 * x, optimized=True)  # what the switch does move
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "1")
+    kept = optimized.compiled()
+    monkeypatch.setenv("DCOST_FAST_COMPILE", "all")
+    assert optimized.compiled() is not kept
     plain = _jit.jit(lambda x: 2.0 * x)  # a program that does not ask: fast either way
     fast = plain.compiled()
     with _jit.prefer_fast_compile(even_optimized=True):

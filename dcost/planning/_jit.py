@@ -26,8 +26,9 @@ __all__ = ["jit"]
 def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwargs):
     """``jax.jit(fun, compiler_options=dcost._xla.options(fast_compile), **kwargs)``, compiled on
     first use (fast also when ``DCOST_FAST_COMPILE`` is on: ``dcost._xla.prefer_fast``); usable as
-    a decorator. ``optimized=True``: at XLA's own level whatever the process prefers, for a
-    program that runs long loops and is run often enough to pay for its longer compile."""
+    a decorator. ``optimized=True``: at XLA's own level unless ``DCOST_FAST_COMPILE`` is
+    ``all``, for a program that runs long loops and is run often enough to pay for its longer
+    compile."""
     if fun is None:
         return functools.partial(jit, fast_compile=fast_compile, optimized=optimized, **kwargs)
 
@@ -36,7 +37,9 @@ def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwar
         return jax.jit(fun, compiler_options=_xla.options(fast), **kwargs)
 
     def compiled():
-        return compiled_with(not optimized and _xla.prefer_fast(fast_compile))
+        return compiled_with(
+            (not optimized or _xla.even_optimized()) and _xla.prefer_fast(fast_compile)
+        )
 
     @functools.wraps(fun)
     def call(*args, **kw):

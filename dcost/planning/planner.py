@@ -317,8 +317,9 @@ def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
     )
 
 
-# the planner's programs run many evaluations a call: compiled optimized whatever the process
-# prefers (at XLA's level 0 a plan ran 4-5 s of CPU against 0.5 s; dcost.search._jit)
+# the planner's programs run many evaluations a call: compiled optimized unless the process asks
+# even these to compile fast (``dcost plan`` on its own, ``DCOST_FAST_COMPILE=all``: the suite;
+# dcost.search._jit), which costs 0.2-0.3 s a plan and saves about 7 s of compiling
 @functools.partial(jit, static_argnames=("kinds",), optimized=True)
 def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
     """Step tables of every kind's layouts for each of ``U`` workloads, flattened to rows
@@ -1210,8 +1211,9 @@ def _no_fit(modes, hardware, model, traffic, question, options, heads=False) -> 
 # ------------------------------------------------------------------------------ ground truth
 
 
-# every layout at every replica count: a large vectorized sweep, compiled optimized whatever the
-# process prefers (XLA's level 0 runs it five times more slowly; dcost.search._jit)
+# every layout at every replica count: a vectorized sweep, compiled optimized unless the process
+# asks even these to compile fast (XLA's level 0 runs it about five times more slowly at n_max 64
+# on large tables; the suite's small grids compile in less than that costs; dcost.search._jit)
 @functools.partial(jit, static_argnames=("kind", "n_max"), optimized=True)
 def _grid_one(kind, tables, traffic, targets, hardware, model, n_max):
     return S.grid(kind, tables, 0, traffic, targets, hardware, model, n_max)

@@ -42,7 +42,7 @@ def prefer_fast_compile(even_optimized: bool = False):
     process that asks one question: the command line. ``even_optimized``: the programs that ask
     for XLA's own level (``optimized=True``: the planner's) too, for a process that runs each of
     them once or twice (``dcost plan``: about 7 s less to compile on an empty cache, 0.2-0.3 s
-    more to run a plan)."""
+    more to run a plan); never the vectorized sweeps (``sweep=True``)."""
     global _PREFER_FAST_COMPILE, _EVEN_OPTIMIZED
     before = _PREFER_FAST_COMPILE, _EVEN_OPTIMIZED
     _PREFER_FAST_COMPILE, _EVEN_OPTIMIZED = True, even_optimized or _EVEN_OPTIMIZED
@@ -55,16 +55,23 @@ def prefer_fast_compile(even_optimized: bool = False):
 _requested, _options = _xla.requested, _xla.options
 
 
-def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwargs):
+def jit(
+    fun=None, *, fast_compile: bool = False, optimized: bool = False, sweep: bool = False, **kwargs
+):
     """``jax.jit(fun, **kwargs)`` with the CPU compiler options above; usable as a decorator.
 
     Static arguments are given by ``static_argnames`` (``dcost._programs`` relies on it).
-    ``optimized=True`` compiles at XLA's own optimization level whatever the process prefers
-    (``DCOST_FAST_COMPILE``, ``prefer_fast_compile``): for a program that runs a large
-    vectorized sweep, which level 0 runs several times more slowly than it compiles faster
-    (the planner's exhaustive grid: 70-80 s of CPU a call against 13 s)."""
+    ``optimized=True`` compiles at XLA's own optimization level unless the process asks even
+    those programs to compile fast (``prefer_fast_compile(even_optimized=True)``,
+    ``DCOST_FAST_COMPILE=all``): for a program that runs a search of many candidates (the
+    planner's: at level 0 a plan runs 0.2-0.3 s longer, and compiles about 7 s sooner).
+    ``sweep=True`` compiles at XLA's own level whatever is asked: for a vectorized sweep of up to
+    millions of designs, which level 0 runs several times more slowly than it compiles faster
+    (``dcost.grid_search``'s chunks: 20.4 s against 7.4 s for a 24-scenario grid)."""
     if fun is None:
-        return functools.partial(jit, fast_compile=fast_compile, optimized=optimized, **kwargs)
+        return functools.partial(
+            jit, fast_compile=fast_compile, optimized=optimized, sweep=sweep, **kwargs
+        )
     static_argnames = tuple(kwargs.get("static_argnames", ()))
     exportable = "<locals>" not in fun.__qualname__ and "static_argnums" not in kwargs
 
@@ -73,8 +80,10 @@ def jit(fun=None, *, fast_compile: bool = False, optimized: bool = False, **kwar
         return jax.jit(fun, compiler_options=_options(fast), **kwargs)
 
     def fast_now() -> bool:
+        if sweep:
+            return False
         if optimized:
-            return _EVEN_OPTIMIZED
+            return _EVEN_OPTIMIZED or _xla.even_optimized()
         return _xla.prefer_fast(fast_compile or _PREFER_FAST_COMPILE)
 
     def compiled():

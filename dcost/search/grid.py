@@ -238,7 +238,7 @@ def _chunk_step(n_devices: int, per_device: int, batch: int | None):
 
     # a vectorized sweep of up to millions of designs: XLA's own level whatever the process
     # prefers (under DCOST_FAST_COMPILE=1, level 0 took 20.4 s for a 24-scenario grid, 7.4 s so)
-    @functools.partial(jit, optimized=True)
+    @functools.partial(jit, sweep=True)
     def step(problem, carry, start):
         pb = broadcast(problem, 1 if batch is None else batch)
         return _merge(carry, chunk(pb, start))
