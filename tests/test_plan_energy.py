@@ -18,7 +18,10 @@ def h100():
 
 
 def _by_hand(p) -> float:
-    """``N P_idle + lambda (T_out e_dec + T'_in e_pre)`` from dcost.energy, pool by pool."""
+    """``N P_idle + lambda (T_out e + T'_in e_pre)`` from dcost.energy, pool by pool: the
+    aggregated pool's mixed step (decodes and prompt chunks at its mean batch and chunk), the
+    decode pool's decode step, the prefill pool's pass of one prompt; each pool busy at most all
+    of the time."""
     t, h = p.traffic, p.hardware
     rate, t_in, t_out = float(t.rate), float(t.prompt_tokens), float(t.output_tokens)
     computed = max(t_in * (1.0 - float(t.prefix_hit)), 1.0)
@@ -26,18 +29,20 @@ def _by_hand(p) -> float:
     total = p.chips * idle
     for pool in p.pools:
         kw = dict(chips=pool.chips_per_stage, stages=pool.stages, attention_dp=pool.attention_dp)
-        if pool.role != "prefill":
-            d = dcost.Design(batch=max(pool.decode_batch, 1.0), **kw)
-            w = dcost.Workload(t_in + t_out / 2, prompt=t_in, output=t_out)
-            e = dcost.energy(d, h, p.model, w)
-            active = float(e.energy_per_token) * (1 - idle / float(e.power_per_chip))
-            total += rate * t_out * active
-        if pool.role != "decode":
+        if pool.role == "prefill":
             d = dcost.Design(batch=1.0, **kw)
             w = dcost.Workload(computed, prompt=computed, output=t_out)
-            e = dcost.energy(d, h, p.model, w, step="prefill")
-            active = float(e.energy_per_token) * (1 - idle / float(e.power_per_chip))
-            total += rate * computed * active
+            e, tokens = dcost.energy(d, h, p.model, w, step="prefill"), rate * computed
+        else:
+            mixed = pool.role == "aggregated"
+            chunk = {"prefill_chunk": pool.chunk} if mixed and pool.chunk else {}
+            d = dcost.Design(batch=max(pool.decode_batch, 1.0), **kw, **chunk)
+            w = dcost.Workload(t_in + t_out / 2, prompt=computed if mixed else t_in, output=t_out)
+            e = dcost.energy(d, h, p.model, w, step="mixed" if mixed else "decode")
+            tokens = rate * t_out
+        above = float(e.power_per_chip) - idle
+        total += min(tokens * float(e.energy_per_token) * above / float(e.power_per_chip),
+                     pool.chips * above)  # fmt: skip
     return total
 
 
@@ -60,6 +65,24 @@ def test_fleet_power_by_hand_and_within_the_chips_limits(h100, mode):
     more = dcost.plan_energy(busy)
     assert more.energy_per_output_token < e.energy_per_output_token
     assert more.idle_power / more.power < e.idle_power / e.power
+
+
+@pytest.mark.slow  # two busy plans
+def test_a_busy_aggregated_fleet_stays_under_the_board_limit():
+    """Llama 3 70B chat on H100 at 100 and 400 requests/s, pure physics: its aggregated replicas
+    step all the time at nearly the chip's whole activity. Adding a decode step's activity and a
+    prefill pass's (the form before 2026-12-01) gave 839 W and 793 W a chip against the board's
+    700 W; the mixed step's joint utilisations keep every pool between floor and limit, and
+    near the limit (a busy chip)."""
+    h = dcost.hardware("h100-sxm")
+    idle, top = float(h.idle_power), float(h.max_power)
+    for rate in (100.0, 400.0):
+        p = dcost.plan(h, "llama-3-70b", dcost.traffic("chat", rate=rate), mode="aggregated")
+        e = dcost.plan_energy(p)
+        assert e.power == pytest.approx(_by_hand(p), rel=1e-5)
+        for role, chips, watts in e.pools:
+            assert chips * idle < watts <= chips * top * (1 + 1e-6), (rate, role, watts / chips)
+        assert e.power_per_chip > 0.95 * top  # replicas that step all the time at full activity
 
 
 def test_an_infeasible_plan_has_no_fleet_to_power(h100):

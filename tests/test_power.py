@@ -161,6 +161,35 @@ def test_a_cap_binds_on_a_prefill_and_not_on_a_light_decode():
         power.power_cap(h, CAP, d)
 
 
+def test_a_mixed_step_is_priced_at_its_joint_utilisations():
+    """``step="mixed"``: ``dcost.mixed_step``'s mean step on the peak chip, by hand (its times
+    are the means over the steps with and without a prompt chunk), J per *output* token; at a
+    busy batch beside 512-token chunks the chip draws less than a decode step's and a prefill
+    pass's activities added (the sum the fleet energy used before 2026-12-01), and never more
+    than its board."""
+    d = dcost.Design(batch=64, chips=4, prefill_chunk=512)
+    w = dcost.Workload(1500, prompt=1000, output=500)
+    r = dcost.mixed_step(d, H100, LLAMA8, w)
+    e = power.energy(d, H100, LLAMA8, w, step="mixed")
+    trip = float(r.tpot * r.tokens_per_step)
+    u_f, u_m = float(r.t_compute) / trip, float(r.t_weights + r.t_kv) / trip
+    u_c = float(r.t_comm) / trip
+    assert float(e.compute_utilisation) == pytest.approx(u_f, rel=1e-5)
+    assert float(e.memory_utilisation) == pytest.approx(u_m, rel=1e-5)
+    watts = float(power.chip_power(H100, u_f, u_m, u_c))
+    assert float(e.power_per_chip) == pytest.approx(watts, rel=1e-5)
+    assert float(e.energy_per_token) == pytest.approx(4 * watts / float(r.tokens_per_s), rel=1e-5)
+    idle, top = float(H100.idle_power), float(H100.max_power)
+    dec = power.energy(d, H100, LLAMA8, w)
+    pre = power.energy(dcost.Design(batch=1, chips=4), H100, LLAMA8, w, step="prefill")
+    # the decode step's and the prefill pass's activity per output token, added
+    decode_j = float(dec.energy_per_token) * (1 - idle / float(dec.power_per_chip))
+    prefill_j = float(pre.energy_per_token) * (1 - idle / float(pre.power_per_chip))
+    summed = decode_j + 2 * prefill_j  # 2 prompt tokens an output token
+    joint = float(e.energy_per_token) * (1 - idle / watts)
+    assert idle < watts < top and joint < summed
+
+
 def test_missing_and_bad_power_fields_are_named():
     bare = dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5)
     with pytest.raises(SpecError, match="max_power|idle_power"):
@@ -169,7 +198,7 @@ def test_missing_and_bad_power_fields_are_named():
         dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5, idle_power=800, max_power=700)
     with pytest.raises(SpecError, match="max_power"):
         dcost.Hardware(989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 2.5, max_power=-5.0)
-    with pytest.raises(SpecError, match="step"):
+    with pytest.raises(SpecError, match="step = 'train'.*'decode', 'prefill', 'mixed'"):
         power.energy(dcost.Design(batch=1), H100, LLAMA8, dcost.Workload(100), step="train")
 
 

@@ -9,12 +9,20 @@ activity energy of the steps that make it (``dcost.energy`` at the pool's mean o
     e_x = \\frac{G_x (P_x - P_{idle})\\, t_x}{\\text{tokens}_x}
 
 with ``lambda`` the arrivals (requests/s), ``T_out`` the output tokens of a request and ``T'_in``
-the prompt tokens it computes (those the prefix cache does not hold); ``e_dec`` from the pool
-that decodes (the aggregated pool, or the decode pool) at its mean running batch, ``e_pre`` from
-the pool that prefills, one prompt at a time; ``P_x`` a chip's power during that step and ``G_x``
-the chips of a replica. J per output token is ``W / (lambda T_out)``. The idle floor is paid for
-every chip the plan buys, busy or not; a replica's steps at its mean batch stand for all of its
-steps (the activity of a step is nearly linear in its batch where decode is memory bound).
+the prompt tokens it computes (those the prefix cache does not hold); ``e_dec`` from the decode
+pool at its mean running batch, ``e_pre`` from the prefill pool, one prompt at a time; ``P_x`` a
+chip's power during that step and ``G_x`` the chips of a replica. An aggregated pool runs both in
+the same steps (``dcost.mixed_step`` at its mean batch and chunk): one term ``T_out e_mix``, the
+prompts' share in it, priced at the step's joint utilisations. Adding a decode step's and a
+prefill pass's activity instead counted twice what a step does once (a memory-bound decode hides
+part of a chunk's FLOPs, and activity is concave): a busy aggregated fleet of Llama 3 70B on H100
+came to 722-839 W a chip, over the board's 700 W. Each pool then stays between its chips' idle
+floor and their limit (Little's law: ``lambda T_out t / B`` replicas busy at power ``P``; where
+the planner's mean batch and the step's own time disagree, by a fraction of a percent, a pool is
+counted busy at most all of the time).
+J per output token is ``W / (lambda T_out)``. The idle floor is paid for every chip the plan
+buys, busy or not; a replica's steps at its mean batch stand for all of its steps (the activity
+of a step is nearly linear in its batch where decode is memory bound).
 Energy counts the chips only: hosts, network and cooling come on top (a PUE).
 """
 
@@ -55,18 +63,23 @@ class FleetEnergy:
 # instead of tracing the steps' cost functions again
 @functools.partial(jit, static_argnames=("step",))
 def _activity(design, hardware, model, workload, step):
-    """J of activity per token of ``step``: ``energy_per_token (P - P_idle) / P``."""
+    """J of activity per token of ``step`` (``energy_per_token (P - P_idle) / P``) and W of
+    activity per chip while it runs (``P - P_idle``)."""
     e = energy(design, hardware, model, workload, step=step)
-    return e.energy_per_token * (e.power_per_chip - hardware.idle_power) / e.power_per_chip
+    above = e.power_per_chip - hardware.idle_power
+    return e.energy_per_token * above / e.power_per_chip, above
 
 
-def _activity_energy(pool, plan, step: str, workload: Workload) -> float:
-    """J of activity (above the idle floor) per token of ``step`` in ``pool``: per output token
-    for decode, per computed prompt token for prefill."""
-    kw = {}
-    if pool.draft_tokens and step == "decode":
+def _activity_energy(pool, plan, step: str, workload: Workload) -> tuple[float, float]:
+    """J of activity (above the idle floor) per token of ``step`` in ``pool`` (per output token
+    for a decode or mixed step, per computed prompt token for prefill), and W of activity per
+    chip while the step runs."""
+    kw: dict = {}
+    if pool.draft_tokens and step != "prefill":
         kw["draft_tokens"] = pool.draft_tokens
-    batch = max(float(pool.decode_batch), 1.0) if step == "decode" else 1.0
+    if step == "mixed" and pool.chunk:
+        kw["prefill_chunk"] = pool.chunk
+    batch = 1.0 if step == "prefill" else max(float(pool.decode_batch), 1.0)
     design = Design(
         batch=batch,
         chips=pool.chips_per_stage,
@@ -75,7 +88,8 @@ def _activity_energy(pool, plan, step: str, workload: Workload) -> float:
         **kw,
     )
     # the chip filled, as the planner's programs take it: one program for every profile
-    return float(_activity(design, plan.hardware.filled(), plan.model, workload, step=step))
+    joules, watts = _activity(design, plan.hardware.filled(), plan.model, workload, step=step)
+    return float(joules), float(watts)
 
 
 def plan_energy(plan) -> FleetEnergy:
@@ -114,18 +128,27 @@ def plan_energy(plan) -> FleetEnergy:
     computed = max(t_in * (1.0 - float(t.prefix_hit)), 1.0)
     spec = {} if plan.acceptance is None else {"acceptance": plan.acceptance}
     decode_work = Workload(t_in + 0.5 * t_out, prompt=t_in, output=t_out, **spec)
+    # the mixed step's prompt tokens are those it computes (the prefix cache holds the rest)
+    mixed_work = Workload(t_in + 0.5 * t_out, prompt=computed, output=t_out, **spec)
     prefill_work = Workload(computed, prompt=computed, output=t_out)
     floor = plan.hardware.idle_power
     assert floor is not None  # require_power above
     idle = float(floor)
     pools = []
     for pool in plan.pools:
-        watts = pool.chips * idle
-        if pool.role in ("aggregated", "decode"):
-            watts += rate * t_out * _activity_energy(pool, plan, "decode", decode_work)
-        if pool.role in ("aggregated", "prefill"):
-            watts += rate * computed * _activity_energy(pool, plan, "prefill", prefill_work)
-        pools.append((pool.role, int(pool.chips), watts))
+        if pool.role == "aggregated":
+            joules, above = _activity_energy(pool, plan, "mixed", mixed_work)
+            tokens_per_s = rate * t_out
+        elif pool.role == "decode":
+            joules, above = _activity_energy(pool, plan, "decode", decode_work)
+            tokens_per_s = rate * t_out
+        else:
+            joules, above = _activity_energy(pool, plan, "prefill", prefill_work)
+            tokens_per_s = rate * computed
+        # a pool's chips step at most all of the time: the planner's mean batch and the step's
+        # own time (dcost.mixed_step) can disagree by a fraction of a percent
+        busy = min(tokens_per_s * joules, pool.chips * above)
+        pools.append((pool.role, int(pool.chips), pool.chips * idle + busy))
     power = sum(w for _, _, w in pools)
     tokens = rate * t_out
     return FleetEnergy(

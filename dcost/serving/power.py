@@ -39,6 +39,7 @@ import numpy as np
 
 from dcost._types import FloatLeaf
 from dcost.engines import on_engine
+from dcost.serving.mixed import mixed_step
 from dcost.serving.roofline import decode, prefill
 from dcost.smooth import safe_div
 from dcost.specs import Design, Hardware, Model, SpecError, Workload, _float, check, readable
@@ -57,6 +58,8 @@ __all__ = [
 ]
 
 WATTS_PER_MEGAWATT = 1e6
+STEPS = ("decode", "prefill", "mixed")
+"""The steps ``energy`` prices: a decode step, a prefill pass, a mixed (chunked-prefill) step."""
 
 
 class PowerFit(eqx.Module):
@@ -317,7 +320,8 @@ def energy(
     fit: PowerFit | None = None,
     engine=None,
 ) -> Energy:
-    """Power and energy of a decode step (or a prefill pass) of one replica.
+    """Power and energy of a decode step (a prefill pass, or a continuous-batching step that
+    carries both) of one replica.
 
     ``u_X = P t_X(peak chip) / t_trip(hardware)``; ``P_chip = P_idle + (P_max - P_idle) *
     (1 - exp(-(c_F u_F + c_M u_M + c_C u_C)))``; ``energy_per_token = P*G*P_chip /
@@ -327,7 +331,12 @@ def energy(
       design, hardware, model, workload, smoothness: as ``dcost.decode``; ``hardware`` must carry
         ``idle_power`` and ``max_power`` (every preset does). A calibrated chip gives the step the
         time it takes in practice, hence lower utilisations than the pure roofline.
-      step: ``"decode"`` (J per output token) or ``"prefill"`` (J per input token).
+      step: ``"decode"`` (J per output token), ``"prefill"`` (J per input token) or
+        ``"mixed"`` (``dcost.mixed_step``'s mean step, decodes and the prompt chunks beside them;
+        J per output token, its prompt's share included; ``workload`` must carry ``prompt`` and
+        ``output``). An aggregated replica runs mixed steps: its power is that of their joint
+        utilisations, which the decode step's and the prefill pass's powers added would
+        overstate (a memory-bound decode hides part of a chunk's FLOPs; activity is concave).
       fit: activity coefficients (``POWER_FIT`` when None).
       engine: a ``dcost.Engine`` whose profile times the step (as ``dcost.decode``'s
         ``engine``); None: ``hardware`` as given.
@@ -347,12 +356,14 @@ def energy(
     """
     hardware = on_engine(engine, hardware, model)
     idle, top = _watts(hardware, "dcost.energy")
-    if step not in ("decode", "prefill"):
-        raise SpecError(f"energy: step = {step!r} is not allowed: it must be 'decode' or 'prefill'")
+    if step not in STEPS:
+        allowed = ", ".join(map(repr, STEPS))
+        raise SpecError(f"energy: step = {step!r} is not allowed: it must be one of {allowed}")
     peak = peak_hardware(hardware)
-    if step == "decode":
-        real = decode(design, hardware, model, workload, smoothness)
-        pure = decode(design, peak, model, workload, smoothness)
+    if step in ("decode", "mixed"):
+        cost = decode if step == "decode" else mixed_step
+        real = cost(design, hardware, model, workload, smoothness)
+        pure = cost(design, peak, model, workload, smoothness)
         trip = real.tpot * real.tokens_per_step
     else:
         real_p = prefill(design, hardware, model, workload, smoothness)
