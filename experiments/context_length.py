@@ -119,7 +119,7 @@ def plot(res):
         up = kind == "moe"  # labels above the upper ridge, below the lower one
         ax_i.text(
             t[0] * 1.1,
-            r["f_over_bw"] * (1.1 if up else 1 / 1.45),
+            r["f_over_bw"] * (1.1 if up else 1 / 2.2),  # below the lower ridge's T_c labels
             f"ridge F/BW = {r['f_over_bw']:.0f}",
             color=c,
             fontsize=8.5,

@@ -848,3 +848,28 @@ def test_no_nan_for_valid_input(case, fn):
             assert np.all(np.isfinite(np.asarray(leaf))), report
         for leaf in jax.tree_util.tree_leaves(grads):
             assert np.isfinite(float(leaf))
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "llama-3-70b", "qwen3-14b", "deepseek-v3"])
+def test_pure_physics_mfu_is_at_most_one(model):
+    """MFU counts the FLOPs of the parameters a token multiplies by, the step's own FLOPs: on
+    pure physics (every rate at its peak) no step exceeds the chip's peak. Counting the input
+    embedding too (before 2026-12-01) put a prefill of gpt-oss-120b, whose embedding is 11 % of
+    its active parameters, at 110 %. A mixed step counts its prompt tokens: above the decode
+    step's MFU at the same batch."""
+    h, m = dcost.presets.pair("h100-sxm", model)
+    w = dcost.Workload(4096, prompt=4096, output=256)
+    for batch in (1.0, 64.0, 512.0):
+        d = dcost.Design(batch=batch, chips=8)
+        reports = {
+            "decode": dcost.decode(d, h, m, w),
+            "prefill": dcost.prefill(d, h, m, w),
+            "mixed": dcost.mixed_step(
+                dcost.Design(batch=batch, chips=8, prefill_chunk=2048), h, m, w
+            ),
+        }
+        for kind, r in reports.items():
+            assert 0.0 < float(r.mfu) <= 1.0, (kind, batch, float(r.mfu))
+        assert float(reports["mixed"].mfu) > float(reports["decode"].mfu)
+    flops = 2.0 * float(m.params_active_multiplied) * float(reports["prefill"].tokens_per_s)
+    assert float(reports["prefill"].mfu) == pytest.approx(flops / (8 * float(h.flops)), rel=1e-6)

@@ -10,6 +10,7 @@ pools instead, and pays for moving each prompt's KV cache between them.
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -132,7 +133,8 @@ def mixed_step(
     agree.
 
     ``tpot`` is the mean step over ``tau``; ``tokens_per_s`` and ``cost_per_token`` count output
-    tokens, so the cost per output token includes the prefill; the report's times are the means
+    tokens, so the cost per output token includes the prefill; ``mfu`` counts the prompt tokens a
+    step computes too; the report's times are the means
     over the two kinds of step. Memory holds the ``B`` sequences' KV.
 
     Args:
@@ -172,7 +174,7 @@ def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> 
     touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
     b_kv = model.kv_bytes_per_token
     tau, t_draft, draft_memory = speculation
-    return _assemble(
+    r = _assemble(
         design,
         hardware,
         model,
@@ -193,6 +195,8 @@ def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> 
         scheduled=b,
         prompt_passes=jnp.where(x > 0, 1.0, 0.0),
     )
+    # the step's MFU counts its x prompt tokens beside its B tau output tokens
+    return eqx.tree_at(lambda q: q.mfu, r, r.mfu * (1.0 + safe_div(x, b * r.tokens_per_step)))
 
 
 _MEAN_FIELDS = (
@@ -208,17 +212,20 @@ _MEAN_FIELDS = (
 """The report's times, averaged over the kinds of step; its rates follow from ``tpot``."""
 
 
-def _mean_step(r0: Report, r1: Report, f, design, hardware, model) -> Report:
-    """The report of a mix: a share ``1 - f`` of steps like ``r0``, ``f`` like ``r1``."""
+def _mean_step(r0: Report, r1: Report, f, design, hardware, model, prompt_tokens) -> Report:
+    """The report of a mix: a share ``1 - f`` of steps like ``r0``, ``f`` like ``r1``; its MFU
+    counts the ``prompt_tokens`` a step computes on average beside its output tokens."""
     fields = {k: (1.0 - f) * getattr(r0, k) + f * getattr(r1, k) for k in _MEAN_FIELDS}
     chips = design.stages * design.chips
     tokens_per_s = design.stages * design.batch / fields["tpot"]
+    outputs = design.batch * r1.tokens_per_step  # output tokens a step, per micro-batch
+    computed = tokens_per_s * (1.0 + safe_div(prompt_tokens, outputs))
     return Report(
         **fields,
         tokens_per_s=tokens_per_s,
         cost_per_token=chips * hardware.price_per_hour / SECONDS_PER_HOUR / tokens_per_s,
         memory_per_chip=r1.memory_per_chip,
-        mfu=2.0 * model.params_active * tokens_per_s / (chips * hardware.flops),
+        mfu=2.0 * model.params_active_multiplied * computed / (chips * hardware.flops),
         t_draft=r1.t_draft,
         tokens_per_step=r1.tokens_per_step,
     )
@@ -239,7 +246,7 @@ def _mixed_step(design, hardware, model, workload, smoothness, chunk_tokens=None
     f = safe_div(c, x, default=1.0)
     decode_only = _carrying(design, hardware, model, workload, smoothness, 0.0 * x, speculation)
     carrying = _carrying(design, hardware, model, workload, smoothness, x, speculation)
-    return _mean_step(decode_only, carrying, f, design, hardware, model)
+    return _mean_step(decode_only, carrying, f, design, hardware, model, c)
 
 
 _NEEDS = ("output", "prompt")  # a steady state needs an output, and prompts to prefill
