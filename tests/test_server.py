@@ -62,6 +62,30 @@ def test_open_loop_stages_and_arrivals():
     assert gaps.mean() == pytest.approx(1 / 50, rel=0.1)
 
 
+def test_a_stage_past_capacity_is_named(vllm_8b, capsys):
+    """8,000-token prompts at 20 requests/s ask one H100 for 160k prompt tokens/s, about twice
+    what it computes: the queue grows through that stage and its latencies are not a steady
+    state, which the summary and the command line say. A light stage after it drains the queue
+    (not named); a light load alone and a closed loop never are."""
+    load = Load(prompt=8000, output=64, stages=[(20.0, 20.0), (0.5, 40.0)], arrival="constant")
+    run = simulate_server(vllm_8b, load)
+    assert run.summary()["queue_grew"] == [1]
+    first = run.arrival <= 20.0
+    assert np.nanmean(run.ttft[first][-20:]) > 3 * np.nanmean(run.ttft[first][20:40])
+    light = Load(prompt=1024, output=64, stages=[(2.0, 30.0)], arrival="constant")
+    assert simulate_server(vllm_8b, light).summary()["queue_grew"] == []
+    clients = simulate_server(vllm_8b, Load(prompt=8000, output=64, clients=64, requests=256))
+    assert clients.summary()["queue_grew"] == [] and clients.windows == ()
+    from dcost.cli import main
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+    args += ["--prompt", "8000", "--output", "64", "--arrival", "constant"]
+    assert main([*args, "--rate", "20", "--seconds", "20", "--rate", "0.5", "--seconds", "40"]) == 0
+    assert "past capacity: the queue grew through stage 1 " in capsys.readouterr().out
+    assert main([*args, "--rate", "2", "--seconds", "30"]) == 0
+    assert "past capacity" not in capsys.readouterr().out
+
+
 def test_a_shared_prefix_is_hit_after_the_first(vllm_8b):
     load = Load(prompt=1000, output=20, clients=4, requests=40, shared_prefix=800)
     s = simulate_server(vllm_8b, load).summary()

@@ -185,6 +185,13 @@ def _cmd_simulate(args) -> int:
         f"throughput {s['throughput']:.0f} output tokens/s; {s['preemptions']} preemptions; "
         f"prefix hits {100 * s['prefix_hit_rate']:.0f} %; KV peak {100 * s['kv_peak']:.0f} %"
     )
+    if s["queue_grew"]:
+        which = ", ".join(map(str, s["queue_grew"]))
+        print(
+            f"past capacity: the queue grew through stage {which} (its last quarter of arrivals "
+            "waited over 1.5x as long as its second): the deployment serves less than that rate, "
+            "and these latencies grow with the stage's length"
+        )
     return 0
 
 

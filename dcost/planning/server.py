@@ -446,6 +446,36 @@ class ServerRun:
     measured: np.ndarray
     times: np.ndarray  # a time series: step end times (s) of replica 0
     running: np.ndarray  # and its running sequences after each step
+    # an open loop's windows of arrival times, one per stage (a trace: one); a closed loop: none
+    windows: tuple = ()
+
+    def queue_grew(self) -> list[int]:
+        """The stages (1-based; a trace is stage 1) whose queue grew while they lasted: the
+        median TTFT of a stage's last quarter of arrivals over 1.5 times its second quarter's.
+        A stable queue's quarters agree within a few percent over many requests; one growing
+        at a steady pace from the stage's start gives 7/3 (TTFT in proportion to the time since
+        the stage began, the quarters' medians at 3/8 and 7/8 of it). Stages of fewer than 40
+        requests are not judged. A closed loop (clients) cannot outrun its server: none. The
+        criterion is ``experiments/mlperf_server.py``'s.
+
+        >>> run = ServerRun(*(np.zeros(0),) * 5, 0.0, 1.0, 0, 0.0, 0.0, np.zeros(0, bool),
+        ...                 np.zeros(0), np.zeros(0), windows=((0.0, 10.0),))
+        >>> run = dataclasses.replace(run, arrival=np.arange(100) / 10.0,
+        ...                           ttft=0.05 + np.arange(100) / 10.0)  # TTFT grows with time
+        >>> run.queue_grew()
+        [1]
+        """
+        grew = []
+        for i, (lo, hi) in enumerate(self.windows):
+            inside = (self.arrival >= lo) & (self.arrival <= hi) & np.isfinite(self.ttft)
+            ttft = self.ttft[inside][np.argsort(self.arrival[inside], kind="stable")]
+            q = len(ttft) // 4
+            if q < 10:
+                continue
+            second, last = np.median(ttft[q : 2 * q]), np.median(ttft[3 * q :])
+            if last > 1.5 * second:
+                grew.append(i + 1)
+        return grew
 
     def plot(self, load: Load | None = None):
         """Latency against time: each request's TTFT and TPOT at its arrival, and the sequences
@@ -502,7 +532,8 @@ class ServerRun:
 
     def summary(self) -> dict:
         """``{"ttft' | "tpot" | "itl" | "e2e": {"mean", "p50", "p90", "p99"}, "throughput",
-        "preemptions", "prefix_hit_rate", "kv_peak"}`` (seconds; output tokens/s)."""
+        "preemptions", "prefix_hit_rate", "kv_peak", "queue_grew"}`` (seconds; output tokens/s;
+        ``queue_grew``: the stages past what the deployment serves, ``queue_grew()``)."""
 
         def stats(x):
             x = x[np.isfinite(x)]
@@ -525,6 +556,7 @@ class ServerRun:
             "preemptions": self.preemptions,
             "prefix_hit_rate": self.prefix_hit_rate,
             "kv_peak": self.kv_peak,
+            "queue_grew": self.queue_grew(),
         }
 
 
@@ -958,4 +990,20 @@ def simulate_server(
         measured=measured,
         times=np.asarray(times),
         running=np.asarray(running_series),
+        windows=_windows(load, arrival),
     )
+
+
+def _windows(load: Load, arrival: np.ndarray) -> tuple:
+    """The arrival-time windows ``ServerRun.queue_grew`` judges: each stage of an open loop (as
+    ``Load.arrivals`` lays them end to end from 0), a trace's whole span, none for clients."""
+    if load.trace is not None:
+        finite = arrival[np.isfinite(arrival)]
+        return ((float(finite.min()), float(finite.max())),) if finite.size else ()
+    if load.closed:
+        return ()
+    out, start = [], 0.0
+    for _, seconds in load.stages:
+        out.append((start, start + float(seconds)))
+        start += float(seconds)
+    return tuple(out)
