@@ -563,9 +563,29 @@ class ServerRun:
 _X_POINTS = 40
 
 
+def decode_context(load: Load) -> float:
+    """The mean KV context of a running sequence over time (tokens): ``E[T_in] +
+    E[T_out^2] / (2 E[T_out])``. A sequence holds ``T_in + k`` tokens at its ``k``-th of
+    ``T_out`` steps, and a long output runs for more steps: the running batch is weighted by
+    output length (the planner's ``dcost.planning.designs.workload_stats``). With lengths of
+    coefficient of variation ``cv`` it is ``E[T_in] + E[T_out] (1 + cv^2) / 2``; fixed lengths
+    give ``T_in + T_out / 2``.
+
+    >>> decode_context(Load(prompt=1000, output=400, clients=8))
+    1200.0
+    >>> decode_context(Load(prompt=1000, output=400, clients=8, output_cv=1.5))
+    1650.0
+    """
+    if load.trace is not None:
+        out = np.asarray(load.trace.output, float)
+        return float(np.mean(load.trace.prompt) + np.mean(out * out) / (2.0 * np.mean(out)))
+    return float(load.prompt + load.output * (1.0 + load.output_cv**2) / 2.0)
+
+
 def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
     """``t(B, x)`` for ``B = 0..cap`` decode tokens and ``x`` on a log grid to ``budget``
-    prompt tokens, from one vmapped evaluation; and the replica's KV capacity (tokens)."""
+    prompt tokens, from one vmapped evaluation, the decoding sequences at the load's
+    ``decode_context``; and the replica's KV capacity (tokens)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -581,11 +601,13 @@ def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
     bb, xx = np.meshgrid(b, x, indexing="ij")
     slots = float(c.design.batch) and round(float(rec["concurrency"]) / float(c.design.batch))
 
+    dtype = jnp.result_type(float)
+    work = eqx.tree_at(lambda w: w.context, c.workload, jnp.asarray(decode_context(load), dtype))
+
     def one(bv, xv):
         d = eqx.tree_at(lambda d: d.batch, c.design, bv)
-        return _mixed_step(d, c.hardware, c.model, c.workload, 0.0, chunk_tokens=xv).tpot
+        return _mixed_step(d, c.hardware, c.model, work, 0.0, chunk_tokens=xv).tpot
 
-    dtype = jnp.result_type(float)
     t = jax.jit(jax.vmap(one))(
         jnp.asarray(np.maximum(bb.ravel() / max(slots, 1), 1e-3), dtype),
         jnp.asarray(xx.ravel() / max(slots, 1), dtype),
