@@ -560,7 +560,8 @@ def test_workload_context_is_the_time_average_of_the_kv():
 def test_the_how_to_quotes_the_launch_experiment():
     """The planning how-to's figures are experiments/results/launches_hold.json (python
     experiments/launches_hold.py writes it), and every plan it counts as missing sat within
-    about 10 % of a target (as the page says), and the page quotes its --check-launch figures."""
+    about 20 % of a target (as the page says: 19 % and 18 %), and the page quotes its
+    --check-launch figures."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
@@ -577,7 +578,7 @@ def test_the_how_to_quotes_the_launch_experiment():
     for x in rows:
         if x["ttft"]["miss"] or x["tpot"]["miss"]:
             near = max(x["predicted_ttft"] / x["ttft_slo"], x["predicted_tpot"] / x["tpot_slo"])
-            assert near >= 0.89, x
+            assert near >= 0.8, x
     # --check-launch: the misses it finds, the replicas it names and how those held again
     assert (
         f"it found {r['check_missed']} that miss as launched and replicas for "
