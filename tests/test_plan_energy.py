@@ -20,11 +20,14 @@ def h100():
 def _by_hand(p) -> float:
     """``N P_idle + lambda (T_out e + T'_in e_pre)`` from dcost.energy, pool by pool: the
     aggregated pool's mixed step (decodes and prompt chunks at its mean batch and chunk), the
-    decode pool's decode step, the prefill pool's pass of one prompt; each pool busy at most all
-    of the time."""
+    decode pool's decode step, both at the planner's decode context, the prefill pool's pass of
+    one prompt; each pool busy at most all of the time."""
+    from dcost.planning.designs import workload_stats
+
     t, h = p.traffic, p.hardware
     rate, t_in, t_out = float(t.rate), float(t.prompt_tokens), float(t.output_tokens)
     computed = max(t_in * (1.0 - float(t.prefix_hit)), 1.0)
+    context = float(workload_stats(t)[0])  # the running batch's time-averaged context
     idle = float(h.idle_power)
     total = p.chips * idle
     for pool in p.pools:
@@ -37,7 +40,7 @@ def _by_hand(p) -> float:
             mixed = pool.role == "aggregated"
             chunk = {"prefill_chunk": pool.chunk} if mixed and pool.chunk else {}
             d = dcost.Design(batch=max(pool.decode_batch, 1.0), **kw, **chunk)
-            w = dcost.Workload(t_in + t_out / 2, prompt=computed if mixed else t_in, output=t_out)
+            w = dcost.Workload(context, prompt=computed if mixed else t_in, output=t_out)
             e = dcost.energy(d, h, p.model, w, step="mixed" if mixed else "decode")
             tokens = rate * t_out
         above = float(e.power_per_chip) - idle
@@ -83,6 +86,29 @@ def test_a_busy_aggregated_fleet_stays_under_the_board_limit():
         for role, chips, watts in e.pools:
             assert chips * idle < watts <= chips * top * (1 + 1e-6), (rate, role, watts / chips)
         assert e.power_per_chip > 0.95 * top  # replicas that step all the time at full activity
+
+
+@pytest.mark.slow  # a plan of its own traffic
+def test_a_busy_replica_steps_all_the_time_whatever_the_spread_of_its_outputs(h100):
+    """By Little's law a replica whose mean batch is well above one steps all the time, so its
+    activity power is that of its step, ``lambda T_out e = G (P - P_idle)`` a replica. Reasoning
+    traffic's outputs spread (cv 1.5): the running batch holds the long ones longer, and priced
+    at ``prompt + output/2`` (before 2026-12-01) its steps were a third shorter than the
+    planner's, the replicas busy 64 % of the time; at the planner's context, 99 %."""
+    from dcost.planning import energy as fleet
+
+    p = dcost.plan(h100, "llama-3.1-8b", dcost.traffic("reasoning", rate=40.0), mode="aggregated")
+    (pool,) = p.pools
+    assert pool.decode_batch > 50
+    t = p.traffic
+    computed = float(t.prompt_tokens) * (1.0 - float(t.prefix_hit))
+    w = dcost.Workload(
+        float(fleet.workload_stats(t)[0]), prompt=computed, output=float(t.output_tokens)
+    )
+    _, above = fleet._activity_energy(pool, p, "mixed", w)  # W a chip above idle, stepping
+    (role, chips, watts), idle = dcost.plan_energy(p).pools[0], float(h100.idle_power)
+    busy = (watts - chips * idle) / (chips * above)
+    assert role == "aggregated" and 0.95 < busy <= 1.0 + 1e-9
 
 
 def test_an_infeasible_plan_has_no_fleet_to_power(h100):
