@@ -136,6 +136,24 @@ def test_power_cap_cube_root_clock_and_its_limits():
             power.power_cap(h, bad)
 
 
+def test_a_capped_memory_bound_step_draws_the_cap():
+    """A memory-bound decode under a cap: slowing the clock leaves its time as it was, so its
+    FLOPs become a larger share of a slower peak and its activity rises. One cube-root step
+    (before 2026-12-01) left it drawing 496.8 W under a 493.5 W cap; the fixed point draws the cap
+    (and a step drawing less than a cap is left alone)."""
+    d = dcost.Design(batch=256, chips=8)
+    w = dcost.Workload(3000, prompt=2048, output=512)
+    idle, top = float(H100.idle_power), float(H100.max_power)
+    full = float(power.energy(d, H100, LLAMA8, w).power_per_chip)
+    for share in (0.5, 0.8, 0.95):
+        cap = idle + share * (top - idle)
+        capped = power.power_cap(H100, cap, d, LLAMA8, w)
+        drawn = float(power.energy(d, capped, LLAMA8, w).power_per_chip)
+        assert drawn == pytest.approx(min(cap, full), rel=1e-5), (share, drawn, cap)
+    r, slow = dcost.decode(d, H100, LLAMA8, w), dcost.decode(d, capped, LLAMA8, w)
+    assert float(slow.tpot) == pytest.approx(float(r.tpot), rel=0.02)  # memory bound: as fast
+
+
 def test_a_cap_binds_on_a_prefill_and_not_on_a_light_decode():
     """A prefill drawing more than the cap loses clock by the cube root and draws the cap; a
     decode drawing less than the cap is untouched (time and power)."""
@@ -418,8 +436,10 @@ def test_energy_experiment_curves_and_generations():
         c = cap[step]
         assert c["relative_cost"][-1] == pytest.approx(1.0)  # the last cap is the board limit
         assert np.all(np.diff(c["relative_speed"]) >= -1e-6)  # a looser cap is never slower
-    # the prefill draws the board limit: every cap below it slows it; the decode draws less
-    assert cap["prefill"]["relative_speed"][0] < 0.8 < cap["decode"]["relative_speed"][0]
+    # the prefill draws the board limit: every cap below it slows it by the clock; the
+    # memory-bound decode draws less and slows far less, even at the lowest cap
+    pre, dec = cap["prefill"]["relative_speed"][0], cap["decode"]["relative_speed"][0]
+    assert pre < 0.6 and dec > 0.75 and dec > 1.5 * pre
     a = res["api"]
     lam, x = a["breakeven_traffic"], a["replica_capacity"]
     assert lam == pytest.approx(

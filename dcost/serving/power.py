@@ -59,6 +59,8 @@ __all__ = [
 
 WATTS_PER_MEGAWATT = 1e6
 STEPS = ("decode", "prefill", "mixed")
+CAP_ITERATIONS = 4
+"""Fixed-point steps ``power_cap`` takes after the first clock (each one ``energy`` call)."""
 """The steps ``energy`` prices: a decode step, a prefill pass, a mixed (chunked-prefill) step."""
 
 
@@ -273,14 +275,29 @@ def power_cap(
             "power_cap: give design, model and workload together (the step under the cap), "
             "or none of them (a step that saturates the chip)"
         )
-    if all(given):
-        assert design is not None and model is not None and workload is not None
-        drawn = energy(
-            design, hardware, model, workload, smoothness, step=step, fit=fit, engine=engine
-        ).power_per_chip
-    else:
-        drawn = top
-    s = clock_fraction(hardware, cap, drawn)
+    if not all(given):
+        return _clocked(hardware, clock_fraction(hardware, cap, top), idle, top)
+    assert design is not None and model is not None and workload is not None
+
+    def drawn(chip):
+        kw = dict(step=step, fit=fit, engine=engine)
+        return energy(design, chip, model, workload, smoothness, **kw).power_per_chip
+
+    # the clock that fits the uncapped draw, then the fixed point: at clock s the step draws
+    # P_s = P_idle + (P_max - P_idle) s^3 a(s), and its activity a(s) grows as the clock falls
+    # where the step is not compute bound (its FLOPs are a larger share of a slower peak), so
+    # s <- s ((cap - P_idle) / (P_s - P_idle))^(1/3) until it draws the cap (one step left a
+    # memory-bound decode up to 0.7 % over it)
+    s = clock_fraction(hardware, cap, drawn(hardware))
+    for _ in range(CAP_ITERATIONS):
+        ratio = safe_div(cap - idle, drawn(_clocked(hardware, s, idle, top)) - idle, 1.0)
+        s = jnp.minimum(s * jnp.maximum(ratio, 0.0) ** (1.0 / 3.0), 1.0)
+    return _clocked(hardware, s, idle, top)
+
+
+def _clocked(hardware: Hardware, s, idle, top) -> Hardware:
+    """The chip at clock fraction ``s``: FLOP/s (and attention FLOP/s) times ``s``, the dynamic
+    power range times ``s^3``."""
     attn = hardware.attention_flops
     hw = eqx.tree_at(
         lambda h: (h.flops, h.max_power),
