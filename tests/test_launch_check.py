@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dcost
-from dcost.planning.launch import check_launch, launch_load, scheduler_settings
+from dcost.planning.launch import ROUTER, check_launch, launch_load, scheduler_settings
 from dcost.planning.server import Server, simulate_server
 
 REQUESTS = 1500
@@ -21,13 +21,14 @@ def chat_plan():
     return dcost.plan("h100-sxm", "llama-3.1-8b", traffic, engine="vllm", mode="aggregated")
 
 
-def _simulated(p, replicas, engine="vllm"):
-    """The pool's replicas under the engine's scheduler, as the launch sets it: the TTFT and
-    TPOT at the targets' quantiles (what check_launch must report)."""
+def _simulated(p, replicas, engine="vllm", router=ROUTER):
+    """The pool's replicas under the engine's scheduler, as the launch sets it, behind the
+    router the plan assumes: the TTFT and TPOT at the targets' quantiles (what check_launch
+    must report)."""
     (pool,) = p.pools
     eng = dcost.engine(engine, hardware="h100-sxm", **scheduler_settings(pool, engine))
     srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=replicas,
-                 tensor_parallel=pool.chips_per_stage)  # fmt: skip
+                 tensor_parallel=pool.chips_per_stage, router=router)  # fmt: skip
     run = simulate_server(srv, launch_load(p, REQUESTS), seed=0)
     t, s = run.ttft[run.measured], run.tpot[run.measured]
     return (float(np.quantile(t, p.ttft_slo[1])),
@@ -56,8 +57,13 @@ def test_a_plan_that_holds_is_said_to_hold_with_the_simulations_figures(chat_pla
     ttft, tpot = _simulated(p, pool.replicas)
     assert c.ttft == {pool.replicas: pytest.approx(ttft)}
     assert c.tpot == {pool.replicas: pytest.approx(tpot)}
-    assert c.holds and c.replicas == pool.replicas
+    assert c.holds and c.replicas == pool.replicas and c.router == "least-prefill"
     assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0]
+    other = check_launch(p, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS,
+                         router="round-robin")  # fmt: skip
+    assert other.router == "round-robin"
+    rr = _simulated(p, pool.replicas, router="round-robin")
+    assert other.ttft[pool.replicas] == pytest.approx(rr[0])
     assert c.frontend_time == pytest.approx(0.011)  # the client's TTFT, vLLM's frontend in it
 
 
@@ -107,6 +113,8 @@ def test_cli_checks_the_launch(capsys):
     assert got["holds"] == want.holds and got["replicas_that_hold"] == want.replicas
     assert got["ttft"] == {str(n): pytest.approx(v) for n, v in want.ttft.items()}
     assert main([*args, "--check-launch", str(REQUESTS)]) == 0
-    assert "under vllm's scheduler (1,500 requests simulated)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "under vllm's scheduler, least-prefill router (1,500 requests simulated)" in out
+    assert "router: send each request to the replica with the fewest prompts" in out
     assert main([*args, "--check-launch", "50"]) == 2
     assert "--check-launch must be at least 100 requests" in capsys.readouterr().err

@@ -477,7 +477,9 @@ def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     launched as before (the chunk alone as SGLang's budget, whose running requests take their
     share of it, and SGLang's default order, a step of prompt tokens alone) the same replicas
     miss the TPOT target and wait longer for a first token. The budget is the chunk beside the cap's
-    decodes (and verified drafts). vLLM's and TensorRT-LLM's plans hold as launched too."""
+    decodes (and verified drafts). vLLM's and TensorRT-LLM's plans hold as launched too, behind
+    the router the plan assumes."""
+    from dcost.planning.launch import ROUTER
     from dcost.planning.server import Load, Server, simulate_server
 
     traffic = dcost.traffic("chat", rate=60.0)
@@ -498,7 +500,7 @@ def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     def simulated(name="sglang", **launch):
         eng = dcost.engine(name, hardware="h100-sxm", frontend_time=0.0, **launch)
         srv = Server("h100-sxm", "llama-3-70b", engine=eng, tensor_parallel=pool.chips_per_stage,
-                     replicas=pool.replicas)  # fmt: skip
+                     replicas=pool.replicas, router=ROUTER)  # fmt: skip
         s = simulate_server(srv, load, seed=0).summary()
         return s["ttft"]["p99"], s["tpot"]["p90"]
 
@@ -580,11 +582,19 @@ def test_the_how_to_quotes_the_launch_experiment():
             near = max(x["predicted_ttft"] / x["ttft_slo"], x["predicted_tpot"] / x["tpot_slo"])
             assert near >= 0.8, x
     # --check-launch: the misses it finds, the replicas it names and how those held again
+    found, extra = r["check_missed"], r["check_extra_replicas"]
     assert (
-        f"it found {r['check_missed']} that miss as launched and replicas for "
-        f"{r['check_repaired']} of them ({r['check_extra_replicas']} more replicas on the "
-        f"{r['check_planned_replicas']} those plans had)"
+        f"it found {found} that {'misses' if found == 1 else 'miss'} as launched and replicas "
+        f"for {r['check_repaired']} of them ({extra} more replica{'' if extra == 1 else 's'} on "
+        f"the {r['check_planned_replicas']} those plans had)"
     ) in page
     again = "none" if r["check_repaired_miss"] == 0 else str(r["check_repaired_miss"])
     assert f"{again} of the {r['check_repaired']} missed" in page
     assert r["check_missed"] >= r["missed"]  # one seed, no allowance: the stricter count
+    # the router: the same plans behind a least-requests balancer
+    rows = [x for x in rows if "ttft_least_requests" in x]
+    assert len(rows) == r["routed"] >= 10
+    ratio = [x["ttft_least_requests"]["pooled"] / x["ttft"]["pooled"] for x in rows]
+    assert f"the p99 TTFT of the {r['routed']} plans of" in page
+    assert f"ran {np.median(ratio):.1f}x longer at the median ({min(ratio):.1f}-" in page
+    assert f"and {r['missed_least_requests']} of them missed their TTFT" in page

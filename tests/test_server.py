@@ -653,3 +653,50 @@ def test_a_replica_without_room_for_one_request_says_how_much_memory_is_missing(
     tokens = float(re.search(r"([\d,]+) tokens a replica", text).group(1).replace(",", ""))
     assert tokens == pytest.approx(room / (float(llama.kv_bytes_per_token) / 2), rel=0.05)
     assert "fewer than one request's 200,100" in text
+
+
+@pytest.mark.parametrize(
+    "router, behind_the_long_prompt",
+    [("least-requests", True), ("round-robin", True), ("least-prefill", False)],
+)
+def test_the_router_decides_who_waits_behind_a_long_prompt(
+    tmp_path, router, behind_the_long_prompt
+):
+    """Two replicas: A's 16,000-token prompt prefills on replica 0 in 512-token steps, B decodes
+    on replica 1, and C (64 tokens) arrives while both hold one request. A least-requests router
+    sees a tie and picks replica 0, round-robin's turn is replica 0 too: C's first token comes
+    after A's. A least-prefill router sends C to replica 1, whose prompts are all prefilled: C's
+    TTFT is the rest of B's decode step and one step of its own."""
+    eng = dcost.engine("vllm", hardware="h100-sxm", frontend_time=0.0, max_num_batched_tokens=512)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=2, router=router)
+    load = _trace(tmp_path, [(0.0, 16_000, 2), (0.01, 64, 4000), (0.3, 64, 2)])
+    run = simulate_server(srv, load, warmup=0.0)
+    first = run.arrival + run.ttft
+    t = _steps(srv, load)
+    assert first[0] - 0.3 > 5 * (t(1, 0) + t(1, 64))  # A's prefill runs long past C's arrival
+    if behind_the_long_prompt:
+        assert first[2] >= first[0]
+    else:
+        assert t(1, 64) <= run.ttft[2] <= t(1, 0) + t(1, 64) + 1e-9
+
+
+def test_least_prefill_counts_every_prompt_back_out(monkeypatch):
+    """The least-prefill router's count of prompts still to prefill returns to zero when every
+    request is done, preemptions (whose prompts are prefilled again) included."""
+    import dcost.planning.server as server
+
+    made = []
+
+    class Kept(server._Router):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(server, "_Router", Kept)
+    eng = dcost.engine("vllm", hardware="h100-sxm", gpu_memory_utilization=0.215)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=2, router="least-prefill")
+    run = simulate_server(srv, Load(prompt=2000, output=400, clients=128, requests=256))
+    assert run.preemptions > 0 and np.all(np.isfinite(run.e2e))
+    assert made[0].prefilling == [0, 0]
+    with pytest.raises(dcost.SpecError, match="Server.router = 'random' is not allowed"):
+        Server("h100-sxm", "llama-3.1-8b", router="random")

@@ -35,7 +35,7 @@ from dcost.cli.common import (
     selected_engine,
 )
 from dcost.cli.sweep import add_arguments as add_sweep_arguments
-from dcost.planning.launch import ENGINES, scheduler_settings, token_budget
+from dcost.planning.launch import ENGINES, ROUTER, scheduler_settings, token_budget
 
 __all__ = [
     "add_parsers",
@@ -312,6 +312,8 @@ def _one_plan(args) -> int:
         out["launch"] = (
             {e: launch_settings(p, args.model, e) for e in engines} if p.feasible else {}
         )
+        if p.feasible:
+            out["router"] = ROUTER
         calibration = profile_error(args)
         if calibration:
             out["calibration_error"] = {"family_name": calibration[0], **calibration[1]}
@@ -340,6 +342,7 @@ def _check_json(c) -> dict:
         "targets": {"ttft": c.targets[0], "tpot": c.targets[1]},
         "quantiles": {"ttft": c.quantiles[0], "tpot": c.quantiles[1]},
         "frontend_time": c.frontend_time,
+        "router": c.router,
         "ttft": {str(n): v for n, v in c.ttft.items()},
         "tpot": {str(n): v for n, v in c.tpot.items()},
     }
@@ -351,7 +354,8 @@ def _check_line(c) -> str:
     n = c.planned
     qt, qp = (f"p{100 * q:g}" for q in c.quantiles)
     line = (
-        f"under {c.engine}'s scheduler ({c.requests:,} requests simulated): TTFT {qt} "
+        f"under {c.engine}'s scheduler, {c.router} router ({c.requests:,} requests simulated): "
+        f"TTFT {qt} "
         f"{fmt_time(c.ttft[n])} (target {fmt_time(c.targets[0])}), TPOT {qp} "
         f"{fmt_time(c.tpot[n])} (target {fmt_time(c.targets[1])})"
     )
@@ -526,6 +530,9 @@ def _print(args, p, sim, engines, checks=None) -> None:
             print("  " + line)
         if checks and engine in checks:
             print("  # " + _check_line(checks[engine]))
+    note = router_note(p) if p.feasible else None
+    if note:
+        print("\n" + note)
     if args.check_launch and p.mode != "aggregated":
         print(f"\n--check-launch: a {p.mode} plan; engines' schedulers are simulated for "
               "aggregated plans only")  # fmt: skip
@@ -649,3 +656,15 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
     if engine == "vllm" and any(x.role != "aggregated" for x in p.pools):
         out.append("# prefill and decode instances joined by vLLM's disaggregated-serving proxy")
     return out
+
+
+def router_note(p) -> str | None:
+    """The router a plan's TTFT assumes, where a pool that prefills has several replicas."""
+    if not any(x.replicas > 1 and x.role != "decode" for x in p.pools):
+        return None
+    return (
+        "router: send each request to the replica with the fewest prompts still to prefill (a "
+        "queue-depth router, e.g. the Gateway API inference extension's or llm-d's queue "
+        "scorer); the TTFT assumes it. Behind a least-connections balancer the p99 TTFT of 18 "
+        "planned fleets ran 1.3x longer at the median, up to 1.9x (dcost simulate --router)"
+    )

@@ -147,6 +147,7 @@ def _cmd_simulate(args) -> int:
         replicas=args.replicas,
         weights=args.weights,
         kv_cache=args.kv_cache,
+        router=args.router,
     )
     run = simulate_server(srv, load, seed=args.seed)
     s = run.summary()
@@ -157,6 +158,7 @@ def _cmd_simulate(args) -> int:
             "version": eng.version,
             "scheduler": dataclasses.asdict(eng.scheduler),
         }
+    s["router"] = srv.router
     if args.plot:
         run.plot(load).savefig(args.plot, dpi=110)
     if args.json:
@@ -176,8 +178,9 @@ def _cmd_simulate(args) -> int:
         loop = f"trace {load.trace.source}, {load.total()} requests"
     else:
         loop = f"{args.clients} clients" if args.clients else f"{len(args.rate)} stage(s)"
+    routed = f", {args.router} router" if args.replicas > 1 else ""
     print(
-        f"{args.model} on {args.replicas} x {args.hardware} (TP{args.tensor_parallel}), "
+        f"{args.model} on {args.replicas} x {args.hardware} (TP{args.tensor_parallel}{routed}), "
         f"{_launch(eng)}: {loop}, prompts {load.prompt:g}, outputs {load.output:g}"
     )
     print(format_table(rows, ["ms", "mean", "p50", "p90", "p99"]))
@@ -210,6 +213,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--attention-data-parallel", type=int, default=1)
     p.add_argument("--pipeline-parallel", type=int, default=1)
     p.add_argument("--replicas", type=int, default=1)
+    p.add_argument(
+        "--router",
+        default="least-requests",
+        help="how a request picks its replica: least-requests (fewest in flight), "
+        "least-prefill (fewest prompts still to prefill: what a plan assumes), round-robin",
+    )
     p.add_argument("--weights", default=None, help="weight format (default: the model's own)")
     p.add_argument("--kv-cache", default="bf16", help="KV-cache format")
     p.add_argument("--profile", metavar="FILE", help="the engine's profile from this file")

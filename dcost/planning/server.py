@@ -30,6 +30,12 @@ through the other with the engine's scheduler, step by step:
 - a step lasts ``t(B, x)`` of the serving model with the engine's profile (``dcost.mixed_step``'s
   step of ``B`` decode tokens and ``x`` prompt tokens), tabulated once per deployment.
 
+With several replicas a router sends each request, as it arrives, to one replica
+(``Server.router``): ``"least-requests"`` to the one with the fewest requests in flight (queued,
+prefilling or decoding: a least-connections balancer), ``"least-prefill"`` to the one with the
+fewest requests still to prefill (queued or partly prefilled; ties to the fewest in flight: the
+planner's assumption), ``"round-robin"`` to each in turn.
+
 A request reaches the engine ``Scheduler.frontend_time`` after its client sends it (HTTP, API
 server, tokenizer and the first token's way back, charged on the way in; each request's own
 draw around that mean with ``Scheduler.frontend_cv``); requests that reach an idle replica at the
@@ -58,7 +64,7 @@ import numpy as np
 from dcost.planning.traces import Trace
 from dcost.specs import SpecError, attention_splits, check_count, check_share
 
-__all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server"]
+__all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server", "ROUTERS"]
 
 ARRIVALS = ("poisson", "constant")
 DISTRIBUTIONS = ("gamma", "lognormal")
@@ -313,8 +319,20 @@ class Server:
       tensor_parallel, expert_parallel, attention_data_parallel, pipeline_parallel: degrees;
         ``expert_parallel=None`` is the engine's default for an MoE model (experts split by
         tensor parallelism: one expert-parallel group).
-      replicas: independent copies; requests go to the least busy.
+      replicas: independent copies, a router in front of them.
       weights, kv_cache: number formats (default: the model's serving precision, bf16 cache).
+      router: how an arriving request picks its replica (one of ``ROUTERS``):
+        ``"least-requests"`` (default) the fewest requests in flight, queued, prefilling or
+        decoding (NGINX ``least_conn``, Envoy ``LEAST_REQUEST``); ``"least-prefill"`` the
+        fewest requests still to prefill, queued or partly prefilled, ties to the fewest in
+        flight (a queue-depth router: the Gateway API inference extension's and llm-d's queue
+        scorer read the engine's waiting queue; Dynamo's KV router counts the prompt tokens
+        still to prefill); ``"round-robin"`` each replica in turn (Dynamo's and the vLLM
+        production stack's default). With a decode batch of hundreds a least-requests router
+        is nearly blind to the prompts a replica has queued: one long prompt then delays the
+        arrivals sent behind it, which a least-prefill router sends elsewhere. The planner's
+        TTFT assumes one queue in front of the replicas, which least-prefill comes close to
+        (``dcost plan --check-launch`` simulates with it).
     """
 
     hardware: str
@@ -327,6 +345,7 @@ class Server:
     replicas: int = 1
     weights: str | None = None
     kv_cache: str = "bf16"
+    router: str = "least-requests"
 
     def __post_init__(self):
         from dcost import presets
@@ -342,6 +361,7 @@ class Server:
         for f, allowed in (
             ("weights", (None, *presets.PRECISIONS)),
             ("kv_cache", presets.PRECISIONS),
+            ("router", ROUTERS),
         ):
             value = getattr(self, f)
             if isinstance(value, bool) or value not in allowed:
@@ -658,6 +678,38 @@ def _no_room(server: Server, eng, c, room: float, kv_tokens: float, need: float)
     )
 
 
+ROUTERS = ("least-requests", "least-prefill", "round-robin")
+
+
+class _Router:
+    """``Server.router``'s choice of a replica for each arrival. ``prefilling[r]``: requests
+    routed to replica ``r`` whose prompt is not yet all prefilled (the simulation keeps it: +1
+    when routed or preempted, -1 when a step completes the prompt)."""
+
+    def __init__(self, kind: str, replicas: int):
+        self.kind, self.replicas = kind, replicas
+        self.prefilling = [0] * replicas
+        self.turn = 0
+
+    def pick(self, running, waiting, inbox) -> int:
+        reps = range(self.replicas)
+        if self.kind == "round-robin":
+            r = self.turn % self.replicas
+            self.turn += 1
+        elif self.kind == "least-prefill":
+            r = min(
+                reps,
+                key=lambda q: (
+                    self.prefilling[q],
+                    len(running[q]) + len(waiting[q]) + len(inbox[q]),
+                ),
+            )
+        else:
+            r = min(reps, key=lambda q: len(running[q]) + len(waiting[q]) + len(inbox[q]))
+        self.prefilling[r] += 1
+        return r
+
+
 def simulate_server(
     server: Server, load: Load, *, seed: int = 0, warmup: float = 0.1, max_steps: int = 2_000_000
 ) -> ServerRun:
@@ -784,6 +836,7 @@ def simulate_server(
             cache_tokens[r] -= c.pop(old)
 
     reps = server.replicas
+    route = _Router(server.router, reps)
     recv = int(sched.recv_interval)
     inbox: list[deque] = [deque() for _ in range(reps)]  # reached a busy replica, not taken in
     since_recv = [0] * reps  # SGLang's counter: decode-only steps since the last intake
@@ -913,6 +966,7 @@ def simulate_server(
             victim = run.pop()
             kv[r] -= kv_of[victim]
             kv_of[victim] = 0.0
+            route.prefilling[r] += left[victim] == 0  # its prompt (again) still to prefill
             left[victim] = int(prompt_l[victim]) + int(done_tokens[victim])
             waiting[r].appendleft(victim)
             preemptions += 1
@@ -932,7 +986,7 @@ def simulate_server(
         now, kind = ev[0], ev[1]
         if kind == 0:  # an arrival: to the replica with the least work
             j = ev[2]
-            r = min(range(reps), key=lambda q: len(running[q]) + len(waiting[q]) + len(inbox[q]))
+            r = route.pick(running, waiting, inbox)
             if recv > 1 and busy[r]:
                 inbox[r].append(j)
                 continue
@@ -958,6 +1012,8 @@ def simulate_server(
         for j, take in plan:
             left[j] -= take
             kv_of[j] += take
+            if left[j] == 0:
+                route.prefilling[r] -= 1
             if left[j] == 0 and done_tokens[j] == 0:
                 done_tokens[j] = 1
                 first[j] = now
