@@ -162,7 +162,7 @@ def cases(tmp: pathlib.Path):
             yield ("Server", field, v, valid,
                    lambda f=field, v=v: dcost.Server(hardware="h100-sxm", model="llama-3.1-8b",
                                                      engine="vllm", **{f: v}))  # fmt: skip
-    for field in ("hardware", "model", "weights", "kv_cache", "engine"):
+    for field in ("hardware", "model", "weights", "kv_cache", "engine", "router"):
         for v in TEXT:
             valid = field in ("weights", "engine") and v is None
             yield (
