@@ -105,16 +105,25 @@ def test_cli_checks_the_launch(capsys):
             "--rate", "27.3", "--engine", "vllm", "--mode", "aggregated"]  # fmt: skip
     assert main([*args, "--check-launch", str(REQUESTS), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["launch_check"]["vllm"]
-    want = check_launch(
-        dcost.plan("h100-sxm", "llama-3.1-8b", dcost.traffic("chat", rate=27.3), engine="vllm",
-                   mode="aggregated"),  # fmt: skip
-        "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS,
-    )  # fmt: skip
+    want_plan = dcost.plan("h100-sxm", "llama-3.1-8b", dcost.traffic("chat", rate=27.3),
+                           engine="vllm", mode="aggregated")  # fmt: skip
+    want = check_launch(want_plan, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS)
     assert got["holds"] == want.holds and got["replicas_that_hold"] == want.replicas
     assert got["ttft"] == {str(n): pytest.approx(v) for n, v in want.ttft.items()}
     assert main([*args, "--check-launch", str(REQUESTS)]) == 0
     out = capsys.readouterr().out
     assert "under vllm's scheduler, least-prefill router (1,500 requests simulated)" in out
     assert "router: send each request to the replica with the fewest prompts" in out
+    # the balancer a user runs: the same replicas behind it, as check_launch simulates them
+    lb = ["--check-launch", str(REQUESTS), "--router", "least-requests", "--json"]
+    assert main([*args, *lb]) == 0
+    got = json.loads(capsys.readouterr().out)["launch_check"]["vllm"]
+    (pool,) = want_plan.pools
+    assert got["router"] == "least-requests"
+    ttft = _simulated(want_plan, pool.replicas, router="least-requests")[0]
+    assert got["ttft"][str(pool.replicas)] == pytest.approx(ttft)
+    with pytest.raises(SystemExit) as bad:
+        main([*args, "--router", "random"])
+    assert bad.value.code == 2 and "--router: invalid choice: 'random'" in capsys.readouterr().err
     assert main([*args, "--check-launch", "50"]) == 2
     assert "--check-launch must be at least 100 requests" in capsys.readouterr().err

@@ -36,6 +36,7 @@ from dcost.cli.common import (
 )
 from dcost.cli.sweep import add_arguments as add_sweep_arguments
 from dcost.planning.launch import ENGINES, ROUTER, scheduler_settings, token_budget
+from dcost.planning.server import ROUTERS
 
 __all__ = [
     "add_parsers",
@@ -158,6 +159,13 @@ def add_parsers(subparsers) -> None:
         help="simulate each engine's launch of an aggregated plan under that engine's own "
         "scheduler (REQUESTS requests at the plan's rate); where a target misses, say how "
         "many replicas hold it",
+    )
+    p.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default=ROUTER,
+        help=f"the router --check-launch puts in front of the replicas (default {ROUTER}, what "
+        "the plan's TTFT assumes; least-requests for a least-connections balancer)",
     )
     p.add_argument(
         "--engine",
@@ -286,7 +294,13 @@ def _one_plan(args) -> int:
         for e in engines:
             mine = args.profile if args.engine == e else None
             checks[e] = check_launch(
-                p, args.hardware, args.model, e, requests=args.check_launch, profile=mine
+                p,
+                args.hardware,
+                args.model,
+                e,
+                requests=args.check_launch,
+                profile=mine,
+                router=args.router,
             )
     if median is not None:
         plural = "" if median.chips == 1 else "s"
