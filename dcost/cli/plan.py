@@ -10,8 +10,9 @@ binding limit; then the launch settings the plan implies for vLLM, SGLang and Te
 (parallel degrees, running sequences, chunk size). ``--simulate N`` runs the planned fleet
 through the discrete-event simulation and prints its percentiles beside the prediction;
 ``--check-launch N`` simulates each engine's launch of an aggregated plan under that engine's own
-scheduler (``dcost.planning.launch.check_launch``) and says whether the targets hold, and where
-they miss, how many replicas hold them.
+scheduler (``dcost.planning.launch.check_launch``), behind the router ``--router`` names (the
+plan's own by default), and says whether the targets hold, and where they miss, how many
+replicas hold them.
 ``--json`` prints SI units under the API's names. Exit codes: 0 a plan, 1 infeasible (the
 binding limit is printed), 2 a bad argument.
 """
