@@ -681,5 +681,6 @@ def router_note(p) -> str | None:
         "router: send each request to the replica with the fewest prompts still to prefill (a "
         "queue-depth router, e.g. the Gateway API inference extension's or llm-d's queue "
         "scorer); the TTFT assumes it. Behind a least-connections balancer the p99 TTFT of 18 "
-        "planned fleets ran 1.3x longer at the median, up to 1.9x (dcost simulate --router)"
+        "planned fleets ran 1.3x longer at the median, up to 1.9x (check yours: --check-launch N "
+        "--router least-requests)"
     )
