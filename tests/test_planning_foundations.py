@@ -78,6 +78,65 @@ def test_mg1_wait_tail_against_lindley_recursion():
         assert np.quantile(w, q) == pytest.approx(predicted, rel=0.10)
 
 
+def _exceptional_first_service_waits(lam, servers, regular, first, rng):
+    """Waits of an FCFS queue with ``servers`` servers where an arrival that finds a server free
+    is served for ``first[i]`` and one that waits for ``regular[i]`` (Kiefer-Wolfowitz: the
+    times the servers next free up)."""
+    arrivals = np.cumsum(rng.exponential(1 / lam, len(regular)))
+    free = np.zeros(servers)
+    waits = np.empty(len(regular))
+    for i, t in enumerate(arrivals):
+        j = int(np.argmin(free))
+        waits[i] = max(0.0, free[j] - t)
+        free[j] = t + first[i] if waits[i] == 0.0 else free[j] + regular[i]
+    return waits[len(regular) // 10 :]
+
+
+@pytest.mark.parametrize("servers", [1, 2, 4])
+def test_prefill_queue_with_exceptional_first_service_against_simulation(servers):
+    """The prefill queue (``latency._queue_service``): a prompt that finds a replica's prefill
+    free takes whole steps of its own (``alone``: a 2 s step floor here, 2-5x its share of a
+    full step), one that waits shares steps (``fluid``, lognormal, cv 1, mean 1 s), at a
+    utilisation of 0.7 of the fluid service. Simulated with 120,000 arrivals: ``P(wait)``
+    within 0.02, the wait's 99th percentile 10 % under to 15 % over it, and for one server
+    the mean within 3 % of Welch's exact M/G/1 mean. The former form (Erlang-C and Allen-Cunneen
+    on the mix of the two services, iterated twelve times from ``P(wait) = 0``) put the
+    one-server queue's 99th percentile at 3.5x the simulated and read the others as unstable
+    (an infinite TTFT)."""
+    import jax.numpy as jnp
+
+    from dcost.planning import latency as lat
+
+    rng = np.random.default_rng(servers)
+    n, lam = 120_000, 0.7 * servers
+    sigma = math.sqrt(math.log(2.0))
+    fluid = np.exp(-(sigma**2) / 2 + sigma * rng.standard_normal(n))
+    alone = np.maximum(2.0 + 0.3 * np.minimum(fluid, 4.0), fluid)
+    waits = _exceptional_first_service_waits(lam, servers, fluid, alone, rng)
+
+    def at_nodes(p):
+        return np.maximum(2.0 + 0.3 * np.minimum(p, 4.0), p) if p is not None else None
+
+    nodes = np.exp(-(sigma**2) / 2 + sigma * lat._Z)
+    w = jnp.asarray(lat._W)
+    tail, mix, _, _ = lat._queue_service(
+        lam, float(servers), w, jnp.asarray(nodes), jnp.asarray(at_nodes(nodes))
+    )
+    assert float(tail.p_wait) == pytest.approx(np.mean(waits > 0), abs=0.02)
+    ys = np.linspace(0.0, 40.0, 8001)
+    queue = (w, mix, tail.utilisation, float(servers))
+    survival = np.asarray(lat._wait_survival(tail, jnp.asarray(ys), queue))
+    p99 = ys[np.argmax(survival <= 0.01)]
+    assert 0.9 < p99 / np.quantile(waits, 0.99) < 1.15, (p99, np.quantile(waits, 0.99))
+    if servers == 1:  # Welch (1964): E[W] = pi (E[S0^2]/(2 E[S0]) + rho/(1 - rho) E[S^2]/(2 E[S]))
+        s, s0 = fluid.mean(), alone.mean()
+        rho, rho0 = lam * s, lam * s0
+        pi = rho0 / (1 - rho + rho0)
+        welch = pi * ((alone**2).mean() / (2 * s0) + rho / (1 - rho) * (fluid**2).mean() / (2 * s))
+        assert float(tail.mean) == pytest.approx(welch, rel=0.03)
+        assert np.mean(waits) == pytest.approx(welch, rel=0.03)
+
+
 def test_erlang_c_is_smooth_in_servers_and_load():
     g = jax.grad(lambda c, a: erlang_c(c, a), argnums=(0, 1))(3.5, 2.0)
     assert np.isfinite(float(g[0])) and float(g[0]) < 0  # more servers, less waiting
@@ -456,10 +515,12 @@ def _fleet(mode, rate):
 CASES = [
     pytest.param(m, u, marks=() if u == 0.6 else pytest.mark.slow) for m in RATES for u in RATES[m]
 ]
-# TTFT tolerance where 10 % does not hold yet (measured at seed 7, 100,000 requests):
-# aggregated 0.75: p50 -12 %, p99 +13 %; disaggregated 0.75: p50 -12 %;
-# aggregated 0.85: p90 +20 %, p99 +30 % (the M/G/c tail is too heavy there; +22 % at seed 0).
-TTFT_RTOL = {("aggregated", 0.75): 0.15, ("disaggregated", 0.75): 0.15, ("aggregated", 0.85): 0.35}
+# TTFT tolerance where 10 % does not hold yet (measured at seed 7, 100,000 requests): the body
+# of a lightly loaded aggregated pool's TTFT is high, p10-p50 +10-13 % at utilisation 0.3 (the
+# lone prompt's own step; +9.6 % at p50 before the exceptional-service queue, +10.4 % with it);
+# aggregated 0.75: p50 -10.4 %. (The former mixed-service queue was +13 % at p99 at 0.75 and
+# +30 % at 0.85; it is within 1 % at p99 on both now.)
+TTFT_RTOL = {("aggregated", 0.3): 0.12, ("aggregated", 0.75): 0.12}
 
 
 @pytest.mark.parametrize("mode,util", CASES)
