@@ -7,6 +7,7 @@ program compiles once for the module (about 15 s of CPU on 2 cores; the grid's a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import json
@@ -529,8 +530,16 @@ def test_token_budgets_and_orders_of_each_kind_of_pool():
     assert token_budget(agg) == 2048 + 100 * 3 and token_budget(pre) == 16384
     assert scheduler_settings(agg, "vllm")["prefill_first"] is False
     assert scheduler_settings(agg, "sglang")["prefill_first"] is True  # drafts: mixed off
-    with pytest.raises(ValueError, match="only aggregated pools"):
-        scheduler_settings(pre, "sglang")
+    # a prefill pool's budget is its chunk; a decode pool's launch sets none: the engine's
+    # default, or the cap's decode (and draft) tokens where those are more
+    assert scheduler_settings(pre, "sglang")["max_num_batched_tokens"] == 16384
+    dec = dataclasses.replace(pre, role="decode", chunk=0, batch_cap=5000, draft_tokens=2)
+    assert scheduler_settings(dec, "vllm")["max_num_batched_tokens"] == 5000 * 3
+    dec = dataclasses.replace(dec, batch_cap=100)
+    assert scheduler_settings(dec, "vllm")["max_num_batched_tokens"] == 8192  # vLLM's default
+    assert scheduler_settings(dec, "vllm", hardware="a100-80gb")["max_num_batched_tokens"] == 2048
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        scheduler_settings(dec, "tgi")
     fake = type("P", (), {"pools": (agg, pre), "model": m})()
     sglang = launch_settings(fake, "deepseek-v3", "sglang")
     assert "--chunked-prefill-size 2348" in sglang[1] and "--enable-mixed-chunk" not in sglang[1]

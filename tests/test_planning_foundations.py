@@ -563,3 +563,23 @@ def test_simulation_is_seeded_and_bounded():
     assert not over.truncated and np.all(np.isfinite(over.ttft))
     with pytest.raises(SpecError, match="whole number"):
         simulate_aggregated(t, Pool(step(), replicas=1.5, batch_cap=64, chunk=1024))
+
+
+@pytest.mark.parametrize("replicas", [1e3, 1e5, 8388608.0])
+def test_a_nearly_idle_prefill_pool_s_ttft_is_the_prompts_own(replicas):
+    """8,700 chat requests/s over thousands to millions of prefill replicas: almost no prompt
+    waits, so the 99th percentile TTFT is the 99th-percentile prompt's own step plus the
+    transfer, ``max(t_w, e P_99) + d``. The queue's later-step term overflowed (0 x inf) there
+    and put it at 0.025-0.035 s, under the mean (0.28 s with 2,048-token chunks); the planner called
+    every disaggregated plan at that rate infeasible."""
+    from statistics import NormalDist
+
+    from dcost.planning import latency as lat
+
+    t = dcost.traffic("chat", rate=8700.0)
+    pool = Pool(roofline_step(0.02, 0.0, 5e-5), replicas=replicas, batch_cap=512, chunk=16384)
+    ttft, mean = lat.prefill_pool_latency(t, pool, lambda p: 0.005 + 0.0 * p, (0.99,))[:2]
+    mu, sigma = (float(x) for x in t.lognormal("prompt"))
+    p99 = math.exp(mu + sigma * NormalDist().inv_cdf(0.99))
+    assert float(ttft[0]) == pytest.approx(max(0.02, 5e-5 * p99) + 0.005, rel=0.02)  # cells
+    assert float(ttft[0]) > float(mean)

@@ -700,3 +700,97 @@ def test_least_prefill_counts_every_prompt_back_out(monkeypatch):
     assert made[0].prefilling == [0, 0]
     with pytest.raises(dcost.SpecError, match="Server.router = 'random' is not allowed"):
         Server("h100-sxm", "llama-3.1-8b", router="random")
+
+
+# ----------------------------------------------------------------- disaggregated: two pools
+
+
+def _legs(load):
+    """The loads simulate_disaggregated hands each pool: the prompts alone (one output token),
+    then the whole requests (their step tables: the decode context of the lengths)."""
+    from dcost.planning.traces import Trace
+
+    t = load.trace
+    ones = np.ones(len(t), int)
+    first = Load(prompt=load.prompt, output=1.0, trace=Trace(t.arrival, t.prompt, ones))
+    return first, Load(prompt=load.prompt, output=load.output, trace=t)
+
+
+def test_lone_requests_of_a_disaggregated_pair_pay_prefill_transfer_then_decode(tmp_path):
+    """Requests far apart on a prefill pool and a decode pool (TP2): TTFT = frontend + the
+    prefill replica's t(0, prompt) + the KV transfer over its chips (dcost.kv_transfer_time
+    on the engine's hardware, as the planner's ``transfer_time``),
+    and every later token one batch-1 decode step of the decode pool; no decode step rides in
+    the prefill pool, no prompt step in the decode pool."""
+    from dcost.planning.server import kv_transfer_seconds, simulate_disaggregated
+
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    pre = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+    dec = Server("h100-sxm", "llama-3.1-8b", engine=eng, tensor_parallel=2)
+    load = _trace(tmp_path, [(0, 700, 5), (20, 3000, 9), (40, 150, 2)])
+    run = simulate_disaggregated(pre, dec, load)
+    first, whole = _legs(load)
+    t_pre, t_dec = _steps(pre, first), _steps(dec, whole)
+    moved = kv_transfer_seconds(pre, first, [700, 3000, 150])
+    h, m = dcost.presets.pair("h100-sxm", "llama-3.1-8b")
+    h = dcost.engines.on_engine(eng, h, m)  # the planner's hardware on an engine's profile
+    assert moved == pytest.approx(
+        [float(dcost.kv_transfer_time(p, h, m)) for p in (700, 3000, 150)], rel=1e-5
+    )
+    front = eng.scheduler.frontend_time
+    expect = [front + t_pre(0, p) + d for p, d in zip((700, 3000, 150), moved, strict=True)]
+    assert run.ttft == pytest.approx(expect, rel=1e-9)
+    assert run.e2e == pytest.approx(run.ttft + np.array([4, 8, 1]) * t_dec(1, 0), rel=1e-9)
+    assert run.tpot == pytest.approx([t_dec(1, 0)] * 3, rel=1e-9)
+    assert t_dec(1, 0) < t_pre(1, 0)  # two chips decode faster than the prefill replica's one
+    # a transfer of the user's: a fixed 0.2 s
+    slow = simulate_disaggregated(pre, dec, load, transfer=lambda p: 0.2 + 0.0 * p)
+    assert slow.ttft == pytest.approx(run.ttft - moved + 0.2, rel=1e-9)
+
+
+def test_a_full_decode_pool_makes_arrivals_wait_to_join_and_preempts():
+    """A decode pool whose KV cache holds few sequences: requests wait to join (their TPOT
+    holds the wait) and the pool preempts, every request still finishes, and the least-prefill
+    router's count of prompts to compute returns to zero (a preempted sequence computes its
+    prompt again on the decode replica)."""
+    import dcost.planning.server as server
+
+    made = []
+
+    class Kept(server._Router):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    small = dcost.engine("vllm", hardware="h100-sxm", gpu_memory_utilization=0.215)
+    pre = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=2)
+    dec = Server("h100-sxm", "llama-3.1-8b", engine=small, replicas=2, router="least-prefill")
+    load = Load(prompt=2000, output=400, stages=((20.0, 12.0),))
+    roomy = server.simulate_disaggregated(pre, dataclasses.replace(dec, engine=eng), load)
+    original = server._Router
+    server._Router = Kept
+    try:
+        run = server.simulate_disaggregated(pre, dec, load)
+    finally:
+        server._Router = original
+    assert np.all(np.isfinite(run.e2e)) and run.preemptions > 0
+    assert made[1].prefilling == [0, 0]  # the decode pool's router (the prefill pool's first)
+    assert np.nanmean(run.tpot) > 1.2 * np.nanmean(roomy.tpot)
+    assert run.ttft == pytest.approx(roomy.ttft, rel=1e-12)  # the prefill pool is the same
+
+
+def test_a_disaggregated_simulation_refuses_what_it_cannot_run():
+    from dcost.planning.server import Sessions, simulate_disaggregated
+
+    srv = Server("h100-sxm", "llama-3.1-8b")
+    with pytest.raises(dcost.SpecError, match="load.clients is not allowed"):
+        simulate_disaggregated(srv, srv, Load(prompt=100, output=10, clients=4))
+    sessions = Load(prompt=100, output=10, stages=((1.0, 5.0),), sessions=Sessions(2, 1.0))
+    with pytest.raises(dcost.SpecError, match="load.sessions is not allowed"):
+        simulate_disaggregated(srv, srv, sessions)
+    with pytest.raises(dcost.SpecError, match="prefill must be a dcost.Server"):
+        simulate_disaggregated("h100-sxm", srv, Load(prompt=100, output=10, stages=((1, 5),)))
+    load = Load(prompt=100, output=10, stages=((2.0, 5.0),))
+    with pytest.raises(dcost.SpecError, match=r"transfer = -1.0 s .* a finite time >= 0"):
+        simulate_disaggregated(srv, srv, load, transfer=lambda p: -1.0 + 0.0 * p)

@@ -50,25 +50,38 @@ def token_budget(pool) -> int:
     return c + cap * (1 + k) if pool.role == "aggregated" and c else c
 
 
-def scheduler_settings(pool, engine: str, memory_reserve: float = 0.1) -> dict:
-    """``dcost.engine`` settings of one replica of an aggregated ``pool`` as its launch
+def scheduler_settings(
+    pool, engine: str, memory_reserve: float = 0.1, hardware: str = "h100-sxm"
+) -> dict:
+    """``dcost.engine`` settings of one replica of ``pool`` as its launch
     (``dcost.cli.plan.launch_settings``) sets them: the running-sequence cap, the token budget
-    (``token_budget``), the order of a step (SGLang's mixed chunks; off with speculative
-    decoding) and the share of HBM the plan left the engine (``1 - memory_reserve``, the plan's
-    ``Plan.memory_reserve``). ``dcost.planning.server.Server`` with ``dcost.engine(engine,
-    hardware=..., **scheduler_settings(pool, engine, plan.memory_reserve))`` simulates the
-    planned replicas under the engine's scheduler."""
-    if pool.role != "aggregated":
-        raise ValueError(f"scheduler_settings: a {pool.role} pool; only aggregated pools")
+    (``token_budget``; a decode pool's launch sets none, and its budget is the engine's default
+    on ``hardware`` or the cap's decode tokens, whichever is more: the engines refuse a budget
+    below the cap),
+    the order of a step (SGLang's mixed chunks; off with speculative decoding) and the share of
+    HBM the plan left the engine (``1 - memory_reserve``, the plan's ``Plan.memory_reserve``).
+    ``dcost.planning.server.Server`` with ``dcost.engine(engine, hardware=...,
+    **scheduler_settings(pool, engine, plan.memory_reserve))`` simulates the planned replicas
+    under the engine's scheduler (a disaggregated plan's two pools with
+    ``simulate_disaggregated``)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    prefill_first = engine == "sglang" and bool(pool.draft_tokens)
-    return {
+    prefill_first = engine == "sglang" and bool(pool.draft_tokens) and pool.role == "aggregated"
+    settings = {
         "max_num_seqs": int(pool.batch_cap),
-        "max_num_batched_tokens": max(token_budget(pool), 1),
         "prefill_first": prefill_first,
         "gpu_memory_utilization": 1.0 - float(memory_reserve),
     }
+    if pool.role == "decode":
+        from dcost.engines import default_scheduler
+
+        default = int(default_scheduler(engine, hardware).max_num_batched_tokens)
+        settings["max_num_batched_tokens"] = max(
+            int(pool.batch_cap) * (1 + int(pool.draft_tokens)), default
+        )
+    else:
+        settings["max_num_batched_tokens"] = max(token_budget(pool), 1)
+    return settings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,7 +64,17 @@ import numpy as np
 from dcost.planning.traces import Trace
 from dcost.specs import SpecError, attention_splits, check_count, check_share
 
-__all__ = ["Load", "Bursty", "Sessions", "Server", "ServerRun", "simulate_server", "ROUTERS"]
+__all__ = [
+    "Load",
+    "Bursty",
+    "Sessions",
+    "Server",
+    "ServerRun",
+    "simulate_server",
+    "simulate_disaggregated",
+    "kv_transfer_seconds",
+    "ROUTERS",
+]
 
 ARRIVALS = ("poisson", "constant")
 DISTRIBUTIONS = ("gamma", "lognormal")
@@ -712,7 +722,13 @@ class _Router:
 
 
 def simulate_server(
-    server: Server, load: Load, *, seed: int = 0, warmup: float = 0.1, max_steps: int = 2_000_000
+    server: Server,
+    load: Load,
+    *,
+    seed: int = 0,
+    warmup: float = 0.1,
+    max_steps: int = 2_000_000,
+    _prefilled: bool = False,
 ) -> ServerRun:
     """Run ``load`` through ``server`` (see the module docstring).
 
@@ -722,6 +738,10 @@ def simulate_server(
       seed: NumPy seed of arrivals and lengths.
       warmup: share of requests (by arrival) left out of the statistics at each end.
       max_steps: a bound on the engine steps simulated (an error past it, never a hang).
+      _prefilled: the decode pool of a disaggregated deployment (``simulate_disaggregated``):
+        each request arrives with its prompt's KV cache and its first token, takes KV room for
+        its prompt when it joins (no prompt step), and decodes; no frontend time, no prefix
+        cache; a preempted one computes its prompt and tokens again on the replica.
 
     Returns:
       ``ServerRun`` (``.summary()`` for the figures).
@@ -739,7 +759,7 @@ def simulate_server(
     cap, budget = sched.max_num_seqs, sched.max_num_batched_tokens
     rng = np.random.default_rng(seed)
     x_grid, table, kv_cap = _step_table(server, load, eng, cap, budget)
-    front = float(sched.frontend_time) if eng is not None else 0.0
+    front = float(sched.frontend_time) if eng is not None and not _prefilled else 0.0
     trace = load.trace
     if trace is not None:
         arrival = np.asarray(trace.arrival, float).copy()
@@ -795,7 +815,7 @@ def simulate_server(
 
     # prefix caching: the KV segments a request's prompt starts with, as (key, tokens) pairs; a
     # replica's cache holds segments (least recently used out first) up to its KV tokens
-    caching = sched.prefix_caching
+    caching = sched.prefix_caching and not _prefilled
     block = int(sched.block_size)
     share = float(load.prefix_share) if caching else 0.0
     segments: list[list] = [[] for _ in range(n)]
@@ -842,7 +862,7 @@ def simulate_server(
     inbox: list[deque] = [deque() for _ in range(reps)]  # reached a busy replica, not taken in
     since_recv = [0] * reps  # SGLang's counter: decode-only steps since the last intake
     decode_only = [False] * reps  # whether the replica's last step had no prompt tokens
-    wait_iters = int(sched.batch_wait_iters)
+    wait_iters = 0 if _prefilled else int(sched.batch_wait_iters)
     wait_tokens = float(sched.batch_wait_tokens) * budget
     waited = [0] * reps  # TensorRT-LLM's batch waiting: steps the prompts have waited
     waiting: list[deque] = [deque() for _ in range(reps)]
@@ -912,6 +932,8 @@ def simulate_server(
                 kv[r] += take
         while waiting[r] and room > 0 and len(run) < cap:
             j = waiting[r][0]
+            if _prefilled and left[j] == 0:  # joins with its KV cache (``join``), not here
+                break
             if left[j] == 0:
                 left[j] = admit_tokens(j, r)
             take = min(int(left[j]), room)
@@ -923,6 +945,21 @@ def simulate_server(
             room -= take
             kv[r] += take
         return plan
+
+    def join(r):
+        """A disaggregated decode pool: requests that arrived with their KV cache join the
+        running batch, first come first served, while the cap and the KV cache have room."""
+        run = running[r]
+        while waiting[r] and len(run) < cap:
+            j = waiting[r][0]
+            if left[j] > 0 or kv[r] + prompt_l[j] + 1 > kv_cap:  # preempted: recomputes
+                break
+            waiting[r].popleft()
+            run.append(j)
+            kv[r] += prompt_l[j]
+            kv_of[j] = float(prompt_l[j])
+            route.prefilling[r] -= 1
+            done_tokens[j] = 1  # the prefill pool's first token
 
     def held(r, room, decodes):
         """TensorRT-LLM's batch waiting: whether the prompts that would join this step wait
@@ -961,6 +998,8 @@ def simulate_server(
             if plan:  # a prompt step alone: the running decodes wait
                 launch(r, now, [], plan)
                 return
+        if _prefilled:
+            join(r)
         decoding = [j for j in run if left[j] == 0]
         # a decode step that would overflow the cache preempts the newest sequences
         while decoding and kv[r] + len(decoding) > kv_cap:
@@ -987,6 +1026,8 @@ def simulate_server(
         now, kind = ev[0], ev[1]
         if kind == 0:  # an arrival: to the replica with the least work
             j = ev[2]
+            if _prefilled:  # its first token came with it
+                first[j] = last_token[j] = now
             r = route.pick(running, waiting, inbox)
             if recv > 1 and busy[r]:
                 inbox[r].append(j)
@@ -1069,6 +1110,144 @@ def simulate_server(
         measured=measured,
         times=np.asarray(times),
         running=np.asarray(running_series),
+        windows=_windows(load, arrival),
+    )
+
+
+def kv_transfer_seconds(server: Server, load: Load, tokens) -> np.ndarray:
+    """``dcost.kv_transfer_time`` of prompts of ``tokens`` from one replica of ``server``: the
+    KV cache sharded over its chips, each sending its share over the scale-out links at once
+    (the planner's ``transfer_time``), in the KV format of ``server`` (with its engine's
+    hardware fields where it has an engine)."""
+    import jax.numpy as jnp
+
+    from dcost.serving.mixed import kv_transfer_time
+    from dcost.validation.cases import case
+
+    eng = server.resolved_engine()
+    rec = server.record(load, 1)
+    c = case(rec, engine=eng) if eng is not None else case(rec)
+    chips = server.tensor_parallel * server.attention_data_parallel * server.pipeline_parallel
+    t = kv_transfer_time(jnp.asarray(tokens, jnp.result_type(float)), c.hardware, c.model, chips)
+    return np.asarray(t, float)
+
+
+def simulate_disaggregated(
+    prefill: Server,
+    decode: Server,
+    load: Load,
+    *,
+    transfer=None,
+    seed: int = 0,
+    warmup: float = 0.1,
+    max_steps: int = 2_000_000,
+) -> ServerRun:
+    """Run ``load`` through a disaggregated deployment: prompts on ``prefill``'s replicas, each
+    request's KV cache then moved to ``decode``'s replicas, which decode it.
+
+    The prefill pool runs its engine's scheduler (``simulate_server``) on prompts alone: a
+    request leaves it, with its first token, at the end of the step that completes its prompt
+    (its KV freed: the transfer is not held against the pool's cache). It reaches the decode
+    pool ``transfer(prompt tokens)`` seconds later (default ``kv_transfer_seconds`` of a prefill
+    replica), where a router (``decode.router``) sends it to a replica that lets it join the
+    running batch, first come first served, when the running-sequence cap and the KV cache have
+    room for its prompt (no prompt step; a preempted sequence computes again there). The
+    decode pool does not push back on the prefill pool (each prefill replica hands a finished
+    prompt on at once), so the two pools are simulated one after the other, exactly.
+
+    TTFT is the client's send to the first token's arrival at the decode pool (the prefill
+    pool's TTFT, with its engine's frontend time, plus the transfer, as the planner counts it);
+    TPOT ``(e2e - ttft)/(output - 1)``, which holds the wait to join the decode batch; ITL,
+    preemptions (both pools), the KV peak and the time series are the decode pool's; the prefix
+    hit rate the prefill pool's.
+
+    Args:
+      prefill, decode: the two pools (``Server``; their ``replicas`` the pools' sizes).
+      load: an open loop (stages) or a trace; a closed loop or sessions, whose next request
+        waits for the last one's end, are refused.
+      transfer: ``f(prompt tokens) -> seconds`` (NumPy in, NumPy out), or None (the default).
+      seed, warmup, max_steps: as ``simulate_server`` (``max_steps`` per pool).
+
+    Returns:
+      ``ServerRun``.
+    """
+    for name, srv in (("prefill", prefill), ("decode", decode)):
+        if not isinstance(srv, Server):
+            raise SpecError(
+                f"simulate_disaggregated: {name} must be a dcost.Server, got {type(srv).__name__}"
+            )
+    if not isinstance(load, Load):
+        raise SpecError(f"simulate: load must be a dcost.Load, got {type(load).__name__}")
+    if load.closed or load.sessions is not None or (load.trace and load.trace.session):
+        what = "clients" if load.closed else "sessions"
+        raise SpecError(
+            f"simulate_disaggregated: load.{what} is not allowed: a closed loop's or a session's "
+            "next request waits for the last one's end, which the decode pool sets; an open "
+            "loop (stages) or a trace without sessions"
+        )
+    seed = check_count("simulate", "seed", seed, low=0)
+    rng = np.random.default_rng(seed)
+    if load.trace is not None:
+        arrival = np.asarray(load.trace.arrival, float)
+        prompt = np.asarray(load.trace.prompt, int)
+        output = np.asarray(load.trace.output, int)
+    else:
+        arrival = load.arrivals(rng)
+        if len(arrival) == 0:
+            raise SpecError("simulate: the load sends no request (raise its rate or its seconds)")
+        prompt, output = load.lengths(rng, len(arrival))
+    n = len(arrival)
+    shared = min(float(load.shared_prefix), float(np.min(prompt)) - 1.0)
+    hashes = load.trace.hash_ids if load.trace is not None else None
+    first_leg = Load(
+        prompt=float(np.mean(prompt)),
+        output=1.0,
+        shared_prefix=max(shared, 0.0),
+        prefix_share=load.prefix_share,
+        trace=Trace(arrival, prompt, np.ones(n, int), hash_ids=hashes, source="the load"),
+    )
+    run1 = simulate_server(prefill, first_leg, seed=seed, warmup=warmup, max_steps=max_steps)
+    if transfer is None:
+        moved = kv_transfer_seconds(prefill, first_leg, prompt)
+    else:
+        moved = np.broadcast_to(np.asarray(transfer(prompt), float), (n,))
+        bad = ~np.isfinite(moved) | (moved < 0)
+        if bad.any():
+            raise SpecError(
+                f"simulate_disaggregated.transfer = {float(moved[np.argmax(bad)])!r} s for a "
+                f"prompt of {int(prompt[np.argmax(bad)])} tokens is not allowed: a finite time >= 0"
+            )
+    ready = arrival + run1.ttft + moved
+    order = np.argsort(ready, kind="stable")
+    second_leg = Load(
+        prompt=float(np.mean(prompt)),
+        output=float(np.mean(output)),
+        trace=Trace(
+            ready[order], prompt[order], output[order], source="the decode pool's arrivals"
+        ),
+    )
+    run2 = simulate_server(
+        decode, second_leg, seed=seed, warmup=warmup, max_steps=max_steps, _prefilled=True
+    )
+    back = np.empty(n, int)
+    back[order] = np.arange(n)  # request j is the decode leg's back[j]
+    ttft = ready - arrival
+    e2e = run2.e2e[back] + (ready - arrival)
+    finished = np.isfinite(e2e)
+    return ServerRun(
+        arrival=arrival,
+        ttft=ttft,
+        tpot=run2.tpot[back],
+        e2e=e2e,
+        itl=run2.itl,
+        output_tokens=float(np.sum(output[finished])),
+        duration=float(np.nanmax(arrival + e2e) - np.min(arrival)) if finished.any() else 0.0,
+        preemptions=run1.preemptions + run2.preemptions,
+        prefix_hit_rate=run1.prefix_hit_rate,
+        kv_peak=run2.kv_peak,
+        measured=run1.measured,
+        times=run2.times,
+        running=run2.running,
         windows=_windows(load, arrival),
     )
 

@@ -1,0 +1,171 @@
+"""Do disaggregated plans hold under their engines' schedulers, launched as planned?
+
+Claim (issue 29, "plans that hold in it"): a feasible disaggregated plan for vLLM, SGLang or
+TensorRT-LLM meets its TTFT and TPOT targets when its prefill replicas and its decode replicas
+each run under that engine's scheduler (``dcost.planning.server.simulate_disaggregated``: the
+prefill pool's running-sequence cap and chunk budget, each prompt's KV cache moved over the
+prefill replica's scale-out links as the planner prices it, the decode pool's cap, KV cache,
+preemption and the wait to join its batch) with the settings its launch sets
+(``dcost.planning.launch.scheduler_settings`` per pool), within the simulation's sampling error.
+``experiments/launches_hold.py`` asks it of aggregated plans.
+
+Setting: the ``N`` seeded scenarios of ``plans_hold`` and ``launches_hold`` (a model, a traffic
+preset at a log-uniform rate of 0.5-40 requests/s, TTFT targets of 0.5-5 s and TPOT targets of
+20-100 ms at the 99th percentile) on the engine ``launches_hold`` draws for each, planned
+disaggregated on that engine's H100 profile. A feasible plan's pools get Poisson arrivals at the
+plan's rate with the preset's lengths (``launch_load``) for ``REQUESTS`` requests, ``SEEDS``
+seeds, the engine's frontend time off (the plan's latencies are the engine's), the prefill pool
+behind the router the plan assumes (``launch.ROUTER``), the decode pool behind a
+least-requests one. Misses and touches as ``plans_hold.verdict`` (batch means).
+
+Run: ``python experiments/disaggregated_launches.py [N]`` (default 30; a few minutes on 2
+cores; ``--plot-only`` redraws the figure from the saved results).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import _common as C
+import launches_hold as L
+import numpy as np
+import plans_hold as H
+
+import dcost
+from dcost.planning.launch import ROUTER, launch_load, scheduler_settings
+from dcost.planning.server import Server, simulate_disaggregated
+
+ENGINES, HARDWARE, REQUESTS, SEEDS = L.ENGINES, L.HARDWARE, L.REQUESTS, L.SEEDS
+
+
+def server(model: str, pool, eng, router: str) -> Server:
+    return Server(
+        HARDWARE,
+        model,
+        engine=eng,
+        tensor_parallel=pool.chips_per_stage // pool.attention_dp,
+        attention_data_parallel=pool.attention_dp,
+        pipeline_parallel=pool.stages,
+        replicas=pool.replicas,
+        router=router,
+    )
+
+
+def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
+    traffic = dcost.traffic(case["traffic"], rate=case["rate"])
+    t0 = time.perf_counter()
+    plan = dcost.plan(
+        HARDWARE,
+        case["model"],
+        traffic,
+        ttft_slo=(case["ttft_slo"], H.QUANTILE),
+        tpot_slo=(case["tpot_slo"], H.QUANTILE),
+        mode="disaggregated",
+        engine=engine,
+    )
+    row = dict(case, engine=engine, feasible=bool(plan.feasible))
+    row["plan_seconds"] = time.perf_counter() - t0
+    if not plan.feasible:
+        return row
+    pools = {p.role: p for p in plan.pools}
+    srv = {}
+    for role, router in (("prefill", ROUTER), ("decode", "least-requests")):
+        launch = scheduler_settings(pools[role], engine, plan.memory_reserve, HARDWARE)
+        eng = dcost.engine(engine, hardware=HARDWARE, frontend_time=0.0, **launch)
+        srv[role] = server(case["model"], pools[role], eng, router)
+        row[f"launch_{role}"] = launch
+    load = launch_load(plan, requests)
+    t0 = time.perf_counter()
+    runs = [
+        simulate_disaggregated(srv["prefill"], srv["decode"], load, seed=s) for s in range(seeds)
+    ]
+    row.update(
+        sim_seconds=time.perf_counter() - t0,
+        chips=int(plan.chips),
+        replicas={role: int(pools[role].replicas) for role in pools},
+        predicted_ttft=float(plan.ttft[H.QUANTILE]),
+        predicted_tpot=float(plan.tpot[H.QUANTILE]),
+        ttft=H.verdict([r.ttft[r.measured] for r in runs], case["ttft_slo"]),
+        tpot=H.verdict([r.tpot[r.measured] for r in runs], case["tpot_slo"]),
+        preemptions=int(sum(r.preemptions for r in runs)),
+    )
+    return row
+
+
+def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print) -> dict:
+    rows = []
+    rng = np.random.default_rng(1)  # launches_hold's draw of an engine per scenario
+    for i, case in enumerate(H.scenarios(n)):
+        engine = str(rng.choice(ENGINES))
+        row = run_one(case, engine, requests, seeds)
+        rows.append(row)
+        if row["feasible"]:
+            log(
+                f"{i:3d} {engine:6s} {case['model']:14s} {case['traffic']:15s} "
+                f"{case['rate']:6.2f}/s {row['chips']:3d} chips {row['replicas']}  TTFT p99 "
+                f"{row['predicted_ttft']:.3f} s sim {row['ttft']['pooled']:.3f} "
+                f"(<= {case['ttft_slo']})  TPOT p99 {row['predicted_tpot'] * 1e3:.1f} ms sim "
+                f"{row['tpot']['pooled'] * 1e3:.1f} (<= {case['tpot_slo'] * 1e3:.0f})"
+                f"{'  TTFT MISS' if row['ttft']['miss'] else ''}"
+                f"{'  TPOT MISS' if row['tpot']['miss'] else ''}"
+                f"{'  (touch)' if row['ttft']['touch'] or row['tpot']['touch'] else ''}"
+            )
+        else:
+            log(f"{i:3d} {engine:6s} {case['model']:14s} {case['traffic']:15s} infeasible")
+    feasible = [r for r in rows if r["feasible"]]
+    return {
+        "scenarios": n,
+        "requests": requests,
+        "seeds": seeds,
+        "quantile": H.QUANTILE,
+        "feasible": len(feasible),
+        "missed": sum(r["ttft"]["miss"] or r["tpot"]["miss"] for r in feasible),
+        "missed_ttft": sum(r["ttft"]["miss"] for r in feasible),
+        "missed_tpot": sum(r["tpot"]["miss"] for r in feasible),
+        "touched": sum(
+            (r["ttft"]["touch"] or r["tpot"]["touch"])
+            and not (r["ttft"]["miss"] or r["tpot"]["miss"])
+            for r in feasible
+        ),
+        "by_engine": {
+            e: {
+                "feasible": sum(r["engine"] == e for r in feasible),
+                "missed": sum(
+                    r["engine"] == e and (r["ttft"]["miss"] or r["tpot"]["miss"]) for r in feasible
+                ),
+            }
+            for e in ENGINES
+        },
+        "rows": rows,
+    }
+
+
+def plot(res: dict):
+    fig = L.plot(res)
+    fig.suptitle(
+        f"{res['feasible']} feasible disaggregated plans under their engine's scheduler, "
+        f"launched as planned: {res['missed']} miss, {res['touched']} touch\n(above the line: "
+        "over the target; a touch is within the simulation's sampling error of it)"
+    )
+    return fig
+
+
+def main() -> None:
+    if "--plot-only" in sys.argv:
+        res = json.loads((C.RESULTS / "disaggregated_launches.json").read_text())
+    else:
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+        res = compute(n)
+    C.save("disaggregated_launches", plot(res), res)
+    print(
+        f"{res['feasible']} feasible of {res['scenarios']}; missed {res['missed']} (TTFT "
+        f"{res['missed_ttft']}, TPOT {res['missed_tpot']}); touched {res['touched']}; by "
+        f"engine {res['by_engine']}"
+    )
+    print(json.dumps({k: v for k, v in res.items() if k != "rows"}))
+
+
+if __name__ == "__main__":
+    main()
