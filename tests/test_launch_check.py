@@ -83,10 +83,6 @@ def test_too_few_replicas_get_the_fewest_that_hold(chat_plan):
 
 
 def test_what_cannot_be_checked_is_refused_by_name(chat_plan):
-    traffic = dcost.traffic("chat", rate=27.3)
-    dis = dcost.plan("h100-sxm", "llama-3.1-8b", traffic, mode="disaggregated")
-    with pytest.raises(dcost.SpecError, match="a disaggregated plan"):
-        check_launch(dis, "h100-sxm", "llama-3.1-8b", "vllm")
     bad = dataclasses.replace(chat_plan, feasible=False)
     with pytest.raises(dcost.SpecError, match="the plan is infeasible"):
         check_launch(bad, "h100-sxm", "llama-3.1-8b", "vllm")
@@ -96,6 +92,69 @@ def test_what_cannot_be_checked_is_refused_by_name(chat_plan):
         check_launch(chat_plan, "h100-sxm", "llama-3.1-8b", "vllm", requests=50)
     with pytest.raises(dcost.SpecError, match="check_launch.max_extra = -1"):
         check_launch(chat_plan, "h100-sxm", "llama-3.1-8b", "vllm", max_extra=-1)
+
+
+@pytest.fixture(scope="module")
+def disaggregated_plan():
+    traffic = dcost.traffic("chat", rate=27.3)
+    return dcost.plan("h100-sxm", "llama-3.1-8b", traffic, engine="vllm", mode="disaggregated")
+
+
+def _pools(p, engine="vllm"):
+    """A disaggregated plan's prefill and decode pools under the engine's scheduler, as the
+    launch sets each (the decode pool behind a least-requests router)."""
+    out = []
+    for pool, router in zip(p.pools, (ROUTER, "least-requests"), strict=True):
+        settings = scheduler_settings(pool, engine, p.memory_reserve)
+        eng = dcost.engine(engine, hardware="h100-sxm", **settings)
+        out.append(Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=pool.replicas,
+                          tensor_parallel=pool.chips_per_stage, router=router))  # fmt: skip
+    return out
+
+
+def test_a_disaggregated_plan_is_checked_pool_by_pool(disaggregated_plan, capsys):
+    """Both pools under the engine's scheduler (simulate_disaggregated): the check's figures are
+    that simulation's; with the prefill pool cut to one replica and a TTFT target it misses,
+    the check names the prefill replicas that hold it beside the planned decode pool; the
+    command line prints and writes the pair."""
+    from dcost.cli import main
+    from dcost.planning.server import simulate_disaggregated
+
+    p = disaggregated_plan
+    assert [x.role for x in p.pools] == ["prefill", "decode"]
+    pre, dec = _pools(p)
+    key = (pre.replicas, dec.replicas)
+    c = check_launch(p, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS)
+    run = simulate_disaggregated(pre, dec, launch_load(p, REQUESTS), seed=0)
+    ttft = float(np.quantile(run.ttft[run.measured], p.ttft_slo[1]))
+    assert c.planned == key and c.ttft == {key: pytest.approx(ttft)} and c.holds
+    assert c.replicas == key
+    assert pre.replicas >= 2
+    one = tuple(dataclasses.replace(x, replicas=1) if x.role == "prefill" else x for x in p.pools)
+    tight = (0.5 * (c.ttft[key] + ttft_at_one(p, one, dec)), p.ttft_slo[1])
+    cut = dataclasses.replace(p, pools=one, ttft_slo=tight)
+    miss = check_launch(cut, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS)
+    assert not miss.holds and miss.planned == (1, dec.replicas)
+    assert miss.replicas is not None and miss.replicas[0] >= 2 and miss.replicas[1] == dec.replicas
+    assert miss.ttft[miss.replicas] <= tight[0] < miss.ttft[(1, dec.replicas)]
+    args = ["plan", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--traffic", "chat",
+            "--rate", "27.3", "--engine", "vllm", "--mode", "disaggregated"]  # fmt: skip
+    assert main([*args, "--check-launch", str(REQUESTS), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["launch_check"]["vllm"]
+    label = f"{key[0]}+{key[1]}"
+    assert got["planned_replicas"] == {"prefill": key[0], "decode": key[1]}
+    assert got["ttft"] == {label: pytest.approx(ttft)} and got["holds"]
+    assert main([*args, "--check-launch", str(REQUESTS)]) == 0
+    assert "under vllm's scheduler, least-prefill router" in capsys.readouterr().out
+
+
+def ttft_at_one(p, pools, dec):
+    """The simulated TTFT percentile with one prefill replica (the decode pool as planned)."""
+    from dcost.planning.server import simulate_disaggregated
+
+    pre = _pools(dataclasses.replace(p, pools=pools))[0]
+    run = simulate_disaggregated(pre, dec, launch_load(p, REQUESTS), seed=0)
+    return float(np.quantile(run.ttft[run.measured], p.ttft_slo[1]))
 
 
 def test_cli_checks_the_launch(capsys):

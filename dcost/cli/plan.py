@@ -9,10 +9,10 @@ $/hour, $ per million input and output tokens, predicted TTFT and TPOT percentil
 binding limit; then the launch settings the plan implies for vLLM, SGLang and TensorRT-LLM
 (parallel degrees, running sequences, chunk size). ``--simulate N`` runs the planned fleet
 through the discrete-event simulation and prints its percentiles beside the prediction;
-``--check-launch N`` simulates each engine's launch of an aggregated plan under that engine's own
-scheduler (``dcost.planning.launch.check_launch``), behind the router ``--router`` names (the
-plan's own by default), and says whether the targets hold, and where they miss, how many
-replicas hold them.
+``--check-launch N`` simulates each engine's launch of the plan (a disaggregated plan's two
+pools, each prompt's KV cache moved between them) under that engine's own scheduler
+(``dcost.planning.launch.check_launch``), behind the router ``--router`` names (the plan's own by
+default), and says whether the targets hold, and where they miss, how many replicas hold them.
 ``--json`` prints SI units under the API's names. Exit codes: 0 a plan, 1 infeasible (the
 binding limit is printed), 2 a bad argument.
 """
@@ -157,16 +157,17 @@ def add_parsers(subparsers) -> None:
         type=int,
         default=0,
         metavar="REQUESTS",
-        help="simulate each engine's launch of an aggregated plan under that engine's own "
-        "scheduler (REQUESTS requests at the plan's rate); where a target misses, say how "
-        "many replicas hold it",
+        help="simulate each engine's launch of the plan (both pools of a disaggregated one) "
+        "under that engine's own scheduler (REQUESTS requests at the plan's rate); where a "
+        "target misses, say how many replicas hold it",
     )
     p.add_argument(
         "--router",
         choices=ROUTERS,
         default=ROUTER,
-        help=f"the router --check-launch puts in front of the replicas (default {ROUTER}, what "
-        "the plan's TTFT assumes; least-requests for a least-connections balancer)",
+        help=f"the router --check-launch puts in front of the replicas that prefill (default "
+        f"{ROUTER}, what the plan's TTFT assumes; least-requests for a least-connections "
+        "balancer)",
     )
     p.add_argument(
         "--engine",
@@ -289,7 +290,7 @@ def _one_plan(args) -> int:
     sim = simulate(p, requests=args.simulate) if p.feasible and args.simulate else None
     engines = () if args.engine == "none" else ENGINES if args.engine == "all" else (args.engine,)
     checks = {}
-    if args.check_launch and p.feasible and p.mode == "aggregated":
+    if args.check_launch and p.feasible:
         from dcost.planning.launch import check_launch
 
         for e in engines:
@@ -347,19 +348,38 @@ def _one_plan(args) -> int:
     return 0 if p.feasible else 1
 
 
+def _replicas_json(n):
+    """A replica count, or a disaggregated plan's ``{"prefill": P, "decode": D}``."""
+    return {"prefill": n[0], "decode": n[1]} if isinstance(n, tuple) else n
+
+
+def _replicas_key(n) -> str:
+    """A replica count as a JSON key: ``"4"``, or ``"2+3"`` (prefill + decode replicas)."""
+    return f"{n[0]}+{n[1]}" if isinstance(n, tuple) else str(n)
+
+
+def _replicas_text(n) -> str:
+    return (
+        f"{n[0]} prefill + {n[1]} decode replicas"
+        if isinstance(n, tuple)
+        else f"{n} replica{'' if n == 1 else 's'}"
+    )
+
+
 def _check_json(c) -> dict:
-    """A ``LaunchCheck`` in SI units, its replica counts as keys."""
+    """A ``LaunchCheck`` in SI units, its replica counts as keys (a disaggregated plan's
+    ``"P+D"``, prefill + decode replicas)."""
     return {
         "requests": c.requests,
-        "planned_replicas": c.planned,
+        "planned_replicas": _replicas_json(c.planned),
         "holds": c.holds,
-        "replicas_that_hold": c.replicas,
+        "replicas_that_hold": None if c.replicas is None else _replicas_json(c.replicas),
         "targets": {"ttft": c.targets[0], "tpot": c.targets[1]},
         "quantiles": {"ttft": c.quantiles[0], "tpot": c.quantiles[1]},
         "frontend_time": c.frontend_time,
         "router": c.router,
-        "ttft": {str(n): v for n, v in c.ttft.items()},
-        "tpot": {str(n): v for n, v in c.tpot.items()},
+        "ttft": {_replicas_key(n): v for n, v in c.ttft.items()},
+        "tpot": {_replicas_key(n): v for n, v in c.tpot.items()},
     }
 
 
@@ -377,15 +397,15 @@ def _check_line(c) -> str:
     if c.holds:
         return line + ": holds"
     if c.replicas is None:
-        most = max(c.ttft)
+        most = list(c.ttft)[-1]  # the last tried: the most
         return (
-            f"{line}: misses, and still at {most} replicas (TTFT {fmt_time(c.ttft[most])}, "
-            f"TPOT {fmt_time(c.tpot[most])}), the most it tries; where more replicas barely "
-            "move a TTFT, its long prompts' own steps bind, not the queue"
+            f"{line}: misses, and still at {_replicas_text(most)} (TTFT "
+            f"{fmt_time(c.ttft[most])}, TPOT {fmt_time(c.tpot[most])}), the most it tries; where "
+            "more replicas barely move a TTFT, its long prompts' own steps bind, not the queue"
         )
     return (
-        f"{line}: misses; {c.replicas} replicas hold it (TTFT {fmt_time(c.ttft[c.replicas])}, "
-        f"TPOT {fmt_time(c.tpot[c.replicas])})"
+        f"{line}: misses; {_replicas_text(c.replicas)} hold it (TTFT "
+        f"{fmt_time(c.ttft[c.replicas])}, TPOT {fmt_time(c.tpot[c.replicas])})"
     )
 
 
@@ -548,9 +568,6 @@ def _print(args, p, sim, engines, checks=None) -> None:
     note = router_note(p) if p.feasible else None
     if note:
         print("\n" + note)
-    if args.check_launch and p.mode != "aggregated":
-        print(f"\n--check-launch: a {p.mode} plan; engines' schedulers are simulated for "
-              "aggregated plans only")  # fmt: skip
 
 
 _SGLANG_PREFILL = 16384

@@ -90,26 +90,28 @@ class LaunchCheck:
 
     Attributes:
       engine: the engine's name.
-      planned: the plan's replicas.
+      planned: the plan's replicas (a disaggregated plan: ``(prefill, decode)`` replicas).
       ttft, tpot: ``{replicas: simulated latency at the target's quantile}`` (s), one entry per
-        replica count tried, in the order tried.
+        replica count (or pair) tried, in the order tried.
       targets: ``(TTFT target, TPOT target)`` (s); quantiles: theirs.
       holds: whether the planned replicas meet both targets in the simulation.
       replicas: the fewest replicas tried that meet both (the planned ones when they hold), or
-        None when none of those tried did.
+        None when none of those tried did; a disaggregated plan's pair: the fewest prefill
+        replicas that meet the TTFT target, then the fewest decode replicas beside them that
+        meet the TPOT target.
       requests: requests simulated per replica count; frontend_time: the client-side time each
         TTFT carries (the engine's, s); router: the router in front of the replicas
         (``Server.router``).
     """
 
     engine: str
-    planned: int
+    planned: int | tuple[int, int]
     ttft: dict
     tpot: dict
     targets: tuple[float, float]
     quantiles: tuple[float, float]
     holds: bool
-    replicas: int | None
+    replicas: int | tuple[int, int] | None
     requests: int
     frontend_time: float
     router: str = ROUTER
@@ -147,30 +149,31 @@ def check_launch(
     max_extra: float = 1.0,
     router: str = ROUTER,
 ) -> LaunchCheck:
-    """Simulate an aggregated ``plan``'s replicas as ``engine`` launches them
-    (``scheduler_settings``) at the plan's traffic (Poisson arrivals at its rate, its length
-    means and spreads, its prefix hits as the share of each prompt already cached), with the
-    engine's frontend
-    time, and compare the TTFT and TPOT at the targets' quantiles with the targets. Where one
-    misses, add replicas (one, two, four, ... up to ``max_extra`` times the planned count more)
-    until both hold: the answer is the fewest tried that hold.
+    """Simulate a ``plan``'s replicas as ``engine`` launches them (``scheduler_settings``; a
+    disaggregated plan's prefill and decode pools with ``simulate_disaggregated``, the decode
+    pool behind a least-requests router) at the plan's traffic (Poisson arrivals at its rate,
+    its length means and spreads, its prefix hits as the share of each prompt already cached),
+    with the engine's frontend time, and compare the TTFT and TPOT at the targets' quantiles
+    with the targets. Where one misses, add replicas (one, two, four, ... up to ``max_extra``
+    times the planned count more) until both hold: the answer is the fewest tried that hold (a
+    disaggregated plan: prefill replicas for the TTFT, then decode replicas for the TPOT).
 
     Args:
-      plan: a feasible aggregated ``dcost.plan`` answer.
+      plan: a feasible ``dcost.plan`` answer.
       hardware, model: the preset names the plan was made for.
       engine: "vllm", "sglang" or "trtllm".
       requests: requests per simulation (the first and last 10 % left out).
       seed: NumPy seed of the arrivals and lengths.
       profile: a profile file of the engine (``dcost calibrate``), or None for the shipped one.
       max_extra: most replicas to add, as a share of the planned count (at least one).
-      router: the router in front of the replicas (``Server.router``; default ``ROUTER``, the
-        one the plan assumes).
+      router: the router in front of the replicas that prefill (``Server.router``; default
+        ``ROUTER``, the one the plan assumes).
 
     Returns:
       ``LaunchCheck``.
     """
     from dcost import engines
-    from dcost.planning.server import Server, simulate_server
+    from dcost.planning.server import Server, simulate_disaggregated, simulate_server
     from dcost.specs import SpecError, check_count
 
     requests = check_count("check_launch", "requests", requests, low=100)
@@ -186,56 +189,64 @@ def check_launch(
         )
     if not plan.feasible:
         raise SpecError("check_launch: the plan is infeasible; nothing to launch")
-    if plan.mode != "aggregated":
-        raise SpecError(
-            f"check_launch: a {plan.mode} plan; the engine's scheduler is simulated for "
-            "aggregated plans only"
-        )
-    (pool,) = plan.pools
-    settings = scheduler_settings(pool, engine, plan.memory_reserve)
-    eng = engines.engine(engine, hardware=hardware, profile=profile, **settings)
     load = launch_load(plan, requests)
     (t_target, t_q), (p_target, p_q) = plan.ttft_slo, plan.tpot_slo
     ttft: dict = {}
     tpot: dict = {}
-
-    def meets(n: int) -> bool:
-        srv = Server(
+    pools = {pool.role: pool for pool in plan.pools}
+    servers = {}
+    for role, pool in pools.items():
+        settings = scheduler_settings(pool, engine, plan.memory_reserve, hardware)
+        eng = engines.engine(engine, hardware=hardware, profile=profile, **settings)
+        servers[role] = Server(
             hardware,
             model,
             engine=eng,
             tensor_parallel=pool.chips_per_stage // pool.attention_dp,
             attention_data_parallel=pool.attention_dp,
             pipeline_parallel=pool.stages,
-            replicas=n,
-            router=router,
+            replicas=int(pool.replicas),
+            router=router if role != "decode" else "least-requests",
         )
-        run = simulate_server(srv, load, seed=seed)
-        t, p = run.ttft[run.measured], run.tpot[run.measured]
-        ttft[n] = float(np.quantile(t[np.isfinite(t)], t_q))
-        tpot[n] = float(np.quantile(p[np.isfinite(p)], p_q))
-        return ttft[n] <= t_target and tpot[n] <= p_target
 
-    n0 = int(pool.replicas)
-    holds = meets(n0)
-    found: int | None = n0 if holds else None
-    if not holds:
-        limit = n0 + max(1, int(max_extra * n0))
-        step, lo = 1, n0
-        while found is None and lo < limit:
-            n = min(lo + step, limit)
-            if meets(n):
-                found = n
+    def simulated(key) -> tuple[bool, bool]:
+        """Whether the replicas ``key`` (a count, or a (prefill, decode) pair) meet the TTFT
+        and the TPOT target."""
+        if key not in ttft:
+            if isinstance(key, tuple):
+                pre = dataclasses.replace(servers["prefill"], replicas=key[0])
+                dec = dataclasses.replace(servers["decode"], replicas=key[1])
+                run = simulate_disaggregated(pre, dec, load, seed=seed)
             else:
-                lo, step = n, 2 * step
-        if found is not None:  # the fewest between the last miss and the first hold
-            miss = lo
-            while found - miss > 1:
-                mid = (found + miss) // 2
-                if meets(mid):
-                    found = mid
-                else:
-                    miss = mid
+                srv = dataclasses.replace(servers["aggregated"], replicas=key)
+                run = simulate_server(srv, load, seed=seed)
+            t, p = run.ttft[run.measured], run.tpot[run.measured]
+            ttft[key] = float(np.quantile(t[np.isfinite(t)], t_q))
+            tpot[key] = float(np.quantile(p[np.isfinite(p)], p_q))
+        return ttft[key] <= t_target, tpot[key] <= p_target
+
+    found: int | tuple[int, int] | None
+    n0: int | tuple[int, int]
+    if plan.mode == "aggregated":
+        n = int(pools["aggregated"].replicas)
+        n0 = n
+        holds = all(simulated(n))
+        found = n if holds else _fewest(n, lambda n: all(simulated(n)), max_extra)
+    else:  # the prompts' pool for TTFT (the decode pool does not move it), then the decode pool
+        p0, d0 = int(pools["prefill"].replicas), int(pools["decode"].replicas)
+        n0 = (p0, d0)
+        holds = all(simulated(n0))
+        found = n0 if holds else None
+        if not holds:
+            p1 = p0 if simulated(n0)[0] else _fewest(p0, lambda n: simulated((n, d0))[0], max_extra)
+            if p1 is not None:
+                d1 = (
+                    d0
+                    if simulated((p1, d0))[1]
+                    else _fewest(d0, lambda n: simulated((p1, n))[1], max_extra)
+                )
+                if d1 is not None and all(simulated((p1, d1))):
+                    found = (p1, d1)
     return LaunchCheck(
         engine=engine,
         planned=n0,
@@ -246,6 +257,30 @@ def check_launch(
         holds=holds,
         replicas=found,
         requests=requests,
-        frontend_time=float(eng.scheduler.frontend_time),
+        frontend_time=float(eng.scheduler.frontend_time),  # the same for every pool
         router=router,
     )
+
+
+def _fewest(n0: int, meets, max_extra: float) -> int | None:
+    """The fewest replicas above ``n0`` (which misses) that ``meets``: one, two, four, ... more,
+    up to ``max_extra`` times ``n0`` more (at least one), then the fewest between the last miss
+    and the first hold; None when none of those tried does."""
+    limit = n0 + max(1, int(max_extra * n0))
+    step, lo = 1, n0
+    found = None
+    while found is None and lo < limit:
+        n = min(lo + step, limit)
+        if meets(n):
+            found = n
+        else:
+            lo, step = n, 2 * step
+    if found is not None:
+        miss = lo
+        while found - miss > 1:
+            mid = (found + miss) // 2
+            if meets(mid):
+                found = mid
+            else:
+                miss = mid
+    return found
