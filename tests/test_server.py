@@ -794,3 +794,16 @@ def test_a_disaggregated_simulation_refuses_what_it_cannot_run():
     load = Load(prompt=100, output=10, stages=((2.0, 5.0),))
     with pytest.raises(dcost.SpecError, match=r"transfer = -1.0 s .* a finite time >= 0"):
         simulate_disaggregated(srv, srv, load, transfer=lambda p: -1.0 + 0.0 * p)
+
+
+def test_dcost_simulate_takes_a_prefill_and_a_decode_pool():
+    """``dcost.simulate((prefill, decode), load)`` is ``simulate_disaggregated``'s run."""
+    from dcost.planning.server import simulate_disaggregated
+
+    srv = Server("h100-sxm", "llama-3.1-8b")
+    load = Load(prompt=500, output=20, stages=((4.0, 10.0),))
+    run = dcost.simulate((srv, srv), load, seed=3)
+    same = simulate_disaggregated(srv, srv, load, seed=3)
+    assert np.array_equal(run.ttft, same.ttft) and np.array_equal(run.e2e, same.e2e)
+    with pytest.raises(dcost.SpecError, match=r"simulate\(\(prefill, decode\), load\): load"):
+        dcost.simulate((srv, srv), dcost.traffic("chat"))

@@ -101,10 +101,13 @@ def simulate(
 
     ``dcost.simulate(server, load, seed=...)`` runs one deployment (a ``dcost.Server``) under a
     ``dcost.Load`` instead, with its engine's scheduler (``dcost.planning.server``), and returns
-    a ``ServerRun``.
+    a ``ServerRun``; ``dcost.simulate((prefill, decode), load)`` a disaggregated one, two
+    ``Server`` pools with each prompt's KV cache moved between them
+    (``dcost.planning.server.simulate_disaggregated``).
 
     Args:
-      plan: a feasible ``dcost.Plan`` (or a ``dcost.Server``).
+      plan: a feasible ``dcost.Plan`` (or a ``dcost.Server``, or a ``(prefill, decode)`` pair of
+        them).
       traffic: the requests (default: the plan's own); another rate or mix shows how the same
         fleet copes.
       requests, seed, warmup, max_events: as ``dcost.planning.simulate_aggregated``.
@@ -120,9 +123,20 @@ def simulate(
     >>> sim.truncated, len(sim.ttft_percentiles) == len(p.ttft)
     (False, True)
     """
+    from dcost.planning import server as engine_server
     from dcost.planning.planner import Plan
     from dcost.planning.server import Load, Server, simulate_server
 
+    if isinstance(plan, tuple) and len(plan) == 2 and all(isinstance(s, Server) for s in plan):
+        # a disaggregated deployment: (prefill, decode) pools under their engine's scheduler
+        if not isinstance(traffic, Load):
+            raise SpecError(
+                "simulate((prefill, decode), load): load must be a dcost.Load, got "
+                f"{type(traffic).__name__}"
+            )
+        return engine_server.simulate_disaggregated(
+            plan[0], plan[1], traffic, seed=seed, warmup=warmup
+        )
     if isinstance(plan, Server):
         # one deployment under a load: the engine's scheduler (dcost.planning.server)
         if not isinstance(traffic, Load):
