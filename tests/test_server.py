@@ -737,6 +737,10 @@ def test_lone_requests_of_a_disaggregated_pair_pay_prefill_transfer_then_decode(
     assert moved == pytest.approx(
         [float(dcost.kv_transfer_time(p, h, m)) for p in (700, 3000, 150)], rel=1e-5
     )
+    # over a stage pair's two chips: twice the prompt in the time of one chip's (a record that
+    # the serving model takes at any depth of stages)
+    staged = Server("h100-sxm", "llama-3.1-8b", engine=eng, pipeline_parallel=2)
+    assert kv_transfer_seconds(staged, first, [1400, 6000, 300]) == pytest.approx(moved, rel=1e-5)
     front = eng.scheduler.frontend_time
     expect = [front + t_pre(0, p) + d for p, d in zip((700, 3000, 150), moved, strict=True)]
     assert run.ttft == pytest.approx(expect, rel=1e-9)
@@ -807,3 +811,29 @@ def test_dcost_simulate_takes_a_prefill_and_a_decode_pool():
     assert np.array_equal(run.ttft, same.ttft) and np.array_equal(run.e2e, same.e2e)
     with pytest.raises(dcost.SpecError, match=r"simulate\(\(prefill, decode\), load\): load"):
         dcost.simulate((srv, srv), dcost.traffic("chat"))
+
+
+def test_cli_simulates_a_disaggregated_deployment(capsys):
+    """``--decode-replicas`` (and ``--decode-tensor-parallel``) make ``dcost simulate`` run
+    ``simulate_disaggregated``: the JSON is its summary, the text names both pools."""
+    import json
+
+    from dcost.cli import main
+    from dcost.planning.server import simulate_disaggregated
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm",
+            "--rate", "6", "--seconds", "20", "--prompt", "800", "--output", "40"]  # fmt: skip
+    pools = ["--decode-replicas", "2", "--decode-tensor-parallel", "2"]
+    assert main([*args, *pools, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    pre = Server("h100-sxm", "llama-3.1-8b", engine=eng)
+    dec = Server("h100-sxm", "llama-3.1-8b", engine=eng, tensor_parallel=2, replicas=2)
+    want = simulate_disaggregated(pre, dec, Load(prompt=800, output=40, stages=((6.0, 20.0),)))
+    assert got["ttft"]["p99"] == pytest.approx(want.summary()["ttft"]["p99"])
+    assert got["tpot"]["mean"] == pytest.approx(want.summary()["tpot"]["mean"])
+    assert got["disaggregated"]["decode_replicas"] == 2
+    assert main([*args, *pools]) == 0
+    assert "(TP2) decoding, each KV cache moved between them" in capsys.readouterr().out
+    assert main([*args, "--decode-tensor-parallel", "2"]) == 2
+    assert "give --decode-replicas" in capsys.readouterr().err

@@ -6,6 +6,8 @@
         --rate 20 --seconds 600 --arrival constant --json
     dcost simulate --hardware h100-sxm --model llama-3.1-8b --engine vllm --trace trace.csv
 
+``--decode-replicas N`` (and ``--decode-tensor-parallel G``) makes it disaggregated: the
+``--replicas`` prefill, N more decode (``dcost.planning.server.simulate_disaggregated``).
 ``--trace FILE`` replays a trace (dcost's CSV or JSON Lines, the Azure LLM inference traces,
 BurstGPT, Mooncake: ``dcost.planning.traces``). Prints TTFT, TPOT, ITL and end-to-end latency
 (mean and percentiles), throughput, preemptions, the prefix-cache hit rate and the KV cache's
@@ -99,7 +101,14 @@ def _launch(eng) -> str:
 
 
 def _cmd_simulate(args) -> int:
-    from dcost.planning.server import Bursty, Load, Server, Sessions, simulate_server
+    from dcost.planning.server import (
+        Bursty,
+        Load,
+        Server,
+        Sessions,
+        simulate_disaggregated,
+        simulate_server,
+    )
 
     kinds = [k for k, v in (("--clients", args.clients), ("--rate", args.rate)) if v]
     if args.trace:
@@ -149,7 +158,19 @@ def _cmd_simulate(args) -> int:
         kv_cache=args.kv_cache,
         router=args.router,
     )
-    run = simulate_server(srv, load, seed=args.seed)
+    decode = None
+    if args.decode_replicas is not None or args.decode_tensor_parallel is not None:
+        if args.decode_replicas is None:
+            raise ValueError("--decode-tensor-parallel sets a decode pool: give --decode-replicas")
+        decode = dataclasses.replace(
+            srv,
+            replicas=args.decode_replicas,
+            tensor_parallel=args.decode_tensor_parallel or args.tensor_parallel,
+            router="least-requests",
+        )
+        run = simulate_disaggregated(srv, decode, load, seed=args.seed)
+    else:
+        run = simulate_server(srv, load, seed=args.seed)
     s = run.summary()
     eng = srv.resolved_engine()
     if eng is not None:  # the engine and its launch as simulated
@@ -159,6 +180,14 @@ def _cmd_simulate(args) -> int:
             "scheduler": dataclasses.asdict(eng.scheduler),
         }
     s["router"] = srv.router
+    if decode is not None:
+        s["disaggregated"] = {
+            "prefill_replicas": srv.replicas,
+            "prefill_tensor_parallel": srv.tensor_parallel,
+            "decode_replicas": decode.replicas,
+            "decode_tensor_parallel": decode.tensor_parallel,
+            "decode_router": decode.router,
+        }
     if args.plot:
         run.plot(load).savefig(args.plot, dpi=110)
     if args.json:
@@ -179,9 +208,15 @@ def _cmd_simulate(args) -> int:
     else:
         loop = f"{args.clients} clients" if args.clients else f"{len(args.rate)} stage(s)"
     routed = f", {args.router} router" if args.replicas > 1 else ""
+    where = f"{args.replicas} x {args.hardware} (TP{args.tensor_parallel}{routed})"
+    if decode is not None:
+        where = (
+            f"{where} prefilling and {decode.replicas} x {args.hardware} "
+            f"(TP{decode.tensor_parallel}) decoding, each KV cache moved between them"
+        )
     print(
-        f"{args.model} on {args.replicas} x {args.hardware} (TP{args.tensor_parallel}{routed}), "
-        f"{_launch(eng)}: {loop}, prompts {load.prompt:g}, outputs {load.output:g}"
+        f"{args.model} on {where}, {_launch(eng)}: {loop}, prompts {load.prompt:g}, "
+        f"outputs {load.output:g}"
     )
     print(format_table(rows, ["ms", "mean", "p50", "p90", "p99"]))
     print(
@@ -213,6 +248,19 @@ def add_parsers(sub) -> None:
     p.add_argument("--attention-data-parallel", type=int, default=1)
     p.add_argument("--pipeline-parallel", type=int, default=1)
     p.add_argument("--replicas", type=int, default=1)
+    p.add_argument(
+        "--decode-replicas",
+        type=int,
+        default=None,
+        help="disaggregated: this many decode replicas beside the --replicas that prefill "
+        "(each prompt's KV cache moved over the prefill replica's scale-out links)",
+    )
+    p.add_argument(
+        "--decode-tensor-parallel",
+        type=int,
+        default=None,
+        help="disaggregated: the decode replicas' tensor parallelism (default --tensor-parallel)",
+    )
     p.add_argument(
         "--router",
         default="least-requests",

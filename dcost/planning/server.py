@@ -1125,7 +1125,9 @@ def kv_transfer_seconds(server: Server, load: Load, tokens) -> np.ndarray:
     from dcost.validation.cases import case
 
     eng = server.resolved_engine()
-    rec = server.record(load, 1)
+    # a batch of a sequence per micro-batch and data-parallel rank: the record must be one the
+    # serving model takes; the transfer does not depend on it
+    rec = server.record(load, server.pipeline_parallel * server.attention_data_parallel)
     c = case(rec, engine=eng) if eng is not None else case(rec)
     chips = server.tensor_parallel * server.attention_data_parallel * server.pipeline_parallel
     t = kv_transfer_time(jnp.asarray(tokens, jnp.result_type(float)), c.hardware, c.model, chips)
