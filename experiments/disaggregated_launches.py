@@ -90,6 +90,7 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
         ttft=H.verdict([r.ttft[r.measured] for r in runs], case["ttft_slo"]),
         tpot=H.verdict([r.tpot[r.measured] for r in runs], case["tpot_slo"]),
         preemptions=int(sum(r.preemptions for r in runs)),
+        unserved=int(sum(r.unserved for r in runs)),  # beyond a replica's KV cache: not sent
     )
     return row
 
@@ -124,6 +125,7 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
         "missed": sum(r["ttft"]["miss"] or r["tpot"]["miss"] for r in feasible),
         "missed_ttft": sum(r["ttft"]["miss"] for r in feasible),
         "missed_tpot": sum(r["tpot"]["miss"] for r in feasible),
+        "unserved": sum(r["unserved"] for r in feasible),
         "touched": sum(
             (r["ttft"]["touch"] or r["tpot"]["touch"])
             and not (r["ttft"]["miss"] or r["tpot"]["miss"])

@@ -837,3 +837,24 @@ def test_cli_simulates_a_disaggregated_deployment(capsys):
     assert "(TP2) decoding, each KV cache moved between them" in capsys.readouterr().out
     assert main([*args, "--decode-tensor-parallel", "2"]) == 2
     assert "give --decode-replicas" in capsys.readouterr().err
+
+
+def test_requests_no_disaggregated_pool_can_hold_are_counted_unserved():
+    """Drawn prompts beyond what a prefill replica's KV cache holds are never served (NaN
+    latencies, ``ServerRun.unserved``), the others are; a trace with such a request is refused
+    by name, as simulate_server refuses it."""
+    from dcost.planning.server import simulate_disaggregated
+    from dcost.planning.traces import Trace
+
+    small = dcost.engine("vllm", hardware="h100-sxm", gpu_memory_utilization=0.215)
+    pre = Server("h100-sxm", "llama-3.1-8b", engine=small)
+    dec = Server("h100-sxm", "llama-3.1-8b", engine="vllm")
+    load = Load(prompt=2000, output=50, prompt_cv=1.5, stages=((2.0, 60.0),))
+    run = simulate_disaggregated(pre, dec, load)
+    lost = ~np.isfinite(run.e2e)
+    assert 0 < run.unserved == lost.sum() < 0.1 * len(run.e2e)
+    assert np.all(np.isnan(run.ttft[lost])) and np.all(np.isfinite(run.ttft[~lost]))
+    prompts = np.array([500] * 9 + [60_000])
+    trace = Trace(np.arange(10.0), prompts, np.full(10, 5))
+    with pytest.raises(dcost.SpecError, match="request 9 of the trace"):
+        simulate_disaggregated(pre, dec, Load(prompt=6450.0, output=5.0, trace=trace))

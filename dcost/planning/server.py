@@ -479,6 +479,8 @@ class ServerRun:
     running: np.ndarray  # and its running sequences after each step
     # an open loop's windows of arrival times, one per stage (a trace: one); a closed loop: none
     windows: tuple = ()
+    # requests never served: a disaggregated pool's KV cache cannot hold them (NaN latencies)
+    unserved: int = 0
 
     def queue_grew(self) -> list[int]:
         """The stages (1-based; a trace is stage 1) whose queue grew while they lasted: the
@@ -729,6 +731,7 @@ def simulate_server(
     warmup: float = 0.1,
     max_steps: int = 2_000_000,
     _prefilled: bool = False,
+    _unserved: bool = False,
 ) -> ServerRun:
     """Run ``load`` through ``server`` (see the module docstring).
 
@@ -742,6 +745,8 @@ def simulate_server(
         each request arrives with its prompt's KV cache and its first token, takes KV room for
         its prompt when it joins (no prompt step), and decodes; no frontend time, no prefix
         cache; a preempted one computes its prompt and tokens again on the replica.
+      _unserved: a trace's requests that need more KV tokens than a replica holds are never
+        sent (their latencies NaN) where they would be refused by name.
 
     Returns:
       ``ServerRun`` (``.summary()`` for the figures).
@@ -766,7 +771,9 @@ def simulate_server(
         n = len(arrival)
         prompt, output = np.asarray(trace.prompt, int), np.asarray(trace.output, int)
         longest = int(np.argmax(prompt + output))
-        if prompt[longest] + output[longest] > kv_cap:
+        if _unserved:  # a disaggregated pool's leg: those no replica holds are never sent
+            arrival[prompt + output > kv_cap] = np.inf
+        elif prompt[longest] + output[longest] > kv_cap:
             raise SpecError(
                 f"simulate: request {longest} of the trace ({trace.source}) needs "
                 f"{prompt[longest] + output[longest]} KV tokens; a replica holds {kv_cap:.0f}"
@@ -1208,7 +1215,13 @@ def simulate_disaggregated(
         prefix_share=load.prefix_share,
         trace=Trace(arrival, prompt, np.ones(n, int), hash_ids=hashes, source="the load"),
     )
-    run1 = simulate_server(prefill, first_leg, seed=seed, warmup=warmup, max_steps=max_steps)
+    # a request whose prompt a prefill replica's KV cache cannot hold, or whose whole context
+    # a decode replica's cannot, is never served (NaN latencies, counted in ``unserved``); a
+    # trace the user gave is refused by name instead, as ``simulate_server`` refuses it
+    drop = load.trace is None
+    run1 = simulate_server(
+        prefill, first_leg, seed=seed, warmup=warmup, max_steps=max_steps, _unserved=drop
+    )
     if transfer is None:
         moved = kv_transfer_seconds(prefill, first_leg, prompt)
     else:
@@ -1219,7 +1232,7 @@ def simulate_disaggregated(
                 f"simulate_disaggregated.transfer = {float(moved[np.argmax(bad)])!r} s for a "
                 f"prompt of {int(prompt[np.argmax(bad)])} tokens is not allowed: a finite time >= 0"
             )
-    ready = arrival + run1.ttft + moved
+    ready = np.where(np.isfinite(run1.ttft), arrival + run1.ttft + moved, np.inf)
     order = np.argsort(ready, kind="stable")
     second_leg = Load(
         prompt=float(np.mean(prompt)),
@@ -1229,13 +1242,19 @@ def simulate_disaggregated(
         ),
     )
     run2 = simulate_server(
-        decode, second_leg, seed=seed, warmup=warmup, max_steps=max_steps, _prefilled=True
+        decode,
+        second_leg,
+        seed=seed,
+        warmup=warmup,
+        max_steps=max_steps,
+        _prefilled=True,
+        _unserved=drop,
     )
     back = np.empty(n, int)
     back[order] = np.arange(n)  # request j is the decode leg's back[j]
-    ttft = ready - arrival
     e2e = run2.e2e[back] + (ready - arrival)
     finished = np.isfinite(e2e)
+    ttft = np.where(finished, ready - arrival, np.nan)
     return ServerRun(
         arrival=arrival,
         ttft=ttft,
@@ -1251,6 +1270,7 @@ def simulate_disaggregated(
         times=run2.times,
         running=run2.running,
         windows=_windows(load, arrival),
+        unserved=int(np.sum(~finished)),
     )
 
 
