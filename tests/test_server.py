@@ -858,3 +858,26 @@ def test_requests_no_disaggregated_pool_can_hold_are_counted_unserved():
     trace = Trace(np.arange(10.0), prompts, np.full(10, 5))
     with pytest.raises(dcost.SpecError, match="request 9 of the trace"):
         simulate_disaggregated(pre, dec, Load(prompt=6450.0, output=5.0, trace=trace))
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_request_too_long_for_the_kv_cache_is_refused_not_a_wall(closed, capsys):
+    """A drawn request whose prompt and output exceed a replica's KV cache is refused at
+    arrival (NaN latencies, counted in ``unserved``) and the others are served. It used to sit
+    half prefilled holding the cache, and every later request waited behind it for ever: 27 of
+    these 101 requests never ended, and the percentiles, which skip unfinished requests, said
+    nothing. A closed loop's client sends its next request at once."""
+    small = dcost.engine("vllm", hardware="h100-sxm", gpu_memory_utilization=0.215)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=small)
+    if closed:
+        load = Load(prompt=2000, output=50, prompt_cv=1.5, clients=8, requests=200)
+    else:
+        load = Load(prompt=2000, output=50, prompt_cv=1.5, stages=((2.0, 60.0),))
+    run = simulate_server(srv, load)
+    rng = np.random.default_rng(0)  # the run's draws: arrivals (or the clients' starts), lengths
+    _ = rng.uniform(0.0, 1.0, 8) if closed else load.arrivals(rng)
+    prompt, output = load.lengths(rng, len(run.e2e))
+    too_long = prompt + output > 17_749  # the replica's KV tokens (its refusal message's)
+    assert too_long.any() and run.unserved == too_long.sum() == np.sum(~np.isfinite(run.e2e))
+    assert np.all(np.isfinite(run.e2e[~too_long]))
+    assert run.summary()["unserved"] == run.unserved

@@ -223,6 +223,11 @@ def _cmd_simulate(args) -> int:
         f"throughput {s['throughput']:.0f} output tokens/s; {s['preemptions']} preemptions; "
         f"prefix hits {100 * s['prefix_hit_rate']:.0f} %; KV peak {100 * s['kv_peak']:.0f} %"
     )
+    if s["unserved"]:
+        print(
+            f"unserved: {s['unserved']} requests need more KV tokens (prompt and output) than a "
+            "replica's cache holds; an engine refuses them (left out of the latencies above)"
+        )
     if s["queue_grew"]:
         which = ", ".join(map(str, s["queue_grew"]))
         print(

@@ -479,7 +479,7 @@ class ServerRun:
     running: np.ndarray  # and its running sequences after each step
     # an open loop's windows of arrival times, one per stage (a trace: one); a closed loop: none
     windows: tuple = ()
-    # requests never served: a disaggregated pool's KV cache cannot hold them (NaN latencies)
+    # requests never served (NaN latencies): more KV tokens than a replica's cache holds
     unserved: int = 0
 
     def queue_grew(self) -> list[int]:
@@ -565,8 +565,10 @@ class ServerRun:
 
     def summary(self) -> dict:
         """``{"ttft' | "tpot" | "itl" | "e2e": {"mean", "p50", "p90", "p99"}, "throughput",
-        "preemptions", "prefix_hit_rate", "kv_peak", "queue_grew"}`` (seconds; output tokens/s;
-        ``queue_grew``: the stages past what the deployment serves, ``queue_grew()``)."""
+        "preemptions", "prefix_hit_rate", "kv_peak", "queue_grew", "unserved"}`` (seconds;
+        output tokens/s; ``queue_grew``: the stages past what the deployment serves,
+        ``queue_grew()``; ``unserved``: requests no replica's KV cache holds, left out of the
+        latencies)."""
 
         def stats(x):
             x = x[np.isfinite(x)]
@@ -590,6 +592,7 @@ class ServerRun:
             "prefix_hit_rate": self.prefix_hit_rate,
             "kv_peak": self.kv_peak,
             "queue_grew": self.queue_grew(),
+            "unserved": self.unserved,
         }
 
 
@@ -1033,6 +1036,12 @@ def simulate_server(
         now, kind = ev[0], ev[1]
         if kind == 0:  # an arrival: to the replica with the least work
             j = ev[2]
+            if prompt_l[j] + output_l[j] > kv_cap:  # no replica holds it: refused, never served
+                if load.closed and next_client < n and turns == 1:  # the client sends its next
+                    arrival[next_client] = now
+                    heapq.heappush(events, (now + fronts[next_client], 0, next_client, 0))
+                    next_client += 1
+                continue
             if _prefilled:  # its first token came with it
                 first[j] = last_token[j] = now
             r = route.pick(running, waiting, inbox)
@@ -1118,6 +1127,7 @@ def simulate_server(
         times=np.asarray(times),
         running=np.asarray(running_series),
         windows=_windows(load, arrival),
+        unserved=int(np.sum(~np.isfinite(finish_a))),  # too long for the KV cache: never ends
     )
 
 
