@@ -607,3 +607,27 @@ def test_the_how_to_quotes_the_launch_experiment():
     assert f"the p99 TTFT of the {r['routed']} plans of" in page
     assert f"ran {np.median(ratio):.1f}x longer at the median ({min(ratio):.1f}-" in page
     assert f"and {r['missed_least_requests']} of them missed their TTFT" in page
+
+
+def test_the_how_to_quotes_the_disaggregated_launches():
+    """The planning how-to's disaggregated figures are experiments/results/
+    disaggregated_launches.json (python experiments/disaggregated_launches.py writes it)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    r = json.loads((root / "experiments/results/disaggregated_launches.json").read_text())
+    page = " ".join((root / "docs/how-to/plan-a-fleet.md").read_text().split())
+    rows = [x for x in r["rows"] if x["feasible"]]
+    assert len(rows) == r["feasible"] and r["scenarios"] == 30
+    assert (
+        f"**{r['missed']} of the {r['feasible']} feasible plans miss a target** "
+        f"({r['missed_ttft']} the TTFT, {r['missed_tpot']} the TPOT), {r['touched']} more touch"
+    ) in page
+    ttft = np.array([x["ttft"]["pooled"] / x["predicted_ttft"] for x in rows])
+    tpot = np.array([x["tpot"]["pooled"] / x["predicted_tpot"] for x in rows])
+    assert f"TTFT is {np.median(ttft):.2f}x the planned at the median" in page
+    assert f"more than 10 % on {(ttft > 1.1).sum()} plans and by up to {ttft.max():.2f}x" in page
+    assert f"TPOT is {np.median(tpot):.2f}x the planned at the median" in page
+    assert "(none above 1.1x)" in page and (tpot > 1.1).sum() == 0
+    unserved = sorted(x["unserved"] for x in rows if x["unserved"])
+    assert len(set(unserved)) == 1 and f"runs left {unserved[0]} requests each unserved" in page
