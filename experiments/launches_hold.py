@@ -95,6 +95,7 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
         ttft=H.verdict([r.ttft[r.measured] for r in runs], case["ttft_slo"]),
         tpot=H.verdict([r.tpot[r.measured] for r in runs], case["tpot_slo"]),
         preemptions=int(sum(r.preemptions for r in runs)),
+        unserved=int(sum(r.unserved for r in runs)),  # beyond a replica's KV cache: refused
     )
     # dcost plan --check-launch: the plan under the engine's scheduler as a client measures it
     # (the engine's frontend time in), seed 0; the replicas it names, on seeds it did not see
@@ -144,6 +145,7 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
             and not (r["ttft"]["miss"] or r["tpot"]["miss"])
             for r in feasible
         ),
+        "unserved": sum(r["unserved"] for r in feasible),
         "routed": sum("ttft_least_requests" in r for r in feasible),
         "missed_least_requests": sum(
             r["ttft_least_requests"]["miss"] for r in feasible if "ttft_least_requests" in r
