@@ -297,6 +297,21 @@ def cases(tmp: pathlib.Path):
         yield ("simulate(server)", "load", v, v is load, lambda v=v: dcost.simulate(server, v))
     for v in [None, 3, "plan", server.__class__]:
         yield ("simulate", "plan", v, False, lambda v=v: dcost.simulate(v))
+    # a disaggregated deployment: the transfer's seconds, the load, the pools
+    from dcost.planning.server import simulate_disaggregated
+
+    open_load = dcost.Load(prompt=64, output=4, stages=((4.0, 2.0),))
+    for v in NUMBERS:
+        valid = _valid_number(v, low=0)
+        yield ("simulate_disaggregated", "transfer", v, valid,
+               lambda v=v: simulate_disaggregated(server, server, open_load,
+                                                  transfer=lambda p: v))  # fmt: skip
+    for v in [None, 3, "x", load, open_load, dcost.traffic("chat")]:
+        yield ("simulate_disaggregated", "load", v, v is open_load,
+               lambda v=v: dcost.simulate((server, server), v))  # fmt: skip
+    for v in [None, 3, "x", server]:
+        yield ("simulate_disaggregated", "decode", v, v is server,
+               lambda v=v: simulate_disaggregated(server, v, open_load))  # fmt: skip
     good = C.ROOT / "tests" / "data" / "measurements" / "vllm_bench_serve.json"
     for field in ("tensor_parallel", "concurrency", "gpus", "pipeline_parallel",
                   "expert_parallel", "attention_data_parallel"):  # fmt: skip
@@ -370,6 +385,11 @@ def cases(tmp: pathlib.Path):
                 else:
                     argv += [opt, v]
                 yield (f"cli {name}", opt, argv, _cli_valid(opt, v), None)
+    for v in CLI_NUMBERS:
+        argv = [*cli["simulate"][0][:-8], "--rate", "4", "--seconds", "2", "--prompt", "64",
+                "--output", "4", "--decode-replicas", v]  # fmt: skip
+        valid = _cli_valid("--clients", v)
+        yield ("cli simulate", "--decode-replicas", argv, valid, None)
     for v in ["x", "nan", "-1", "0"]:
         yield ("cli measurements", "--tensor-parallel",
                ["measurements", str(good), "--hardware", "h100-sxm", "--model", "llama-3.1-8b",

@@ -798,6 +798,9 @@ def test_a_disaggregated_simulation_refuses_what_it_cannot_run():
     load = Load(prompt=100, output=10, stages=((2.0, 5.0),))
     with pytest.raises(dcost.SpecError, match=r"transfer = -1.0 s .* a finite time >= 0"):
         simulate_disaggregated(srv, srv, load, transfer=lambda p: -1.0 + 0.0 * p)
+    for value in (True, 1 + 2j, "x", None, [1.0, 2.0, 3.0]):  # not seconds, or not one each
+        with pytest.raises(dcost.SpecError, match="transfer is not allowed: it must map"):
+            simulate_disaggregated(srv, srv, load, transfer=lambda p, v=value: v)
 
 
 def test_dcost_simulate_takes_a_prefill_and_a_decode_pool():
@@ -837,6 +840,8 @@ def test_cli_simulates_a_disaggregated_deployment(capsys):
     assert "(TP2) decoding, each KV cache moved between them" in capsys.readouterr().out
     assert main([*args, "--decode-tensor-parallel", "2"]) == 2
     assert "give --decode-replicas" in capsys.readouterr().err
+    assert main([*args, "--decode-replicas", "0"]) == 2
+    assert "--decode-replicas must be a whole number >= 1, got 0" in capsys.readouterr().err
 
 
 def test_requests_no_disaggregated_pool_can_hold_are_counted_unserved():

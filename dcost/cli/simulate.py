@@ -159,6 +159,10 @@ def _cmd_simulate(args) -> int:
         router=args.router,
     )
     decode = None
+    for flag, v in (("--decode-replicas", args.decode_replicas),
+                    ("--decode-tensor-parallel", args.decode_tensor_parallel)):  # fmt: skip
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be a whole number >= 1, got {v}")
     if args.decode_replicas is not None or args.decode_tensor_parallel is not None:
         if args.decode_replicas is None:
             raise ValueError("--decode-tensor-parallel sets a decode pool: give --decode-replicas")

@@ -1235,7 +1235,17 @@ def simulate_disaggregated(
     if transfer is None:
         moved = kv_transfer_seconds(prefill, first_leg, prompt)
     else:
-        moved = np.broadcast_to(np.asarray(transfer(prompt), float), (n,))
+        try:
+            got = np.asarray(transfer(prompt))
+            if got.dtype.kind not in "iuf":  # a bool, a complex number, text: not seconds
+                raise TypeError(f"it gave {got.dtype} values")
+            moved = np.broadcast_to(got.astype(float), (n,))
+        except Exception as err:  # the user's function, or what it gave back
+            raise SpecError(
+                "simulate_disaggregated.transfer is not allowed: it must map the prompts' tokens "
+                "(a NumPy array) to seconds, one for each prompt or one for all "
+                f"({type(err).__name__}: {str(err)[:80]})"
+            ) from None
         bad = ~np.isfinite(moved) | (moved < 0)
         if bad.any():
             raise SpecError(
