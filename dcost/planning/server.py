@@ -48,6 +48,11 @@ A benchmark client at a fixed concurrency (``vllm bench serve --max-concurrency`
 ``--concurrency``) sends its first ``clients`` requests at once and reports the mean over all
 its requests, the first wave included: ``Load(clients=C, requests=N, stagger=False)`` simulated
 with ``warmup=0`` is that protocol.
+
+A request whose prompt and output need more KV tokens than a replica's cache holds is refused at
+arrival, as an engine refuses it (``ServerRun.unserved``; a replayed trace with one is refused by
+name instead). ``simulate_disaggregated`` runs a disaggregated deployment: a prefill pool and a
+decode pool, each under its engine's scheduler, each prompt's KV cache moved between them.
 """
 
 from __future__ import annotations
