@@ -186,3 +186,21 @@ def test_cli_checks_the_launch(capsys):
     assert bad.value.code == 2 and "--router: invalid choice: 'random'" in capsys.readouterr().err
     assert main([*args, "--check-launch", "50"]) == 2
     assert "--check-launch must be at least 100 requests" in capsys.readouterr().err
+
+
+def test_a_disaggregated_check_is_printed_and_written_as_pairs():
+    """The CLI's line and JSON for a disaggregated check that misses: the pair that holds, or
+    the most it tried, in words; keys "P+D"."""
+    from dcost.cli.plan import _check_json, _check_line
+    from dcost.planning.launch import LaunchCheck
+
+    tried = {(1, 1): 0.3, (2, 1): 0.15}
+    c = LaunchCheck("vllm", (1, 1), tried, {k: 0.011 for k in tried}, (0.2, 0.05),
+                    (0.99, 0.9), False, (2, 1), 1500, 0.011)  # fmt: skip
+    assert "misses; 2 prefill + 1 decode replicas hold it (TTFT 150 ms" in _check_line(c)
+    j = _check_json(c)
+    assert j["replicas_that_hold"] == {"prefill": 2, "decode": 1}
+    assert j["ttft"] == {"1+1": 0.3, "2+1": 0.15}
+    none = dataclasses.replace(c, replicas=None)
+    assert "still at 2 prefill + 1 decode replicas (TTFT 150 ms" in _check_line(none)
+    assert _check_json(none)["replicas_that_hold"] is None
