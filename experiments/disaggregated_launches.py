@@ -30,27 +30,13 @@ import time
 
 import _common as C
 import launches_hold as L
-import numpy as np
 import plans_hold as H
 
 import dcost
-from dcost.planning.launch import ROUTER, launch_load, scheduler_settings
-from dcost.planning.server import Server, simulate_disaggregated
+from dcost.planning.launch import ROUTER, launch_load, pool_server, scheduler_settings
+from dcost.planning.server import simulate_disaggregated
 
 ENGINES, HARDWARE, REQUESTS, SEEDS = L.ENGINES, L.HARDWARE, L.REQUESTS, L.SEEDS
-
-
-def server(model: str, pool, eng, router: str) -> Server:
-    return Server(
-        HARDWARE,
-        model,
-        engine=eng,
-        tensor_parallel=pool.chips_per_stage // pool.attention_dp,
-        attention_data_parallel=pool.attention_dp,
-        pipeline_parallel=pool.stages,
-        replicas=pool.replicas,
-        router=router,
-    )
 
 
 def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
@@ -71,10 +57,10 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
         return row
     pools = {p.role: p for p in plan.pools}
     srv = {}
-    for role, router in (("prefill", ROUTER), ("decode", "least-requests")):
+    for role in ("prefill", "decode"):  # the decode pool behind least-requests (pool_server)
         launch = scheduler_settings(pools[role], engine, plan.memory_reserve, HARDWARE)
         eng = dcost.engine(engine, hardware=HARDWARE, frontend_time=0.0, **launch)
-        srv[role] = server(case["model"], pools[role], eng, router)
+        srv[role] = pool_server(pools[role], HARDWARE, case["model"], eng, ROUTER)
         row[f"launch_{role}"] = launch
     load = launch_load(plan, requests)
     t0 = time.perf_counter()
@@ -96,52 +82,8 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
 
 
 def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print) -> dict:
-    rows = []
-    rng = np.random.default_rng(1)  # launches_hold's draw of an engine per scenario
-    for i, case in enumerate(H.scenarios(n)):
-        engine = str(rng.choice(ENGINES))
-        row = run_one(case, engine, requests, seeds)
-        rows.append(row)
-        if row["feasible"]:
-            log(
-                f"{i:3d} {engine:6s} {case['model']:14s} {case['traffic']:15s} "
-                f"{case['rate']:6.2f}/s {row['chips']:3d} chips {row['replicas']}  TTFT p99 "
-                f"{row['predicted_ttft']:.3f} s sim {row['ttft']['pooled']:.3f} "
-                f"(<= {case['ttft_slo']})  TPOT p99 {row['predicted_tpot'] * 1e3:.1f} ms sim "
-                f"{row['tpot']['pooled'] * 1e3:.1f} (<= {case['tpot_slo'] * 1e3:.0f})"
-                f"{'  TTFT MISS' if row['ttft']['miss'] else ''}"
-                f"{'  TPOT MISS' if row['tpot']['miss'] else ''}"
-                f"{'  (touch)' if row['ttft']['touch'] or row['tpot']['touch'] else ''}"
-            )
-        else:
-            log(f"{i:3d} {engine:6s} {case['model']:14s} {case['traffic']:15s} infeasible")
-    feasible = [r for r in rows if r["feasible"]]
-    return {
-        "scenarios": n,
-        "requests": requests,
-        "seeds": seeds,
-        "quantile": H.QUANTILE,
-        "feasible": len(feasible),
-        "missed": sum(r["ttft"]["miss"] or r["tpot"]["miss"] for r in feasible),
-        "missed_ttft": sum(r["ttft"]["miss"] for r in feasible),
-        "missed_tpot": sum(r["tpot"]["miss"] for r in feasible),
-        "unserved": sum(r["unserved"] for r in feasible),
-        "touched": sum(
-            (r["ttft"]["touch"] or r["tpot"]["touch"])
-            and not (r["ttft"]["miss"] or r["tpot"]["miss"])
-            for r in feasible
-        ),
-        "by_engine": {
-            e: {
-                "feasible": sum(r["engine"] == e for r in feasible),
-                "missed": sum(
-                    r["engine"] == e and (r["ttft"]["miss"] or r["tpot"]["miss"]) for r in feasible
-                ),
-            }
-            for e in ENGINES
-        },
-        "rows": rows,
-    }
+    rows = L.run_all(run_one, n, requests, seeds, log)  # launches_hold's scenarios and engines
+    return {**L.counts(rows, n, requests, seeds), "rows": rows}
 
 
 def plot(res: dict):

@@ -39,8 +39,14 @@ import numpy as np
 import plans_hold as H
 
 import dcost
-from dcost.planning.launch import ROUTER, check_launch, launch_load, scheduler_settings
-from dcost.planning.server import Server, simulate_server
+from dcost.planning.launch import (
+    ROUTER,
+    check_launch,
+    launch_load,
+    pool_server,
+    scheduler_settings,
+)
+from dcost.planning.server import simulate_server
 from dcost.plots import readable_log
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -68,16 +74,7 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
     (pool,) = plan.pools
     launch = scheduler_settings(pool, engine, plan.memory_reserve)
     eng = dcost.engine(engine, hardware=HARDWARE, frontend_time=0.0, **launch)
-    srv = Server(
-        HARDWARE,
-        case["model"],
-        engine=eng,
-        tensor_parallel=pool.chips_per_stage // pool.attention_dp,
-        attention_data_parallel=pool.attention_dp,
-        pipeline_parallel=pool.stages,
-        replicas=pool.replicas,
-        router=ROUTER,
-    )
+    srv = pool_server(pool, HARDWARE, case["model"], eng, ROUTER)
     load = launch_load(plan, requests)
     t0 = time.perf_counter()
     runs = [simulate_server(srv, load, seed=s) for s in range(seeds)]
@@ -110,17 +107,20 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
     return row
 
 
-def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print) -> dict:
+def run_all(run, n: int, requests: int, seeds: int, log=print) -> list[dict]:
+    """``run(case, engine, requests, seeds)`` on the ``n`` seeded scenarios, each on an engine
+    drawn for it (seed 1), a line logged per scenario."""
     rows = []
     rng = np.random.default_rng(1)
     for i, case in enumerate(H.scenarios(n)):
         engine = str(rng.choice(ENGINES))
-        row = run_one(case, engine, requests, seeds)
+        row = run(case, engine, requests, seeds)
         rows.append(row)
         if row["feasible"]:
+            pools = f" {row['replicas']}" if "replicas" in row else ""
             log(
                 f"{i:3d} {engine:6s} {case['model']:14s} {case['traffic']:15s} "
-                f"{case['rate']:6.2f}/s {row['chips']:3d} chips  TTFT p99 "
+                f"{case['rate']:6.2f}/s {row['chips']:3d} chips{pools}  TTFT p99 "
                 f"{row['predicted_ttft']:.3f} s sim {row['ttft']['pooled']:.3f} "
                 f"(<= {case['ttft_slo']})  TPOT p99 {row['predicted_tpot'] * 1e3:.1f} ms sim "
                 f"{row['tpot']['pooled'] * 1e3:.1f} (<= {case['tpot_slo'] * 1e3:.0f})"
@@ -130,8 +130,14 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
             )
         else:
             log(f"{i:3d} {engine:6s} {case['model']:14s} {case['traffic']:15s} infeasible")
+    return rows
+
+
+def counts(rows: list[dict], n: int, requests: int, seeds: int) -> dict:
+    """The feasible plans that miss or touch a target, the requests refused as too long for a
+    replica's KV cache, and the misses by engine."""
     feasible = [r for r in rows if r["feasible"]]
-    out: dict = {
+    return {
         "scenarios": n,
         "requests": requests,
         "seeds": seeds,
@@ -146,28 +152,6 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
             for r in feasible
         ),
         "unserved": sum(r["unserved"] for r in feasible),
-        "routed": sum("ttft_least_requests" in r for r in feasible),
-        "missed_least_requests": sum(
-            r["ttft_least_requests"]["miss"] for r in feasible if "ttft_least_requests" in r
-        ),
-        "check_missed": sum(not r["check"]["holds"] for r in feasible),
-        "check_repaired": sum(
-            r["check"]["replicas"] is not None and not r["check"]["holds"] for r in feasible
-        ),
-        "check_repaired_miss": sum(
-            "ttft" in r["check"] and (r["check"]["ttft"]["miss"] or r["check"]["tpot"]["miss"])
-            for r in feasible
-        ),
-        "check_extra_replicas": sum(
-            r["check"]["replicas"] - r["check"]["planned"]
-            for r in feasible
-            if r["check"]["replicas"] is not None
-        ),
-        "check_planned_replicas": sum(  # the planned replicas of the plans it repaired
-            r["check"]["planned"]
-            for r in feasible
-            if r["check"]["replicas"] is not None and not r["check"]["holds"]
-        ),
         "by_engine": {
             e: {
                 "feasible": sum(r["engine"] == e for r in feasible),
@@ -177,8 +161,38 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
             }
             for e in ENGINES
         },
-        "rows": rows,
     }
+
+
+def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print) -> dict:
+    rows = run_all(run_one, n, requests, seeds, log)
+    feasible = [r for r in rows if r["feasible"]]
+    out: dict = counts(rows, n, requests, seeds)
+    out.update(
+        routed=sum("ttft_least_requests" in r for r in feasible),
+        missed_least_requests=sum(
+            r["ttft_least_requests"]["miss"] for r in feasible if "ttft_least_requests" in r
+        ),
+        check_missed=sum(not r["check"]["holds"] for r in feasible),
+        check_repaired=sum(
+            r["check"]["replicas"] is not None and not r["check"]["holds"] for r in feasible
+        ),
+        check_repaired_miss=sum(
+            "ttft" in r["check"] and (r["check"]["ttft"]["miss"] or r["check"]["tpot"]["miss"])
+            for r in feasible
+        ),
+        check_extra_replicas=sum(
+            r["check"]["replicas"] - r["check"]["planned"]
+            for r in feasible
+            if r["check"]["replicas"] is not None
+        ),
+        check_planned_replicas=sum(  # the planned replicas of the plans it repaired
+            r["check"]["planned"]
+            for r in feasible
+            if r["check"]["replicas"] is not None and not r["check"]["holds"]
+        ),
+        rows=rows,
+    )
     return out
 
 

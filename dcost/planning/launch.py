@@ -33,6 +33,7 @@ __all__ = [
     "LaunchCheck",
     "check_launch",
     "launch_load",
+    "pool_server",
     "scheduler_settings",
     "token_budget",
 ]
@@ -84,6 +85,25 @@ def scheduler_settings(
     else:
         settings["max_num_batched_tokens"] = max(token_budget(pool), 1)
     return settings
+
+
+def pool_server(pool, hardware: str, model: str, engine, router: str = ROUTER):
+    """``dcost.planning.server.Server`` of a planned ``pool`` (a ``PoolPlan``): its layout
+    (tensor parallel ``G / A`` over ``A`` attention data-parallel ranks, ``P`` stages), its
+    replicas, ``engine`` (as launched: ``scheduler_settings``) and ``router`` in front (a
+    decode pool's: least-requests, its replicas' prompts all prefilled elsewhere)."""
+    from dcost.planning.server import Server
+
+    return Server(
+        hardware,
+        model,
+        engine=engine,
+        tensor_parallel=pool.chips_per_stage // pool.attention_dp,
+        attention_data_parallel=pool.attention_dp,
+        pipeline_parallel=pool.stages,
+        replicas=int(pool.replicas),
+        router=router if pool.role != "decode" else "least-requests",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +195,7 @@ def check_launch(
       ``LaunchCheck``.
     """
     from dcost import engines
-    from dcost.planning.server import Server, simulate_disaggregated, simulate_server
+    from dcost.planning.server import simulate_disaggregated, simulate_server
     from dcost.specs import SpecError, check_count
 
     requests = check_count("check_launch", "requests", requests, low=100)
@@ -200,16 +220,7 @@ def check_launch(
     for role, pool in pools.items():
         settings = scheduler_settings(pool, engine, plan.memory_reserve, hardware)
         eng = engines.engine(engine, hardware=hardware, profile=profile, **settings)
-        servers[role] = Server(
-            hardware,
-            model,
-            engine=eng,
-            tensor_parallel=pool.chips_per_stage // pool.attention_dp,
-            attention_data_parallel=pool.attention_dp,
-            pipeline_parallel=pool.stages,
-            replicas=int(pool.replicas),
-            router=router if role != "decode" else "least-requests",
-        )
+        servers[role] = pool_server(pool, hardware, model, eng, router)
 
     def simulated(key) -> tuple[bool, bool]:
         """Whether the replicas ``key`` (a count, or a (prefill, decode) pair) meet the TTFT
