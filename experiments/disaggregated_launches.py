@@ -40,19 +40,7 @@ ENGINES, HARDWARE, REQUESTS, SEEDS = L.ENGINES, L.HARDWARE, L.REQUESTS, L.SEEDS
 
 
 def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
-    traffic = dcost.traffic(case["traffic"], rate=case["rate"])
-    t0 = time.perf_counter()
-    plan = dcost.plan(
-        HARDWARE,
-        case["model"],
-        traffic,
-        ttft_slo=(case["ttft_slo"], H.QUANTILE),
-        tpot_slo=(case["tpot_slo"], H.QUANTILE),
-        mode="disaggregated",
-        engine=engine,
-    )
-    row = dict(case, engine=engine, feasible=bool(plan.feasible))
-    row["plan_seconds"] = time.perf_counter() - t0
+    plan, row = L.planned(case, engine, "disaggregated")
     if not plan.feasible:
         return row
     pools = {p.role: p for p in plan.pools}

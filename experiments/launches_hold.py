@@ -55,7 +55,9 @@ REQUESTS = 4_000
 SEEDS = 2
 
 
-def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
+def planned(case: dict, engine: str, mode: str):
+    """``(plan, row)``: the scenario planned in ``mode`` on the engine's H100 profile, and its
+    result row so far (the case, the engine, feasible, the planning time)."""
     traffic = dcost.traffic(case["traffic"], rate=case["rate"])
     t0 = time.perf_counter()
     plan = dcost.plan(
@@ -64,11 +66,16 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
         traffic,
         ttft_slo=(case["ttft_slo"], H.QUANTILE),
         tpot_slo=(case["tpot_slo"], H.QUANTILE),
-        mode="aggregated",
+        mode=mode,
         engine=engine,
     )
     row = dict(case, engine=engine, feasible=bool(plan.feasible))
     row["plan_seconds"] = time.perf_counter() - t0
+    return plan, row
+
+
+def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
+    plan, row = planned(case, engine, "aggregated")
     if not plan.feasible:
         return row
     (pool,) = plan.pools
