@@ -288,8 +288,8 @@ def _queue_service(rate, servers, w, fluid, alone, packed=None):
 
     # K ~ Geometric(mean lambda E[W | W > 0]): the prompts that arrived while it waited
     # (Poisson counts over an exponential wait), queued behind it when its step starts
-    given, stable = _given_wait(lam, c, w, fluid, alone)
-    mean_k = lam * jnp.where(stable, given, 0.0)
+    given, rho = _given_wait(lam, c, w, fluid, alone)
+    mean_k = lam * jnp.where(rho < 1.0, given, 0.0)
     ratio = mean_k / (1.0 + mean_k)
     pmf = (1.0 - ratio) * ratio**k
     pmf = pmf.at[-1].add(ratio**_PACKED)  # the rest rides the longest step considered
@@ -308,15 +308,15 @@ def _queue_service(rate, servers, w, fluid, alone, packed=None):
 
 
 def _given_wait(lam, c, w, fluid, alone):
-    """``(E[W | W > 0], rho < 1)`` of ``_queue_service``'s queue at the regular service
-    ``fluid``: the regular work's Allen-Cunneen wait plus the exceptional residual's excess."""
+    """``(E[W | W > 0], rho)`` of ``_queue_service``'s queue at the regular service ``fluid``:
+    the regular work's Allen-Cunneen wait plus the exceptional residual's excess, and the
+    regular utilisation ``rho = lambda E[S] / c`` (stable below 1)."""
     ef = jnp.sum(w * fluid)
     rho = lam * ef / c
-    stable = rho < 1.0
-    rho_s = jnp.where(stable, rho, 0.5)
+    rho_s = jnp.where(rho < 1.0, rho, 0.5)
     fe = jnp.sum(w * jnp.square(fluid)) / (2.0 * ef)
     ae = jnp.sum(w * jnp.square(alone)) / (2.0 * jnp.maximum(jnp.sum(w * alone), 1e-30))
-    return fe / ((1.0 - rho_s) * c) + jnp.maximum(ae - fe, 0.0) / jnp.sqrt(c), stable
+    return fe / ((1.0 - rho_s) * c) + jnp.maximum(ae - fe, 0.0) / jnp.sqrt(c), rho
 
 
 def _exceptional_queue(lam, c, w, fluid, alone):
@@ -329,8 +329,8 @@ def _exceptional_queue(lam, c, w, fluid, alone):
 
     zero = jnp.zeros_like(ef)
     p_wait = jnp.clip(_solve(excess, zero, zero, zero + 1.0, _WAIT_BISECTIONS), 0.0, 1.0)
-    rho = lam * ef / c
-    given_wait, stable = _given_wait(lam, c, w, fluid, alone)
+    given_wait, rho = _given_wait(lam, c, w, fluid, alone)
+    stable = rho < 1.0
     p_wait = jnp.where(stable, p_wait, 1.0)
     theta = jnp.where(stable, 1.0 / given_wait, 0.0)
     mean = jnp.where(stable, p_wait * given_wait, jnp.inf)

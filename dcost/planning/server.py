@@ -753,8 +753,9 @@ def simulate_server(
         each request arrives with its prompt's KV cache and its first token, takes KV room for
         its prompt when it joins (no prompt step), and decodes; no frontend time, no prefix
         cache; a preempted one computes its prompt and tokens again on the replica.
-      _unserved: a trace's requests that need more KV tokens than a replica holds are never
-        sent (their latencies NaN) where they would be refused by name.
+      _unserved: a trace's requests that need more KV tokens than a replica holds are refused
+        at arrival (their latencies NaN, counted), as drawn ones are, where the trace would be
+        refused by name.
 
     Returns:
       ``ServerRun`` (``.summary()`` for the figures).
@@ -779,9 +780,7 @@ def simulate_server(
         n = len(arrival)
         prompt, output = np.asarray(trace.prompt, int), np.asarray(trace.output, int)
         longest = int(np.argmax(prompt + output))
-        if _unserved:  # a disaggregated pool's leg: those no replica holds are never sent
-            arrival[prompt + output > kv_cap] = np.inf
-        elif prompt[longest] + output[longest] > kv_cap:
+        if not _unserved and prompt[longest] + output[longest] > kv_cap:
             raise SpecError(
                 f"simulate: request {longest} of the trace ({trace.source}) needs "
                 f"{prompt[longest] + output[longest]} KV tokens; a replica holds {kv_cap:.0f}"
