@@ -423,6 +423,8 @@ def _solve(fn, target, lo, hi, bisections=_BISECTIONS):
     (``fn`` maps each element of ``x`` on its own): ``bisections`` halvings (no gradient), then
     one Newton step, whose derivative is the implicit-function one."""
 
+    fn = jax.jit(fn)
+
     def body(_, bounds):
         a, b = bounds
         mid = 0.5 * (a + b)
@@ -949,6 +951,7 @@ def aggregated_latency(
         f = jnp.clip(lam_r * en * tbar, 0.0, 1.0)
         return t0, tc, en, es, tbar, f, s, own, fluid
 
+    steps = jax.jit(steps)  # traced once: the fixed point's loop and the vmap below share it
     batch = _decode_fixed_point(lambda b: steps(b)[4], lam_r, mean_k)
     at = jax.vmap(steps)(batch + jnp.asarray([0.0, 0.5, -0.5], dtype=batch.dtype))
     t0, tc, en, es, tbar, f = (x[0] for x in at[:6])
