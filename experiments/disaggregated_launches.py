@@ -15,7 +15,8 @@ preset at a log-uniform rate of 0.5-40 requests/s, TTFT targets of 0.5-5 s and T
 disaggregated on that engine's H100 profile. A feasible plan's pools get Poisson arrivals at the
 plan's rate with the preset's lengths (``launch_load``) for ``REQUESTS`` requests, ``SEEDS``
 seeds, the engine's frontend time off (the plan's latencies are the engine's), the prefill pool
-behind the router the plan assumes (``launch.ROUTER``), the decode pool behind a
+behind the router the plan assumes (``launch.ROUTER``; where it has several replicas, again
+behind a least-prefill one, which counts prompts, not their tokens), the decode pool behind a
 least-requests one. Misses and touches as ``plans_hold.verdict`` (batch means).
 
 Run: ``python experiments/disaggregated_launches.py [N]`` (default 30; a few minutes on 2
@@ -24,6 +25,7 @@ cores; ``--plot-only`` redraws the figure from the saved results).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -55,6 +57,14 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
     runs = [
         simulate_disaggregated(srv["prefill"], srv["decode"], load, seed=s) for s in range(seeds)
     ]
+    if pools["prefill"].replicas > 1:  # the prefill pool behind a router counting prompts
+        srv["counted"] = dataclasses.replace(srv["prefill"], router="least-prefill")
+        other = [
+            simulate_disaggregated(srv["counted"], srv["decode"], load, seed=s)
+            for s in range(seeds)
+        ]
+        row["ttft_least_prefill"] = H.verdict([r.ttft[r.measured] for r in other],
+                                              case["ttft_slo"])  # fmt: skip
     row.update(
         sim_seconds=time.perf_counter() - t0,
         chips=int(plan.chips),
@@ -71,7 +81,13 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
 
 def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print) -> dict:
     rows = L.run_all(run_one, n, requests, seeds, log)  # launches_hold's scenarios and engines
-    return {**L.counts(rows, n, requests, seeds), "rows": rows}
+    counted = [r for r in rows if "ttft_least_prefill" in r]
+    return {
+        **L.counts(rows, n, requests, seeds),
+        "routed": len(counted),
+        "missed_least_prefill": sum(r["ttft_least_prefill"]["miss"] for r in counted),
+        "rows": rows,
+    }
 
 
 def plot(res: dict):

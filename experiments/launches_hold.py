@@ -16,10 +16,11 @@ the 99th percentile) and an engine, each planned aggregated on that engine's H10
 feasible plan's replicas get Poisson arrivals at the plan's rate with the preset's length means
 and spreads (its prefix-hit share of every prompt already cached, ``launch_load``) for
 ``REQUESTS`` requests, ``SEEDS`` seeds, the engine's frontend time off (the plan's latencies are
-the engine's), behind the router the plan assumes (``launch.ROUTER``, least-prefill: each request
-to the replica with the fewest prompts still to prefill), and again behind a least-requests
-router (the fewest requests in flight, a least-connections balancer) to show what the router
-costs. Misses and touches as ``plans_hold.verdict`` (batch means). Then ``dcost plan
+the engine's), behind the router the plan assumes (``launch.ROUTER``, least-tokens: each request
+to the replica with the fewest prompt tokens still to prefill), and again behind a least-requests
+router (the fewest requests in flight, a least-connections balancer) and a least-prefill one (the
+fewest prompts still to prefill, a queue-depth router) to show what the router costs. Misses
+and touches as ``plans_hold.verdict`` (batch means). Then ``dcost plan
 --check-launch`` (``check_launch``: the engine's frontend time in, seed 0) on each plan, and the
 replicas it names where the launch misses, simulated again on seeds 1 and 2.
 
@@ -85,11 +86,14 @@ def run_one(case: dict, engine: str, requests: int, seeds: int) -> dict:
     load = launch_load(plan, requests)
     t0 = time.perf_counter()
     runs = [simulate_server(srv, load, seed=s) for s in range(seeds)]
-    if pool.replicas > 1:  # the same replicas behind a least-connections balancer
-        count = dataclasses.replace(srv, router="least-requests")
-        other = [simulate_server(count, load, seed=s) for s in range(seeds)]
-        row["ttft_least_requests"] = H.verdict([r.ttft[r.measured] for r in other],
-                                               case["ttft_slo"])  # fmt: skip
+    if pool.replicas > 1:  # the same replicas behind a least-connections balancer, and
+        # behind a router that counts prompts, not their tokens
+        for other_router in ("least-requests", "least-prefill"):
+            count = dataclasses.replace(srv, router=other_router)
+            other = [simulate_server(count, load, seed=s) for s in range(seeds)]
+            row[f"ttft_{other_router.replace('-', '_')}"] = H.verdict(
+                [r.ttft[r.measured] for r in other], case["ttft_slo"]
+            )
     row.update(
         sim_seconds=time.perf_counter() - t0,
         chips=int(plan.chips),
@@ -179,6 +183,9 @@ def compute(n: int = 30, requests: int = REQUESTS, seeds: int = SEEDS, log=print
         routed=sum("ttft_least_requests" in r for r in feasible),
         missed_least_requests=sum(
             r["ttft_least_requests"]["miss"] for r in feasible if "ttft_least_requests" in r
+        ),
+        missed_least_prefill=sum(
+            r["ttft_least_prefill"]["miss"] for r in feasible if "ttft_least_prefill" in r
         ),
         check_missed=sum(not r["check"]["holds"] for r in feasible),
         check_repaired=sum(

@@ -57,7 +57,7 @@ def test_a_plan_that_holds_is_said_to_hold_with_the_simulations_figures(chat_pla
     ttft, tpot = _simulated(p, pool.replicas)
     assert c.ttft == {pool.replicas: pytest.approx(ttft)}
     assert c.tpot == {pool.replicas: pytest.approx(tpot)}
-    assert c.holds and c.replicas == pool.replicas and c.router == "least-prefill"
+    assert c.holds and c.replicas == pool.replicas and c.router == "least-tokens"
     assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0]
     other = check_launch(p, "h100-sxm", "llama-3.1-8b", "vllm", requests=REQUESTS,
                          router="round-robin")  # fmt: skip
@@ -145,7 +145,7 @@ def test_a_disaggregated_plan_is_checked_pool_by_pool(disaggregated_plan, capsys
     assert got["planned_replicas"] == {"prefill": key[0], "decode": key[1]}
     assert got["ttft"] == {label: pytest.approx(ttft)} and got["holds"]
     assert main([*args, "--check-launch", str(REQUESTS)]) == 0
-    assert "under vllm's scheduler, least-prefill router" in capsys.readouterr().out
+    assert "under vllm's scheduler, least-tokens router" in capsys.readouterr().out
 
 
 def ttft_at_one(p, pools, dec):
@@ -171,8 +171,8 @@ def test_cli_checks_the_launch(capsys):
     assert got["ttft"] == {str(n): pytest.approx(v) for n, v in want.ttft.items()}
     assert main([*args, "--check-launch", str(REQUESTS)]) == 0
     out = capsys.readouterr().out
-    assert "under vllm's scheduler, least-prefill router (1,500 requests simulated)" in out
-    assert "router: send each request to the replica with the fewest prompts" in out
+    assert "under vllm's scheduler, least-tokens router (1,500 requests simulated)" in out
+    assert "router: send each request to the replica with the fewest prompt tokens" in out
     # the balancer a user runs: the same replicas behind it, as check_launch simulates them
     lb = ["--check-launch", str(REQUESTS), "--router", "least-requests", "--json"]
     assert main([*args, *lb]) == 0

@@ -607,6 +607,13 @@ def test_the_how_to_quotes_the_launch_experiment():
     assert f"the p99 TTFT of the {r['routed']} plans of" in page
     assert f"ran {np.median(ratio):.1f}x longer at the median ({min(ratio):.1f}-" in page
     assert f"and {r['missed_least_requests']} of them missed their TTFT" in page
+    # and behind a router that counts prompts, not their tokens
+    ratio = [x["ttft_least_prefill"]["pooled"] / x["ttft"]["pooled"] for x in rows]
+    assert (
+        f"its p99 TTFT ran {np.median(ratio):.1f}x least-tokens' at the median "
+        f"({min(ratio):.1f}-{max(ratio):.1f}x)"
+    ) in page
+    assert r["missed_least_prefill"] == 0 and "and none missed" in page
 
 
 def test_the_how_to_quotes_the_disaggregated_launches():
@@ -629,5 +636,17 @@ def test_the_how_to_quotes_the_disaggregated_launches():
     assert f"more than 10 % on {(ttft > 1.1).sum()} plans and by up to {ttft.max():.2f}x" in page
     assert f"TPOT is {np.median(tpot):.2f}x the planned at the median" in page
     assert "(none above 1.1x)" in page and (tpot > 1.1).sum() == 0
+    counted = [x for x in rows if "ttft_least_prefill" in x]
+    lp = np.array([x["ttft_least_prefill"]["pooled"] / x["predicted_ttft"] for x in counted])
+    assert (
+        len(counted) == r["routed"]
+        and (
+            f"the {r['routed']} plans with several prefill replicas read {np.median(lp):.2f}x the "
+            f"planned p99 TTFT at the median (up to {lp.max():.2f}x, above 1.1x on "
+            f"{(lp > 1.1).sum()}"
+        )
+        in page
+    )
+    assert f"and {r['missed_least_prefill']} missed their TTFT target" in page
     unserved = sorted(x["unserved"] for x in rows if x["unserved"])
     assert len(set(unserved)) == 1 and f"runs left {unserved[0]} requests each unserved" in page

@@ -680,9 +680,32 @@ def test_the_router_decides_who_waits_behind_a_long_prompt(
         assert t(1, 64) <= run.ttft[2] <= t(1, 0) + t(1, 64) + 1e-9
 
 
-def test_least_prefill_counts_every_prompt_back_out(monkeypatch):
-    """The least-prefill router's count of prompts still to prefill returns to zero when every
-    request is done, preemptions (whose prompts are prefilled again) included."""
+@pytest.mark.parametrize(
+    "router, behind_the_long_prompt", [("least-prefill", True), ("least-tokens", False)]
+)
+def test_a_token_counting_router_sends_a_prompt_past_a_long_one(
+    tmp_path, router, behind_the_long_prompt
+):
+    """Two replicas prefilling one prompt each, A's 16,000 tokens on replica 0 and B's 2,000 on
+    replica 1, in 512-token steps, when C (64 tokens) arrives. Counting prompts, least-prefill
+    sees a tie (and a tie in flight) and picks replica 0: C's first token comes after A's.
+    Counting their tokens, least-tokens picks replica 1: C's comes after B's, long before A's."""
+    eng = dcost.engine("vllm", hardware="h100-sxm", frontend_time=0.0, max_num_batched_tokens=512)
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=2, router=router)
+    load = _trace(tmp_path, [(0.0, 16_000, 2), (0.001, 2_000, 2), (0.002, 64, 2)])
+    run = simulate_server(srv, load, warmup=0.0)
+    first = run.arrival + run.ttft
+    assert first[1] < first[0]  # B is done before A: C found both prefilling
+    if behind_the_long_prompt:
+        assert first[2] >= first[0]
+    else:
+        assert first[1] <= first[2] < first[0] and run.ttft[2] < 0.5 * run.ttft[0]
+
+
+@pytest.mark.parametrize("router", ["least-prefill", "least-tokens"])
+def test_least_prefill_counts_every_prompt_back_out(monkeypatch, router):
+    """The routers' counts of prompts (and of their tokens) still to prefill return to zero when
+    every request is done, preemptions (whose prompts are prefilled again) included."""
     import dcost.planning.server as server
 
     made = []
@@ -694,10 +717,10 @@ def test_least_prefill_counts_every_prompt_back_out(monkeypatch):
 
     monkeypatch.setattr(server, "_Router", Kept)
     eng = dcost.engine("vllm", hardware="h100-sxm", gpu_memory_utilization=0.215)
-    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=2, router="least-prefill")
+    srv = Server("h100-sxm", "llama-3.1-8b", engine=eng, replicas=2, router=router)
     run = simulate_server(srv, Load(prompt=2000, output=400, clients=128, requests=256))
     assert run.preemptions > 0 and np.all(np.isfinite(run.e2e))
-    assert made[0].prefilling == [0, 0]
+    assert made[0].prefilling == [0, 0] and made[0].tokens == [0, 0]
     with pytest.raises(dcost.SpecError, match="Server.router = 'random' is not allowed"):
         Server("h100-sxm", "llama-3.1-8b", router="random")
 
@@ -779,7 +802,8 @@ def test_a_full_decode_pool_makes_arrivals_wait_to_join_and_preempts():
     finally:
         server._Router = original
     assert np.all(np.isfinite(run.e2e)) and run.preemptions > 0
-    assert made[1].prefilling == [0, 0]  # the decode pool's router (the prefill pool's first)
+    # the decode pool's router (the prefill pool's first); its token count holds recomputations
+    assert made[1].prefilling == [0, 0] and made[1].tokens == [0, 0]
     assert np.nanmean(run.tpot) > 1.2 * np.nanmean(roomy.tpot)
     assert run.ttft == pytest.approx(roomy.ttft, rel=1e-12)  # the prefill pool is the same
 

@@ -695,9 +695,10 @@ def router_note(p) -> str | None:
     if not any(x.replicas > 1 and x.role != "decode" for x in p.pools):
         return None
     return (
-        "router: send each request to the replica with the fewest prompts still to prefill (a "
-        "queue-depth router, e.g. the Gateway API inference extension's or llm-d's queue "
-        "scorer); the TTFT assumes it. Behind a least-connections balancer the p99 TTFT of 18 "
-        "planned fleets ran 1.3x longer at the median, up to 1.9x (check yours: --check-launch N "
-        "--router least-requests)"
+        "router: send each request to the replica with the fewest prompt tokens still to "
+        "prefill (a token-counting router, e.g. Dynamo's KV router); the TTFT assumes it. A "
+        "queue-depth router counts prompts and sends one behind a long prompt where the counts "
+        "tie (p99 TTFT up to 1.33x the planned on 60 planned fleets); behind a least-connections "
+        "balancer 19 fleets ran 1.4x the planned at the median, up to 1.9x (check yours: "
+        "--check-launch N --router least-prefill, or least-requests)"
     )

@@ -274,7 +274,8 @@ def add_parsers(sub) -> None:
         "--router",
         default="least-requests",
         help="how a request picks its replica: least-requests (fewest in flight), "
-        "least-prefill (fewest prompts still to prefill: what a plan assumes), round-robin",
+        "least-prefill (fewest prompts still to prefill: what a plan assumes), least-tokens "
+        "(fewest prompt tokens still to prefill), round-robin",
     )
     p.add_argument("--weights", default=None, help="weight format (default: the model's own)")
     p.add_argument("--kv-cache", default="bf16", help="KV-cache format")

@@ -34,7 +34,8 @@ With several replicas a router sends each request, as it arrives, to one replica
 (``Server.router``): ``"least-requests"`` to the one with the fewest requests in flight (queued,
 prefilling or decoding: a least-connections balancer), ``"least-prefill"`` to the one with the
 fewest requests still to prefill (queued or partly prefilled; ties to the fewest in flight: the
-planner's assumption), ``"round-robin"`` to each in turn.
+planner's assumption), ``"least-tokens"`` to the one with the fewest prompt tokens still to
+prefill (ties the same), ``"round-robin"`` to each in turn.
 
 A request reaches the engine ``Scheduler.frontend_time`` after its client sends it (HTTP, API
 server, tokenizer and the first token's way back, charged on the way in; each request's own
@@ -341,8 +342,10 @@ class Server:
         decoding (NGINX ``least_conn``, Envoy ``LEAST_REQUEST``); ``"least-prefill"`` the
         fewest requests still to prefill, queued or partly prefilled, ties to the fewest in
         flight (a queue-depth router: the Gateway API inference extension's and llm-d's queue
-        scorer read the engine's waiting queue; Dynamo's KV router counts the prompt tokens
-        still to prefill); ``"round-robin"`` each replica in turn (Dynamo's and the vLLM
+        scorer read the engine's waiting queue); ``"least-tokens"`` the fewest prompt tokens
+        still to prefill, after the cache's hits once admitted, ties the same (Dynamo's KV
+        router counts the prompt tokens a replica has to prefill); ``"round-robin"`` each
+        replica in turn (Dynamo's and the vLLM
         production stack's default). With a decode batch of hundreds a least-requests router
         is nearly blind to the prompts a replica has queued: one long prompt then delays the
         arrivals sent behind it, which a least-prefill router sends elsewhere. The planner's
@@ -699,24 +702,35 @@ def _no_room(server: Server, eng, c, room: float, kv_tokens: float, need: float)
     )
 
 
-ROUTERS = ("least-requests", "least-prefill", "round-robin")
+ROUTERS = ("least-requests", "least-prefill", "least-tokens", "round-robin")
 
 
 class _Router:
     """``Server.router``'s choice of a replica for each arrival. ``prefilling[r]``: requests
     routed to replica ``r`` whose prompt is not yet all prefilled (the simulation keeps it: +1
-    when routed or preempted, -1 when a step completes the prompt)."""
+    when routed or preempted, -1 when a step completes the prompt); ``tokens[r]``: their prompt
+    tokens still to prefill (+ the prompt when routed, less the cache's hits when admitted, less
+    each chunk as its step ends, + the recomputation when preempted)."""
 
     def __init__(self, kind: str, replicas: int):
         self.kind, self.replicas = kind, replicas
         self.prefilling = [0] * replicas
+        self.tokens = [0] * replicas
         self.turn = 0
 
-    def pick(self, running, waiting, inbox) -> int:
+    def pick(self, running, waiting, inbox, tokens: int = 0) -> int:
         reps = range(self.replicas)
         if self.kind == "round-robin":
             r = self.turn % self.replicas
             self.turn += 1
+        elif self.kind == "least-tokens":
+            r = min(
+                reps,
+                key=lambda q: (
+                    self.tokens[q],
+                    len(running[q]) + len(waiting[q]) + len(inbox[q]),
+                ),
+            )
         elif self.kind == "least-prefill":
             r = min(
                 reps,
@@ -728,6 +742,7 @@ class _Router:
         else:
             r = min(reps, key=lambda q: len(running[q]) + len(waiting[q]) + len(inbox[q]))
         self.prefilling[r] += 1
+        self.tokens[r] += tokens
         return r
 
 
@@ -950,6 +965,7 @@ def simulate_server(
                 break
             if left[j] == 0:
                 left[j] = admit_tokens(j, r)
+                route.tokens[r] -= int(prompt_l[j]) - int(left[j])
             take = min(int(left[j]), room)
             if kv[r] + take > kv_cap:
                 break
@@ -1021,6 +1037,7 @@ def simulate_server(
             kv[r] -= kv_of[victim]
             kv_of[victim] = 0.0
             route.prefilling[r] += left[victim] == 0  # its prompt (again) still to prefill
+            route.tokens[r] += int(prompt_l[victim]) + int(done_tokens[victim]) - int(left[victim])
             left[victim] = int(prompt_l[victim]) + int(done_tokens[victim])
             waiting[r].appendleft(victim)
             preemptions += 1
@@ -1048,7 +1065,7 @@ def simulate_server(
                 continue
             if _prefilled:  # its first token came with it
                 first[j] = last_token[j] = now
-            r = route.pick(running, waiting, inbox)
+            r = route.pick(running, waiting, inbox, 0 if _prefilled else int(prompt_l[j]))
             if recv > 1 and busy[r]:
                 inbox[r].append(j)
                 continue
@@ -1073,6 +1090,7 @@ def simulate_server(
             last_token[j] = now
         for j, take in plan:
             left[j] -= take
+            route.tokens[r] -= take
             kv_of[j] += take
             if left[j] == 0:
                 route.prefilling[r] -= 1
