@@ -348,10 +348,13 @@ class Server:
         replica in turn (Dynamo's and the vLLM
         production stack's default). With a decode batch of hundreds a least-requests router
         is nearly blind to the prompts a replica has queued: one long prompt then delays the
-        arrivals sent behind it, which a least-prefill router sends elsewhere. The planner's
-        TTFT assumes one queue in front of the replicas, which least-prefill comes closest to
-        (its p99 TTFT ran 8-39 % over one queue's on the plans checked, the most with long
-        prompts; ``dcost plan --check-launch`` simulates with it).
+        arrivals sent behind it, which a least-prefill router sends elsewhere, unless every
+        replica's count ties, and a least-tokens router sends elsewhere always. The planner's
+        TTFT assumes one queue in front of the replicas, the wait behind a router that sends
+        each request to the replica with the least prefill work left, which least-tokens comes
+        closest to (behind least-prefill the p99 TTFT of planned disaggregated fleets ran up
+        to 1.33x the plan's, the most with long prompts; ``dcost plan --check-launch``
+        simulates least-tokens).
     """
 
     hardware: str
