@@ -722,28 +722,18 @@ class _Router:
         self.turn = 0
 
     def pick(self, running, waiting, inbox, tokens: int = 0) -> int:
+        def in_flight(q):
+            return len(running[q]) + len(waiting[q]) + len(inbox[q])
+
         reps = range(self.replicas)
         if self.kind == "round-robin":
             r = self.turn % self.replicas
             self.turn += 1
-        elif self.kind == "least-tokens":
-            r = min(
-                reps,
-                key=lambda q: (
-                    self.tokens[q],
-                    len(running[q]) + len(waiting[q]) + len(inbox[q]),
-                ),
-            )
-        elif self.kind == "least-prefill":
-            r = min(
-                reps,
-                key=lambda q: (
-                    self.prefilling[q],
-                    len(running[q]) + len(waiting[q]) + len(inbox[q]),
-                ),
-            )
+        elif self.kind in ("least-tokens", "least-prefill"):  # ties to the fewest in flight
+            left = self.tokens if self.kind == "least-tokens" else self.prefilling
+            r = min(reps, key=lambda q: (left[q], in_flight(q)))
         else:
-            r = min(reps, key=lambda q: len(running[q]) + len(waiting[q]) + len(inbox[q]))
+            r = min(reps, key=in_flight)
         self.prefilling[r] += 1
         self.tokens[r] += tokens
         return r
