@@ -3,7 +3,7 @@
 ``running()`` starts ``python -m dcost serve --port 0`` (the command binds a free port and prints
 the address it bound), reads the address within ``START_S`` seconds, yields it, and stops the
 process (Ctrl-C, then kill), whatever happened in between. The child inherits the tests'
-environment (``tests/conftest.py``: the shared compilation cache, ``DCOST_CACHE=0``).
+environment (``tests/conftest.py``: ``DCOST_CACHE=0``, no persistent compilation cache).
 """
 
 from __future__ import annotations

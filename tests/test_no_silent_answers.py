@@ -102,8 +102,7 @@ NAMES = [
     pytest.param("validate", marks=pytest.mark.slow),  # leave-one-source-out fits: ~45 s
 ]
 CASES["calibrate"] = ["calibrate", "--quick", "--max-batch", "2"]  # a knee may be Infinity
-# the fits' default steps: the program tests/test_validation_predict.py compiles (the suite's
-# shared cache loads it; 2 steps were a 15 s program of their own)
+# the fits' default steps (2 steps were a 15 s program of their own)
 CASES["validate"] = ["validate", "--only", "family=hopper"]
 
 

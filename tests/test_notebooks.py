@@ -9,8 +9,7 @@ the notebook's own saved output. The kernel runs with the repository root as wor
 
 The committed notebooks must be saved executed (outputs present), which is checked without running
 them. Running them takes most of this file's time (about 20-80 s each on 2 cores). The kernels
-share the suite's compilation cache, its ``DCOST_FAST_COMPILE`` and its ``XLA_FLAGS``
-(``tests/conftest.py``).
+run with the suite's ``DCOST_FAST_COMPILE`` and ``XLA_FLAGS`` (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -57,8 +56,7 @@ def executed():
             client = nbclient.NotebookClient(
                 nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
             )
-            # the kernel inherits the suite's DCOST_FAST_COMPILE=all and XLA_FLAGS (and so loads
-            # the programs the suite's processes compiled, e.g. the planner's). The sensitivity
+            # the kernel inherits the suite's DCOST_FAST_COMPILE=all and XLA_FLAGS. The sensitivity
             # notebook once ran at each program's own level, its exhaustive grid being 4x slower
             # at level 0; the grid's chunks now keep their own level everywhere
             # (``sweep=True``), and the notebook took 61 s with the suite's settings against
