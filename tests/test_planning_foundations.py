@@ -607,3 +607,19 @@ def test_a_nearly_idle_prefill_pool_s_ttft_is_the_prompts_own(replicas):
     p99 = math.exp(mu + sigma * NormalDist().inv_cdf(0.99))
     assert float(ttft[0]) == pytest.approx(max(0.02, 5e-5 * p99) + 0.005, rel=0.02)  # cells
     assert float(ttft[0]) > float(mean)
+
+
+@pytest.mark.x64
+def test_interpolation_on_the_even_grid_is_numpys():
+    """``latency._on_grid`` (the packed steps' interpolation, by arithmetic on the even spacing)
+    against ``np.interp`` over the same points: inside, at the points, and clipped outside."""
+    from dcost.planning import latency as lat
+
+    rng = np.random.default_rng(3)
+    for g in (2, 3, 17):
+        top = float(rng.uniform(100.0, 9000.0))
+        values = np.cumsum(rng.uniform(0.0, 1.0, g))  # step times grow with tokens
+        points = top * np.linspace(0.0, 1.0, g)
+        x = np.concatenate([rng.uniform(-0.2 * top, 1.2 * top, 50), points])
+        got = np.asarray(lat._on_grid(jnp.asarray(x), top, jnp.asarray(values)))
+        np.testing.assert_allclose(got, np.interp(x, points, values), rtol=1e-12, atol=1e-12)
