@@ -38,6 +38,9 @@ it computes (``tests/test_xla_options.py`` solves one problem at both levels). T
 kernels and the tests' subprocesses inherit it. ``DCOST_FAST_COMPILE=0 make test`` runs the
 suite at each program's own level.
 
+Skips. ``DCOST_NO_SKIPS=1`` (set by ``.ci/run``) turns a skip into a failure that says why it
+skipped (``tests/no_skips.py``): in CI every check must run.
+
 Slow tests. A test that takes more than a few seconds on 2 cores (or is first to use a fixture
 that does) is marked ``@pytest.mark.slow``; ``make test-quick`` deselects them and the notebooks.
 The doctests in ``dcost/`` cannot carry a marker, so the slow ones are named in ``SLOW_DOCTESTS``.
@@ -58,6 +61,9 @@ if os.environ["DCOST_FAST_COMPILE"] in ("1", "all") and "--xla_backend_optimizat
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
+
+# DCOST_NO_SKIPS=1 (CI): a skip fails (tests/no_skips.py)
+from no_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 settings.register_profile(
     "ci",
