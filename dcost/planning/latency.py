@@ -309,8 +309,9 @@ def _queue_service(rate, servers, w, fluid, alone, packed=None):
 
 def _on_grid(x, top, values):
     """Linear interpolation of ``values`` (shape ``(G,)``) given at the ``G`` evenly spaced
-    points ``top * linspace(0, 1, G)`` (``G >= 2``, ``top > 0``), at ``x`` clipped to ``[0,
-    top]``: what
+    points ``top * linspace(0, 1, G)`` (``G >= 2``, ``top > 0``), at ``x`` clipped to
+    ``[0, top]``: with ``u = G' min(max(x / top, 0), 1)``, ``G' = G - 1``, ``i = min(floor(u),
+    G' - 1)`` and ``f = u - i``, the value ``(1 - f) values[i] + f values[i + 1]``. It is what
     ``jnp.interp`` gives, by arithmetic on the even spacing where ``jnp.interp`` searches the
     points (a hundred operations traced a call, against a dozen).
 
