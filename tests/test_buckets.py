@@ -72,6 +72,22 @@ def test_bucket_sizes():
     assert [bucket(n) for n in (1, 7, 10, 12, 16)] == [16] * 5
     assert [bucket(n) for n in (17, 32, 33, 1000)] == [32, 32, 64, 1024]
     assert [bucket(n, floor=1) for n in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
+
+
+def test_fine_bucket_is_the_least_power_of_two_or_three_times_one():
+    """Against a brute force over the sizes ``2**k`` and ``3 * 2**k``: the least one at or above
+    ``n``, so a large grid's padding is less than half its batch."""
+    sizes = sorted({2**k for k in range(12)} | {3 * 2**k for k in range(11)})
+    for n in range(1, 1025):
+        want = min(s for s in sizes if s >= n)
+        assert buckets.fine_bucket(n) == want, n
+        assert n <= want < 1.5 * n
+    assert buckets.fine_bucket(0) == 0
+    with pytest.raises(ValueError, match="fine_bucket"):
+        buckets.fine_bucket(-1)
+
+
+def test_empty_bucket_and_bad_input():
     assert bucket(0) == 0  # an empty batch stays empty
     with pytest.raises(ValueError, match="n = -1"):
         bucket(-1)
@@ -141,9 +157,9 @@ def test_grid_search_padded_equals_unpadded_and_one_by_one(monkeypatch):
         assert padded.message[i] == alone.message
 
 
-def test_grid_search_large_grid_pads_at_most_twice(monkeypatch):
-    """Past one chunk a grid pads to the next power of two from 1, not to 16: 3 scenarios on a
-    grid of 300 designs in chunks of 256 run as 4; within one chunk, as 16."""
+def test_grid_search_large_grid_pads_less(monkeypatch):
+    """Past one chunk a grid pads to ``fine_bucket``, not to 16: 3 scenarios on a grid of 300
+    designs in chunks of 256 run as 3 and 5 as 6; within one chunk, as 16."""
     steps = []
 
     def chunk_step(n_devices, per_device, batch, _real=grid._chunk_step):
@@ -154,8 +170,10 @@ def test_grid_search_large_grid_pads_at_most_twice(monkeypatch):
     free = {"batch": (1, 100), "chips": (1, 3)}
     big = dcost.grid_search(problem(3, free), chunk_size=256)
     small = dcost.grid_search(problem(3, free))
-    assert steps == [4, 16]
+    five = dcost.grid_search(problem(5, free), chunk_size=256)
+    assert steps == [3, 16, 6]
     assert_same(big, small)
+    assert_same(five, dcost.grid_search(problem(5, free)))
 
 
 def test_optimize_compiles_once_for_7_10_12_scenarios_whatever_they_sweep(monkeypatch):

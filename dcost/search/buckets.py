@@ -18,9 +18,10 @@ scenarios padded to 16 took 16 ms of CPU against 4 ms unpadded (``optimize``) an
 
 ``grid_search``'s run time grows with the grid, not by a fixed amount per scenario, so it pads to
 16 and up only while the padded batch still fits in one chunk (one call: the padding is nearly
-free); a larger grid pads to the next power of two from 1 (1, 2, 4, 8, ...), never more than
-twice the work. A single, unbatched scenario stays unbatched: it has its own program without a
-scenario axis.
+free); a larger grid pads to the next of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (``fine_bucket``:
+the powers of two and three times them), never more than 1.5 times the work (a power of two
+alone was up to twice: 24 scenarios ran as 32, 33 as 64). A single, unbatched scenario stays
+unbatched: it has its own program without a scenario axis.
 
 Padding and slicing go through NumPy on concrete arrays: a JAX slice or concatenation run eagerly
 compiles a small program for each new shape (about 20 ms each), which would undo the point.
@@ -37,7 +38,7 @@ import numpy as np
 
 from dcost.search.problem import batch_size
 
-__all__ = ["MIN_BUCKET", "bucket", "pad", "spread", "unpad", "bucketed"]
+__all__ = ["MIN_BUCKET", "bucket", "fine_bucket", "pad", "spread", "unpad", "bucketed"]
 
 MIN_BUCKET = 16
 """The smallest bucket (``optimize``, ``sensitivity``, ``pareto``, and small grids)."""
@@ -60,6 +61,23 @@ def bucket(n: int, floor: int = MIN_BUCKET) -> int:
     if n == 0:
         return 0
     return 1 << (max(n, floor) - 1).bit_length()
+
+
+def fine_bucket(n: int) -> int:
+    """The padded size of a batch of ``n`` scenarios whose run time grows with the batch (a large
+    ``grid_search``): the least of ``2**k`` and ``3 * 2**k`` at or above ``n``, so padding adds
+    less than half the batch (``(2**k + 1) -> 3 * 2**(k - 1)``), where ``bucket(n, floor=1)``
+    adds up to all of it.
+
+    >>> [fine_bucket(n) for n in (1, 2, 3, 5, 7, 9, 17, 24, 25, 33)]
+    [1, 2, 3, 6, 8, 12, 24, 24, 32, 48]
+    """
+    if n < 0:
+        raise ValueError(f"fine_bucket: n = {n!r} must be >= 0")
+    if n <= 2:
+        return n
+    power = bucket(n, floor=1)
+    return power * 3 // 4 if power * 3 // 4 >= n else power
 
 
 def _pad_leaf(a, n: int, size: int):

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from dcost.search._jit import jit
-from dcost.search.buckets import bucket, pad, spread, unpad
+from dcost.search.buckets import bucket, fine_bucket, pad, spread, unpad
 from dcost.search.problem import (
     SEARCH_RTOL,
     Problem,
@@ -63,9 +63,10 @@ def grid_search(
     feasible, the one with the least total violation ``sum_j max(0, log(value_j/limit_j))`` is
     returned with ``feasible = False`` (see ``Solution.message``).
 
-    A batch of scenarios is padded to a power of two (``dcost.search.buckets``: 7, 10 and 12
-    scenarios of a small grid run as 16 and share one compilation; the padding changes no
-    answer). Each chunk of
+    A batch of scenarios is padded (``dcost.search.buckets``; the padding changes no answer): on
+    a grid whose padded batch fits in one chunk to a power of two from 16 (7, 10 and 12
+    scenarios run as 16 and share one compilation), on a larger one to the next of 1, 2, 3, 4,
+    6, 8, 12, 16, 24, ... (``fine_bucket``: at most 1.5 times the work). Each chunk of
     ``chunk_size`` designs (summed over the padded scenarios) is one call of a jitted, vmapped
     function; with several local devices (GPUs, or CPU devices from
     ``XLA_FLAGS=--xla_force_host_platform_device_count=N``) each evaluates its share of the chunk
@@ -115,8 +116,8 @@ def grid_search(
         )
     size = None
     if n is not None:
-        # from MIN_BUCKET while the padded batch fits in one chunk, else at most twice the work
-        size = bucket(n) if bucket(n) * total <= chunk_size else bucket(n, floor=1)
+        # from MIN_BUCKET while the padded batch fits in one chunk, else at most 1.5 times the work
+        size = bucket(n) if bucket(n) * total <= chunk_size else fine_bucket(n)
         problem = spread(pad(problem, n, size), size)
     scenarios = 1 if size is None else size
     devices = jax.devices()
