@@ -60,10 +60,16 @@ LABELS = {
 
 def sample(n: int, seed: int = 0, exclude=frozenset()):
     """``n`` aggregated silicon runs, an equal share per engine, ``(record, measured TTFT s,
-    the run's batch size)``."""
+    the run's batch size)``.
+
+    Drawn from the records as they were before 2026-12-01 (``silicon.records(count_out=False)``:
+    a run the sample lists twice counted twice), so that each seed draws the runs it drew then
+    and the splits keep their meaning (seed 0 the runs the diagnosis saw); ``compute`` drops a
+    drawn run that ``silicon.SPECULATIVE_SUSPECTED`` counts out (``speculative``) and keeps a
+    repeated one (the same measurement as its twin)."""
     from dcost.validation import silicon
 
-    recs, _ = silicon.records()
+    recs, _ = silicon.records(count_out=False)
     rows = {r["id"]: r for r in silicon.load_rows()}
     agg = [r for r in recs if r["metric"] == "tpot" and r["mode"] == "agg"]
     by_engine = collections.defaultdict(list)
@@ -79,6 +85,14 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
             row = rows[r["id"][len("silicon-") : -len("-tpot")]]
             out.append((r, float(row["silicon_ttft_ms"]) * 1e-3, int(row["batch_size"])))
     return out
+
+
+def speculative(record) -> bool:
+    """Whether a run most likely decoded speculatively (``silicon.SPECULATIVE_SUSPECTED``)."""
+    from dcost.validation import silicon
+
+    key = (record["engine"], record.get("engine_version"), record["model"])
+    return key in silicon.SPECULATIVE_SUSPECTED
 
 
 PROMPT_STEPS_ALONE = frozenset({"0.5.1.post1", "0.5.3.post2", "0.5.4.post3"})
@@ -376,7 +390,8 @@ def compute(n: int = 90, log=print) -> dict:
     held = sample(n, seed=1, exclude=frozenset(r["id"] for r, _, _ in seen))
     fresh = sample(n, seed=2, exclude=frozenset(r["id"] for r, _, _ in seen + held))
     table: dict = {"rounds": ROUNDS, "splits": {}}
-    for split, runs in (("seen", seen), ("held_out", held), ("fresh", fresh)):
+    for split, drawn in (("seen", seen), ("held_out", held), ("fresh", fresh)):
+        runs = [x for x in drawn if not speculative(x[0])]
         results, refused = [], []
         for i, (r, ttft, batch) in enumerate(runs):
             source = silicon_rows[r["id"][len("silicon-") : -len("-tpot")]]

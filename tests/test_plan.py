@@ -477,7 +477,9 @@ def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     scheduler (``dcost.planning.server``, 6,000 Poisson arrivals), meet the plan's targets;
     launched as before (the chunk alone as SGLang's budget, whose running requests take their
     share of it, and SGLang's default order, a step of prompt tokens alone) the same replicas
-    miss the TPOT target and wait longer for a first token. The budget is the chunk beside the cap's
+    miss the TPOT target (their first tokens come about as soon: a p99 TTFT of 0.175 s against
+    0.178 s since the 2026-12-01 refit, 2 % sooner, where it had been later, so only the TPOT
+    is asserted). The budget is the chunk beside the cap's
     decodes (and verified drafts). vLLM's and TensorRT-LLM's plans hold as launched too, behind
     the router the plan assumes."""
     from dcost.planning.launch import ROUTER
@@ -509,7 +511,7 @@ def test_the_engines_launches_hold_the_plan_in_their_schedulers():
     assert ttft <= p.ttft_slo[0] and tpot <= p.tpot_slo[0], (ttft, tpot)
     old = dict(settings, max_num_batched_tokens=pool.chunk, prefill_first=True)
     ttft_old, tpot_old = simulated(**old)
-    assert tpot_old > p.tpot_slo[0] and ttft_old > ttft, (ttft_old, tpot_old)
+    assert tpot_old > 1.5 * p.tpot_slo[0], (ttft_old, tpot_old)
     for name in ("vllm", "trtllm"):  # the other engines' plans, as launched, hold too
         p = plan("h100-sxm", "llama-3-70b", traffic, engine=name, mode="aggregated")
         (pool,) = p.pools
@@ -635,7 +637,8 @@ def test_the_how_to_quotes_the_disaggregated_launches():
     assert f"TTFT is {np.median(ttft):.2f}x the planned at the median" in page
     assert f"more than 10 % on {(ttft > 1.1).sum()} plans and by up to {ttft.max():.2f}x" in page
     assert f"TPOT is {np.median(tpot):.2f}x the planned at the median" in page
-    assert "(none above 1.1x)" in page and (tpot > 1.1).sum() == 0
+    above = int((tpot > 1.1).sum())
+    assert ("(none above 1.1x)" if above == 0 else f"({above} above 1.1x") in page
     counted = [x for x in rows if "ttft_least_prefill" in x]
     lp = np.array([x["ttft_least_prefill"]["pooled"] / x["predicted_ttft"] for x in counted])
     assert (

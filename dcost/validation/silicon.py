@@ -23,6 +23,9 @@ marked assumed in each record:
 - metrics: aggregated rows give TPOT (a mixed step, ``dcost.mixed_step``) and, at concurrency 1,
   the TTFT of a lone prefill; disaggregated rows give the decode pool's TPOT and the prefill
   pool's TTFT. TTFT under load (concurrency > 1, aggregated) is queueing: not a record here.
+
+A run the sample lists twice (``REPEATED``) is one record, and runs that most likely decoded
+speculatively without saying so (``SPECULATIVE_SUSPECTED``) are counted out.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ __all__ = [
     "UNMODELLED",
     "SYSTEMS",
     "Skipped",
+    "SPECULATIVE_SUSPECTED",
     "concurrency_band",
 ]
 
@@ -92,7 +96,45 @@ BATCH_BELOW_CLIENTS = (
 )
 """Why an aggregated run whose running-sequence cap is below its clients is counted out."""
 
+SPECULATIVE_SUSPECTED = {("trtllm", "1.2.0rc6.post3", "deepseek-r1")}
+"""``(engine, version, model)`` whose runs most likely decoded speculatively (DeepSeek's MTP),
+which the sample does not state: TensorRT-LLM 1.2.0rc6.post3's DeepSeek-R1 runs are 1.20-2.32x
+(median 1.58x) faster than 1.2.0rc6.post2's at the same 22 configurations (chip, precisions,
+layout, lengths, clients), most at few clients and least at many (1.9x at 4 clients, 1.25x at
+256 on B200, fp8, tp8), as accepted draft tokens speed a step up; post2's runs agree with the
+DeepSeek-V3 runs of the same layouts (the same network). Counted out with ``SPECULATIVE``."""
+
+SPECULATIVE = "most likely speculative decoding (MTP), not stated: see SPECULATIVE_SUSPECTED"
+
+REPEATED = "a run the sample lists twice (configuration, version and times alike): counted once"
+"""Why a record the same as an earlier one is counted out: 240 rows repeat another row's
+configuration, engine version and measured TPOT and TTFT to the last digit (105 of the
+2026-04-06 file repeat runs of the 2026-03-25 one, whose ``measured`` date they give; 77 repeat
+rows of the same file; the rest rows of the 2026-04-27 database dump)."""
+
 _QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "": "bf16"}
+
+# what makes two records the same run: the same configuration, engine version and value
+_SAME_RUN = (
+    "engine",
+    "engine_version",
+    "hardware",
+    "model",
+    "weights",
+    "kv_cache",
+    "compute",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "attention_data_parallel",
+    "expert_parallel",
+    "gpus",
+    "serving",
+    "prompt_tokens",
+    "output_tokens",
+    "concurrency",
+    "metric",
+    "value",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,10 +277,17 @@ def _layout(row: Mapping, prefix: str) -> dict:
     }
 
 
-def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Skipped]]:
+def records(
+    rows: Sequence[Mapping] | None = None, *, count_out: bool = True
+) -> tuple[list[dict], list[Skipped]]:
     """The rows dcost can express as records (see the module docstring), and the rest with their
     reason. Each record also carries ``mode`` ("agg" | "disagg") and ``engine`` (and
     ``engine_version`` where the sample states it).
+
+    ``count_out=False`` keeps the repeated runs (``REPEATED``) and the suspected speculative ones
+    (``SPECULATIVE_SUSPECTED``): the records as they were before 2026-12-01, from which the
+    seeded samples of ``experiments/serving_under_load.py`` are drawn, so that each seed draws
+    the runs it drew then.
 
     >>> recs, skipped = records()
     >>> len(recs) > 1000 and {r["engine"] for r in recs} == {"vllm", "sglang", "trtllm"}
@@ -334,13 +383,22 @@ def records(rows: Sequence[Mapping] | None = None) -> tuple[list[dict], list[Ski
             else:
                 out.append(t)
     kept = []
+    first: set[tuple] = set()
     for r in out:
+        same = tuple(r.get(k) for k in _SAME_RUN)
         # fewer sequences than attention groups: dcost's batch would fall below one
         if r["concurrency"] < r["gpus"] / r["tensor_parallel"] / r["pipeline_parallel"]:
             skipped.append(
                 Skipped(r["id"], r["metric"], "fewer sequences than attention-parallel groups")
             )
+        elif not count_out:
+            kept.append(r)
+        elif (r["engine"], r.get("engine_version"), r["model"]) in SPECULATIVE_SUSPECTED:
+            skipped.append(Skipped(r["id"], r["metric"], SPECULATIVE))
+        elif same in first:
+            skipped.append(Skipped(r["id"], r["metric"], REPEATED))
         else:
+            first.add(same)
             kept.append(r)
     for r in kept:
         r["family"] = presets.card_family(r["hardware"])
