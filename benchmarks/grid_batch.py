@@ -9,7 +9,7 @@ one process: padded as ``grid_search`` pads a grid larger than one chunk (``fine
 scenarios run as 24), then as it padded before (the next power of two: 24 run as 32), each once
 to compile and then ``--repeats`` times; both must give the same answers (checked). Printed: the
 seconds of each run, with ``import jax`` timed in the same process. The whole run is bounded by
-``--limit`` seconds (it prints every thread's traceback and exits with status 3 past it).
+``--limit`` seconds (past it, faulthandler prints every thread's traceback and exits, status 1).
 """
 
 from __future__ import annotations

@@ -50,6 +50,8 @@ __all__ = [
     "SYSTEMS",
     "Skipped",
     "SPECULATIVE_SUSPECTED",
+    "SPECULATIVE",
+    "REPEATED",
     "concurrency_band",
 ]
 
