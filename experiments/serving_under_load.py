@@ -65,8 +65,8 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
     Drawn from the records as they were before 2026-12-01 (``silicon.records(count_out=False)``:
     a run the sample lists twice counted twice), so that each seed draws the runs it drew then
     and the splits keep their meaning (seed 0 the runs the diagnosis saw); ``compute`` drops a
-    drawn run that ``silicon.SPECULATIVE_SUSPECTED`` counts out (``speculative``) and keeps a
-    repeated one (the same measurement as its twin)."""
+    drawn run that ``silicon.SPECULATIVE_SUSPECTED`` counts out (``silicon.speculative``) and
+    keeps a repeated one (the same measurement as its twin)."""
     from dcost.validation import silicon
 
     recs, _ = silicon.records(count_out=False)
@@ -85,14 +85,6 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
             row = rows[r["id"][len("silicon-") : -len("-tpot")]]
             out.append((r, float(row["silicon_ttft_ms"]) * 1e-3, int(row["batch_size"])))
     return out
-
-
-def speculative(record) -> bool:
-    """Whether a run most likely decoded speculatively (``silicon.SPECULATIVE_SUSPECTED``)."""
-    from dcost.validation import silicon
-
-    key = (record["engine"], record.get("engine_version"), record["model"])
-    return key in silicon.SPECULATIVE_SUSPECTED
 
 
 PROMPT_STEPS_ALONE = frozenset({"0.5.1.post1", "0.5.3.post2", "0.5.4.post3"})
@@ -391,7 +383,7 @@ def compute(n: int = 90, log=print) -> dict:
     fresh = sample(n, seed=2, exclude=frozenset(r["id"] for r, _, _ in seen + held))
     table: dict = {"rounds": ROUNDS, "splits": {}}
     for split, drawn in (("seen", seen), ("held_out", held), ("fresh", fresh)):
-        runs = [x for x in drawn if not speculative(x[0])]
+        runs = [x for x in drawn if not silicon.speculative(x[0])]
         results, refused = [], []
         for i, (r, ttft, batch) in enumerate(runs):
             source = silicon_rows[r["id"][len("silicon-") : -len("-tpot")]]

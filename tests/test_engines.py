@@ -339,7 +339,7 @@ def test_silicon_rows_whose_cap_is_below_their_clients_are_counted_out():
     assert below[False] == 0 and below[True] > 0  # kept only where the batch is a rank's
 
 
-def test_silicon_runs_repeated_in_a_later_file_are_counted_once():
+def test_silicon_runs_listed_twice_are_counted_once():
     """The sample lists some runs twice (the same configuration, engine version and times): each
     is one record; every repeat counted out has its twin among the records, whose row gives the
     same TTFT too (to its float's last digit), and no two records left are the same run."""
@@ -353,22 +353,24 @@ def test_silicon_runs_repeated_in_a_later_file_are_counted_once():
     assert len(every) == len(kept) + len(repeats) + len(speculative)
     assert {r["id"] for r in kept} < {r["id"] for r in every}
     rows = {r["id"]: r for r in silicon.load_rows()}
+
+    def row(record_id, metric):  # "silicon-<row id>-<metric>" -> the sample's row
+        return rows[record_id[len("silicon-") : -len(metric) - 1]]
+
     for s in repeats:
-        alone, _ = silicon.records([rows[s.id[len("silicon-") : -len(s.metric) - 1]]])
+        alone, _ = silicon.records([row(s.id, s.metric)])
         (mine,) = [r for r in alone if r["metric"] == s.metric]
         twin = runs[tuple(mine.get(k) for k in silicon._SAME_RUN)]
         assert twin != s.id
-        mine_row, twin_row = rows[mine["id"][8 : -len(s.metric) - 1]], rows[twin[8:-5]]
-        ttft = float(mine_row["silicon_ttft_ms"]), float(twin_row["silicon_ttft_ms"])
-        assert ttft[0] == pytest.approx(ttft[1], rel=1e-12), (s.id, twin)
+        ttft = (float(row(x, s.metric)["silicon_ttft_ms"]) for x in (s.id, twin))
+        assert next(ttft) == pytest.approx(next(ttft), rel=1e-12), (s.id, twin)
 
 
-def test_silicon_runs_that_most_likely_decoded_speculatively_are_counted_out(monkeypatch):
+def test_silicon_runs_that_most_likely_decoded_speculatively_are_counted_out():
     """TensorRT-LLM 1.2.0rc6.post3's DeepSeek-R1 runs against 1.2.0rc6.post2's at the same
     configurations (the sample's own evidence for ``SPECULATIVE_SUSPECTED``): 22 of them, each
     faster on post3 by 1.20-2.32x (median 1.58x), and most at the fewest clients."""
-    monkeypatch.setattr(silicon, "SPECULATIVE_SUSPECTED", set())
-    every, _ = silicon.records()
+    every, _ = silicon.records(count_out=False)  # a repeat's value is its twin's: first kept
     config = [k for k in silicon._SAME_RUN if k not in ("engine_version", "value")]
     runs: dict = {}
     for r in every:
@@ -381,14 +383,10 @@ def test_silicon_runs_that_most_likely_decoded_speculatively_are_counted_out(mon
     assert 1.19 < ratio.min() and ratio.max() < 2.33 and 1.55 < np.median(ratio) < 1.61
     clients = np.array([k[config.index("concurrency")] for k, _ in pairs])
     assert np.median(ratio[clients <= 8]) > np.median(ratio[clients >= 128]) + 0.3
-    monkeypatch.undo()
     kept, skipped = silicon.records()
     out = [s for s in skipped if s.reason == silicon.SPECULATIVE]
-    assert len(out) == 60
-    assert not any(
-        (r["engine"], r.get("engine_version"), r["model"]) in silicon.SPECULATIVE_SUSPECTED
-        for r in kept
-    )
+    assert len(out) == 60 == sum(silicon.speculative(r) for r in every)
+    assert not any(silicon.speculative(r) for r in kept)
 
 
 def test_silicon_predictions_are_linear_in_host_costs():

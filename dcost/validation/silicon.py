@@ -52,6 +52,7 @@ __all__ = [
     "SPECULATIVE_SUSPECTED",
     "SPECULATIVE",
     "REPEATED",
+    "speculative",
     "concurrency_band",
 ]
 
@@ -107,6 +108,18 @@ layout, lengths, clients), most at few clients and least at many (1.9x at 4 clie
 DeepSeek-V3 runs of the same layouts (the same network). Counted out with ``SPECULATIVE``."""
 
 SPECULATIVE = "most likely speculative decoding (MTP), not stated: see SPECULATIVE_SUSPECTED"
+
+
+def speculative(record: Mapping) -> bool:
+    """Whether a record's ``(engine, engine_version, model)`` is in ``SPECULATIVE_SUSPECTED``.
+
+    >>> speculative({"engine": "trtllm", "engine_version": "1.2.0rc6.post3",
+    ...              "model": "deepseek-r1"})
+    True
+    """
+    key = (record["engine"], record.get("engine_version"), record["model"])
+    return key in SPECULATIVE_SUSPECTED
+
 
 REPEATED = "a run the sample lists twice (configuration, version and times alike): counted once"
 """Why a record the same as an earlier one is counted out: 240 rows repeat another row's
@@ -395,7 +408,7 @@ def records(
             )
         elif not count_out:
             kept.append(r)
-        elif (r["engine"], r.get("engine_version"), r["model"]) in SPECULATIVE_SUSPECTED:
+        elif speculative(r):
             skipped.append(Skipped(r["id"], r["metric"], SPECULATIVE))
         elif same in first:
             skipped.append(Skipped(r["id"], r["metric"], REPEATED))
