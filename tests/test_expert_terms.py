@@ -158,7 +158,8 @@ def synthetic_moe_table(values, rng, dtype="bfloat16", b_w=2.0):
         "kernel_roofline_smoothness": GEMM["kernel_roofline_smoothness"],
         "hbm_bandwidth": chip_["hbm_bandwidth"],
     }
-    t = np.asarray(kernels.moe_layer_time(*cols, b_w, chip_["flops"], values, gemm))
+    share = kernels.balanced_share(cols[0], cols[3], cols[4])  # the rows are balanced
+    t = np.asarray(kernels.moe_layer_time(*cols, b_w, chip_["flops"], values, gemm, share))
     t = t * np.exp(rng.normal(0.0, 0.03, t.shape))
     n = len(t)
     table = {
@@ -184,6 +185,30 @@ EXPERTS = {
     "moe_layer_overhead": 2.5e-5,
 }
 """The grouped-expert fields the synthetic MoE tables below are generated from."""
+
+
+@pytest.mark.parametrize("k, e", [(4, 128), (8, 256), (2, 8), (16, 896), (8, 384), (1, 16)])
+def test_balanced_share_is_n_k_over_e_where_k_divides_e(k, e):
+    """Where ``k`` divides ``E`` the balanced rule's runs are disjoint: ``min(E, n k)`` experts
+    (a closed form against ``balanced_share``'s count of the rule); random routing touches
+    fewer (the share a fit of the balanced rows must not assume)."""
+    for n in (1, 2, 3, 4, 8, 16, 32, 48, 64, 100, 128, 512, 20480):
+        share = float(kernels.balanced_share(n, k, e))
+        assert share == pytest.approx(min(1.0, n * k / e)), (n, k, e)
+        assert -math.expm1(n * math.log1p(-k / e)) <= share + 1e-12
+
+
+@pytest.mark.parametrize("k, e", [(6, 128), (6, 256), (10, 512), (22, 512)])
+def test_balanced_share_where_the_runs_wrap(k, e):
+    """Where ``k`` does not divide ``E`` (the tables' 6 of 128 and 256, 10 and 22 of 512) the
+    last run wraps onto the first: a few experts fewer than ``n k``, never fewer than random
+    routing's expectation, and all of them from ``n = ceil(E/k)`` tokens on."""
+    for n in (1, 2, 4, 8, 16, 20, 24, 32, 64, 512):
+        share = float(kernels.balanced_share(n, k, e))
+        closed = min(1.0, n * k / e)
+        assert closed - k / e <= share <= closed + 1e-12, (n, k, e)
+        assert -math.expm1(n * math.log1p(-k / e)) <= share + 1e-12
+    assert float(kernels.balanced_share(math.ceil(e / k), k, e)) == 1.0
 
 
 def test_fit_moe_recovers_the_generating_fields():

@@ -66,6 +66,7 @@ __all__ = [
     "fit_allreduce",
     "fit_moe",
     "moe_layer_time",
+    "balanced_share",
     "fastest_kernels",
     "fit_tables",
     "read_table",
@@ -628,14 +629,18 @@ _MOE_SHAPE = (
 )
 
 
-def moe_layer_time(tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, values, gemm):
+def moe_layer_time(
+    tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, values, gemm, share=None
+):
     """One MoE layer's grouped-expert time on one GPU (s), the serving model's form
     (``dcost.serving.roofline``: ``f_expert``, ``w_expert`` and ``expert_overhead``).
 
     ``e = ep`` expert-parallel groups, each expert's matrices split ``t = tp`` ways, ``n``
     tokens routed to ``k`` of ``E`` experts: the GPU touches ``E phi / e`` experts
-    (``phi = 1 - (1 - k/E)^n``, ``dcost.serving.moe``), reads their ``3 h i / t`` weights
-    each, and computes ``2 (3 h i / t) n k / e`` FLOP at ``n k / (E phi)`` tokens an expert:
+    (``phi = 1 - (1 - k/E)^n`` under random routing, ``dcost.serving.moe``; ``share`` when
+    given, e.g. ``balanced_share`` for a table's balanced rows), reads their ``3 h i / t``
+    weights each, and computes ``2 (3 h i / t) n k / e`` FLOP at ``n k / (E phi)`` tokens an
+    expert:
 
     .. math:: t = c_m + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
               \\frac{F (1 + n_e/n_{exp})}{F_p \\eta_p \\eta_{exp}},\\ \\frac{W}{BW \\eta_{BW}}\\Big)
@@ -648,6 +653,7 @@ def moe_layer_time(tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, valu
         routing, sorting and combining kernels, timed with it).
       gemm: ``fit_gemm``'s ``flops_efficiency`` ``eta_p``, ``bandwidth_efficiency``,
         ``kernel_roofline_smoothness`` ``r`` and ``hbm_bandwidth`` (bytes/s).
+      share: the share ``phi`` of the experts the tokens touch (None: random routing's).
 
     >>> v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "expert_overhead": 1e-6,
     ...      "moe_layer_overhead": 0.0}
@@ -658,7 +664,10 @@ def moe_layer_time(tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, valu
     4.0
     """
     per_expert = 3.0 * hidden * inter / tp
-    phi = -jnp.expm1(tokens * jnp.log1p(-jnp.minimum(topk / experts, 1.0 - 1e-7)))
+    if share is None:
+        phi = -jnp.expm1(tokens * jnp.log1p(-jnp.minimum(topk / experts, 1.0 - 1e-7)))
+    else:
+        phi = share
     touched = experts * phi / ep
     flops = 2.0 * per_expert * tokens * topk / ep
     size = tokens * topk / (experts * phi)
@@ -671,6 +680,45 @@ def moe_layer_time(tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, valu
     return fixed + kernel_time(t_f, t_w, hw)
 
 
+def _balanced_experts(n: int, k: int, e: int) -> int:
+    """How many distinct experts ``balanced_share``'s routing rule picks for ``n`` tokens."""
+    s = -(-e // k)
+    i = np.arange(n)[:, None]
+    j = np.arange(k)[None, :]
+    pick = (i + j * s) % e if n >= s else np.floor(i * s / n + j * s).astype(int) % e
+    return int(np.unique(pick).size)
+
+
+def balanced_share(tokens, topk, experts) -> np.ndarray:
+    """The share of the ``E`` experts that ``n`` tokens routed to ``k`` each touch in a MoE
+    table's ``balanced`` rows: ``min(1, n k / E)`` where ``k`` divides ``E``, a few experts
+    fewer where the last run wraps onto the first.
+
+    AIConfigurator's collectors route token ``i``'s ``j``-th choice to expert
+    ``(i + j s) mod E`` with stride ``s = ceil(E/k)`` when ``n >= s``, and to
+    ``floor(i s / n + j s) mod E`` when ``n < s``: ``k`` runs of ``n`` consecutive experts (or
+    ``n`` spread over each run of ``s``), counted here row by row. Random routing
+    (``moe_layer_time``'s default, ``1 - (1 - k/E)^n``) touches fewer: 82 of 128 experts for
+    32 tokens at top-4, where the balanced rows touch all 128, so a fit that read balanced rows
+    as random ones charged the per-expert costs of 128 experts to 82.
+
+    Reference: ai-dynamo/aiconfigurator, ``collector/helper.py`` (``balanced_logits``).
+
+    >>> [float(x) for x in balanced_share(np.array([1.0, 8.0, 32.0, 64.0]), 4.0, 128.0)]
+    [0.03125, 0.25, 1.0, 1.0]
+    >>> float(balanced_share(8.0, 6.0, 64.0)) * 64  # 6 runs of stride 11 wrap: one repeat
+    47.0
+    """
+    n, k, e = np.broadcast_arrays(
+        np.asarray(tokens, float), np.asarray(topk, float), np.asarray(experts, float)
+    )
+    out = np.empty(n.shape)
+    for key in set(zip(n.ravel().tolist(), k.ravel().tolist(), e.ravel().tolist(), strict=True)):
+        rows = (n == key[0]) & (k == key[1]) & (e == key[2])
+        out[rows] = _balanced_experts(*(int(x) for x in key)) / key[2]
+    return out
+
+
 def fit_moe(
     table: Mapping[str, np.ndarray],
     hardware: str,
@@ -681,7 +729,8 @@ def fit_moe(
 
     The table's balanced rows of gated experts in the formats served (``_served``: block-scaled
     fp8 where the table has it), the fastest kernel per shape (``fastest_kernels``), are fitted
-    with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held (``gemm``: its values): per
+    with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held (``gemm``: its values), each
+    row's touched experts those of its balanced routing (``balanced_share``): per
     precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e`` (``expert_half_tokens``);
     shared, ``c_e`` (``expert_overhead``, s per touched expert) and ``c_m``
     (``moe_layer_overhead``, s per layer), a weight-only class's ``c_m`` its own
@@ -750,6 +799,7 @@ def fit_moe(
     }
     fit_i, held_i = _split(len(y), seed)
     n_prec = len(precisions)
+    share = balanced_share(shape[0], shape[3], shape[4])  # balanced rows: not random routing's
 
     # a weight-only class's fused kernel has its own fixed cost (its last parameters)
     own = [i for i, p in enumerate(precisions) if p in WEIGHT_ONLY_EXPERTS]
@@ -773,7 +823,7 @@ def fit_moe(
         v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
         g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
         n, h, i, k, e, tp, ep = (a[rows] for a in shape)
-        return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g)
+        return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g, share[rows])
 
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
