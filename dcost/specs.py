@@ -450,7 +450,12 @@ class Hardware(eqx.Module):
         (``dcost.serving.collectives.group_all_reduce``); between: that mix (1, 0).
       moe_layer_overhead: time of an MoE layer's kernels beside the expert matmuls (routing,
         sorting tokens by expert, the gather and the weighted combine), paid per MoE layer of a
-        stage step whatever its tokens (s, 0).
+        stage step whatever its tokens, with every expert on the chip's group (``e = 1``: the
+        experts tensor parallel) (s, 0).
+      moe_ep_overhead: the same when the experts are spread over many expert-parallel groups
+        (``e`` large: a chip holds few of them and masks or maps the tokens routed elsewhere);
+        ``e`` groups pay ``c_1/e + c_ep (1 - 1/e)`` (``dcost.serving.roofline.moe_layer_fixed``)
+        (s; None: ``moe_layer_overhead``, one cost whatever the layout).
 
     Power (``dcost.serving.power``; None: no power model, and ``dcost.energy`` says which field
     it needs). Neither changes a step's time or its cost:
@@ -498,6 +503,7 @@ class Hardware(eqx.Module):
     idle_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     max_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     prefill_step_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    moe_ep_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -518,6 +524,7 @@ class Hardware(eqx.Module):
         "expert_half_tokens": "matmul_half_tokens",
         "expert_overhead": 0.0,
         "moe_layer_overhead": 0.0,
+        "moe_ep_overhead": "moe_layer_overhead",
         "hierarchical_collectives": 0.0,
     }
     get = _get
@@ -547,6 +554,7 @@ class Hardware(eqx.Module):
             "expert_half_tokens",
             "expert_overhead",
             "moe_layer_overhead",
+            "moe_ep_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))

@@ -585,6 +585,28 @@ def test_the_fit_settles_where_the_loss_is_flat():
     assert np.linalg.norm(ggn - exact) < 0.05 * np.linalg.norm(exact)
 
 
+def test_with_offsets_moves_the_expert_parallel_cost_with_the_moe_layer_cost():
+    """``moe_ep_overhead`` has no offset of its own (``user.TIED``): the MoE layer cost's moves
+    it by the same factor, shared and a 4-bit class's own alike, in the saved profile and in the
+    chips the fit evaluates."""
+    import math
+
+    from dcost.calibrate import user
+
+    eng = dcost.engine("vllm", hardware="h200")
+    z = np.zeros(len(user.FIELDS))
+    z[user.FIELDS.index("moe_layer_overhead")] = math.log(0.5)
+    moved = user.with_offsets(eng, z)
+    for name in ("moe_layer_overhead", "moe_ep_overhead"):
+        assert moved.profile[name] == pytest.approx(0.5 * eng.profile[name], rel=1e-6)
+        own = eng.precision_profile["w4a16"][name]
+        assert moved.precision_profile["w4a16"][name] == pytest.approx(0.5 * own, rel=1e-6)
+    h = eng.apply(dcost.hardware("h200"))
+    chip = user._apply(h, jnp.asarray(z))
+    for name in ("moe_layer_overhead", "moe_ep_overhead"):
+        assert float(getattr(chip, name)) == pytest.approx(0.5 * float(getattr(h, name)))
+
+
 @pytest.mark.parametrize("z", [[0.0] * 7, [0.0] * 7 + [float("nan")], "abc", [[0.0] * 8]])
 def test_with_offsets_refuses_bad_offsets(z):
     from dcost.calibrate import user

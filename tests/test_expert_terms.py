@@ -220,6 +220,7 @@ def test_fit_moe_recovers_the_generating_fields():
     assert v["precision.bf16.expert_half_tokens"] == pytest.approx(24.0, rel=0.25)
     assert v["expert_overhead"] == pytest.approx(1.5e-6, rel=0.25)
     assert v["moe_layer_overhead"] == pytest.approx(2.5e-5, rel=0.25)
+    assert v["moe_ep_overhead"] == pytest.approx(2.5e-5, rel=0.25)  # one cost: both alike
     assert fit.median_abs < 0.05  # the noise, not a misfit (the slow kernel would be 70 %)
 
 
@@ -338,6 +339,46 @@ def test_moe_layer_time_touched_experts_agree_with_decode():
     with_c = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, "expert_overhead": c_e}, gemm)
     without = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, "expert_overhead": 0.0}, gemm)
     assert float(step) / L_MOE == pytest.approx(float(with_c - without), rel=1e-6)
+
+
+@pytest.mark.parametrize("e", [1.0, 2.0, 4.0])
+def test_moe_layer_fixed_cost_by_expert_groups_agrees_with_decode(e):
+    """``decode``'s MoE layer fixed cost over ``e`` expert-parallel groups is
+    ``c_1/e + c_ep (1 - 1/e)`` (by hand), the kernel fit's (``moe_layer_time``); a chip without
+    ``moe_ep_overhead`` pays ``c_1`` whatever ``e``."""
+    c_1, c_ep, g = 2e-5, 6e-5, 4.0
+    m, w = moe_model(), dcost.Workload(256.0)
+    d = dcost.Design(batch=16.0, chips=g, expert_parallel=e)
+    both = dcost.decode(d, chip(moe_layer_overhead=c_1, moe_ep_overhead=c_ep), m, w).t_overhead
+    one = dcost.decode(d, chip(moe_layer_overhead=c_1), m, w).t_overhead
+    none = dcost.decode(d, chip(), m, w).t_overhead
+    by_hand = c_1 / e + c_ep * (1.0 - 1.0 / e)
+    assert float(both - none) / L_MOE == pytest.approx(by_hand, rel=1e-6)
+    assert float(one - none) / L_MOE == pytest.approx(c_1, rel=1e-6)
+    v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "expert_overhead": 0.0}
+    gemm = {
+        "flops_efficiency": 1.0,
+        "bandwidth_efficiency": 1.0,
+        "kernel_roofline_smoothness": 0.0,
+        "hbm_bandwidth": 3e12,
+    }
+    shape = (16.0, 1024.0, 512.0, K, E, g / e, e)
+    fixed = {**v, "moe_layer_overhead": c_1, "moe_ep_overhead": c_ep}
+    zero = {**v, "moe_layer_overhead": 0.0, "moe_ep_overhead": 0.0}
+    got = kernels.moe_layer_time(*shape, 2.0, 1e15, fixed, gemm)
+    assert float(got - kernels.moe_layer_time(*shape, 2.0, 1e15, zero, gemm)) == pytest.approx(
+        by_hand, rel=1e-6
+    )
+
+
+def test_fit_moe_tells_the_expert_parallel_fixed_cost_apart():
+    """A table whose expert-parallel rows pay a larger fixed cost (vLLM's and SGLang's tables:
+    3-4x the tensor-parallel one's on SGLang) is fitted with both, each recovered."""
+    truth = dict(EXPERTS, moe_ep_overhead=6.0e-5)
+    fit = kernels.fit_moe(synthetic_moe_table(truth, np.random.default_rng(2)), "h100-sxm", GEMM)
+    assert fit.values["moe_layer_overhead"] == pytest.approx(2.5e-5, rel=0.25)
+    assert fit.values["moe_ep_overhead"] == pytest.approx(6.0e-5, rel=0.25)
+    assert fit.median_abs < 0.05
 
 
 # ---- the hierarchical all-reduce -------------------------------------------------------------

@@ -642,15 +642,18 @@ def moe_layer_time(
     weights each, and computes ``2 (3 h i / t) n k / e`` FLOP at ``n k / (E phi)`` tokens an
     expert:
 
-    .. math:: t = c_m + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
+    .. math:: t = c_m(e) + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
               \\frac{F (1 + n_e/n_{exp})}{F_p \\eta_p \\eta_{exp}},\\ \\frac{W}{BW \\eta_{BW}}\\Big)
 
     Args:
       tokens, hidden, inter, topk, experts, tp, ep: the layer's shape (arrays or numbers).
       b_w: bytes per weight; peak: the precision's peak FLOP/s.
       values: ``expert_flops_efficiency`` ``eta_exp``, ``expert_half_tokens`` ``n_e``,
-        ``expert_overhead`` ``c_e`` (s) and ``moe_layer_overhead`` ``c_m`` (s: the layer's
-        routing, sorting and combining kernels, timed with it).
+        ``expert_overhead`` ``c_e`` (s) and ``moe_layer_overhead`` ``c_1`` (s: the layer's
+        routing, sorting and combining kernels, timed with it, with the experts tensor
+        parallel), optionally ``moe_ep_overhead`` ``c_ep`` (s, over many expert-parallel
+        groups): ``c_m(e) = c_1/e + c_ep (1 - 1/e)`` (``dcost.serving.roofline.moe_layer_fixed``;
+        without ``c_ep``, ``c_1`` whatever ``e``).
       gemm: ``fit_gemm``'s ``flops_efficiency`` ``eta_p``, ``bandwidth_efficiency``,
         ``kernel_roofline_smoothness`` ``r`` and ``hbm_bandwidth`` (bytes/s).
       share: the share ``phi`` of the experts the tokens touch (None: random routing's).
@@ -676,7 +679,9 @@ def moe_layer_time(
     t_f = flops * (1.0 + values["expert_half_tokens"] / size) / rate
     t_w = touched * per_expert * b_w / bw
     hw = _bare(peak, bw, 1.0, 1.0, 0.0, gemm["kernel_roofline_smoothness"])
-    fixed = values["moe_layer_overhead"] + values["expert_overhead"] * touched
+    c_1 = values["moe_layer_overhead"]
+    c_ep = values.get("moe_ep_overhead", c_1)
+    fixed = c_1 / ep + c_ep * (1.0 - 1.0 / ep) + values["expert_overhead"] * touched
     return fixed + kernel_time(t_f, t_w, hw)
 
 
@@ -732,9 +737,14 @@ def fit_moe(
     with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held (``gemm``: its values), each
     row's touched experts those of its balanced routing (``balanced_share``): per
     precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e`` (``expert_half_tokens``);
-    shared, ``c_e`` (``expert_overhead``, s per touched expert) and ``c_m``
-    (``moe_layer_overhead``, s per layer), a weight-only class's ``c_m`` its own
-    (``precision.<class>.moe_layer_overhead``), fitted on its main kernel (``main_kernel``).
+    shared, ``c_e`` (``expert_overhead``, s per touched expert) and the layer's fixed cost
+    with tensor-parallel experts ``c_1`` (``moe_layer_overhead``) and over many expert-parallel
+    groups ``c_ep`` (``moe_ep_overhead``; ``moe_layer_time``), a weight-only class's its own
+    (``precision.<class>.moe_layer_overhead``, ``.moe_ep_overhead``), fitted on its main kernel
+    (``main_kernel``). The two differ by engine: one cost for both took vLLM's tables on H100
+    and H200 to 16.6 % and 16.8 % (held out) where two give 15.4 % and 16.3 %, SGLang's to
+    25.6 % and 26.6 % where two give 23.3 % and 24.3 % (its expert-parallel path 3-4x the
+    tensor-parallel one's), TensorRT-LLM's alike.
 
     Args:
       table: columns ``moe_dtype``, ``num_tokens``, ``hidden_size``, ``inter_size``, ``topk``,
@@ -811,7 +821,10 @@ def fit_moe(
             "expert_flops_efficiency": 0.02 + 0.98 * _logistic(z[:n_prec]),
             "expert_half_tokens": jnp.exp(z[n_prec : 2 * n_prec]),
             "expert_overhead": jnp.exp(z[2 * n_prec]),
-            "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 :]),  # shared, then each own
+            # each shared, then each class's own: with tensor-parallel experts, then over many
+            # expert-parallel groups
+            "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 : 2 * n_prec + 2 + len(own)]),
+            "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + len(own) :]),
         }
 
     def predict(z, rows):
@@ -821,6 +834,7 @@ def fit_moe(
             for k, x in v.items()
         }
         v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
+        v["moe_ep_overhead"] = v["moe_ep_overhead"][slot[prec[rows]]]
         g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
         n, h, i, k, e, tp, ep = (a[rows] for a in shape)
         return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g, share[rows])
@@ -832,7 +846,7 @@ def fit_moe(
         [1.0] * n_prec
         + [math.log(32.0)] * n_prec
         + [math.log(1e-6)]
-        + [math.log(2e-5)] * (1 + len(own))
+        + [math.log(2e-5)] * (2 + 2 * len(own))
     )
     zf = _minimize(loss, z0)
     rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
@@ -842,11 +856,10 @@ def fit_moe(
         values[f"precision.{p}.expert_flops_efficiency"] = float(v["expert_flops_efficiency"][i])
         values[f"precision.{p}.expert_half_tokens"] = float(v["expert_half_tokens"][i])
     values["expert_overhead"] = float(v["expert_overhead"])
-    values["moe_layer_overhead"] = float(v["moe_layer_overhead"][0])
-    for i in own:
-        values[f"precision.{precisions[i]}.moe_layer_overhead"] = float(
-            v["moe_layer_overhead"][slot[i]]
-        )
+    for name in ("moe_layer_overhead", "moe_ep_overhead"):
+        values[name] = float(v[name][0])
+        for i in own:
+            values[f"precision.{precisions[i]}.{name}"] = float(v[name][slot[i]])
     return KernelFit("moe", values, len(y), rms, med, p90)
 
 

@@ -68,6 +68,16 @@ another model."""
 
 _FRACTION = frozenset({"flops_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency"})
 
+TIED = {"moe_ep_overhead": "moe_layer_overhead"}
+"""Profile fields a calibration moves with another's offset: the MoE layer's fixed cost over
+many expert-parallel groups scales with its cost over one (a deployment's runs are of one
+layout, and say nothing of the other apart)."""
+
+
+def _moved() -> list[tuple[str, int]]:
+    """``(field, index of its offset in FIELDS)``: every field in ``FIELDS``, then ``TIED``'s."""
+    return [(n, j) for j, n in enumerate(FIELDS)] + [(t, FIELDS.index(m)) for t, m in TIED.items()]
+
 PRIOR_SD = {
     "flops_efficiency": 0.5,
     "bandwidth_efficiency": 0.5,
@@ -186,7 +196,7 @@ def _apply(hardware, z, own_attention: bool = True):
     ``flops_efficiency`` leaves ``attention_flops * flops_efficiency`` where it was; without it
     the chip's ``attention_flops`` stays and its rate moves with ``flops_efficiency``."""
     values, names = [], []
-    for j, name in enumerate(FIELDS):
+    for name, j in _moved():
         if getattr(hardware, name) is None:  # a cost the engine's profile has not (a100: MoE)
             continue
         names.append(name)
@@ -347,7 +357,7 @@ def _field_values(engine, z) -> dict:
         dict(engine.profile),
         {p: dict(v) for p, v in engine.precision_profile.items()},
     )
-    for j, name in enumerate(FIELDS):
+    for name, j in _moved():
         if name in _FRACTION:
 
             def move(v, j=j):

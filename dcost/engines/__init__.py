@@ -85,10 +85,11 @@ per parameter of a model that runs it)}``. A mixture of experts whose weights av
 0.75 bytes (4-bit experts, e.g. gpt-oss's MXFP4 at 0.56) served at bf16 runs the engine's
 dequantizing expert kernels, whose rate its MoE tables measure apart (AIConfigurator's
 ``w4a16_mxfp4`` rows): ``[profile.precision.w4a16]`` holds their ``expert_flops_efficiency``
-and ``expert_half_tokens``, and may hold their own ``moe_layer_overhead`` (``CLASS_FIELDS``:
+and ``expert_half_tokens``, and may hold their own ``moe_layer_overhead`` and
+``moe_ep_overhead`` (``CLASS_FIELDS``:
 a fused 4-bit expert kernel's fixed cost is not the bf16 and fp8 kernels')."""
 
-CLASS_FIELDS = ("moe_layer_overhead",)
+CLASS_FIELDS = ("moe_layer_overhead", "moe_ep_overhead")
 """Shared profile fields a weight-only expert class may set for itself (``WEIGHT_ONLY_EXPERTS``);
 a model that runs the class takes them in place of the shared value."""
 
@@ -109,6 +110,7 @@ PROFILE_FIELDS = (
     "prefill_step_overhead",
     "expert_overhead",
     "moe_layer_overhead",
+    "moe_ep_overhead",
     "hierarchical_collectives",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
@@ -836,6 +838,7 @@ def slower(hardware: Hardware, factor: float) -> Hardware:
         "scaleout_latency",
         "expert_overhead",
         "moe_layer_overhead",
+        "moe_ep_overhead",
     )
     values = {n: getattr(hardware, n) / factor for n in rates}
     if hardware.attention_flops is not None:
