@@ -78,6 +78,7 @@ def _moved() -> list[tuple[str, int]]:
     """``(field, index of its offset in FIELDS)``: every field in ``FIELDS``, then ``TIED``'s."""
     return [(n, j) for j, n in enumerate(FIELDS)] + [(t, FIELDS.index(m)) for t, m in TIED.items()]
 
+
 PRIOR_SD = {
     "flops_efficiency": 0.5,
     "bandwidth_efficiency": 0.5,

@@ -94,7 +94,7 @@ class Report(eqx.Module):
         pure-physics prefill of gpt-oss-120b came to 110 % of the chip's peak).
       t_overhead: host and launch time of one stage step,
         ``n_p (step_overhead + layer_overhead L/P + sequence_overhead B/A
-        + expert_overhead (E' phi) (L_moe/P) / e + moe_layer_overhead L_moe/P)`` over its
+        + expert_overhead (E' phi) (L_moe/P) / e + c_m(e) L_moe/P)`` over its
         ``n_p`` passes (and ``prefill_step_overhead`` on each pass that carries prompt
         tokens), with ``E' phi``
         the routed experts a pass touches (``E'`` with the redundant ones) and ``e`` the
@@ -237,7 +237,7 @@ def moe_layer_fixed(hardware, expert_groups):
 
     The engines' MoE tables say the two differ: AIConfigurator's balanced rows on H200 under
     vLLM 0.24 take 40 us for gpt-oss's layer at one token over 4-8 tensor-parallel GPUs and
-    about 65 us over 4-8 expert-parallel ones, the same bytes read (the expert-parallel path
+    68 us over 4-128 expert-parallel ones, the same bytes read (the expert-parallel path
     maps its tokens to local experts and masks the rest); TensorRT-LLM's take about the same.
 
     >>> import dcost
@@ -512,11 +512,11 @@ def decode(
     ``t_overhead = step_overhead + layer_overhead L/P + sequence_overhead B/A`` (``A`` attention
     groups, each scheduling its share of the ``B`` sequences) ``+ expert_overhead E phi(B')
     L_moe/(P e)`` (each routed expert the step touches costs its group a small GEMM's launch
-    and tile, whatever its tokens) ``+ moe_layer_overhead L_moe/P`` (each MoE layer's routing,
-    sorting and combining kernels), and ``prefill_step_overhead`` on the share of steps that
-    admit a new sequence, ``min(1, B tau / T_out)`` with ``T_out = Workload.output``
-    (``admitted_share``: a disaggregated decode pool's steps; none when ``T_out`` is 0, the
-    default); and
+    and tile, whatever its tokens) ``+ c_m(e) L_moe/P`` (each MoE layer's routing, sorting and
+    combining kernels, ``moe_layer_fixed`` over the ``e`` groups), and ``prefill_step_overhead``
+    on the share of steps that admit a new sequence, ``min(1, B tau / T_out)`` with
+    ``T_out = Workload.output`` (``admitted_share``: a disaggregated decode pool's steps; none
+    when ``T_out`` is 0, the default); and
 
     .. math:: tpot = (P t_{stage} + (P-1) t_{hop} + t_{draft}) / \\tau(a, k_d)
 
