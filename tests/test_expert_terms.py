@@ -322,6 +322,15 @@ def test_engine_runs_weight_only_experts_for_4_bit_moe_at_bf16():
         mine.fields(h, precision="w4a16")
 
 
+IDEAL_GEMM = {
+    "flops_efficiency": 1.0,
+    "bandwidth_efficiency": 1.0,
+    "kernel_roofline_smoothness": 0.0,
+    "hbm_bandwidth": 3e12,
+}
+"""``moe_layer_time``'s GEMM fields at their ideal: peak rates, a hard roofline, 3 TB/s."""
+
+
 def test_moe_layer_time_touched_experts_agree_with_decode():
     """The kernel fit's per-touched-expert count is the serving model's: one MoE layer's share
     of ``decode``'s ``expert_overhead`` time equals ``moe_layer_time``'s ``c_e`` term."""
@@ -329,12 +338,7 @@ def test_moe_layer_time_touched_experts_agree_with_decode():
     m, w, d = moe_model(), dcost.Workload(256.0), dcost.Design(batch=b, chips=g)
     step = dcost.decode(d, chip(expert_overhead=c_e), m, w).t_overhead
     v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "moe_layer_overhead": 0.0}
-    gemm = {
-        "flops_efficiency": 1.0,
-        "bandwidth_efficiency": 1.0,
-        "kernel_roofline_smoothness": 0.0,
-        "hbm_bandwidth": 3e12,
-    }
+    gemm = IDEAL_GEMM
     shape = (b, 1024.0, 2.5e7 / (3 * 1024 * L_MOE), K, E, 1.0, g)
     with_c = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, "expert_overhead": c_e}, gemm)
     without = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, "expert_overhead": 0.0}, gemm)
@@ -356,12 +360,7 @@ def test_moe_layer_fixed_cost_by_expert_groups_agrees_with_decode(e):
     assert float(both - none) / L_MOE == pytest.approx(by_hand, rel=1e-6)
     assert float(one - none) / L_MOE == pytest.approx(c_1, rel=1e-6)
     v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "expert_overhead": 0.0}
-    gemm = {
-        "flops_efficiency": 1.0,
-        "bandwidth_efficiency": 1.0,
-        "kernel_roofline_smoothness": 0.0,
-        "hbm_bandwidth": 3e12,
-    }
+    gemm = IDEAL_GEMM
     shape = (16.0, 1024.0, 512.0, K, E, g / e, e)
     fixed = {**v, "moe_layer_overhead": c_1, "moe_ep_overhead": c_ep}
     zero = {**v, "moe_layer_overhead": 0.0, "moe_ep_overhead": 0.0}
