@@ -54,7 +54,7 @@ import optax
 from dcost import presets
 from dcost.serving.collectives import all_reduce
 from dcost.serving.kernels import kernel_time
-from dcost.serving.roofline import _flop_seconds
+from dcost.serving.roofline import _flop_seconds, moe_layer_fixed
 from dcost.specs import Hardware
 
 __all__ = [
@@ -681,7 +681,7 @@ def moe_layer_time(
     hw = _bare(peak, bw, 1.0, 1.0, 0.0, gemm["kernel_roofline_smoothness"])
     c_1 = values["moe_layer_overhead"]
     c_ep = values.get("moe_ep_overhead", c_1)
-    fixed = c_1 / ep + c_ep * (1.0 - 1.0 / ep) + values["expert_overhead"] * touched
+    fixed = moe_layer_fixed(c_1, c_ep, ep) + values["expert_overhead"] * touched
     return fixed + kernel_time(t_f, t_w, hw)
 
 
@@ -717,11 +717,11 @@ def balanced_share(tokens, topk, experts) -> np.ndarray:
     n, k, e = np.broadcast_arrays(
         np.asarray(tokens, float), np.asarray(topk, float), np.asarray(experts, float)
     )
-    out = np.empty(n.shape)
-    for key in set(zip(n.ravel().tolist(), k.ravel().tolist(), e.ravel().tolist(), strict=True)):
-        rows = (n == key[0]) & (k == key[1]) & (e == key[2])
-        out[rows] = _balanced_experts(*(int(x) for x in key)) / key[2]
-    return out
+    shapes, which = np.unique(
+        np.stack([n.ravel(), k.ravel(), e.ravel()], axis=1), axis=0, return_inverse=True
+    )
+    share = np.array([_balanced_experts(*(int(x) for x in row)) / row[2] for row in shapes])
+    return share[which.ravel()].reshape(n.shape)
 
 
 def fit_moe(

@@ -228,28 +228,25 @@ def stage_time(
     return (1.0 - overlap) * (kernels + t_comm) + overlap * smax([kernels, t_comm], smoothness)
 
 
-def moe_layer_fixed(hardware, expert_groups):
+def moe_layer_fixed(c_1, c_ep, expert_groups):
     """The fixed time of one MoE layer on a chip of ``e = expert_groups`` expert-parallel
-    groups: ``c_1 / e + c_ep (1 - 1/e)``, from ``c_1 = moe_layer_overhead`` with every expert on
-    the chip's group (tensor-parallel experts) to ``c_ep = moe_ep_overhead`` when each group
-    holds few of them (s). Smooth in ``e``; one cost whatever ``e`` when ``moe_ep_overhead`` is
-    None.
+    groups: ``c_1 / e + c_ep (1 - 1/e)`` (s), from ``c_1`` (``Hardware.moe_layer_overhead``)
+    with every expert on the chip's group (tensor-parallel experts) to ``c_ep``
+    (``moe_ep_overhead``) when each group holds few of them. Smooth in ``e``; ``c_1`` whatever
+    ``e`` when ``c_ep = c_1`` (a chip whose ``moe_ep_overhead`` is None). The serving model
+    (``decode``'s ``t_overhead``) and the kernel fit (``dcost.calibrate.kernels.moe_layer_time``)
+    both take it from here.
 
     The engines' MoE tables say the two differ: AIConfigurator's balanced rows on H200 under
     vLLM 0.24 take 40 us for gpt-oss's layer at one token over 4-8 tensor-parallel GPUs and
-    68 us over 4-128 expert-parallel ones, the same bytes read (the expert-parallel path
+    68 us over 4-128 expert-parallel ones, about as many bytes read (the expert-parallel path
     maps its tokens to local experts and masks the rest); TensorRT-LLM's take about the same.
 
-    >>> import dcost
-    >>> h = dcost.Hardware(1e15, 1e12, 8e10, 4e11, 5e10, 8, 2.0, moe_layer_overhead=2e-5,
-    ...                    moe_ep_overhead=5e-5)
-    >>> [round(float(moe_layer_fixed(h, e)) * 1e6, 3) for e in (1.0, 2.0, 8.0)]
+    >>> [round(float(moe_layer_fixed(2e-5, 5e-5, e)) * 1e6, 3) for e in (1.0, 2.0, 8.0)]
     [20.0, 35.0, 46.25]
     """
     share = 1.0 - 1.0 / expert_groups
-    return (1.0 - share) * hardware.get("moe_layer_overhead") + share * hardware.get(
-        "moe_ep_overhead"
-    )
+    return (1.0 - share) * c_1 + share * c_ep
 
 
 def _flop_seconds(flops, tokens, hardware):
@@ -362,7 +359,10 @@ def _assemble(
         + hardware.get("layer_overhead") * model.n_layers / p
         + hardware.get("sequence_overhead") * scheduled / groups
         + hardware.get("expert_overhead") * touched_experts * moe_layers / expert_groups
-        + moe_layer_fixed(hardware, expert_groups) * moe_layers
+        + moe_layer_fixed(
+            hardware.get("moe_layer_overhead"), hardware.get("moe_ep_overhead"), expert_groups
+        )
+        * moe_layers
     ) + prompt_passes * hardware.get("prefill_step_overhead")
     overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
     serial = stage_time(
