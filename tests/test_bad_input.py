@@ -550,29 +550,39 @@ def test_a_problem_without_constraints_solves_and_binds_nothing(search):
 
 
 def test_sensitivity_of_an_infeasible_problem_names_the_constraint(monkeypatch):
-    """Refused after a second set of starts, which runs the program the first set compiled
-    (the set's first Halton point is an argument): one trace, two runs."""
+    """Refused after a second set of starts, whose search is one more program (the set's first
+    Halton point an argument) and whose polish runs the program the first set compiled: the
+    polish traced once, run twice."""
     from dcost.search import sensitivity as sens_mod
 
-    firsts, traces = [], []
-    run, one = sens_mod._sensitivity, sens_mod._sensitivity_one
+    firsts, polished, searched = [], [], []
+    run, polish_one, search_one = (
+        sens_mod._sensitivity,
+        sens_mod._polish_one,
+        sens_mod._search_from_one,
+    )
 
     def spy(problem, settings, batch, first):
         firsts.append(int(first))
         return run(problem, settings, batch, first)
 
-    def traced(*args):
-        traces.append(args[2])
-        return one(*args)
+    def traced_polish(*args):
+        polished.append(1)
+        return polish_one(*args)
+
+    def traced_search(*args):
+        searched.append(1)
+        return search_one(*args)
 
     monkeypatch.setattr(sens_mod, "_sensitivity", spy)
-    monkeypatch.setattr(sens_mod, "_sensitivity_one", traced)
+    monkeypatch.setattr(sens_mod, "_polish_one", traced_polish)
+    monkeypatch.setattr(sens_mod, "_search_from_one", traced_search)
     p = serving(tpot_slo=0.0005, free={"batch": (1, 4096)})  # 0.5 ms: no batch gets there
     settings = Settings(starts=3)  # a structure no other test compiles: a fresh trace here
     refused = r"infeasible: tpot binds: .* above the 0.5 ms target .*\(also from 6 starts\)"
     with pytest.raises(SpecError, match=refused):
         dcost.sensitivity(p, settings)
-    assert firsts == [0, 3] and len(traces) == 1
+    assert firsts == [0, 3] and len(polished) == 1 and len(searched) == 1
 
 
 def test_specs_reports_and_solutions_print_numbers():
