@@ -550,9 +550,8 @@ def test_a_problem_without_constraints_solves_and_binds_nothing(search):
 
 
 def test_sensitivity_of_an_infeasible_problem_names_the_constraint(monkeypatch):
-    """Refused after a second set of starts, whose search is one more program (the set's first
-    Halton point an argument) and whose polish runs the program the first set compiled: the
-    polish traced once, run twice."""
+    """Refused after a second set of starts, which runs the programs the first set compiled (the
+    set's first Halton point is an argument): the search and the polish traced once, run twice."""
     from dcost.search import sensitivity as sens_mod
 
     firsts, polished, searched = [], [], []

@@ -44,7 +44,6 @@ from dcost.search.optimize import (
     Settings,
     _check_problem,
     _halton,
-    _relax,
     best_continuous,
     check_settings,
 )
@@ -60,9 +59,8 @@ too tight gave 2.3)."""
 RETRY_STARTS = 2
 """A single scenario whose relaxed optimum comes out infeasible is searched again from the next
 ``settings.starts`` points of the Halton sequence, up to this many sets of starts in all, before
-it is called infeasible. The first set's search is ``dcost.optimize``'s program; the later sets
-share one search program (the set's first point is an argument, not a static setting), and
-every set runs the same polish and derivatives: a retry compiles at most the search, once."""
+it is called infeasible. Each set runs the same compiled programs (the set's first point is an
+argument, not a static setting), so a retry costs a run, not a compilation."""
 
 __all__ = ["sensitivity", "relax", "Sensitivity", "Relaxed", "Elasticities"]
 
@@ -133,7 +131,7 @@ class Sensitivity(eqx.Module):
 
 def _starts(problem: Problem, settings: Settings, first) -> jax.Array:
     """``settings.starts`` points of the Halton sequence from its ``first`` (traced: every set
-    of ``RETRY_STARTS`` after the first is one program), ``(starts, d)`` in the unit box."""
+    of ``RETRY_STARTS`` is one program), ``(starts, d)`` in the unit box."""
     halton = _halton(RETRY_STARTS * settings.starts, len(problem.free))
     table = jnp.asarray(halton, jnp.result_type(float))
     return jax.lax.dynamic_slice_in_dim(table, first, settings.starts)
@@ -141,7 +139,7 @@ def _starts(problem: Problem, settings: Settings, first) -> jax.Array:
 
 def _search_from_one(problem: Problem, settings: Settings, first):
     """The continuous search from the Halton points ``first`` on: the best run and every
-    start's end point (``_relax_one``'s answer from other starts)."""
+    start's end point (``dcost.optimize``'s first stage, ``_relax_one``, from these starts)."""
     best, runs = best_continuous(problem, settings, _starts(problem, settings, first))
     return best, runs.v
 
@@ -231,16 +229,14 @@ def _derive(problem, r, jac_w, batch):
 
 
 def _sensitivity(problem, settings, batch, first: int) -> Sensitivity:
-    """The search, the polish and the derivatives: three compiled programs, not one. The search
-    from the first starts is ``dcost.optimize``'s own first program (``_relax``: the same Halton
-    points), compiled once for both; the polish and the derivatives depend on no setting. Apart,
-    the three compile in about two thirds of the time one program of all three took (XLA's
-    passes over one program of nested loops grow faster than its size: llama-3-8b on H100,
-    batch and chips free, 10.4 s against 0.7 + 4.5 + 1.7 s, 2026-12-02, 2 cores)."""
-    if first == 0:
-        best, v_starts = _relax(problem, settings, batch)
-    else:
-        best, v_starts = _search_from(problem, settings, batch, np.int32(first))
+    """The search from the Halton points ``first`` on, the polish and the derivatives: three
+    compiled programs, not one. Every set of starts runs the same search (``first`` is an
+    argument), and the polish and the derivatives depend on no setting. The one program they
+    made never reached dcost's program store, so a process traced it again each time:
+    ``dcost optimize --sensitivity kkt`` (llama-3-70b on H100, context 4096) took 5.1-5.6 s warm,
+    and takes 1.7-1.8 s now; on an empty cache 16.2-16.4 s, now 13.6-14.7 s (2026-12-02, 2
+    cores)."""
+    best, v_starts = _search_from(problem, settings, batch, np.int32(first))
     r, jac_w = _polish(problem, best, v_starts, batch)
     return _derive(problem, r, jac_w, batch)
 
