@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import io
 import json
 import math
@@ -269,12 +270,27 @@ def test_plan_within_ten_percent_of_its_simulation(mode, rate, ttft_rtol, h100, 
 
 @pytest.mark.slow  # the gradient through the closed forms compiles for about 15 s
 @pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])
-def test_envelope_sensitivities_match_re_solving(mode, h100, llama):
+def test_envelope_sensitivities_match_re_solving(mode, h100, llama, monkeypatch):
     """d log($) / d log(x) by the envelope theorem against re-solving the relaxed replica
-    counts with x moved (and 10 % for traffic, where the relaxation is smooth)."""
+    counts with x moved (and 10 % for traffic, where the relaxation is smooth). Each pool's
+    program goes through dcost's program store with array arguments alone (a Python scalar
+    sends a program to the plain jit, never stored: a later process traced it again)."""
+    from dcost import _programs
+
+    stored, run = [], _programs.run
+
+    def spy(fun, args, kwargs, static_argnames, *rest, **kw):
+        bound = inspect.signature(fun).bind(*args, **kwargs).arguments
+        leaves = jax.tree.leaves([v for k, v in bound.items() if k not in static_argnames])
+        stored.append((fun.__name__, all(isinstance(x, jax.Array) for x in leaves)))
+        return run(fun, args, kwargs, static_argnames, *rest, **kw)
+
     t = dcost.traffic("chat", rate=60.0)
     p = plan(h100, llama, t, mode=mode)
+    monkeypatch.setattr(_programs, "run", spy)
     s = plan_sensitivity(p)
+    monkeypatch.undo()
+    assert [x for x in stored if x[0] == "_pool"] == [("_pool", True)] * len(p.pools)
     assert s.elasticity("price_per_hour") == 1.0
     chips = np.array([x.chips_per_replica for x in p.pools], dtype=float)
     base = float(relaxed_replicas(p) @ chips)

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dcost.planning import search as S
-from dcost.planning._jit import jit
 from dcost.planning.designs import Layout, step_table, workload_of
+from dcost.search._jit import jit
 from dcost.specs import Hardware, Model, SpecError, check
 
 __all__ = ["plan_sensitivity", "PlanSensitivity", "relaxed_replicas"]
@@ -156,9 +156,10 @@ def _solve(plan, hardware, model, traffic, changes):
         layout = Layout(
             pool.chips_per_stage, pool.stages, pool.attention_dp, pool.chunk, pool.draft_tokens
         )
-        res = _pool(
-            pool.role, layout, float(pool.replicas), hardware, model, traffic, limits, consts
-        )
+        # the replica count as an array, not a Python float: a program with a Python scalar
+        # argument runs as the plain jit, never kept in dcost's program store
+        n = jnp.asarray(float(pool.replicas), jnp.result_type(float))
+        res = _pool(pool.role, layout, n, hardware, model, traffic, limits, consts)
         out.append(jax.tree.map(np.asarray, res))
     return out
 
