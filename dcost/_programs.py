@@ -251,8 +251,7 @@ def _entry(fun, args, kwargs, static_argnames, options, compile_options, record:
     static = tuple((name, arguments.pop(name)) for name in static_argnames if name in arguments)
     names = tuple(arguments)
     leaves, treedef = jax.tree.flatten(tuple(arguments.values()))
-    # arrays and NumPy scalars (a dtype of their own, e.g. a search's first start as np.int32)
-    if not all(isinstance(x, (jax.Array, np.ndarray, np.generic)) for x in leaves) or any(
+    if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves) or any(
         isinstance(x, jax.core.Tracer) for x in leaves
     ):
         return SKIP  # inside another trace, or Python scalars: the plain jit

@@ -66,22 +66,6 @@ def test_a_second_process_loads_the_program_without_tracing(store):
     assert TRACES == [3, 2, 3] and len(_programs.entries(store)) == 3
 
 
-def test_a_numpy_scalar_argument_is_stored_like_an_array(store):
-    """A NumPy scalar (``np.float32(2.0)``, as the sensitivity's first start is an ``np.int32``)
-    has a dtype and a shape: its program is kept and loaded like an array's. Such programs once
-    ran as the plain jit and were traced again in every process (``dcost optimize --sensitivity
-    kkt``: 5.1-5.6 s warm, 1.7-1.8 s since)."""
-    x = jnp.arange(1.0, 4.0)
-    out = _programs.run(polynomial, (x, np.float32(2.0)), {"power": 3}, ("power",), None)
-    assert out is not _programs.SKIP and TRACES == [3] and len(_programs.entries(store)) == 1
-    new_process()
-    again = _programs.run(polynomial, (x, np.float32(1.0)), {"power": 3}, ("power",), None)
-    assert TRACES == [3]  # loaded, not traced: other numbers, the same program
-    np.testing.assert_allclose(out["y"], 2.0 * x**3)
-    np.testing.assert_allclose(again["y"], x**3)
-    assert _programs.run(polynomial, (x, 2.0), {"power": 3}, ("power",), None) is _programs.SKIP
-
-
 def test_the_entry_used_next_is_read_on_a_second_thread(store, monkeypatch):
     import threading
 

@@ -232,11 +232,12 @@ def _sensitivity(problem, settings, batch, first: int) -> Sensitivity:
     """The search from the Halton points ``first`` on, the polish and the derivatives: three
     compiled programs, not one. Every set of starts runs the same search (``first`` is an
     argument), and the polish and the derivatives depend on no setting. The one program they
-    made never reached dcost's program store, so a process traced it again each time:
-    ``dcost optimize --sensitivity kkt`` (llama-3-70b on H100, context 4096) took 5.1-5.6 s warm,
-    and takes 1.7-1.8 s now; on an empty cache 16.2-16.4 s, now 13.6-14.7 s (2026-12-02, 2
-    cores)."""
-    best, v_starts = _search_from(problem, settings, batch, np.int32(first))
+    made never reached dcost's program store (its first start was a NumPy scalar, which the
+    store does not take), so a process traced it again each time: ``dcost optimize
+    --sensitivity kkt`` (llama-3-70b on H100, context 4096) took 5.1-5.6 s warm, and takes
+    1.7-1.8 s now; on an empty cache about as long as before (2026-12-02, 2 cores)."""
+    # an array, not a NumPy scalar: a program with a scalar argument is never stored
+    best, v_starts = _search_from(problem, settings, batch, np.asarray(first, np.int32))
     r, jac_w = _polish(problem, best, v_starts, batch)
     return _derive(problem, r, jac_w, batch)
 
