@@ -235,7 +235,7 @@ def _sensitivity(problem, settings, batch, first: int) -> Sensitivity:
     made never reached dcost's program store (its first start was a NumPy scalar, which the
     store does not take), so a process traced it again each time: ``dcost optimize
     --sensitivity kkt`` (llama-3-70b on H100, context 4096) took 5.1-5.6 s warm, and takes
-    1.7-1.8 s now; on an empty cache about as long as before (2026-12-02, 2 cores)."""
+    1.7-2.5 s now; on an empty cache about as long as before (2026-12-02, 2 cores)."""
     # an array, not a NumPy scalar: a program with a scalar argument is never stored
     best, v_starts = _search_from(problem, settings, batch, np.asarray(first, np.int32))
     r, jac_w = _polish(problem, best, v_starts, batch)
