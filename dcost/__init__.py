@@ -18,6 +18,9 @@ import importlib as _importlib
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()
 try:
+    from dcost import _xla
+
+    _xla.guard_ynn()  # before JAX starts its backend: XLA reads XLA_FLAGS once
     from dcost import _cache
     from dcost.presets import PresetError, hardware, hardware_names, model, model_names
     from dcost.serving.mixed import kv_transfer_time, mixed_step

@@ -20,6 +20,17 @@ because they run a search of many candidates (the planner's, ``optimized=True``)
 too, as ``dcost plan`` compiles them on its own (``even_optimized``): the trade for a process
 that asks each planning question once or twice, such as the test suite. The vectorized sweeps of
 millions of designs (``dcost.grid_search``'s chunks) keep their level whatever is set.
+
+YNNPACK fusions. jaxlib 0.10.2 sends some reductions, dots and elementwise loops to XLA:CPU's
+YNNPACK fusions by default, and some of those fusions crash the process when they run (a
+segmentation fault on one of XLA's worker threads, reported while the main thread is elsewhere,
+typically compiling the next program: JAX issues 39257 and 40412, fixed in XNNPACK after 0.10.2).
+dcost's own search programs never ask for them (``options``), but plain ``jax.jit`` programs and
+eager operations do: the planner's latency closed forms, the queueing simulation's reductions, the
+local calibration's kernels (the suite crashed about one run in three that way). ``guard_ynn``,
+called when dcost is imported, turns them off for the whole process through ``XLA_FLAGS`` before
+JAX starts its backend, where the jaxlib is one known to have both the fusions and the flag
+(``YNN_JAXLIBS``); a process whose ``XLA_FLAGS`` already name the flag keeps its own choice.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-__all__ = ["requested", "options", "prefer_fast", "even_optimized", "chosen"]
+__all__ = ["requested", "options", "prefer_fast", "even_optimized", "chosen", "guard_ynn"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # XLA:CPU's YNNPACK fusions of reductions and elementwise loops ran the planner's closed forms
@@ -44,6 +55,13 @@ _FAST_COMPILE = {"xla_backend_optimization_level": 0}
 # searches' long loops at full speed
 _RUN_FAST = {"xla_backend_optimization_level": 3}
 
+
+YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
+"""XLA's flag that turns YNNPACK fusions off (an empty list of fusion types)."""
+YNN_JAXLIBS = ((0, 10, 2), (0, 12, 0))
+"""The jaxlib versions (from, up to but not including) whose XLA is known to fuse into YNNPACK by
+default and to know ``YNN_FLAG`` (0.10.2 here; 0.11.0 by JAX issue 39257's reporters). An XLA that
+does not know a flag in ``XLA_FLAGS`` stops the process, so other versions are left alone."""
 
 _ALL = "all"
 _ON = frozenset({"1", "on", "true", "yes", _ALL})
@@ -111,3 +129,37 @@ def options(fast_compile: bool) -> dict | None:
             continue
         return asked | extra
     return None
+
+
+def guard_ynn(environ=None, jaxlib_version=None, initialized=None) -> bool:
+    """Turn XLA:CPU's YNNPACK fusions off for this process: append ``YNN_FLAG`` to
+    ``XLA_FLAGS`` in ``environ`` (``os.environ``) and say True; or leave it and say False where the
+    flags already name ``xla_cpu_experimental_ynn_fusion_type`` (the user's choice), the jaxlib is
+    outside ``YNN_JAXLIBS`` or JAX's backend has started (XLA has read its flags).
+
+    >>> env = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    >>> guard_ynn(env, (0, 10, 2), False), env["XLA_FLAGS"]
+    (True, '--xla_backend_optimization_level=0 --xla_cpu_experimental_ynn_fusion_type=')
+    >>> guard_ynn(env, (0, 10, 2), False)  # named already: left as it is
+    False
+    >>> guard_ynn({}, (0, 9, 2), False), guard_ynn({}, (0, 10, 2), True)
+    (False, False)
+    """
+    env = os.environ if environ is None else environ
+    if jaxlib_version is None:
+        from jax._src import lib
+
+        jaxlib_version = tuple(lib.version)
+    if initialized is None:
+        from jax._src import xla_bridge
+
+        started = getattr(xla_bridge, "backends_are_initialized", None)
+        initialized = True if started is None else started()
+    flags = env.get("XLA_FLAGS", "")
+    low, high = YNN_JAXLIBS
+    if initialized or not low <= tuple(jaxlib_version)[:3] < high:
+        return False
+    if YNN_FLAG.rstrip("=").lstrip("-") in flags:
+        return False
+    env["XLA_FLAGS"] = f"{flags} {YNN_FLAG}".strip()
+    return True

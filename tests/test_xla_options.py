@@ -145,3 +145,47 @@ def test_grid_search_keeps_xlas_level_under_the_fast_compile_switch(monkeypatch)
     fast = plain.compiled()
     with _jit.prefer_fast_compile(even_optimized=True):
         assert plain.compiled() is fast
+
+
+_YNN_CRASH = """
+import dcost, jax, jax.numpy as jnp
+# JAX issue 40412's program: a rank-7 float32 product summed over one axis, which jaxlib 0.10.2
+# fuses into YNNPACK and which then crashes on one of XLA's threads (a segmentation fault)
+shape = (3, 1, 2, 2, 8, 8, 8)
+u = jax.random.normal(jax.random.PRNGKey(0), shape, dtype=jnp.float32)
+f = jax.jit(lambda a, b: jnp.sum(a * b, axis=3)).lower(u, u).compile()
+print("ynn" if "__ynn" in f.as_text() else "no ynn", float(f(u, u).sum()))
+"""
+
+
+def test_importing_dcost_keeps_ynn_fusions_from_crashing_the_process():
+    """Imported before JAX starts, dcost turns XLA:CPU's YNNPACK fusions off for the process on a
+    jaxlib that has them (``dcost._xla.guard_ynn``): a plain ``jax.jit`` program that crashes
+    jaxlib 0.10.2 runs and exits cleanly; a process whose flags name the fusions keeps them."""
+    import os
+    import subprocess
+    import sys
+
+    from jax._src import lib
+
+    env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", _YNN_CRASH], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("no ynn"), proc.stdout
+    low, high = _xla.YNN_JAXLIBS
+    env = {"XLA_FLAGS": ""}
+    assert _xla.guard_ynn(env, tuple(lib.version), initialized=False) == (
+        low <= tuple(lib.version)[:3] < high
+    )
+    if low <= tuple(lib.version)[:3] < high:  # the user's choice is left as it is
+        env = dict(os.environ, XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=reduce")
+        proc = subprocess.run(
+            [sys.executable, "-c", _YNN_CRASH.replace("(3, 1, 2, 2,", "(3, 2, 2, 2,")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.stdout.startswith("ynn"), (proc.stdout, proc.stderr[-2000:])
