@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dcost import _xla
 from dcost.serving.kernels import kernel_time
 from dcost.serving.roofline import balance_batch, decode, matmul_efficiency
 from dcost.specs import Design, Hardware, Model, Workload
@@ -78,6 +79,17 @@ def _median_time(fn, *args, repeats: int) -> float:
     return float(np.median(times))
 
 
+_ROW = 4096
+"""Numbers per row of ``measure_bandwidth``'s array."""
+
+
+def _measuring(fun, **kwargs):
+    """``jax.jit(fun)`` compiled to run fast whatever the process prefers (``dcost._xla``: a
+    process that compiles everything at XLA's level 0, such as the test suite, would otherwise
+    time unoptimized loops, not the machine)."""
+    return jax.jit(fun, compiler_options=_xla.options(False), **kwargs)
+
+
 def measure_flops(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
     """Matmul rate of the default device: ``2 n^3 / t`` for a jitted ``jnp.dot`` of two n x n.
 
@@ -97,13 +109,18 @@ def measure_flops(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
         raise ValueError(f"n = {n} is not allowed: it must be >= 1")
     rng = np.random.default_rng(0)
     a, b = _normal(rng, (n, n), dtype), _normal(rng, (n, n), dtype)
-    t = _median_time(jax.jit(jnp.dot), a, b, repeats=repeats)
+    t = _median_time(_measuring(jnp.dot), a, b, repeats=repeats)
     return 2.0 * n**3 / t
 
 
 def measure_bandwidth(n_bytes: float = 512e6, repeats: int = 5) -> float:
     """Memory bandwidth of the default device: bytes of a float32 array over the time of a jitted
-    ``jnp.sum`` of it (a streaming read, like the weight and KV reads of decode).
+    sum of it (a streaming read, like the weight and KV reads of decode).
+
+    The array is read as rows of ``_ROW`` numbers summed column by column, a loop XLA's own CPU
+    code streams (about 22 GB/s on the development machine's 2 cores, against 10 GB/s for one
+    sum over a flat array, which XLA:CPU reduces serially; 25 GB/s for that flat sum in the
+    YNNPACK fusion ``dcost._xla.guard_ynn`` turns off).
 
     Args:
       n_bytes: array size in bytes; make it far larger than the last-level cache.
@@ -119,9 +136,10 @@ def measure_bandwidth(n_bytes: float = 512e6, repeats: int = 5) -> float:
     n = int(n_bytes // 4)
     if n < 1:
         raise ValueError(f"n_bytes = {n_bytes} is not allowed: it must be >= 4")
-    x = _normal(np.random.default_rng(1), (n,), jnp.float32)
-    t = _median_time(jax.jit(jnp.sum), x, repeats=repeats)
-    return 4.0 * n / t
+    shape = (n // _ROW, _ROW) if n >= _ROW else (1, n)
+    x = _normal(np.random.default_rng(1), shape, jnp.float32)
+    t = _median_time(_measuring(lambda v: jnp.sum(v, axis=0)), x, repeats=repeats)
+    return 4.0 * x.size / t
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +310,7 @@ def toy_flops_per_token(cfg: ToyConfig) -> float:
 def measure_decode(cfg: ToyConfig, batches, repeats: int = 5) -> np.ndarray:
     """Median seconds of one jitted ``decode_step`` at each batch size (default device)."""
     params = init_params(cfg)
-    step = jax.jit(decode_step, static_argnums=3)
+    step = _measuring(decode_step, static_argnums=3)
     out = []
     for b in batches:
         cache = init_cache(cfg, int(b), seed=int(b))
