@@ -27,10 +27,11 @@ segmentation fault on one of XLA's worker threads, reported while the main threa
 typically compiling the next program: JAX issues 39257 and 40412, fixed in XNNPACK after 0.10.2).
 dcost's own search programs never ask for them (``options``), but plain ``jax.jit`` programs and
 eager operations do: the planner's latency closed forms, the queueing simulation's reductions, the
-local calibration's kernels (the suite crashed about one run in three that way). ``guard_ynn``,
-called when dcost is imported, turns them off for the whole process through ``XLA_FLAGS`` before
-JAX starts its backend, where the jaxlib is one known to have both the fusions and the flag
-(``YNN_JAXLIBS``); a process whose ``XLA_FLAGS`` already name the flag keeps its own choice.
+local calibration's kernels (the suite lost a test process about one run in three, most likely
+that way: no native backtrace was caught). ``guard_ynn``, called when dcost is imported, turns
+them off for the whole process through ``XLA_FLAGS`` before JAX starts its backend, where the
+jaxlib is one known to have both the fusions and the flag (``YNN_JAXLIBS``); a process whose
+``XLA_FLAGS`` already name the flag keeps its own choice.
 """
 
 from __future__ import annotations
