@@ -38,8 +38,10 @@ driver process is killed and restarted on the remaining rows), and the whole run
 
 ``--aiconfigurator-from RESULT`` takes AIConfigurator's answers (TPOT, TTFT, seconds, error) per
 row from an earlier run's result file instead of running it again, so that dcost's side can be
-redone after its profiles change (AIConfigurator's own answers do not depend on dcost); the rows
-must be the same (same ``--rows`` and ``--seed``), and the result names the file it reused.
+redone after its profiles change (AIConfigurator's own answers do not depend on dcost): the rows
+are that run's rows that are still TPOT records (``--rows`` and ``--seed`` are not used; a row
+the sample now counts out, e.g. a repeat counted once, is dropped and counted), and the result
+names the file it reused.
 
 Writes ``benchmarks/results/aiconfigurator_silicon.json``: per row the ids, the measured TPOT,
 both predictions (s), AIConfigurator's TTFT and error if any, and the summary table.
@@ -349,14 +351,22 @@ def main() -> None:
 
     recs, _ = silicon.records()
     tp = [r for r in recs if r["metric"] == "tpot"]
-    pick = draw(tp, args.rows, args.seed)
-    raw = {row["id"]: row for row in silicon.load_rows()}
-    subset = [tp[k] for k in pick]
-    print(f"{len(tp)} TPOT records; subset of {len(subset)} (seed {args.seed})", flush=True)
-
-    earlier = None
+    earlier, dropped = None, 0
     if args.aiconfigurator_from is not None:
         earlier = json.loads(args.aiconfigurator_from.read_text())
+        index = {r["id"]: k for k, r in enumerate(tp)}
+        pick = [index[row["id"]] for row in earlier["rows"] if row["id"] in index]
+        dropped = len(earlier["rows"]) - len(pick)
+    else:
+        pick = draw(tp, args.rows, args.seed)
+    raw = {row["id"]: row for row in silicon.load_rows()}
+    subset = [tp[k] for k in pick]
+    how = f"seed {args.seed}" if earlier is None else f"{args.aiconfigurator_from}'s rows"
+    print(f"{len(tp)} TPOT records; subset of {len(subset)} ({how})", flush=True)
+    if dropped:
+        print(f"  {dropped} of its rows are no longer TPOT records: left out", flush=True)
+
+    if earlier is not None:
         python, why = None, None
     else:
         python, why = ensure_aic(args.venv, install=not args.no_install)
@@ -370,12 +380,6 @@ def main() -> None:
         aic_rows.append(row)
     if earlier is not None:
         by_id = {row["id"]: row for row in earlier["rows"]}
-        missing = [r["id"] for r in subset if r["id"] not in by_id]
-        if missing:
-            raise SystemExit(
-                f"--aiconfigurator-from {args.aiconfigurator_from}: {len(missing)} of the "
-                f"{len(subset)} rows are not in it (e.g. {missing[0]}); use its --rows and --seed"
-            )
         theirs = []
         for r in subset:
             old = by_id[r["id"]]
@@ -465,12 +469,13 @@ def main() -> None:
                     "answers_from": str(args.aiconfigurator_from),
                     "answers_run": earlier["date"],
                     "answers_command": earlier["command"],
+                    "rows_no_longer_records": dropped,
                 }
                 if earlier is not None
                 else {}
             ),
         },
-        "seed": args.seed,
+        "seed": args.seed if earlier is None else earlier["seed"],
         "tpot_records": len(tp),
         "subset": len(subset),
         "dcost_seconds_all_records": dcost_s,

@@ -418,6 +418,10 @@ class Hardware(eqx.Module):
       kv_bandwidth_efficiency: achieved fraction of ``hbm_bandwidth`` of attention's reads of the
         KV cache (gathered from pages, split over heads and sequences) where it differs from the
         weights' ``eta_BW``; None: ``bandwidth_efficiency`` (v1).
+      expert_bandwidth_efficiency: achieved fraction of ``hbm_bandwidth`` of the routed
+        experts' weight reads (one grouped kernel streaming many experts' matrices) where it
+        differs from the dense matmuls' ``eta_BW`` (each matrix streamed by its own kernel);
+        None: ``bandwidth_efficiency``.
       sequence_overhead: time a serving engine spends per sequence it schedules in a step
         (batching, input metadata, sampling, output processing, on the host); a stage step of
         ``B`` sequences over ``A`` attention groups, each scheduling its own share, pays
@@ -504,6 +508,7 @@ class Hardware(eqx.Module):
     max_power: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     prefill_step_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     moe_ep_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -517,6 +522,7 @@ class Hardware(eqx.Module):
         "tree_collectives": 0.0,
         "attention_flops": "flops",
         "kv_bandwidth_efficiency": "bandwidth_efficiency",
+        "expert_bandwidth_efficiency": "bandwidth_efficiency",
         "sequence_overhead": 0.0,
         "prefill_step_overhead": 0.0,
         "kernel_roofline_smoothness": 0.0,
@@ -563,6 +569,7 @@ class Hardware(eqx.Module):
             "scaleout_efficiency",
             "kv_bandwidth_efficiency",
             "expert_flops_efficiency",
+            "expert_bandwidth_efficiency",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name), low_open=True, high=1.0)
@@ -648,6 +655,12 @@ class Hardware(eqx.Module):
         """Achievable HBM bytes/s of KV-cache reads, ``BW * kv_bandwidth_efficiency``
         (``bandwidth_achieved`` when it is None)."""
         return self.hbm_bandwidth * self.get("kv_bandwidth_efficiency")
+
+    @property
+    def expert_bandwidth_achieved(self):
+        """Achievable HBM bytes/s of the routed experts' weight reads, ``BW *
+        expert_bandwidth_efficiency`` (``bandwidth_achieved`` when it is None)."""
+        return self.hbm_bandwidth * self.get("expert_bandwidth_efficiency")
 
     @property
     def scaleup_achieved(self):

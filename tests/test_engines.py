@@ -166,7 +166,8 @@ def _synthetic_gemm(z, n_rows=600, seed=1):
 
 
 def test_gemm_fit_recovers_the_fields_that_made_the_table():
-    # eta_bf16 0.8, eta_fp8 0.6, half points 40 and 120 tokens, eta_BW 0.9, r 0.3, 6 us
+    # eta_bf16 0.8, eta_fp8 0.6, half points 40 and 120 tokens, eta_BW 0.9, r 0.3, and each
+    # precision's kernel its own intercept: 6 us (bf16), 14 us (fp8)
     def logit(p):
         return np.log(p / (1 - p))
 
@@ -178,13 +179,15 @@ def test_gemm_fit_recovers_the_fields_that_made_the_table():
         logit((0.9 - 0.02) / 0.98),
         logit(0.3),
         np.log(6e-6),
+        np.log(14e-6),
     ]
     fit = kernels.fit_gemm(_synthetic_gemm(z), "h100-sxm")
     v = fit.values
     assert v["precision.bf16.flops_efficiency"] == pytest.approx(0.8, rel=0.03)
     assert v["precision.fp8.flops_efficiency"] == pytest.approx(0.6, rel=0.03)
     assert v["bandwidth_efficiency"] == pytest.approx(0.9, rel=0.03)
-    assert v["gemm_intercept"] == pytest.approx(6e-6, rel=0.1)
+    assert v["precision.bf16.gemm_intercept"] == pytest.approx(6e-6, rel=0.1)
+    assert v["precision.fp8.gemm_intercept"] == pytest.approx(14e-6, rel=0.1)
     assert fit.median_abs < 0.01
 
 
@@ -605,6 +608,29 @@ def test_with_offsets_moves_the_expert_parallel_cost_with_the_moe_layer_cost():
     chip = user._apply(h, jnp.asarray(z))
     for name in ("moe_layer_overhead", "moe_ep_overhead"):
         assert float(getattr(chip, name)) == pytest.approx(0.5 * float(getattr(h, name)))
+
+
+def test_with_offsets_moves_the_experts_hbm_rate_with_the_dense_one():
+    """``expert_bandwidth_efficiency`` has no offset of its own (``user.TIED``): the dense HBM
+    rate's logit offset moves it by the same logit, in the saved profile and in the chips the
+    fit evaluates; a profile without it (A100, no MoE table) gets none."""
+    from dcost.calibrate import user
+
+    def logit(p):
+        return np.log(p / (1.0 - p))
+
+    eng = dcost.engine("vllm", hardware="h200")
+    z = np.zeros(len(user.FIELDS))
+    z[user.FIELDS.index("bandwidth_efficiency")] = -0.7
+    moved = user.with_offsets(eng, z)
+    for name in ("bandwidth_efficiency", "expert_bandwidth_efficiency"):
+        assert logit(moved.profile[name]) == pytest.approx(logit(eng.profile[name]) - 0.7)
+    h = eng.apply(dcost.hardware("h200"))
+    chip = user._apply(h, jnp.asarray(z))
+    got = float(chip.expert_bandwidth_efficiency)
+    assert logit(got) == pytest.approx(logit(float(h.expert_bandwidth_efficiency)) - 0.7, rel=1e-4)
+    a100 = dcost.engine("vllm", hardware="a100-80gb")
+    assert "expert_bandwidth_efficiency" not in user.with_offsets(a100, z).profile
 
 
 @pytest.mark.parametrize("z", [[0.0] * 7, [0.0] * 7 + [float("nan")], "abc", [[0.0] * 8]])

@@ -224,6 +224,38 @@ def test_fit_moe_recovers_the_generating_fields():
     assert fit.median_abs < 0.05  # the noise, not a misfit (the slow kernel would be 70 %)
 
 
+def test_fit_moe_recovers_the_experts_own_bandwidth():
+    """Tables generated with the experts' weights read at 0.7 of HBM (the dense GEMMs' 0.9 held):
+    the fit finds 0.7, not the GEMMs' rate, and the other fields as before."""
+    truth = dict(EXPERTS, expert_bandwidth_efficiency=0.7)
+    fit = kernels.fit_moe(synthetic_moe_table(truth, np.random.default_rng(0)), "h100-sxm", GEMM)
+    v = fit.values
+    assert v["expert_bandwidth_efficiency"] == pytest.approx(0.7, rel=0.05)
+    assert v["precision.bf16.expert_flops_efficiency"] == pytest.approx(0.55, rel=0.1)
+    assert v["moe_layer_overhead"] == pytest.approx(2.5e-5, rel=0.25)
+    assert fit.median_abs < 0.05
+
+
+@pytest.mark.x64
+def test_expert_bandwidth_efficiency_by_hand():
+    """The routed experts' reads at their own rate: at half of ``eta_BW`` the experts' part of
+    ``t_weights`` doubles and the dense part stays; unset, it is ``eta_BW`` (the same step to the
+    last bit); a dense model does not see it."""
+    m, w, d = moe_model(), dcost.Workload(512.0), dcost.Design(batch=1.0, chips=1.0)
+    base = chip(bandwidth_efficiency=0.8)
+    a = dcost.decode(d, base, m, w)
+    b = dcost.decode(d, chip(bandwidth_efficiency=0.8, expert_bandwidth_efficiency=0.4), m, w)
+    same = dcost.decode(d, chip(bandwidth_efficiency=0.8, expert_bandwidth_efficiency=0.8), m, w)
+    touched = 2.5e7 * E * phi(1.0)  # one token: top-K of E experts, 2.5e7 parameters each
+    expert_read = 2.0 * touched / (3e12 * 0.8)  # at 0.4 the reads take this much longer
+    assert float(b.t_weights - a.t_weights) == pytest.approx(expert_read, rel=1e-9)
+    assert float(same.tpot) == float(a.tpot)
+    dense = dcost.model("llama-3.1-8b")
+    x = dcost.decode(d, base, dense, w)
+    y = dcost.decode(d, chip(bandwidth_efficiency=0.8, expert_bandwidth_efficiency=0.4), dense, w)
+    assert float(x.tpot) == float(y.tpot)
+
+
 def test_fit_moe_fits_weight_only_experts_apart():
     """MXFP4 experts dequantized into bf16 matmuls (AIConfigurator's ``w4a16_mxfp4`` rows) are
     their own class: generated at a rate twice bf16's, they are fitted apart (at the bf16 GEMM

@@ -191,6 +191,6 @@ def test_aiconfigurator_comparison_is_the_benchmark_s():
     both = table["table"]["all"]
     aic, ours = both["aiconfigurator"], both["dcost"]
     text = " ".join(README.split())
-    assert f"On the {aic['rows']} runs of a stratified {aic['of']}" in text
+    assert f"On the {aic['rows']} of {aic['of']} runs of a stratified draw" in text
     assert f"off by {_pct(aic['median_abs_err'])} ({_pct(aic['p90_abs_err'])})" in text
     assert f"by {_pct(ours['median_abs_err'])} ({_pct(ours['p90_abs_err'])})" in text

@@ -6,19 +6,25 @@ experts, all-reduces. AIConfigurator (ai-dynamo/aiconfigurator; the PyPI package
 latency tables of each kind. This module fits the ``dcost.engines`` profile fields to them with the
 same functions the serving model evaluates (one code path):
 
-- **GEMM** ``(m, n, k, dtype)``: ``t = c_g + kernel_time(2mnk (1 + n_half/m)/(F_p eta_p),
+- **GEMM** ``(m, n, k, dtype)``: ``t = c_p + kernel_time(2mnk (1 + n_half/m)/(F_p eta_p),
   (nk b_w + mk b_x + 2mn)/(BW eta_BW))`` (``dcost.serving.roofline._flop_seconds``,
   ``dcost.serving.kernels.kernel_time``): per precision ``p`` the achieved fraction ``eta_p``
-  (``flops_efficiency``) and the matmul-size half point ``n_half`` (``matmul_half_tokens``); shared,
-  ``eta_BW`` (``bandwidth_efficiency``), the kernels' roofline smoothness ``r`` and the intercept
-  ``c_g`` (launch and tail of one kernel).
+  (``flops_efficiency``), the matmul-size half point ``n_half`` (``matmul_half_tokens``) and the
+  intercept ``c_p`` (launch and tail of one kernel alone: a block-scaled fp8 GEMM's is 2-5x a
+  bf16 one's, 16 us against 3 us in TensorRT-LLM's B200 table); shared, ``eta_BW``
+  (``bandwidth_efficiency``) and the kernels' roofline smoothness ``r``. With one intercept for
+  every precision the fit put fp8's fixed cost into its half point (224 tokens on B200), which
+  made a small batch's fp8 matmuls cost in proportion to their weights, and a 70B model's decode
+  step 1.3x too slow.
 - **attention** (generation: ``b`` sequences of ``s`` cached tokens, ``h`` query and ``h_kv`` KV
   heads of size ``d``; context: ``b`` prompts of ``s`` tokens, causal):
   ``t = c + kernel_time(F_attn / (eta_attn F_peak), bytes_kv / (BW eta_kv))`` with
   ``F_attn = 4 b s h d`` (generation) or ``2 b s^2 h d`` (context, half of the square),
   ``bytes_kv = 2 b s h_kv d b_kv`` (generation) or ``b s (h + 2 h_kv) d b`` (context):
   ``attention_efficiency`` and ``kv_bandwidth_efficiency``.
-- **grouped experts** (``moe_layer_time``): the touched experts' weights read, their FLOPs at
+- **grouped experts** (``moe_layer_time``): the touched experts' weights read at their own
+  ``expert_bandwidth_efficiency`` (one grouped kernel streams many experts' matrices; the dense
+  GEMMs' ``eta_BW`` took the MoE tables 1-3 points further off, held out), their FLOPs at
   ``expert_flops_efficiency`` and ``expert_half_tokens`` per precision, ``expert_overhead`` per
   touched expert and ``moe_layer_overhead`` per layer (routing, sorting, combining), on the
   fastest kernel the table timed for each shape (``fastest_kernels``).
@@ -325,7 +331,7 @@ def _gemm_time(z, prec_index, m, n, k, peak, b_w, bw, n_prec):
     half = jnp.exp(z[n_prec : 2 * n_prec])[prec_index]
     eta_bw = 0.02 + 0.98 * _logistic(z[2 * n_prec])
     r = _logistic(z[2 * n_prec + 1])
-    c = jnp.exp(z[2 * n_prec + 2])
+    c = jnp.exp(z[2 * n_prec + 2 : 3 * n_prec + 2])[prec_index]
     hw = _bare(peak, bw, eta, eta_bw, half, r)
     t_f = _flop_seconds(2.0 * m * n * k, m, hw)
     t_w = (n * k * b_w + m * k * b_w + 2.0 * m * n) / hw.bandwidth_achieved
@@ -343,8 +349,8 @@ def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> K
 
     Returns:
       A ``KernelFit`` with ``precision.<p>.flops_efficiency``, ``precision.<p>.matmul_half_tokens``
-      for each precision the table has rows of (``TABLE_DTYPES``), ``bandwidth_efficiency``,
-      ``kernel_roofline_smoothness`` and ``gemm_intercept`` (s).
+      and ``precision.<p>.gemm_intercept`` (s) for each precision the table has rows of
+      (``TABLE_DTYPES``), ``bandwidth_efficiency`` and ``kernel_roofline_smoothness``.
     """
     chip = _chip(hardware)
     dtype = np.asarray(table["gemm_dtype"]).astype(str)
@@ -382,7 +388,9 @@ def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> K
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
 
-    z0 = jnp.asarray([1.0] * n_prec + [math.log(64.0)] * n_prec + [1.5, 0.0, math.log(5e-6)])
+    z0 = jnp.asarray(
+        [1.0] * n_prec + [math.log(64.0)] * n_prec + [1.5, 0.0] + [math.log(5e-6)] * n_prec
+    )
     zf = _minimize(loss, z0)
     rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
     z = np.asarray(zf)
@@ -390,9 +398,9 @@ def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> K
     for i, p in enumerate(precisions):
         values[f"precision.{p}.flops_efficiency"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[i])))
         values[f"precision.{p}.matmul_half_tokens"] = float(np.exp(z[n_prec + i]))
+        values[f"precision.{p}.gemm_intercept"] = float(np.exp(z[2 * n_prec + 2 + i]))
     values["bandwidth_efficiency"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[2 * n_prec])))
     values["kernel_roofline_smoothness"] = float(1.0 / (1.0 + np.exp(-z[2 * n_prec + 1])))
-    values["gemm_intercept"] = float(np.exp(z[2 * n_prec + 2]))
     return KernelFit("gemm", values, len(y), rms, med, p90)
 
 
@@ -643,7 +651,8 @@ def moe_layer_time(
     expert:
 
     .. math:: t = c_m(e) + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
-              \\frac{F (1 + n_e/n_{exp})}{F_p \\eta_p \\eta_{exp}},\\ \\frac{W}{BW \\eta_{BW}}\\Big)
+              \\frac{F (1 + n_e/n_{exp})}{F_p \\eta_p \\eta_{exp}},\\
+              \\frac{W}{BW \\eta_{BW,e}}\\Big)
 
     Args:
       tokens, hidden, inter, topk, experts, tp, ep: the layer's shape (arrays or numbers).
@@ -653,7 +662,8 @@ def moe_layer_time(
         routing, sorting and combining kernels, timed with it, with the experts tensor
         parallel), optionally ``moe_ep_overhead`` ``c_ep`` (s, over many expert-parallel
         groups): ``c_m(e) = c_1/e + c_ep (1 - 1/e)`` (``dcost.serving.roofline.moe_layer_fixed``;
-        without ``c_ep``, ``c_1`` whatever ``e``).
+        without ``c_ep``, ``c_1`` whatever ``e``), optionally ``expert_bandwidth_efficiency``
+        ``eta_BW,e`` (without it, ``gemm``'s ``bandwidth_efficiency``).
       gemm: ``fit_gemm``'s ``flops_efficiency`` ``eta_p``, ``bandwidth_efficiency``,
         ``kernel_roofline_smoothness`` ``r`` and ``hbm_bandwidth`` (bytes/s).
       share: the share ``phi`` of the experts the tokens touch (None: random routing's).
@@ -674,7 +684,9 @@ def moe_layer_time(
     touched = experts * phi / ep
     flops = 2.0 * per_expert * tokens * topk / ep
     size = tokens * topk / (experts * phi)
-    bw = gemm["hbm_bandwidth"] * gemm["bandwidth_efficiency"]
+    bw = gemm["hbm_bandwidth"] * values.get(
+        "expert_bandwidth_efficiency", gemm["bandwidth_efficiency"]
+    )
     rate = peak * gemm["flops_efficiency"] * values["expert_flops_efficiency"]
     t_f = flops * (1.0 + values["expert_half_tokens"] / size) / rate
     t_w = touched * per_expert * b_w / bw
@@ -734,10 +746,11 @@ def fit_moe(
 
     The table's balanced rows of gated experts in the formats served (``_served``: block-scaled
     fp8 where the table has it), the fastest kernel per shape (``fastest_kernels``), are fitted
-    with the GEMM fit's ``eta_p``, ``eta_BW`` and ``r`` held (``gemm``: its values), each
+    with the GEMM fit's ``eta_p`` and ``r`` held (``gemm``: its values), each
     row's touched experts those of its balanced routing (``balanced_share``): per
     precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e`` (``expert_half_tokens``);
-    shared, ``c_e`` (``expert_overhead``, s per touched expert) and the layer's fixed cost
+    shared, the experts' own HBM rate ``eta_BW,e`` (``expert_bandwidth_efficiency``),
+    ``c_e`` (``expert_overhead``, s per touched expert) and the layer's fixed cost
     with tensor-parallel experts ``c_1`` (``moe_layer_overhead``) and over many expert-parallel
     groups ``c_ep`` (``moe_ep_overhead``; ``moe_layer_time``), a weight-only class's its own
     (``precision.<class>.moe_layer_overhead``, ``.moe_ep_overhead``), fitted on its main kernel
@@ -824,13 +837,14 @@ def fit_moe(
             # each shared, then each class's own: with tensor-parallel experts, then over many
             # expert-parallel groups
             "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 : 2 * n_prec + 2 + len(own)]),
-            "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + len(own) :]),
+            "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + len(own) : -1]),
+            "expert_bandwidth_efficiency": 0.02 + 0.98 * _logistic(z[-1]),
         }
 
     def predict(z, rows):
         v = unpack(z)
         v = {
-            k: (x[prec[rows]] if k.startswith("expert_") and k != "expert_overhead" else x)
+            k: (x[prec[rows]] if k in ("expert_flops_efficiency", "expert_half_tokens") else x)
             for k, x in v.items()
         }
         v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
@@ -847,6 +861,7 @@ def fit_moe(
         + [math.log(32.0)] * n_prec
         + [math.log(1e-6)]
         + [math.log(2e-5)] * (2 + 2 * len(own))
+        + [1.5]
     )
     zf = _minimize(loss, z0)
     rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
@@ -856,6 +871,7 @@ def fit_moe(
         values[f"precision.{p}.expert_flops_efficiency"] = float(v["expert_flops_efficiency"][i])
         values[f"precision.{p}.expert_half_tokens"] = float(v["expert_half_tokens"][i])
     values["expert_overhead"] = float(v["expert_overhead"])
+    values["expert_bandwidth_efficiency"] = float(v["expert_bandwidth_efficiency"])
     for name in ("moe_layer_overhead", "moe_ep_overhead"):
         values[name] = float(v[name][0])
         for i in own:
@@ -911,10 +927,12 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
     precision: dict[str, dict[str, float]] = {}
     for fit in fits.values():
         for key, value in fit.values.items():
+            if key.endswith("_intercept"):
+                continue  # a kernel timed alone: launch and tail (the provenance keeps them)
             if key.startswith("precision."):
                 _, p, field = key.split(".")
                 precision.setdefault(p, {})[field] = value
-            elif not key.endswith("_intercept"):
+            else:
                 shared[key] = value
     shared["layer_overhead"] = 0.0
     shared["kernel_serialization"] = 1.0

@@ -66,12 +66,23 @@ runs calibrated on the other architectures from 17.1 % to 21.5 %, and the publis
 several models at k = 3 from 9.4 % to 10.7 %: what it learns from a few runs does not carry to
 another model."""
 
-_FRACTION = frozenset({"flops_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency"})
+_FRACTION = frozenset(
+    {
+        "flops_efficiency",
+        "bandwidth_efficiency",
+        "kv_bandwidth_efficiency",
+        "expert_bandwidth_efficiency",
+    }
+)
 
-TIED = {"moe_ep_overhead": "moe_layer_overhead"}
+TIED = {
+    "moe_ep_overhead": "moe_layer_overhead",
+    "expert_bandwidth_efficiency": "bandwidth_efficiency",
+}
 """Profile fields a calibration moves with another's offset: the MoE layer's fixed cost over
 many expert-parallel groups scales with its cost over one (a deployment's runs are of one
-layout, and say nothing of the other apart)."""
+layout, and say nothing of the other apart); the routed experts' HBM rate moves with the dense
+matmuls' (the same memory, read by another kernel)."""
 
 
 def _moved() -> list[tuple[str, int]]:
@@ -369,7 +380,7 @@ def _field_values(engine, z) -> dict:
                 for p in precision:
                     if name in precision[p]:  # not the weight-only expert classes
                         precision[p][name] = move(precision[p][name])
-            else:
+            elif name in shared or name not in TIED:  # a tied field the profile has not: unset
                 shared[name] = move(shared.get(name, 1.0))
         else:
             if name not in shared and not any(name in v for v in precision.values()):

@@ -96,6 +96,7 @@ a model that runs the class takes them in place of the shared value."""
 PROFILE_FIELDS = (
     "bandwidth_efficiency",
     "kv_bandwidth_efficiency",
+    "expert_bandwidth_efficiency",
     "kernel_roofline_smoothness",
     "attention_efficiency",
     "scaleup_efficiency",
@@ -481,6 +482,7 @@ def _parse_profile(data: Mapping, origin: str) -> tuple[dict, dict, dict]:
 _FRACTIONS = (
     "bandwidth_efficiency",
     "kv_bandwidth_efficiency",
+    "expert_bandwidth_efficiency",
     "attention_efficiency",
     "scaleup_efficiency",
     "scaleout_efficiency",

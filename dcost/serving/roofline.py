@@ -339,11 +339,16 @@ def _assemble(
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
     bw = hardware.bandwidth_achieved
     extra_attn = attention_weight_params(model, groups, held)
-    weight_params = passes * (model.params_multiplied + extra_attn + expert_params_touched)
-    t_weights = model.bytes_per_param * weight_params / (chips * bw)
+    # (the routed experts' reads at their own rate, ``expert_bandwidth_efficiency``)
     t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
     w_dense = model.bytes_per_param * passes * (model.params_multiplied + extra_attn) / (chips * bw)
-    w_expert = model.bytes_per_param * passes * expert_params_touched / (chips * bw)
+    w_expert = (
+        model.bytes_per_param
+        * passes
+        * expert_params_touched
+        / (chips * hardware.expert_bandwidth_achieved)
+    )
+    t_weights = w_dense + w_expert
 
     # communication: the all-to-all (MoE) and the layout's collectives, on shared links
     moe_layers = model.moe_layers / p
