@@ -467,8 +467,11 @@ def main() -> None:
             **(
                 {
                     "answers_from": str(args.aiconfigurator_from),
-                    "answers_run": earlier["date"],
-                    "answers_command": earlier["command"],
+                    # the run that asked AIConfigurator (carried over a reuse of a reuse)
+                    "answers_run": earlier["aiconfigurator"].get("answers_run", earlier["date"]),
+                    "answers_command": earlier["aiconfigurator"].get(
+                        "answers_command", earlier["command"]
+                    ),
                     "rows_no_longer_records": dropped,
                 }
                 if earlier is not None

@@ -339,9 +339,9 @@ def _assemble(
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
     bw = hardware.bandwidth_achieved
     extra_attn = attention_weight_params(model, groups, held)
-    # (the routed experts' reads at their own rate, ``expert_bandwidth_efficiency``)
     t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
     w_dense = model.bytes_per_param * passes * (model.params_multiplied + extra_attn) / (chips * bw)
+    # the routed experts' reads at their own rate (``expert_bandwidth_efficiency``)
     w_expert = (
         model.bytes_per_param
         * passes
