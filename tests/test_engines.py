@@ -450,6 +450,23 @@ def test_cli_engines_json_is_strict_and_matches_the_shipped_summary(capsys):
     assert out["silicon_heldout"] == dcost.engines.heldout()
 
 
+def test_cli_engines_table_shows_the_three_hbm_rates(capsys):
+    """The text table's HBM column is the profile's dense, routed-expert and KV rates; a profile
+    without an expert rate (no MoE table: A100) shows the dense one there, as the model reads it."""
+    from dcost.cli import main
+
+    assert main(["engines", "--engine", "vllm"]) == 0
+    text = capsys.readouterr().out
+    for hw in ("h200", "a100-80gb"):
+        e = dcost.engine("vllm", hardware=hw)
+        h = e.apply(dcost.hardware(hw))
+        rates = (h.bandwidth_efficiency, h.get("expert_bandwidth_efficiency"),
+                 h.get("kv_bandwidth_efficiency"))  # fmt: skip
+        cell = " / ".join(f"{float(r):.2f}" for r in rates)
+        line = next(x for x in text.splitlines() if f" {hw} " in x)
+        assert cell in line, (hw, cell, line)
+
+
 def test_cli_eval_with_an_engine(capsys):
     from dcost.cli import main
 

@@ -51,7 +51,14 @@ def _cmd_engines(args) -> int:
                     for p, v in prec.items()
                     if "flops_efficiency" in v  # not the weight-only expert classes
                 ),
-                f"{e.profile.get('kv_bandwidth_efficiency', 1.0):.2f}",
+                " / ".join(
+                    f"{e.profile.get(k, e.profile.get('bandwidth_efficiency', 1.0)):.2f}"
+                    for k in (
+                        "bandwidth_efficiency",
+                        "expert_bandwidth_efficiency",
+                        "kv_bandwidth_efficiency",
+                    )
+                ),
                 f"{1e3 * e.profile.get('step_overhead', 0.0):.2f}",
                 f"{1e6 * e.profile.get('layer_overhead', 0.0):.1f}",
                 f"{1e3 * e.profile.get('prefill_step_overhead', 0.0):.2f}",
@@ -70,7 +77,7 @@ def _cmd_engines(args) -> int:
                 "version",
                 "hardware",
                 "GEMM fraction of peak",
-                "KV BW",
+                "HBM weights/experts/KV",
                 "step ms",
                 "layer us",
                 "prompt step ms",
