@@ -18,7 +18,7 @@ def _pct(x) -> str:
 
 
 def _cmd_engines(args) -> int:
-    from dcost import engines
+    from dcost import engines, presets
 
     rows, data = [], []
     for name, version, hw in engines.engines():
@@ -27,6 +27,7 @@ def _cmd_engines(args) -> int:
         if args.hardware and hw != args.hardware:
             continue
         e = engines.engine(name, hardware=hw, version=version)
+        chip = e.apply(presets.hardware(hw))
         res = e.provenance.get("residuals", {})
         med = {k: res.get(k, {}).get("heldout_median_abs") for k in ("gemm", "attention", "moe")}
         med["allreduce"] = res.get("allreduce", {}).get("heldout_median_abs")
@@ -51,8 +52,9 @@ def _cmd_engines(args) -> int:
                     for p, v in prec.items()
                     if "flops_efficiency" in v  # not the weight-only expert classes
                 ),
+                # the rates the model reads: an unset field takes its Hardware.OFF stand-in
                 " / ".join(
-                    f"{e.profile.get(k, e.profile.get('bandwidth_efficiency', 1.0)):.2f}"
+                    f"{float(chip.get(k)):.2f}"
                     for k in (
                         "bandwidth_efficiency",
                         "expert_bandwidth_efficiency",
