@@ -21,8 +21,8 @@ suite's time (12:23 against 12:38 without, 2026-12-01, 2 cores), an executable l
 reports no XLA cost analysis (``tests/test_calibrate.py`` skipped its check), and XLA:CPU crashed
 deserializing an entry (a segmentation fault in ``get_executable_and_time``, jax 0.10.2) in 2 of
 about 20 full runs, after which pytest-xdist 3.8's ``--dist loadfile`` waits for ever for the
-crashed worker's replacement (pytest-xdist issue 1327); ``make test`` now stops at a crashed
-worker (``--max-worker-restart=0``). ``tests/test_cache.py`` exercises dcost's own cache in fresh
+crashed worker's replacement (pytest-xdist issue 1327). A worker that dies is now replaced and
+the test it died in runs once more (``tests/crash_retry.py``, loaded below). ``tests/test_cache.py`` exercises dcost's own cache in fresh
 processes with their own directories and environments.
 
 Optimization level. The suite compiles its programs at XLA's backend optimization level 0
@@ -58,6 +58,8 @@ if os.environ["DCOST_FAST_COMPILE"] in ("1", "all") and "--xla_backend_optimizat
         + " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
     ).strip()
 
+# a test process that dies of a native fault: one rerun (tests/crash_retry.py)
+import crash_retry
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
@@ -94,6 +96,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
+    if not config.pluginmanager.is_registered(crash_retry):
+        config.pluginmanager.register(crash_retry, "dcost-crash-retry")
     config.addinivalue_line(
         "markers", "x64: run the test (fixtures and hypothesis examples included) in float64"
     )
