@@ -22,8 +22,9 @@ reports no XLA cost analysis (``tests/test_calibrate.py`` skipped its check), an
 deserializing an entry (a segmentation fault in ``get_executable_and_time``, jax 0.10.2) in 2 of
 about 20 full runs, after which pytest-xdist 3.8's ``--dist loadfile`` waits for ever for the
 crashed worker's replacement (pytest-xdist issue 1327). A worker that dies is now replaced and
-the test it died in runs once more (``tests/crash_retry.py``, loaded below). ``tests/test_cache.py`` exercises dcost's own cache in fresh
-processes with their own directories and environments.
+the test it died in runs once more (``tests/crash_retry.py``, loaded below).
+``tests/test_cache.py`` exercises dcost's own cache in fresh processes with their own
+directories and environments.
 
 Optimization level. The suite compiles its programs at XLA's backend optimization level 0
 (``DCOST_FAST_COMPILE=all``), as ``dcost plan`` does: most of its time is compiling programs it
