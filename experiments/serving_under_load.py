@@ -48,6 +48,8 @@ import time
 
 import numpy as np
 
+from dcost.validation import silicon
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROUNDS = 20  # AIConfigurator's MULTI_ROUND: requests = 20 x concurrency
 FULL = 1.5e6  # simulate all 20 x C requests up to this many output tokens in all
@@ -87,16 +89,10 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
     return out
 
 
-PROMPT_STEPS_ALONE = frozenset({"0.5.1.post1", "0.5.3.post2", "0.5.4.post3"})
-"""SGLang versions whose runs are taken as deployed without ``--enable-mixed-chunk``: the
-generator deployed them from 2025-12-04 (ai-dynamo/aiconfigurator #144) and emitted the flag only
-from 2026-01-19 (#257, #258; ``agg enable_mixed_chunk = true`` in ``rule_plugin/sglang.rule``);
-the versions it added later (0.5.6.post2 on 2026-01-23, 0.5.8, 0.5.9, ...) had it from the first.
-The silicon rows state no date for the collection of these versions (SGLang 0.5.1.post1 on H100
-and H200, a gap-analysis source file), so which deployment ran them is not recorded; their
-measured TTFT and TPOT are those of prompt steps run alone (SGLang's default, ``prefill_first``),
-not of mixed steps (on the seed-0 sample's 0.5.1.post1 runs the mixed deployment's TTFT was
-0.2x the measured)."""
+# SGLang's versions run with prompt steps alone under AIConfigurator's generator, and how a row
+# is known for one of InferenceX's runs: dcost.validation.silicon (the silicon TPOT records use
+# them too: runs in waves)
+PROMPT_STEPS_ALONE = silicon.PROMPT_STEPS_ALONE
 
 
 def deployed(eng, record, batch: int, as_written: bool = False):
@@ -131,13 +127,7 @@ def deployed(eng, record, batch: int, as_written: bool = False):
     return dataclasses.replace(eng, scheduler=sched)
 
 
-INFERENCEX = ("db-dump/", "source_file=2026-03-25.csv", "source_file=2026-04-06.csv")
-"""How the silicon rows that SemiAnalysis's InferenceX ran begin their ``silicon_data_source``:
-its database's rows (a config id, a workflow run, the engine's container image) and two CSVs of
-its runs measured from March and April 2026 (the same images, models, chips and InferenceX's
-1k/1k, 1k/8k and 8k/1k lengths). AIConfigurator reads InferenceX's database
-(``src/aiconfigurator/sdk/config_adapter/inferencex.py``); these runs were launched by
-InferenceX's own scripts, not AIConfigurator's generator, and measured by its own client."""
+INFERENCEX = silicon.INFERENCEX
 
 INFERENCEX_ROUNDS = 10
 """InferenceX's client (``benchmarks/benchmark_lib.sh`` ``run_benchmark_serving``,
@@ -150,9 +140,7 @@ INFERENCEX_RANGE = 0.8
 ``RANDOM_RANGE_RATIO: 0.8``): prompt and output lengths uniform over [0.8 L, L]."""
 
 
-def inferencex(row) -> bool:
-    """Whether a silicon row is one of InferenceX's runs (``INFERENCEX``)."""
-    return row["silicon_data_source"].startswith(INFERENCEX)
+inferencex = silicon.inferencex
 
 
 def inferencex_deployed(eng, record, precision: str, batch: int | None = None):

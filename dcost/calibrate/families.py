@@ -72,7 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dcost.specs import Hardware, stack
+from dcost.specs import Hardware, SpecError, stack
 from dcost.validation.cases import TIME_METRICS, Case, case, evaluate_metrics, waves
 
 __all__ = [
@@ -292,6 +292,12 @@ def _combine(plan: _Plan, log_x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def _groups(records: Sequence[Mapping]) -> list[_Group]:
     cases = [case(r, calibrated=False) for r in records]
+    for r, c in zip(records, cases, strict=True):
+        if c.wave_share is not None:
+            raise SpecError(
+                f"record {r.get('id')!r}: wave_prompt_steps = {r['wave_prompt_steps']!r}: the "
+                "family fit takes runs in steady state; leave the field out"
+            )
     keys: dict[str, list[int]] = {}
     for i, c in enumerate(cases):
         keys.setdefault(c.step, []).append(i)

@@ -179,10 +179,15 @@ def prepare(records: Sequence[Mapping], engine) -> Prepared:
         cases.append(c)
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(cases):
-        key = (c.step, c.metric, jax.tree.structure((c.hardware, c.model, c.workload, c.design)))
+        key = (
+            c.step,
+            c.metric,
+            jax.tree.structure((c.hardware, c.model, c.workload, c.design)),
+            c.wave_share is None,
+        )
         groups.setdefault(key, []).append(i)
     kinds = []
-    for (step, metric, _), idx in groups.items():
+    for (step, metric, _, steady), idx in groups.items():
         size = _bucket(len(idx))
         members = [cases[i] for i in idx] + [cases[idx[0]]] * (size - len(idx))
         stacked = Case(
@@ -194,6 +199,7 @@ def prepare(records: Sequence[Mapping], engine) -> Prepared:
             metric=metric,
             chips=np.array([c.chips for c in members]),  # type: ignore[arg-type]
             input_per_output=np.array([c.input_per_output for c in members]),  # type: ignore[arg-type]
+            wave_share=None if steady else np.array([c.wave_share for c in members]),
         )
         weight = np.r_[np.ones(len(idx)), np.zeros(size - len(idx))]
         kinds.append(_Kind(step, metric, np.array(idx), stacked, weight))
@@ -235,17 +241,17 @@ def _log_predictions_of(meta, specs, z):
     """``log`` of each kind's predictions under offsets ``z`` (a tuple, one array a kind);
     ``meta``: whether the engine sets attention's own rate (``_apply``), then each kind's
     ``(step, metric)``; ``specs``: its stacked
-    ``(hardware, model, workload, design, chips, input_per_output)``."""
+    ``(hardware, model, workload, design, chips, input_per_output, wave_share)``."""
     from dcost.validation.cases import Case, evaluate_metrics
 
     out = []
     own_attention, *kinds = meta
-    for (step, metric), (h, m, w, d, n, r) in zip(kinds, specs, strict=True):
+    for (step, metric), (h, m, w, d, n, r, s) in zip(kinds, specs, strict=True):
 
-        def one(h, m, w, d, n, r, step=step, metric=metric):
-            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r), (metric,))[0]
+        def one(h, m, w, d, n, r, s, step=step, metric=metric):
+            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r, s), (metric,))[0]
 
-        out.append(jnp.log(jax.vmap(one)(_apply(h, z, own_attention), m, w, d, n, r)))
+        out.append(jnp.log(jax.vmap(one)(_apply(h, z, own_attention), m, w, d, n, r, s)))
     return tuple(out)
 
 
@@ -327,6 +333,7 @@ def _specs(prep: Prepared):
             k.cases.design,
             jnp.asarray(k.cases.chips),
             jnp.asarray(k.cases.input_per_output),
+            None if k.cases.wave_share is None else jnp.asarray(k.cases.wave_share),
         )
         for k in prep.kinds
     )

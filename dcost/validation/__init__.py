@@ -120,7 +120,10 @@ def check_record(record: Mapping) -> None:
     ``requests`` (optional: the run's request count, for the throughput of a finite offline
     run) is a positive integer ``>= concurrency`` on an aggregated throughput record;
     ``comm_overlap`` (the share of collectives the engine hides behind computation, optional) is
-    in [0, 1]; ``engine`` (optional) is one of ``ENGINES`` and ``engine_version`` (optional) a
+    in [0, 1]; ``wave_prompt_steps`` (optional: a closed-loop run of fixed lengths whose requests
+    decode in lockstep waves, each wave's prompts in that many steps run alone,
+    ``dcost.validation.cases``) is a positive integer on an aggregated TPOT record;
+    ``engine`` (optional) is one of ``ENGINES`` and ``engine_version`` (optional) a
     non-empty string; ``assumed`` is a list of strings;
     ``hardware_overrides`` maps names to positive numbers.
     Preset names are not checked here (see :func:`unknown_presets`), nor are duplicate ids (see
@@ -161,6 +164,16 @@ def check_record(record: Mapping) -> None:
     overlap = record.get("comm_overlap", 0.0)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
         _fail(record, "comm_overlap", overlap, "must be a number in [0, 1]")
+    if "wave_prompt_steps" in record:
+        _positive_number(record, "wave_prompt_steps", integer=True)
+        if record["serving"] != "aggregated" or record["metric"] != "tpot":
+            _fail(
+                record,
+                "wave_prompt_steps",
+                record["wave_prompt_steps"],
+                "applies to the TPOT of an aggregated run (its requests decoding in waves);"
+                " leave it out otherwise",
+            )
     if "engine" in record and record["engine"] not in ENGINES:
         _fail(
             record, "engine", record["engine"], f"allowed: {', '.join(ENGINES)} (or leave it out)"

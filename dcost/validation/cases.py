@@ -27,6 +27,14 @@ evaluates it. The mapping, in the symbols of DESIGN.md:
   lengths make a wave end together, so the last one runs at its own, smaller batch.
 - ``comm_overlap`` (optional, 0): the share of the collectives the engine hides behind its
   kernels (``Design.comm_overlap``; two-batch overlap).
+- ``wave_prompt_steps`` (optional): an aggregated run whose requests decode in lockstep waves
+  (a closed-loop client of fixed lengths against an engine that runs its prompt steps alone),
+  each wave's prompts in ``k`` steps. The request whose prompt runs in step ``j`` waits through
+  the ``k - j`` after it; over the wave that is ``(k - 1)/2`` of the ``k`` steps' prompt work,
+  where in steady state each request waits through all of it: the TPOT is
+  ``t_0 + w (t_mixed - t_0)``, ``w = (k - 1)/(2k)``, between a decode step ``t_0`` (``k = 1``:
+  every prompt in one step, then nothing but decodes) and the steady mixed step (``w`` -> 1/2).
+  Throughputs stay the steady state's: the wave's prompts are all computed.
 - workload: decode reads a mean context ``T = prompt + output/2``; speculative records set
   ``draft_tokens`` and ``acceptance``.
 - step and metric, with ``n = P*G`` chips of a replica:
@@ -61,12 +69,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
 
 from dcost import presets
-from dcost.serving.mixed import mixed_step
+from dcost.serving.mixed import _mixed_step, mixed_step
 from dcost.serving.roofline import decode, prefill
 from dcost.specs import MULTINOMIAL, Design, Hardware, Model, SpecError, Workload
 from dcost.validation import check_record
@@ -100,6 +109,9 @@ class Case:
       metric: the record's metric.
       chips: chips of one replica, ``P*G`` (the per-GPU throughputs divide by it).
       input_per_output: ``T_in/T_out``, for aggregated input and total throughput.
+      wave_share: ``w = (k - 1)/(2k)`` of a run that decodes in waves (``wave_prompt_steps``,
+        module docstring): the share of the steady state's prompt interference its TPOT
+        carries; None in steady state.
     """
 
     hardware: Hardware
@@ -110,6 +122,7 @@ class Case:
     metric: str
     chips: float
     input_per_output: float
+    wave_share: Any = None
 
 
 def _fail(record: Mapping, field: str, why: str):
@@ -262,7 +275,11 @@ def case(record: Mapping, calibrated: bool = False, engine=None) -> Case:
         prefill_chunk=0.0,
         comm_overlap=float(record.get("comm_overlap", 0.0)),
     )
-    return Case(chip, net, workload, design, step, metric, chips * stages, t_in / t_out)
+    share = None
+    if "wave_prompt_steps" in record and step == "mixed":
+        k = float(record["wave_prompt_steps"])
+        share = (k - 1.0) / (2.0 * k)
+    return Case(chip, net, workload, design, step, metric, chips * stages, t_in / t_out, share)
 
 
 def evaluate_case(c: Case, hardware: Hardware | None = None, smoothness=0.0):
@@ -289,9 +306,14 @@ def evaluate_metrics(c: Case, metrics, hardware: Hardware | None = None, smoothn
         return jnp.stack([p.ttft if m == "ttft" else p.tokens_per_s / c.chips for m in metrics])
     r = decode(*args) if c.step == "decode" else mixed_step(*args)
     per_gpu = r.tokens_per_s / c.chips
+    tpot = r.tpot
+    if c.step == "mixed" and c.wave_share is not None:
+        # a run in waves: a decode step and the share w of the prompt interference
+        alone = _mixed_step(c.design, h, c.model, c.workload, smoothness, chunk_tokens=0.0)
+        tpot = alone.tpot + jnp.asarray(c.wave_share) * (r.tpot - alone.tpot)
     values = {
-        "tpot": r.tpot,
-        "step_time": r.tpot * r.tokens_per_step,
+        "tpot": tpot,
+        "step_time": tpot * r.tokens_per_step,
         "output_throughput_per_gpu": per_gpu,
         "input_throughput_per_gpu": per_gpu * c.input_per_output if c.step == "mixed" else per_gpu,
         "total_throughput_per_gpu": per_gpu * (1.0 + c.input_per_output),

@@ -26,6 +26,15 @@ marked assumed in each record:
 
 A run the sample lists twice (``REPEATED``) is one record, and runs that most likely decoded
 speculatively without saying so (``SPECULATIVE_SUSPECTED``) are counted out.
+
+Waves. AIConfigurator's own benchmark (the rows not from InferenceX, ``INFERENCEX``) is a
+closed-loop client of fixed prompt and output lengths. Against an engine that runs its prompt
+steps alone (SGLang without ``--enable-mixed-chunk``: the versions in ``PROMPT_STEPS_ALONE``)
+every request of a wave decodes in lockstep once the wave's prompts are in, so the waves never
+break up, and a request waits through only the prompt steps of its wave that come after its own
+(``wave_prompt_steps``): its TPOT carries part of the steady state's prompt interference, not
+all of it (``dcost.validation.cases``). Engines that put prompt chunks beside the decodes start
+each request's decoding at a different step, and their waves spread into the steady state.
 """
 
 from __future__ import annotations
@@ -54,6 +63,10 @@ __all__ = [
     "REPEATED",
     "speculative",
     "concurrency_band",
+    "PROMPT_STEPS_ALONE",
+    "INFERENCEX",
+    "inferencex",
+    "wave_prompt_steps",
 ]
 
 SOURCE = (
@@ -240,6 +253,72 @@ def _moe_width(row: Mapping, prefix: str, moe: bool) -> int | None:
     return mtp * mep if moe and mtp and mep else None
 
 
+PROMPT_STEPS_ALONE = frozenset({"0.5.1.post1", "0.5.3.post2", "0.5.4.post3"})
+"""SGLang versions whose runs AIConfigurator's generator deployed without
+``--enable-mixed-chunk``: it deployed them from 2025-12-04 (ai-dynamo/aiconfigurator #144) and
+emitted the flag only from 2026-01-19 (#257, #258; ``agg enable_mixed_chunk = true`` in
+``rule_plugin/sglang.rule``); the versions it added later (0.5.6.post2 on 2026-01-23, 0.5.8,
+0.5.9, ...) had it from the first. The rows state no date for these versions' collection, so
+which deployment ran them is not recorded: their measured TTFT and TPOT are taken as those of
+prompt steps run alone (SGLang's default, ``prefill_first``)."""
+
+INFERENCEX = ("db-dump/", "source_file=2026-03-25.csv", "source_file=2026-04-06.csv")
+"""How the silicon rows that SemiAnalysis's InferenceX ran begin their ``silicon_data_source``:
+its database's rows (a config id, a workflow run, the engine's container image) and two CSVs of
+its runs measured from March and April 2026 (the same images, models, chips and InferenceX's
+1k/1k, 1k/8k and 8k/1k lengths). AIConfigurator reads InferenceX's database
+(``src/aiconfigurator/sdk/config_adapter/inferencex.py``); these runs were launched by
+InferenceX's own scripts, not AIConfigurator's generator, and measured by its own client, whose
+lengths vary (uniform over [0.8 L, L])."""
+
+MIXED_CHUNK_EXTRA = 1500
+"""Tokens beside the prompt in the prefill budget AIConfigurator's generator gives an aggregated
+SGLang run (``max_prefill_tokens`` = the prompt + 1,500; ``generator/rule_plugin/sglang.rule``)."""
+
+
+def inferencex(row: Mapping) -> bool:
+    """Whether a silicon row is one of InferenceX's runs (``INFERENCEX``)."""
+    return str(row.get("silicon_data_source", "")).startswith(INFERENCEX)
+
+
+def wave_prompt_steps(row: Mapping, record: Mapping) -> int | None:
+    """The prompt steps of one wave, ``k``, of an aggregated run that decodes in lockstep waves
+    (module docstring), or None for a run in steady state.
+
+    SGLang's prefill batch takes whole prompts up to its budget, the prompt and 1,500 tokens
+    (``MIXED_CHUNK_EXTRA``) capped by its chunk (``chunked_prefill_size``, the engine's default
+    for the chip): ``per = max(1, floor(budget / T_in))`` prompts a step, and a wave of the ``C``
+    clients of one attention group takes ``k = ceil(C / per)`` steps (a prompt longer than the
+    chunk, ``ceil(T_in / chunk)`` steps each).
+
+    >>> r = {"engine": "sglang", "engine_version": "0.5.1.post1", "hardware": "h100-sxm",
+    ...      "serving": "aggregated", "metric": "tpot", "prompt_tokens": 1024.0,
+    ...      "concurrency": 16, "attention_data_parallel": 1, "pipeline_parallel": 1}
+    >>> wave_prompt_steps({"silicon_data_source": "gap_analysis"}, r)  # 2 prompts a step
+    8
+    >>> wave_prompt_steps({"silicon_data_source": "db-dump/x"}, r) is None  # InferenceX's
+    True
+    """
+    from dcost.engines import default_scheduler
+
+    if (
+        record.get("engine") != "sglang"
+        or record.get("engine_version") not in PROMPT_STEPS_ALONE
+        or record.get("serving") != "aggregated"
+        or record.get("metric") != "tpot"
+        or inferencex(row)
+    ):
+        return None
+    chunk = int(default_scheduler("sglang", record["hardware"]).max_num_batched_tokens)
+    t_in = int(record["prompt_tokens"])
+    groups = int(record.get("attention_data_parallel", 1)) * int(record.get("pipeline_parallel", 1))
+    clients = max(1, math.ceil(int(record["concurrency"]) / groups))
+    if t_in > chunk:
+        return clients * math.ceil(t_in / chunk)
+    per = max(1, min(t_in + MIXED_CHUNK_EXTRA, chunk) // t_in)
+    return math.ceil(clients / per)
+
+
 def concurrency_band(c: float) -> str:
     """The band of a concurrency the reports group by: "1", "2-8", "9-63", "64+"."""
     return "1" if c <= 1 else "2-8" if c <= 8 else "9-63" if c < 64 else "64+"
@@ -359,6 +438,9 @@ def records(
                 continue
             r = {**_base(row, "tpot", model, moe), **layout, "serving": "aggregated"}
             r.update(concurrency=clients, value=float(row["silicon_tpot_ms"]) * 1e-3)
+            k = wave_prompt_steps(row, r)
+            if k is not None:
+                r["wave_prompt_steps"] = k
             out.append(r)
             if clients == 1:
                 t = {**_base(row, "ttft", model, moe), **layout, "serving": "aggregated"}
@@ -488,10 +570,9 @@ def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) 
     out = np.zeros(len(cases))
     kinds: dict[tuple, list[int]] = {}
     for i, c in enumerate(cases):
-        kinds.setdefault((c.step, c.metric, jax.tree.structure((c.hardware, c.model))), []).append(
-            i
-        )
-    for (step, metric, _), idx in kinds.items():
+        kind = (c.step, c.metric, jax.tree.structure((c.hardware, c.model)), c.wave_share is None)
+        kinds.setdefault(kind, []).append(i)
+    for (step, metric, _, steady), idx in kinds.items():
         members = [cases[i] for i in idx]
         hw = stack([c.hardware for c in members])
         if overheads is not None:
@@ -511,11 +592,12 @@ def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) 
         design = stack([c.design for c in members])
         chips = jnp.asarray([c.chips for c in members])
         ipo = jnp.asarray([c.input_per_output for c in members])
+        share = None if steady else jnp.asarray([c.wave_share for c in members])
 
-        def one(h, m, w, d, n, r, step=step, metric=metric):
-            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r), (metric,))[0]
+        def one(h, m, w, d, n, r, s, step=step, metric=metric):
+            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r, s), (metric,))[0]
 
-        out[idx] = np.asarray(jax.jit(jax.vmap(one))(hw, model, work, design, chips, ipo))
+        out[idx] = np.asarray(jax.jit(jax.vmap(one))(hw, model, work, design, chips, ipo, share))
     return out
 
 
