@@ -108,14 +108,14 @@ def deployed(eng, record, batch: int, as_written: bool = False):
     client's concurrency (rows with attention data parallelism state the batch of a rank)."""
     isl = int(record["prompt_tokens"])
     seqs = max(batch, int(record["concurrency"]))
-    budget = batch + isl + 1500
+    budget = batch + isl + silicon.MIXED_CHUNK_EXTRA
     alone = (
         not as_written
         and eng.name == "sglang"
         and record.get("engine_version") in PROMPT_STEPS_ALONE
     )
     if alone:
-        budget = min(isl + 1500, eng.scheduler.max_num_batched_tokens)
+        budget = min(isl + silicon.MIXED_CHUNK_EXTRA, eng.scheduler.max_num_batched_tokens)
     if eng.name == "trtllm":
         budget = -(-budget // 32) * 32
     sched = dataclasses.replace(

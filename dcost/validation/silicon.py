@@ -67,6 +67,7 @@ __all__ = [
     "INFERENCEX",
     "inferencex",
     "wave_prompt_steps",
+    "MIXED_CHUNK_EXTRA",
 ]
 
 SOURCE = (
