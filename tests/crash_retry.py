@@ -118,9 +118,10 @@ _MADE: list[str] = []  # the dump directory this controller made, removed at the
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "dist", "no") == "no":
         return
-    if not os.environ.get(DUMP_DIR):  # the controller: a directory its workers inherit
-        os.environ[DUMP_DIR] = tempfile.mkdtemp(prefix="dcost-test-faults-")
-        _MADE.append(os.environ[DUMP_DIR])
+    # the controller: a directory of its own (a pytest run inside a test makes another), which
+    # its workers inherit
+    os.environ[DUMP_DIR] = tempfile.mkdtemp(prefix="dcost-test-faults-")
+    _MADE.append(os.environ[DUMP_DIR])
 
 
 def pytest_unconfigure(config):
