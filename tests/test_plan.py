@@ -635,10 +635,14 @@ def test_the_how_to_quotes_the_launch_experiment():
         f"its p99 TTFT ran {np.median(ratio):.1f}x least-tokens' at the median "
         f"({min(ratio):.1f}-{max(ratio):.1f}x)"
     ) in page
-    said = "and none missed" if r["missed_least_prefill"] == 0 else (
-        f"and {r['missed_least_prefill']} missed its TTFT target"
-        if r["missed_least_prefill"] == 1
-        else f"and {r['missed_least_prefill']} missed their TTFT target"
+    said = (
+        "and none missed"
+        if r["missed_least_prefill"] == 0
+        else (
+            f"and {r['missed_least_prefill']} missed its TTFT target"
+            if r["missed_least_prefill"] == 1
+            else f"and {r['missed_least_prefill']} missed their TTFT target"
+        )
     )
     assert said in page
 
