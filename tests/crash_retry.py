@@ -168,6 +168,7 @@ def dump_lines(text: str, limit: int = 60) -> list[str]:
     return kept[:limit]
 
 
+@pytest.hookimpl(trylast=True)  # after the durations: the end of a log shows it
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _CRASHES:
         return
