@@ -111,3 +111,13 @@ def test_a_calibration_predicts_runs_in_waves_as_the_silicon_predictions():
         )
     )
     np.testing.assert_allclose(got, full, rtol=1e-4)
+
+
+def test_the_family_fit_refuses_runs_in_waves_naming_the_field():
+    """The per-family fit takes runs in steady state: a record in waves is refused where it
+    enters, not fitted as if steady."""
+    from dcost.calibrate import families
+
+    with pytest.raises(dcost.SpecError, match="wave_prompt_steps = 8"):
+        families._groups([dict(BASE, wave_prompt_steps=8)])
+    assert families._groups([dict(BASE)])  # the same record in steady state is taken
