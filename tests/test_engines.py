@@ -252,6 +252,30 @@ def test_host_fit_holds_the_row_model_out():
     assert costs[:, 3] == pytest.approx(4e-3, rel=0.05)
 
 
+def test_host_fit_weighs_each_model_once():
+    """``balance``: a model's rows weigh one in all. The same fit on data where the small
+    model's rows are repeated until both models have as many (unbalanced) must agree; and with
+    two models implying different step costs, the balanced fit lands between them where the
+    unbalanced one sits at the big model's."""
+    rng = np.random.default_rng(1)
+    n_big, n_small = 60, 6
+    model = np.r_[np.full(n_big, "big"), np.full(n_small, "small")]
+    a = rng.uniform(1, 2, model.size)
+    c = rng.choice([32.0, 80.0], model.size)
+    b = rng.uniform(1, 256, model.size)
+    p = a * rng.uniform(0.0, 0.5, model.size)
+    step = np.where(model == "big", 1e-3, 3e-3)
+    y = 0.01 + step * a + 2e-5 * c + 1e-5 * b + 4e-3 * p
+    base = np.full(model.size, 0.01)
+    balanced = host.fit_host(base, (a, c, b, p), y, balance=model)
+    rep = np.r_[np.arange(n_big), np.tile(np.arange(n_big, model.size), n_big // n_small)]
+    repeated = host.fit_host(base[rep], (a[rep], c[rep], b[rep], p[rep]), y[rep])
+    for name in host.FIELDS:
+        assert getattr(balanced, name) == pytest.approx(getattr(repeated, name), rel=0.02), name
+    plain = host.fit_host(base, (a, c, b, p), y)
+    assert plain.step_overhead < balanced.step_overhead < 3e-3
+
+
 # ---- the silicon sample --------------------------------------------------------------------
 
 

@@ -291,7 +291,7 @@ def fixed_costs(paths, out_dir, log=print) -> None:
     engine = np.array([r["engine"] for r in tpot])
     model = np.array([r["model"] for r in tpot])
     costs = host.held_out_host(
-        pred.engine_base, slopes, pred.measured, engine, model, mask=fit_rows
+        pred.engine_base, slopes, pred.measured, engine, model, mask=fit_rows, balance=model
     )
     table = summary(pred, costs, skipped)
     # each (engine, model)'s fixed costs fitted without that model: what a held-out prediction
@@ -314,7 +314,7 @@ def fixed_costs(paths, out_dir, log=print) -> None:
     )
     for name in sorted(set(engine.tolist())):
         mask = fit_rows & (engine == name)
-        f = host.fit_host(pred.engine_base, slopes, pred.measured, mask=mask)
+        f = host.fit_host(pred.engine_base, slopes, pred.measured, mask=mask, balance=model)
         for (e_name, _), e in fitted.items():
             if e_name != name:
                 continue
@@ -323,7 +323,8 @@ def fixed_costs(paths, out_dir, log=print) -> None:
                 "source": "dcost.validation.silicon (AIConfigurator's silicon sample)",
                 "rows": int(mask.sum()),
                 "fit": "step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead "
-                "of every profile of this engine, on its TPOT rows that pure physics bounds",
+                "of every profile of this engine, on its TPOT rows that pure physics bounds, "
+                "each model's rows weighing one",
                 "heldout_median": table["tpot"]["by_engine"][name]["median"],
                 "heldout_p90": table["tpot"]["by_engine"][name]["p90"],
             }

@@ -15,7 +15,10 @@ prompt on the host. A prediction is linear in the four
 
 and they are fitted per engine by least squares of ``log(y_hat/y)`` over the engine's runs of
 *other* models (leave one model out): a row is never predicted with costs fitted on its own
-model's rows. Optax Adam on their logarithms, all folds in one ``vmap``.
+model's rows. Each model's runs weigh one in all (``balance``): the costs are the engine's, and
+a model with 400 runs (MiniMax-M2.5 under vLLM) would otherwise outweigh one with 21 (Llama 3.1
+8B) nineteen times, where a new model is what a profile is asked about. Optax Adam on their
+logarithms, all folds in one ``vmap``.
 """
 
 from __future__ import annotations
@@ -83,7 +86,22 @@ def _arrays(base, slopes, measured) -> tuple[jax.Array, jax.Array, jax.Array]:
     )
 
 
-def fit_host(base, slopes, measured, mask=None) -> HostFit:
+def _balanced(weights: np.ndarray, balance) -> np.ndarray:
+    """``weights`` (one row or a fold axis first) with each ``balance`` label's rows sharing one
+    unit of weight within its fit (a label with no rows in a fit weighs nothing there)."""
+    if balance is None:
+        return weights
+    labels = np.asarray(balance)
+    out = np.array(weights, float, copy=True)
+    flat = out.reshape(-1, labels.size)
+    for lab in np.unique(labels):
+        mine = labels == lab
+        total = flat[:, mine].sum(axis=1, keepdims=True)
+        flat[:, mine] = np.where(total > 0, flat[:, mine] / np.maximum(total, 1e-300), 0.0)
+    return flat.reshape(out.shape)
+
+
+def fit_host(base, slopes, measured, mask=None, balance=None) -> HostFit:
     """Fixed costs fitted to every row in ``mask`` (all rows when None).
 
     Args:
@@ -92,6 +110,8 @@ def fit_host(base, slopes, measured, mask=None) -> HostFit:
         grows per second of each cost.
       measured: the measured values (s).
       mask: rows to fit.
+      balance: a label per row (a model); each label's rows weigh one in all, so that a model
+        with many runs counts as much as one with few (None: every row weighs one).
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -104,11 +124,11 @@ def fit_host(base, slopes, measured, mask=None) -> HostFit:
     [True, True, True, True]
     """
     w = np.ones(len(measured)) if mask is None else np.asarray(mask, float)
-    z = np.asarray(_fit(*_arrays(base, slopes, measured), w))
+    z = np.asarray(_fit(*_arrays(base, slopes, measured), jnp.asarray(_balanced(w, balance))))
     return HostFit(*(float(v) for v in np.exp(z)))
 
 
-def held_out_host(base, slopes, measured, group, fold, mask=None) -> np.ndarray:
+def held_out_host(base, slopes, measured, group, fold, mask=None, balance=None) -> np.ndarray:
     """Per-row fixed costs fitted with the row's ``fold`` held out, within its ``group``.
 
     Args:
@@ -117,6 +137,7 @@ def held_out_host(base, slopes, measured, group, fold, mask=None) -> np.ndarray:
       fold: what is held out per row (a model): row ``i`` is predicted with costs fitted on the
         rows of ``group[i]`` whose fold differs from ``fold[i]``.
       mask: rows that may be fitted on (all when None); every row gets a prediction.
+      balance: as ``fit_host``, within each fit.
 
     Returns:
       ``(rows, 4)``: each row's ``FIELDS`` (s).
@@ -126,6 +147,6 @@ def held_out_host(base, slopes, measured, group, fold, mask=None) -> np.ndarray:
     pairs = list(zip(g_arr.tolist(), f_arr.tolist(), strict=True))
     keys = sorted(set(pairs))
     weights = np.stack([((g_arr == g) & (f_arr != f) & ok).astype(float) for g, f in keys])
-    z = np.asarray(_fit(*_arrays(base, slopes, measured), weights))
+    z = np.asarray(_fit(*_arrays(base, slopes, measured), jnp.asarray(_balanced(weights, balance))))
     index = {k: i for i, k in enumerate(keys)}
     return np.exp(z[np.asarray([index[p] for p in pairs])])
