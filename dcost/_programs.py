@@ -55,7 +55,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -99,9 +99,15 @@ class Unsupported(Exception):
     """A value whose form would differ between processes (an object printed with its address)."""
 
 
+_HELPER_DIRECTORY: list[pathlib.Path] = []
+"""In a helper process (``dcost._helper``): the store of the process that started it."""
+
+
 def directory() -> pathlib.Path | None:
     """Where compiled programs live: ``programs/`` inside dcost's compilation cache directory, or
     None when dcost does not own a persistent cache (``dcost._cache.state()``)."""
+    if _HELPER_DIRECTORY:
+        return _HELPER_DIRECTORY[0]
     state = _cache.state()
     if state.owner != "dcost" or state.path is None:
         return None
@@ -236,17 +242,30 @@ def _start_tasks() -> None:
             entry.thread.start()
 
 
-def _entry(fun, args, kwargs, static_argnames, options, compile_options, record: bool):
-    """``(memo key, (callable, result structure, path), flat arguments)`` of the program for
-    these arguments, loaded or compiled (and remembered in ``_MEMO``); ``SKIP`` for the plain
-    jit."""
+class _Call(NamedTuple):
+    """A call of a program in the form its key needs."""
+
+    where: pathlib.Path
+    names: tuple
+    treedef: PyTreeDef
+    leaves: list
+    avals: tuple
+    static: tuple
+    x64: bool
+    memo_key: tuple
+
+
+def _call(fun, args, kwargs, static_argnames, options) -> _Call | None:
+    """The call in the form its key needs; None when it runs as the plain jit (the store is
+    off, ``fun`` is a lambda or closure, the call is bad, inside another trace or with Python
+    scalars, or a static argument is unhashable)."""
     where = directory()
     if where is None or "<" in fun.__qualname__:  # off, or a lambda or closure: no key sees it
-        return SKIP
+        return None
     try:
         bound = _signature(fun).bind(*args, **kwargs)
     except TypeError:
-        return SKIP  # let jax.jit report the bad call
+        return None  # let jax.jit report the bad call
     arguments = dict(bound.arguments)
     static = tuple((name, arguments.pop(name)) for name in static_argnames if name in arguments)
     names = tuple(arguments)
@@ -254,7 +273,7 @@ def _entry(fun, args, kwargs, static_argnames, options, compile_options, record:
     if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves) or any(
         isinstance(x, jax.core.Tracer) for x in leaves
     ):
-        return SKIP  # inside another trace, or Python scalars: the plain jit
+        return None  # inside another trace, or Python scalars: the plain jit
     avals = tuple(
         (tuple(x.shape), np.dtype(x.dtype).name, bool(getattr(x, "weak_type", False)))
         for x in leaves
@@ -263,19 +282,61 @@ def _entry(fun, args, kwargs, static_argnames, options, compile_options, record:
     frozen = tuple(sorted((options or {}).items()))
     memo_key = (fun, treedef, names, avals, static, x64, frozen)
     try:
-        entry = _MEMO.get(memo_key)
+        hash(memo_key)
     except TypeError:  # an unhashable static argument
+        return None
+    return _Call(where, names, treedef, leaves, avals, static, x64, memo_key)
+
+
+def _entry(fun, args, kwargs, static_argnames, options, compile_options, record: bool):
+    """``(memo key, (callable, result structure, path), flat arguments)`` of the program for
+    these arguments, loaded or compiled (and remembered in ``_MEMO``); ``SKIP`` for the plain
+    jit."""
+    c = _call(fun, args, kwargs, static_argnames, options)
+    if c is None:
         return SKIP
+    entry = _MEMO.get(c.memo_key)
     if entry is _BROKEN:
         return SKIP
     if entry is None:
         entry = _load_or_compile(
-            where, fun, names, treedef, leaves, avals, static, x64, options, compile_options, record
+            c.where,
+            fun,
+            c.names,
+            c.treedef,
+            c.leaves,
+            c.avals,
+            c.static,
+            c.x64,
+            options,
+            compile_options,
+            record,
         )
         if entry is None:
             return SKIP
-        _MEMO[memo_key] = entry
-    return memo_key, entry, leaves
+        _MEMO[c.memo_key] = entry
+    return c.memo_key, entry, c.leaves
+
+
+def _path(fun, c: _Call, options) -> pathlib.Path:
+    """The entry of a call (raises ``Unsupported`` when it cannot be keyed)."""
+    digest = key(fun, c.names, c.treedef, c.avals, c.static, c.x64, options)
+    return c.where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"
+
+
+def stored(fun, args, kwargs, static_argnames, options) -> bool | None:
+    """Whether the program ``run`` would run for these arguments is in this process or in the
+    store already (a file of its key; whether it loads is found out when it is read); None
+    when it would not be kept there (it runs as the plain jit)."""
+    c = _call(fun, args, kwargs, static_argnames, options)
+    if c is None or _MEMO.get(c.memo_key) is _BROKEN:
+        return None
+    if c.memo_key in _MEMO:
+        return True
+    try:
+        return _path(fun, c, options).is_file()
+    except Unsupported:
+        return None
 
 
 def _discard(path: pathlib.Path) -> None:
@@ -364,7 +425,7 @@ def _load_or_compile(
         digest = key(fun, names, treedef, avals, static, x64, options)
     except Unsupported:
         return None
-    path = where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"
+    path = where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"  # as _path
     future = _PREFETCHED.pop(path, None)
     _prefetch_successor(path)
     if future is not None:
@@ -566,3 +627,97 @@ def _follows(path: pathlib.Path) -> None:
         except OSError:
             pass
     _LAST[:] = [path]
+
+
+# ------------------------------------------------------------------ a helper process
+
+HELPER_ENV = "DCOST_PROGRAMS_HELPER"
+"""Set in a helper process (``prepare_elsewhere``): it starts none of its own."""
+
+HELPER_TIMEOUT = 300.0
+"""Seconds a process waits for its helper at most before it compiles the programs itself."""
+
+
+def cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+class Helper:
+    """A process that compiles programs into the store while this one compiles its own
+    (``prepare_elsewhere``)."""
+
+    def __init__(self, process, payload: pathlib.Path):
+        self.process = process
+        self.payload = payload
+
+    def wait(self, timeout: float = HELPER_TIMEOUT) -> bool:
+        """Wait for the helper (at most ``timeout`` seconds, then stop it); True when it
+        prepared every program. The programs are then found in the store; when it did not,
+        whoever runs them compiles them."""
+        import subprocess
+
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            self.stop()
+        return code == 0
+
+    def stop(self) -> None:
+        """Stop the helper if it still runs (this process was interrupted, or gave up on it)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.payload.unlink(missing_ok=True)
+
+
+def prepare_elsewhere(tasks: Sequence[tuple | None]) -> Helper | None:
+    """Start a process that loads or compiles programs into the store (``prepare`` in it), for
+    a process that compiles another program meanwhile: Python's lock lets one thread trace at a
+    time, and tracing and lowering are most of a cold ``dcost plan`` (the planner's three
+    searches), so on two cores a second process halves them where threads could not.
+
+    ``tasks``: each ``jitted.elsewhere(*args)`` of a program jitted by ``dcost.search._jit``
+    (None: in the store already, or never kept there; skipped). Returns the ``Helper`` (wait
+    for it before running the programs), or None when nothing was started: no task left, the
+    store off, one core, or this process a helper itself. The helper is this interpreter with
+    this environment, this store and the x64 flag of this process; it reads its tasks from a
+    file in the store's directory (private to its user)."""
+    import subprocess
+    import sys
+
+    todo = [t for t in tasks if t is not None]
+    where = directory()
+    if not todo or where is None or os.environ.get(HELPER_ENV) or cores() < 2:
+        return None
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    try:
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile(dir=where, delete=False, suffix=".tasks") as f:
+            pickle.dump(
+                {"x64": x64, "where": str(where), "tasks": todo},
+                f,
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            payload = pathlib.Path(f.name)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return None
+    env = dict(os.environ)
+    env[HELPER_ENV] = "1"
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dcost._helper", str(payload)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    except (OSError, ValueError):  # no interpreter to start
+        payload.unlink(missing_ok=True)
+        return None
+    return Helper(process, payload)

@@ -264,17 +264,39 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
     """The planner's step tables and search are kept and loaded like the searches' programs
     (a deserialized form of an earlier planner program failed to run on XLA:CPU): the second
     plan, in a "new process", and a third at another rate load the search instead of tracing
-    it, the first two give the same fleet, and the store holds the search and the tables."""
+    it, the first two give the same fleet, and the store holds the search and the tables.
+
+    On two cores, the first plan traces its first kind of pool's search (the alternative's,
+    aggregated) and leaves the other two to a helper process (Python's lock would let a thread
+    trace only while this one does not); it loads them from the store, and what it loads
+    answers exactly as the same program compiled here."""
     from dcost.planning import planner
 
-    traces = []
-    search = planner.S.search
+    monkeypatch.setattr(_programs, "cores", lambda: 2)
+    traces, calls, helpers = [], {}, []
+    search, program, start = planner.S.search, planner._search_kind, _programs.prepare_elsewhere
 
     def counting(*args, **kw):
-        traces.append(1)
+        traces.append(args[0])
         return search(*args, **kw)
 
+    def recording(*args):
+        calls[args[0]] = (args, program(*args))
+        return calls[args[0]][1]
+
+    def started(tasks):
+        helper = start(tasks)
+        helpers.append(helper)
+        if helper is not None:
+            wait = helper.wait
+            helper.wait = lambda timeout=_programs.HELPER_TIMEOUT: helpers.append(wait(timeout))
+        return helper
+
+    recording.elsewhere = program.elsewhere  # type: ignore[attr-defined]
+    recording.prepare = program.prepare  # type: ignore[attr-defined]
     monkeypatch.setattr(planner.S, "search", counting)
+    monkeypatch.setattr(planner, "_search_kind", recording)
+    monkeypatch.setattr(_programs, "prepare_elsewhere", started)
     h = dcost.hardware("h100-sxm", calibrated=True)
 
     def plan(rate, engine=None):  # compiled as `dcost plan` compiles them, the planner's too
@@ -288,8 +310,15 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
             )
 
     first = plan(5.0)
+    assert traces == ["aggregated"]  # the other pools' searches were traced in the helper alone
+    assert helpers[0] is not None and helpers[1] is True  # and it prepared them
+    args, loaded = calls["decode"]
+    with _jit.prefer_fast_compile(even_optimized=True):
+        here = program.compiled()(*args)  # the same program, compiled in this process
+    assert jax.tree.structure(here) == jax.tree.structure(loaded)
+    for a, b in zip(jax.tree.leaves(here), jax.tree.leaves(loaded), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     traced = len(traces)
-    assert traced > 0
     new_process()
     second = plan(5.0)
     new_process()
@@ -302,6 +331,7 @@ def test_a_plan_runs_from_the_store_and_gives_the_same_answer(store, monkeypatch
     h = dcost.hardware("h100-sxm")
     fifth = plan(5.0)
     assert len(traces) == traced  # loaded, not traced: the same structure, other numbers too
+    assert helpers[2:] == [None] * 4  # nothing left to compile elsewhere
     assert str(first) == str(second) and first.chips == second.chips and first.feasible
     assert third.chips > first.chips
     for other in (fourth, fifth):  # their own step times
@@ -420,3 +450,24 @@ def test_a_program_jax_has_cached_is_compiled_afresh_for_the_store(store, tmp_pa
         for k, v in before.items():
             jax.config.update(k, v)
         compilation_cache.reset_cache()
+
+
+def test_a_helper_process_is_started_only_where_it_can_help(store, monkeypatch):
+    """``prepare_elsewhere`` starts nothing without a task, without a store, on one core or in
+    a helper itself; a helper that cannot do its task says so (the programs are then compiled
+    by whoever runs them) and leaves no file of tasks behind."""
+    task = ("dcost.planning.planner", "no_such_program", False, (), {})
+    monkeypatch.setattr(_programs, "cores", lambda: 2)
+    assert _programs.prepare_elsewhere([None, None]) is None
+    monkeypatch.setattr(_programs, "cores", lambda: 1)
+    assert _programs.prepare_elsewhere([task]) is None
+    monkeypatch.setattr(_programs, "cores", lambda: 2)
+    monkeypatch.setenv(_programs.HELPER_ENV, "1")
+    assert _programs.prepare_elsewhere([task]) is None
+    monkeypatch.delenv(_programs.HELPER_ENV)
+    helper = _programs.prepare_elsewhere([task])
+    assert helper is not None and helper.payload.is_file()
+    assert helper.wait(timeout=120) is False
+    assert not helper.payload.exists() and list(store.iterdir()) == []
+    monkeypatch.setattr(_programs, "directory", lambda: None)
+    assert _programs.prepare_elsewhere([task]) is None

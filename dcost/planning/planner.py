@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import time
 from typing import Any, NamedTuple
 
 import jax
@@ -362,15 +363,30 @@ def _search_kind(kind, tables, index, traffic, targets, hardware, model, setting
 
 
 def _search(kinds, tables, index, traffic, targets, hardware, model, settings, width):
-    """``_search_all``, each kind's search its own program: on an empty cache the later kinds'
-    programs trace and compile on other threads while the first one's compiles (XLA compiles
-    without Python's lock: ``dcost._programs.during_compile``), and a later process loads each
-    one while it runs the one before (``dcost._programs``' successors)."""
+    """``_search_all``, each kind's search its own program: on an empty store the later kinds'
+    programs trace and compile in a helper process while this one traces and compiles the first
+    (``dcost._programs.prepare_elsewhere``: on two cores or more), else on other threads while
+    the first one's compiles (XLA compiles without Python's lock:
+    ``dcost._programs.during_compile``); a later process loads each one while it runs the one
+    before (``dcost._programs``' successors)."""
 
     def args(kind):
         return (kind, tables[kind], index, traffic, targets, hardware, model, settings, width)
 
     first, *rest = kinds
+    helper = _programs.prepare_elsewhere([_search_kind.elsewhere(*args(k)) for k in rest])
+    if helper is not None:  # the later kinds' programs compile in a second process
+        start = time.perf_counter()
+        try:
+            out = {first: _search_kind(*args(first))}
+        except BaseException:
+            helper.stop()
+            raise
+        # it does about what this process just did: much longer, and something is wrong with it
+        helper.wait(
+            timeout=min(_programs.HELPER_TIMEOUT, 30.0 + 4.0 * (time.perf_counter() - start))
+        )
+        return out | {kind: _search_kind(*args(kind)) for kind in rest}
     with contextlib.ExitStack() as stack:
         for kind in rest:
             stack.enter_context(

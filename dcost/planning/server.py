@@ -59,6 +59,7 @@ decode pool, each under its engine's scheduler, each prompt's KV cache moved bet
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import math
@@ -634,10 +635,8 @@ def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
     prompt tokens, from one vmapped evaluation, the decoding sequences at the load's
     ``decode_context``; and the replica's KV capacity (tokens)."""
     import equinox as eqx
-    import jax
     import jax.numpy as jnp
 
-    from dcost.serving.mixed import _mixed_step
     from dcost.validation.cases import case
     from dcost.validation.silicon import kv_room
 
@@ -650,14 +649,13 @@ def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
 
     dtype = jnp.result_type(float)
     work = eqx.tree_at(lambda w: w.context, c.workload, jnp.asarray(decode_context(load), dtype))
-
-    def one(bv, xv):
-        d = eqx.tree_at(lambda d: d.batch, c.design, bv)
-        return _mixed_step(d, c.hardware, c.model, work, 0.0, chunk_tokens=xv).tpot
-
-    t = jax.jit(jax.vmap(one))(
+    t = _steps(
         jnp.asarray(np.maximum(bb.ravel() / max(slots, 1), 1e-3), dtype),
         jnp.asarray(xx.ravel() / max(slots, 1), dtype),
+        c.design,
+        c.hardware,
+        c.model,
+        work,
     )
     table = np.asarray(t, float).reshape(bb.shape)
     table[~np.isfinite(table)] = np.nan
@@ -670,6 +668,27 @@ def _step_table(server: Server, load: Load, eng, cap: int, budget: int):
     if kv_tokens < float(load.prompt) + float(load.output):
         raise SpecError(_no_room(server, eng, c, room, kv_tokens, load.prompt + load.output))
     return x, table, kv_tokens
+
+
+@functools.cache
+def _steps_program():
+    import equinox as eqx
+    import jax
+
+    from dcost.serving.mixed import _mixed_step
+
+    def one(batch, chunk, design, hardware, model, work):
+        d = eqx.tree_at(lambda d: d.batch, design, batch)
+        return _mixed_step(d, hardware, model, work, 0.0, chunk_tokens=chunk).tpot
+
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, None, None, None)))
+
+
+def _steps(batch, chunk, design, hardware, model, work):
+    """The mixed step's time at each ``(batch[i], chunk[i])`` (decode sequences, prompt tokens)
+    of one replica: one program per structure of the deployment, whatever its numbers (a
+    simulation after the first, another chip or model of the same form, compiles nothing)."""
+    return _steps_program()(batch, chunk, design, hardware, model, work)
 
 
 def _no_room(server: Server, eng, c, room: float, kv_tokens: float, need: float) -> str:

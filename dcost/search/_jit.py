@@ -105,15 +105,31 @@ def jit(
         """Load or compile the stored program for arguments of this form without running it
         (``dcost._programs.prepare``). False where it would run as the plain jit (nothing is
         prepared)."""
+        return prepare_as(fast_now(), *args, **kw)
+
+    def prepare_as(fast: bool, *args, **kw) -> bool:
+        """``prepare`` compiled fast (XLA's level 0) or not, as another process asked
+        (``dcost._programs.prepare_elsewhere``)."""
         if not exportable:
             return False
-        fast = fast_now()
         return _programs.prepare(
             fun, args, kw, static_argnames, _requested(fast), lambda: _options(fast)
         )
 
-    jitted: Any = call  # a function that also carries the three attributes below
+    def elsewhere(*args, **kw) -> tuple | None:
+        """What a helper process needs to ``prepare`` this program (``prepare_elsewhere``'s
+        task), or None when it is already in the store or would not be kept there."""
+        if not exportable:
+            return None
+        fast = fast_now()
+        if _programs.stored(fun, args, kw, static_argnames, _requested(fast)) is not False:
+            return None
+        return (fun.__module__, fun.__name__, fast, args, kw)
+
+    jitted: Any = call  # a function that also carries the attributes below
     jitted.lower = lambda *args, **kw: compiled().lower(*args, **kw)
     jitted.compiled = compiled
     jitted.prepare = prepare
+    jitted.prepare_as = prepare_as
+    jitted.elsewhere = elsewhere
     return jitted

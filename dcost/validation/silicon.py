@@ -566,7 +566,6 @@ def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) 
     import jax.numpy as jnp
 
     from dcost.specs import stack
-    from dcost.validation.cases import Case, evaluate_metrics
 
     out = np.zeros(len(cases))
     kinds: dict[tuple, list[int]] = {}
@@ -594,12 +593,23 @@ def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) 
         chips = jnp.asarray([c.chips for c in members])
         ipo = jnp.asarray([c.input_per_output for c in members])
         share = None if steady else jnp.asarray([c.wave_share for c in members])
-
-        def one(h, m, w, d, n, r, s, step=step, metric=metric):
-            return evaluate_metrics(Case(h, m, w, d, step, metric, n, r, s), (metric,))[0]
-
-        out[idx] = np.asarray(jax.jit(jax.vmap(one))(hw, model, work, design, chips, ipo, share))
+        out[idx] = np.asarray(_evaluator(step, metric)(hw, model, work, design, chips, ipo, share))
     return out
+
+
+@functools.cache
+def _evaluator(step: str, metric: str):
+    """The vmapped, jitted evaluation of one kind of step and metric: one program per
+    structure of its arguments, whatever their values (``predict_all`` evaluates the same
+    cases five times with other fixed costs)."""
+    import jax
+
+    from dcost.validation.cases import Case, evaluate_metrics
+
+    def one(h, m, w, d, n, r, s):
+        return evaluate_metrics(Case(h, m, w, d, step, metric, n, r, s), (metric,))[0]
+
+    return jax.jit(jax.vmap(one))
 
 
 def _with_chunk(c, chunk: float):
