@@ -318,10 +318,9 @@ def _entry(fun, args, kwargs, static_argnames, options, compile_options, record:
     return c.memo_key, entry, c.leaves
 
 
-def _path(fun, c: _Call, options) -> pathlib.Path:
-    """The entry of a call (raises ``Unsupported`` when it cannot be keyed)."""
-    digest = key(fun, c.names, c.treedef, c.avals, c.static, c.x64, options)
-    return c.where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"
+def _path(where: pathlib.Path, fun, digest: str) -> pathlib.Path:
+    """The entry of a program of key ``digest`` in ``where``."""
+    return where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"
 
 
 def stored(fun, args, kwargs, static_argnames, options) -> bool | None:
@@ -334,7 +333,8 @@ def stored(fun, args, kwargs, static_argnames, options) -> bool | None:
     if c.memo_key in _MEMO:
         return True
     try:
-        return _path(fun, c, options).is_file()
+        digest = key(fun, c.names, c.treedef, c.avals, c.static, c.x64, options)
+        return _path(c.where, fun, digest).is_file()
     except Unsupported:
         return None
 
@@ -425,7 +425,7 @@ def _load_or_compile(
         digest = key(fun, names, treedef, avals, static, x64, options)
     except Unsupported:
         return None
-    path = where / f"{fun.__name__.strip('_')}-{digest[:40]}{SUFFIX}"  # as _path
+    path = _path(where, fun, digest)
     future = _PREFETCHED.pop(path, None)
     _prefetch_successor(path)
     if future is not None:
