@@ -321,15 +321,6 @@ def _gamma_series_jvp(primals, tangents):
 _gamma_series.defjvp(_gamma_series_jvp, symbolic_zeros=True)
 
 
-def _upper_gamma_below(s, x):
-    """``Q(s, x) = 1 - P(s, x)`` for ``0 < x < s`` (``_gamma_series``,
-    ``_log_poisson_front``): ``jax.scipy.special.gammaincc``'s values there in a program less
-    than half its size (JAX's sums its continued fraction beside its series, and its
-    derivative in ``s`` by both again), and in float32 without the cancellation of its
-    ``x^s e^{-x}/Gamma(s+1)`` at large ``s``."""
-    return 1.0 - jnp.exp(_log_poisson_front(s, x)) * _gamma_series(s, x)
-
-
 def erlang_c(servers, offered_load):
     """Probability that an arrival waits in an M/M/c queue (Erlang's C formula).
 
@@ -342,7 +333,10 @@ def erlang_c(servers, offered_load):
     upper incomplete gamma function: the same number for whole ``c`` and the standard continuous
     extension in ``c`` (Jagerman, "Some properties of the Erlang loss function", Bell System
     Technical Journal 53(3), 1974), so ``c`` can be a relaxed integer under ``jax.grad``. Computed
-    in log space: no overflow for thousands of servers.
+    in log space: no overflow for thousands of servers. ``Q(c + 1, a) = 1 - P(c + 1, a)`` comes
+    from ``P``'s power series alone (``_gamma_series``: ``a < c``, its side), and ``a^c
+    e^{-a}/Gamma(c + 1)`` from Stirling's series (``_log_poisson_front``), so that float32 keeps
+    its digits at a million servers.
 
     Args:
       servers: ``c`` (>= 1; may be fractional).
