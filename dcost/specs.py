@@ -444,6 +444,15 @@ class Hardware(eqx.Module):
       expert_half_tokens: the routed experts' own ``matmul_half_tokens``: tokens through one
         expert at which a grouped matmul reaches half of its rate; None: ``matmul_half_tokens``
         (tokens).
+      expert_half_width: the routed experts' matmul width at which their grouped matmuls run at
+        half of their rate, ``w_e``: an expert split over ``t`` tensor-parallel chips multiplies
+        ``h x 2i/t`` and ``i/t x h`` matrices (``i`` its intermediate size), and its FLOPs take
+        ``1 + w_e t / i`` times as long as the same FLOPs of an unbounded width (narrow output
+        tiles and short reductions) (``dcost.serving.roofline.expert_rate_slowdown``) (0).
+      expert_ep_slowdown: how much longer the routed experts' FLOPs take on the engine's
+        expert-parallel path than on its tensor-parallel one, ``kappa``: ``e`` expert-parallel
+        groups take ``1/e + kappa (1 - 1/e)`` times as long (tokens permuted to the local
+        experts, their count padded per expert) (1).
       expert_overhead: time a chip spends per routed expert a step touches in one MoE layer,
         beyond its weight read and arithmetic (the expert's small GEMM launched, its tile
         filled, its tokens gathered and scattered): a stage step pays it for each of the
@@ -509,6 +518,8 @@ class Hardware(eqx.Module):
     prefill_step_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     moe_ep_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     expert_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_half_width: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    expert_ep_slowdown: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -528,6 +539,8 @@ class Hardware(eqx.Module):
         "kernel_roofline_smoothness": 0.0,
         "expert_flops_efficiency": 1.0,
         "expert_half_tokens": "matmul_half_tokens",
+        "expert_half_width": 0.0,
+        "expert_ep_slowdown": 1.0,
         "expert_overhead": 0.0,
         "moe_layer_overhead": 0.0,
         "moe_ep_overhead": "moe_layer_overhead",
@@ -558,12 +571,15 @@ class Hardware(eqx.Module):
             "sequence_overhead",
             "prefill_step_overhead",
             "expert_half_tokens",
+            "expert_half_width",
             "expert_overhead",
             "moe_layer_overhead",
             "moe_ep_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
+        if self.expert_ep_slowdown is not None:
+            check("Hardware", "expert_ep_slowdown", self.expert_ep_slowdown, low_open=True)
         for name in (
             "scaleup_efficiency",
             "scaleout_efficiency",

@@ -88,10 +88,18 @@ def test_moe_layer_overhead_by_hand(stages):
     assert float(dcost.decode(d, chip(moe_layer_overhead=4e-5), dense, w).tpot) == float(x)
 
 
-@pytest.mark.parametrize("field", ["expert_overhead", "moe_layer_overhead", "expert_half_tokens"])
+@pytest.mark.parametrize(
+    "field", ["expert_overhead", "moe_layer_overhead", "expert_half_tokens", "expert_half_width"]
+)
 def test_new_fields_refuse_a_negative_value(field):
     with pytest.raises(dcost.SpecError, match=rf"Hardware\.{field}"):
         chip(**{field: -1e-6})
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0])
+def test_expert_ep_slowdown_refuses_a_value_not_above_zero(value):
+    with pytest.raises(dcost.SpecError, match=r"Hardware\.expert_ep_slowdown"):
+        chip(expert_ep_slowdown=value)
 
 
 # ---- expert_half_tokens --------------------------------------------------------------------
@@ -128,6 +136,83 @@ def test_new_fields_have_finite_difference_gradients():
         return dcost.decode(d, h, m, w).tpot
 
     check_grads(tpot, (jnp.asarray([30.0, 2e-6]),), order=1, modes=["rev"], eps=1e-7)
+
+
+# ---- the experts' layout: expert_half_width and expert_ep_slowdown -------------------------
+
+INTER = 2.5e7 / (3 * 1024 * L_MOE)
+"""``moe_model``'s expert intermediate size: 3 d i parameters a layer."""
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize(("chips", "groups"), [(4.0, 1.0), (8.0, 2.0), (1.0, 1.0)])
+def test_expert_half_width_by_hand(chips, groups):
+    """Only the routed experts' compute moves, by ``w_e t / i`` of it, ``t = G/e`` the
+    chips each expert is split over (a whole expert on each chip: no slowdown but ``w_e/i``)."""
+    m, w = moe_model(), dcost.Workload(512.0, expert_imbalance=1.0)
+    batch, half = 64.0, 300.0
+    d = dcost.Design(batch=batch, chips=chips, expert_parallel=groups)
+    a = dcost.decode(d, chip(expert_half_tokens=0.0), m, w)
+    b = dcost.decode(d, chip(expert_half_tokens=0.0, expert_half_width=half), m, w)
+    experts = 2.0 * K * 2.5e7 * batch / (1e15 * chips)  # the experts' FLOP time a chip
+    assert float(b.t_compute - a.t_compute) == pytest.approx(
+        experts * half * (chips / groups) / INTER, rel=1e-6
+    )
+    assert float(b.t_weights) == float(a.t_weights)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("groups", [1.0, 2.0, 4.0])
+def test_expert_ep_slowdown_by_hand(groups):
+    """Over ``e`` expert-parallel groups the experts' compute takes ``1/e + kappa (1 - 1/e)``
+    times as long: nothing at ``e = 1``; a dense model does not see it."""
+    m, w = moe_model(), dcost.Workload(512.0, expert_imbalance=1.0)
+    batch, kappa, g = 64.0, 3.0, 4.0
+    d = dcost.Design(batch=batch, chips=g, expert_parallel=groups)
+    a = dcost.decode(d, chip(expert_half_tokens=0.0), m, w)
+    b = dcost.decode(d, chip(expert_half_tokens=0.0, expert_ep_slowdown=kappa), m, w)
+    experts = 2.0 * K * 2.5e7 * batch / (1e15 * g)
+    factor = 1.0 / groups + kappa * (1.0 - 1.0 / groups)
+    assert float(b.t_compute - a.t_compute) == pytest.approx(experts * (factor - 1.0), abs=1e-15)
+    dense = dcost.model("llama-3.1-8b")
+    x = dcost.decode(d, chip(), dense, w).tpot
+    assert float(dcost.decode(d, chip(expert_ep_slowdown=kappa), dense, w).tpot) == float(x)
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize(("chips", "groups"), [(8.0, 1.0), (8.0, 8.0), (8.0, 2.0)])
+def test_expert_layout_agrees_with_the_kernel_fit(chips, groups):
+    """A compute-bound step (65,536 tokens): the time the layout adds to one MoE layer of
+    ``decode`` is what it adds to ``moe_layer_time`` of the same shape, tensor-parallel over
+    ``G/e`` and expert-parallel over ``e`` (the fit and the serving model share one form)."""
+    m, w = moe_model(), dcost.Workload(256.0, expert_imbalance=1.0)
+    batch, layout = 65536.0, {"expert_half_width": 400.0, "expert_ep_slowdown": 2.5}
+    d = dcost.Design(batch=batch, chips=chips, expert_parallel=groups)
+    a = dcost.decode(d, chip(expert_half_tokens=0.0), m, w).t_compute
+    b = dcost.decode(d, chip(expert_half_tokens=0.0, **layout), m, w).t_compute
+    v = {
+        "expert_flops_efficiency": 1.0,
+        "expert_half_tokens": 0.0,
+        "expert_overhead": 0.0,
+        "moe_layer_overhead": 0.0,
+    }
+    shape = (batch, 1024.0, INTER, K, E, chips / groups, groups)
+    one = kernels.moe_layer_time(*shape, 2.0, 1e15, {**v, **layout}, IDEAL_GEMM)
+    none = kernels.moe_layer_time(*shape, 2.0, 1e15, v, IDEAL_GEMM)
+    assert float(b - a) / L_MOE == pytest.approx(float(one - none), rel=1e-6)
+
+
+@pytest.mark.x64
+def test_expert_layout_fields_have_finite_difference_gradients():
+    m, w = moe_model(), dcost.Workload(512.0)
+    d = dcost.Design(batch=512.0, chips=4.0, expert_parallel=2.0)
+    base = chip(expert_half_width=200.0, expert_ep_slowdown=2.0, kernel_roofline_smoothness=0.4)
+
+    def tpot(x):
+        h = eqx.tree_at(lambda h: (h.expert_half_width, h.expert_ep_slowdown), base, (x[0], x[1]))
+        return dcost.decode(d, h, m, w).tpot
+
+    check_grads(tpot, (jnp.asarray([200.0, 2.0]),), order=1, modes=["rev"], eps=1e-4)
 
 
 # ---- the kernel fit ------------------------------------------------------------------------
@@ -400,6 +485,18 @@ def test_moe_layer_fixed_cost_by_expert_groups_agrees_with_decode(e):
     assert float(got - kernels.moe_layer_time(*shape, 2.0, 1e15, zero, gemm)) == pytest.approx(
         by_hand, rel=1e-6
     )
+
+
+def test_fit_moe_recovers_the_experts_layout():
+    """A table generated with narrow tensor-parallel slices at half rate at 400 columns and an
+    expert-parallel path 2.5x as slow: the fit finds both, and the other fields as before."""
+    truth = dict(EXPERTS, expert_half_width=400.0, expert_ep_slowdown=2.5)
+    fit = kernels.fit_moe(synthetic_moe_table(truth, np.random.default_rng(3)), "h100-sxm", GEMM)
+    v = fit.values
+    assert v["precision.bf16.expert_half_width"] == pytest.approx(400.0, rel=0.25)
+    assert v["precision.bf16.expert_ep_slowdown"] == pytest.approx(2.5, rel=0.15)
+    assert v["precision.bf16.expert_flops_efficiency"] == pytest.approx(0.55, rel=0.15)
+    assert fit.median_abs < 0.05
 
 
 def test_fit_moe_tells_the_expert_parallel_fixed_cost_apart():

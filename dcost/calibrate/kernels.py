@@ -60,7 +60,7 @@ import optax
 from dcost import presets
 from dcost.serving.collectives import all_reduce
 from dcost.serving.kernels import kernel_time
-from dcost.serving.roofline import _flop_seconds, moe_layer_fixed
+from dcost.serving.roofline import _flop_seconds, expert_rate_slowdown, moe_layer_fixed
 from dcost.specs import Hardware
 
 __all__ = [
@@ -651,8 +651,11 @@ def moe_layer_time(
     expert:
 
     .. math:: t = c_m(e) + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
-              \\frac{F (1 + n_e/n_{exp})}{F_p \\eta_p \\eta_{exp}},\\
+              \\frac{F (1 + n_e/n_{exp}) s(t, e)}{F_p \\eta_p \\eta_{exp}},\\
               \\frac{W}{BW \\eta_{BW,e}}\\Big)
+
+    with ``s(t, e) = (1 + w_e t / i)(1/e + kappa (1 - 1/e))`` the layout's slowdown
+    (``dcost.serving.roofline.expert_rate_slowdown``).
 
     Args:
       tokens, hidden, inter, topk, experts, tp, ep: the layer's shape (arrays or numbers).
@@ -663,7 +666,8 @@ def moe_layer_time(
         parallel), optionally ``moe_ep_overhead`` ``c_ep`` (s, over many expert-parallel
         groups): ``c_m(e) = c_1/e + c_ep (1 - 1/e)`` (``dcost.serving.roofline.moe_layer_fixed``;
         without ``c_ep``, ``c_1`` whatever ``e``), optionally ``expert_bandwidth_efficiency``
-        ``eta_BW,e`` (without it, ``gemm``'s ``bandwidth_efficiency``).
+        ``eta_BW,e`` (without it, ``gemm``'s ``bandwidth_efficiency``), ``expert_half_width``
+        ``w_e`` (without it 0) and ``expert_ep_slowdown`` ``kappa`` (without it 1).
       gemm: ``fit_gemm``'s ``flops_efficiency`` ``eta_p``, ``bandwidth_efficiency``,
         ``kernel_roofline_smoothness`` ``r`` and ``hbm_bandwidth`` (bytes/s).
       share: the share ``phi`` of the experts the tokens touch (None: random routing's).
@@ -688,7 +692,10 @@ def moe_layer_time(
         "expert_bandwidth_efficiency", gemm["bandwidth_efficiency"]
     )
     rate = peak * gemm["flops_efficiency"] * values["expert_flops_efficiency"]
-    t_f = flops * (1.0 + values["expert_half_tokens"] / size) / rate
+    layout = expert_rate_slowdown(
+        values.get("expert_half_width", 0.0), values.get("expert_ep_slowdown", 1.0), inter, tp, ep
+    )
+    t_f = flops * (1.0 + values["expert_half_tokens"] / size) * layout / rate
     t_w = touched * per_expert * b_w / bw
     hw = _bare(peak, bw, 1.0, 1.0, 0.0, gemm["kernel_roofline_smoothness"])
     c_1 = values["moe_layer_overhead"]
@@ -736,6 +743,15 @@ def balanced_share(tokens, topk, experts) -> np.ndarray:
     return share[which.ravel()].reshape(n.shape)
 
 
+_PER_CLASS = (
+    "expert_flops_efficiency",
+    "expert_half_tokens",
+    "expert_half_width",
+    "expert_ep_slowdown",
+)
+"""``fit_moe``'s fields fitted per expert class (precision or weight-only class)."""
+
+
 def fit_moe(
     table: Mapping[str, np.ndarray],
     hardware: str,
@@ -748,7 +764,10 @@ def fit_moe(
     fp8 where the table has it), the fastest kernel per shape (``fastest_kernels``), are fitted
     with the GEMM fit's ``eta_p`` and ``r`` held (``gemm``: its values), each
     row's touched experts those of its balanced routing (``balanced_share``): per
-    precision ``eta_exp`` (``expert_flops_efficiency``) and ``n_e`` (``expert_half_tokens``);
+    precision ``eta_exp`` (``expert_flops_efficiency``), ``n_e`` (``expert_half_tokens``),
+    the width ``w_e`` at which a tensor-parallel slice of an expert runs at half rate
+    (``expert_half_width``) and the expert-parallel path's slowdown ``kappa``
+    (``expert_ep_slowdown``);
     shared, the experts' own HBM rate ``eta_BW,e`` (``expert_bandwidth_efficiency``),
     ``c_e`` (``expert_overhead``, s per touched expert) and the layer's fixed cost
     with tensor-parallel experts ``c_1`` (``moe_layer_overhead``) and over many expert-parallel
@@ -757,7 +776,12 @@ def fit_moe(
     (``main_kernel``). The two differ by engine: one cost for both took vLLM's tables on H100
     and H200 to 16.6 % and 16.8 % (held out) where two give 15.4 % and 16.3 %, SGLang's to
     25.6 % and 26.6 % where two give 23.3 % and 24.3 % (its expert-parallel path 3-4x the
-    tensor-parallel one's), TensorRT-LLM's alike.
+    tensor-parallel one's), TensorRT-LLM's alike. Without ``w_e`` and ``kappa`` one rate served
+    every layout, and where the layouts' rates differ the fit split the difference: on H200 the
+    rows of 1,024 tokens or more with tensor-parallel block-fp8 experts came out a median 32 %
+    (TensorRT-LLM 1.3.0rc20, predicted too fast) and 81 % (SGLang 0.5.14, too slow) off; with
+    them, 5 % and 10 %, and every table's held-out median fell (H200: TensorRT-LLM 19.7 % to
+    13.7 %, SGLang 24.2 % to 22.7 %, vLLM 16.0 % to 12.6 %).
 
     Args:
       table: columns ``moe_dtype``, ``num_tokens``, ``hidden_size``, ``inter_size``, ``topk``,
@@ -837,14 +861,16 @@ def fit_moe(
             # each shared, then each class's own: with tensor-parallel experts, then over many
             # expert-parallel groups
             "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 : 2 * n_prec + 2 + len(own)]),
-            "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + len(own) : -1]),
+            "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + len(own) : -1 - 2 * n_prec]),
             "expert_bandwidth_efficiency": 0.02 + 0.98 * _logistic(z[-1]),
+            "expert_half_width": jnp.exp(z[-1 - 2 * n_prec : -1 - n_prec]),
+            "expert_ep_slowdown": jnp.exp(z[-1 - n_prec : -1]),
         }
 
     def predict(z, rows):
         v = unpack(z)
         v = {
-            k: (x[prec[rows]] if k in ("expert_flops_efficiency", "expert_half_tokens") else x)
+            k: (x[prec[rows]] if k in _PER_CLASS else x)
             for k, x in v.items()
         }
         v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
@@ -861,6 +887,8 @@ def fit_moe(
         + [math.log(32.0)] * n_prec
         + [math.log(1e-6)]
         + [math.log(2e-5)] * (2 + 2 * len(own))
+        + [math.log(64.0)] * n_prec
+        + [0.0] * n_prec
         + [1.5]
     )
     zf = _minimize(loss, z0)
@@ -868,8 +896,8 @@ def fit_moe(
     v = {k: np.asarray(x) for k, x in unpack(zf).items()}
     values = {}
     for i, p in enumerate(precisions):
-        values[f"precision.{p}.expert_flops_efficiency"] = float(v["expert_flops_efficiency"][i])
-        values[f"precision.{p}.expert_half_tokens"] = float(v["expert_half_tokens"][i])
+        for name in _PER_CLASS:
+            values[f"precision.{p}.{name}"] = float(v[name][i])
     values["expert_overhead"] = float(v["expert_overhead"])
     values["expert_bandwidth_efficiency"] = float(v["expert_bandwidth_efficiency"])
     for name in ("moe_layer_overhead", "moe_ep_overhead"):

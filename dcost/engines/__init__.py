@@ -75,6 +75,8 @@ PRECISION_FIELDS = (
     "matmul_half_tokens",
     "expert_flops_efficiency",
     "expert_half_tokens",
+    "expert_half_width",
+    "expert_ep_slowdown",
 )
 """Profile fields fitted per matmul precision (a GEMM's achieved rate and its size curve depend on
 the number format: ``[profile.precision.<p>]`` tables)."""

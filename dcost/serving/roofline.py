@@ -61,6 +61,7 @@ __all__ = [
     "bottleneck",
     "matmul_efficiency",
     "moe_layer_fixed",
+    "expert_rate_slowdown",
     "stage_time",
     "kernel_time",
     "chunks",
@@ -249,6 +250,34 @@ def moe_layer_fixed(c_1, c_ep, expert_groups):
     return (1.0 - share) * c_1 + share * c_ep
 
 
+def expert_rate_slowdown(half_width, kappa, inter, expert_tp, expert_groups):
+    """How many times longer the routed experts' FLOPs take than at their fitted rate, for their
+    layout: ``(1 + w_e t / i) (1/e + kappa (1 - 1/e))``.
+
+    An expert of intermediate size ``i`` split over ``t`` tensor-parallel chips multiplies
+    matrices ``i/t`` wide (``h x 2i/t`` gate and up, ``i/t x h`` down): narrow output tiles and
+    short reductions reach a smaller share of the chip's rate, half of it at width ``w_e``
+    (``Hardware.expert_half_width``). Over ``e`` expert-parallel groups an engine runs another
+    path (tokens permuted to the chip's experts, each expert's count padded), ``kappa``
+    (``Hardware.expert_ep_slowdown``) times as slow once the groups are many; smooth in ``e``,
+    1 at ``e = 1``, as ``moe_layer_fixed``. The serving model (``decode``'s ``t_compute``) and
+    the kernel fit (``dcost.calibrate.kernels.moe_layer_time``) both take it from here.
+
+    AIConfigurator's MoE tables say why (H200, TensorRT-LLM 1.3.0rc20, DeepSeek-V3's block-fp8
+    layer of 7,168 x 2,048 x 256 experts, top 8, 16,384 tokens): 9.7 ms over 8 tensor-parallel
+    chips (``i/t`` = 256) against 2.5 ms over 8 expert-parallel ones, the same FLOPs a chip;
+    one rate fitted to both read the first 2.2x too fast.
+
+    >>> round(float(expert_rate_slowdown(512.0, 1.0, 2048.0, 8.0, 1.0)), 3)
+    3.0
+    >>> round(float(expert_rate_slowdown(0.0, 3.0, 2048.0, 1.0, 8.0)), 3)
+    2.75
+    """
+    narrow = 1.0 + safe_div(half_width * expert_tp, inter)
+    share = 1.0 - 1.0 / expert_groups
+    return narrow * ((1.0 - share) + share * kappa)
+
+
 def _flop_seconds(flops, tokens, hardware):
     """``flops / (F eta(n))`` at matmul size ``tokens``: seconds for one chip (s)."""
     slowdown = 1.0 + safe_div(hardware.get("matmul_half_tokens"), tokens)
@@ -327,9 +356,20 @@ def _assemble(
         hardware.get("expert_half_tokens"),
         tokens_per_expert(phi_tokens, model.n_experts, model.experts_active),
     )
+    # ... and at the width of each chip's slice of an expert, on the engine's layout's path
+    expert_groups = design.expert_parallel if design.expert_parallel is not None else g
+    layout_slowdown = expert_rate_slowdown(
+        hardware.get("expert_half_width"),
+        hardware.get("expert_ep_slowdown"),
+        # an expert's intermediate size: its gated matrices hold 3 d i parameters a layer
+        safe_div(model.params_per_expert, 3.0 * model.d_model * model.moe_layers),
+        g / expert_groups,
+        expert_groups,
+    )
     f_expert = (
         (2.0 * expert_active * tokens * imb / hardware.get("expert_flops_efficiency"))
         * expert_slowdown
+        * layout_slowdown
         / hardware.flops_achieved
     )
     f_context = attn_ctx_flops / hardware.attention_flops_achieved
@@ -358,7 +398,6 @@ def _assemble(
 
     # the routed experts a pass touches, per MoE layer, on one chip's expert-parallel group
     touched_experts = safe_div(expert_params_touched, model.params_per_expert)
-    expert_groups = design.expert_parallel if design.expert_parallel is not None else g
     t_overhead = passes * (
         hardware.get("step_overhead")
         + hardware.get("layer_overhead") * model.n_layers / p
