@@ -743,6 +743,16 @@ def balanced_share(tokens, topk, experts) -> np.ndarray:
     return share[which.ravel()].reshape(n.shape)
 
 
+ROUTING = "power_law_1.2"
+"""The MoE tables' routing distribution the grouped experts are fitted on: AIConfigurator's
+``power_law_1.2`` rows, the distribution its own estimates query (its ``MoeKey`` default,
+aiconfigurator-core 0.12.0), each expert's load drawn from a power law of exponent 1.2. Real
+routing is not balanced: on the tables' rows of 1,024 tokens or more the power-law rows take
+1.2-1.8x the balanced rows' time (H200 and B200, every engine), and a fit to the balanced rows
+predicted them 0.55-0.90x (``fit_moe``). An assumption: a model served with expert load balancing
+(EPLB, redundant experts) on real text may route closer to balanced. A table without such rows is
+fitted on its balanced rows."""
+
 _PER_CLASS = (
     "expert_flops_efficiency",
     "expert_half_tokens",
@@ -760,10 +770,11 @@ def fit_moe(
 ) -> KernelFit:
     """Fit the grouped experts' fields to a MoE layer table (``moe_layer_time``).
 
-    The table's balanced rows of gated experts in the formats served (``_served``: block-scaled
-    fp8 where the table has it), the fastest kernel per shape (``fastest_kernels``), are fitted
-    with the GEMM fit's ``eta_p`` and ``r`` held (``gemm``: its values), each
-    row's touched experts those of its balanced routing (``balanced_share``): per
+    The table's rows of gated experts routed as ``ROUTING`` (else its balanced rows) in the
+    formats served (``_served``: block-scaled fp8 where the table has it), the fastest kernel per
+    shape (``fastest_kernels``), are fitted with the GEMM fit's ``eta_p`` and ``r`` held
+    (``gemm``: its values), each row's touched experts those of random routing (the serving
+    model's; a balanced row's, ``balanced_share``): per
     precision ``eta_exp`` (``expert_flops_efficiency``), ``n_e`` (``expert_half_tokens``),
     the width ``w_e`` at which a tensor-parallel slice of an expert runs at half rate
     (``expert_half_width``) and the expert-parallel path's slowdown ``kappa``
@@ -781,7 +792,8 @@ def fit_moe(
     rows of 1,024 tokens or more with tensor-parallel block-fp8 experts came out a median 32 %
     (TensorRT-LLM 1.3.0rc20, predicted too fast) and 81 % (SGLang 0.5.14, too slow) off; with
     them, 5 % and 10 %, and every table's held-out median fell (H200: TensorRT-LLM 19.7 % to
-    13.7 %, SGLang 24.2 % to 22.7 %, vLLM 16.0 % to 12.6 %).
+    13.7 %, SGLang 24.2 % to 22.7 %, vLLM 16.0 % to 12.6 %; these on the balanced rows, which
+    the fit took before ``ROUTING``).
 
     Args:
       table: columns ``moe_dtype``, ``num_tokens``, ``hidden_size``, ``inter_size``, ``topk``,
@@ -791,8 +803,11 @@ def fit_moe(
       gemm: ``fit_gemm``'s values.
     """
     chip = _chip(hardware)
-    balanced = np.asarray(table["distribution"]).astype(str) == "balanced"
-    table = fastest_kernels({c: np.asarray(v)[balanced & _served(table)] for c, v in table.items()})
+    routed = np.asarray(table["distribution"]).astype(str)
+    want = ROUTING if (routed == ROUTING).any() else "balanced"
+    table = fastest_kernels(
+        {c: np.asarray(v)[(routed == want) & _served(table)] for c, v in table.items()}
+    )
     dtype = np.asarray(table["moe_dtype"]).astype(str)
     dist = np.asarray(table["distribution"]).astype(str)
 
@@ -801,7 +816,7 @@ def fit_moe(
     source = np.asarray(table.get("kernel_source", np.full(len(dtype), ""))).astype(str)
 
     def rows_of(p):
-        rows = (dist == "balanced") & np.isin(
+        rows = (dist == want) & np.isin(
             dtype, [d for d, q in _MOE_PRECISION.items() if q == p]
         )
         if p in WEIGHT_ONLY_EXPERTS:
@@ -817,7 +832,7 @@ def fit_moe(
         if f"precision.{computes(p)}.flops_efficiency" in gemm and rows_of(p).sum() >= MIN_ROWS
     ]
     if not precisions:
-        raise ValueError(f"MoE table for {hardware}: no balanced rows of a fitted GEMM precision")
+        raise ValueError(f"MoE table for {hardware}: no {want} rows of a fitted GEMM precision")
     parts = [_sample(rows_of(p), SAMPLE, seed + i) for i, p in enumerate(precisions)]
     idx = np.concatenate(parts)
     prec = np.concatenate([np.full(len(part), i) for i, part in enumerate(parts)])
@@ -846,7 +861,9 @@ def fit_moe(
     }
     fit_i, held_i = _split(len(y), seed)
     n_prec = len(precisions)
-    share = balanced_share(shape[0], shape[3], shape[4])  # balanced rows: not random routing's
+    # a balanced row's touched experts are its own (``balanced_share``), a routed one's random
+    # routing's, as the serving model takes them
+    share = balanced_share(shape[0], shape[3], shape[4]) if want == "balanced" else None
 
     # a weight-only class's fused kernel has its own fixed cost (its last parameters)
     own = [i for i, p in enumerate(precisions) if p in WEIGHT_ONLY_EXPERTS]
@@ -877,7 +894,7 @@ def fit_moe(
         v["moe_ep_overhead"] = v["moe_ep_overhead"][slot[prec[rows]]]
         g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
         n, h, i, k, e, tp, ep = (a[rows] for a in shape)
-        return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g, share[rows])
+        return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g, share[rows] if share is not None else None)
 
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
