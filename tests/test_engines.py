@@ -1,5 +1,6 @@
 """The engine value, its kernel-table fits, its host-cost fit and the silicon sample's records."""
 
+import dataclasses
 import math
 import pathlib
 
@@ -654,7 +655,7 @@ def test_with_offsets_moves_the_expert_parallel_cost_with_the_moe_layer_cost():
 def test_with_offsets_moves_the_experts_hbm_rate_with_the_dense_one():
     """``expert_bandwidth_efficiency`` has no offset of its own (``user.TIED``): the dense HBM
     rate's logit offset moves it by the same logit, in the saved profile and in the chips the
-    fit evaluates; a profile without it (A100, no MoE table) gets none."""
+    fit evaluates; a profile without it (one fitted on no MoE table) gets none."""
     from dcost.calibrate import user
 
     def logit(p):
@@ -671,7 +672,10 @@ def test_with_offsets_moves_the_experts_hbm_rate_with_the_dense_one():
     got = float(chip.expert_bandwidth_efficiency)
     assert logit(got) == pytest.approx(logit(float(h.expert_bandwidth_efficiency)) - 0.7, rel=1e-4)
     a100 = dcost.engine("vllm", hardware="a100-80gb")
-    assert "expert_bandwidth_efficiency" not in user.with_offsets(a100, z).profile
+    bare = dataclasses.replace(
+        a100, profile={k: v for k, v in a100.profile.items() if k != "expert_bandwidth_efficiency"}
+    )
+    assert "expert_bandwidth_efficiency" not in user.with_offsets(bare, z).profile
 
 
 @pytest.mark.parametrize("z", [[0.0] * 7, [0.0] * 7 + [float("nan")], "abc", [[0.0] * 8]])
@@ -830,13 +834,22 @@ def test_plan_at_a_confidence_costs_chips():
 
 @pytest.mark.slow
 def test_a_profile_without_moe_costs_calibrates():
-    """The A100 profiles have no MoE-layer costs (their tables time no MoE kernel): a fit to
-    published runs of a dense model there leaves those costs unset, says the data did not
-    identify them, and its offsets are still the saved engine's."""
+    """A profile without MoE-layer costs (one fitted on no MoE table; here TensorRT-LLM's A100
+    profile without them): a fit to published runs of a dense model there leaves those costs
+    unset, says the data did not identify them, and its offsets are still the saved engine's."""
     from dcost.calibrate import user
     from dcost.validation import load
 
-    eng = dcost.engine("trtllm", hardware="a100-80gb")
+    shipped = dcost.engine("trtllm", hardware="a100-80gb")
+    moe = (
+        "moe_layer_overhead",
+        "moe_ep_overhead",
+        "expert_overhead",
+        "expert_bandwidth_efficiency",
+    )
+    eng = dataclasses.replace(
+        shipped, profile={k: v for k, v in shipped.profile.items() if k not in moe}
+    )
     assert "moe_layer_overhead" not in eng.profile
     recs = [
         r

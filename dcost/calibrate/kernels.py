@@ -816,9 +816,7 @@ def fit_moe(
     source = np.asarray(table.get("kernel_source", np.full(len(dtype), ""))).astype(str)
 
     def rows_of(p):
-        rows = (dist == want) & np.isin(
-            dtype, [d for d, q in _MOE_PRECISION.items() if q == p]
-        )
+        rows = (dist == want) & np.isin(dtype, [d for d, q in _MOE_PRECISION.items() if q == p])
         if p in WEIGHT_ONLY_EXPERTS:
             rows &= source == main_kernel(source[rows])
         return rows
@@ -886,15 +884,25 @@ def fit_moe(
 
     def predict(z, rows):
         v = unpack(z)
-        v = {
-            k: (x[prec[rows]] if k in _PER_CLASS else x)
-            for k, x in v.items()
-        }
+        v = {k: (x[prec[rows]] if k in _PER_CLASS else x) for k, x in v.items()}
         v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
         v["moe_ep_overhead"] = v["moe_ep_overhead"][slot[prec[rows]]]
         g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
         n, h, i, k, e, tp, ep = (a[rows] for a in shape)
-        return moe_layer_time(n, h, i, k, e, tp, ep, b_w[rows], peak[rows], v, g, share[rows] if share is not None else None)
+        return moe_layer_time(
+            n,
+            h,
+            i,
+            k,
+            e,
+            tp,
+            ep,
+            b_w[rows],
+            peak[rows],
+            v,
+            g,
+            share[rows] if share is not None else None,
+        )
 
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)

@@ -264,9 +264,9 @@ def expert_rate_slowdown(half_width, kappa, inter, expert_tp, expert_groups):
     the kernel fit (``dcost.calibrate.kernels.moe_layer_time``) both take it from here.
 
     AIConfigurator's MoE tables say why (H200, TensorRT-LLM 1.3.0rc20, DeepSeek-V3's block-fp8
-    layer of 7,168 x 2,048 x 256 experts, top 8, 16,384 tokens): 9.7 ms over 8 tensor-parallel
-    chips (``i/t`` = 256) against 2.5 ms over 8 expert-parallel ones, the same FLOPs a chip;
-    one rate fitted to both read the first 2.2x too fast.
+    layer of 7,168 x 2,048 x 256 experts, top 8, 16,384 tokens, balanced routing): 9.7 ms over 8
+    tensor-parallel chips (``i/t`` = 256) against 2.5 ms over 8 expert-parallel ones, the same
+    FLOPs a chip; one rate fitted to every layout read the first about 2x too fast.
 
     >>> round(float(expert_rate_slowdown(512.0, 1.0, 2048.0, 8.0, 1.0)), 3)
     3.0
