@@ -125,6 +125,11 @@ def test_profile_round_trip(tmp_path):
             "kv_bandwidth_efficiency=1.5\n[profile.precision.bf16]\nflops_efficiency=0.5\n",
             "kv_bandwidth_efficiency = 1.5 must be in \\(0, 1\\]",
         ),
+        (
+            "[engine]\nname='vllm'\nversion='1'\nhardware='h200'\n"
+            "[profile.precision.bf16]\nflops_efficiency=0.5\nexpert_ep_slowdown=0\n",
+            "profile.precision.bf16.expert_ep_slowdown = 0.0 must be > 0",
+        ),
         (  # a fixed cost of its own is a weight-only expert class's, not a precision's
             "[engine]\nname='vllm'\nversion='1'\nhardware='h200'\n"
             "[profile.precision.bf16]\nflops_efficiency=0.5\nmoe_layer_overhead=1e-5\n",

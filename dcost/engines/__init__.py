@@ -490,6 +490,7 @@ _FRACTIONS = (
     "scaleout_efficiency",
     "flops_efficiency",
 )
+_POSITIVE = ("expert_ep_slowdown",)  # a slowdown factor: 0 would make a path free
 _UNIT = (
     "kernel_roofline_smoothness",
     "tree_collectives",
@@ -514,6 +515,8 @@ def _ranges(origin, shared, precision):
             raise EngineError(f"{origin}: profile.{field} = {v!r} must be in (0, 1]")
         if name in _UNIT and not 0.0 <= v <= 1.0:
             raise EngineError(f"{origin}: profile.{field} = {v!r} must be in [0, 1]")
+        if name in _POSITIVE and not v > 0.0:
+            raise EngineError(f"{origin}: profile.{field} = {v!r} must be > 0")
         if v < 0.0:
             raise EngineError(f"{origin}: profile.{field} = {v!r} must be >= 0")
 
