@@ -390,12 +390,40 @@ def test_mlperf_server_results_are_the_records_at_their_rates():
         assert row["rate_per_instance"] == pytest.approx(rate, rel=1e-5)
         assert row["measured_ttft"] == pytest.approx(r["value"], rel=1e-5)
         assert row["unstable"] == (row["stable_share"] is None or row["stable_share"] < 1.0)
+        # a runtime that leaves host costs out names them (profile fields) and serves at least
+        # the share the profile's costs serve: a cost taken away cannot slow a replica
+        left_out = mlperf_server.CONFIGS[rid][3][0]
+        assert row["host_costs_left_out"] == list(left_out)
+        assert set(left_out) <= set(dcost.engines.PROFILE_FIELDS)
+        as_profiled = row["stable_share_as_profiled"]
+        if not left_out:
+            assert as_profiled == row["stable_share"]
+        elif row["stable_share"] is not None and as_profiled is not None:
+            assert row["stable_share"] >= as_profiled
     for rid in counted_out:
         assert recs[rid]["hardware"].startswith("mi")
     unstable = sum(r["unstable"] for r in results["rows"])
     assert results["summary"]["unstable"] == unstable
     docs = (EXPERIMENTS.parent / "docs" / "engines.md").read_text()
     assert f"In **{unstable} of {len(simulated)} the\nsimulated queue grows" in docs
+
+
+def test_mlperf_runtimes_leave_out_the_host_costs_they_name():
+    """``engine_for`` sets the fields a submission's runtime does not pay to 0 and keeps the
+    rest of the profile; with ``profiled=True`` the engine is the shipped one (whose host costs
+    are not 0, or leaving them out would test nothing)."""
+    for r in mlperf_server.records():
+        if r["id"] not in mlperf_server.CONFIGS:
+            continue
+        left_out = mlperf_server.CONFIGS[r["id"]][3][0]
+        lean, shipped = mlperf_server.engine_for(r), mlperf_server.engine_for(r, profiled=True)
+        for field, value in shipped.profile.items():
+            if field in left_out:
+                assert value > 0 and lean.profile[field] == 0.0, (r["id"], field)
+            else:
+                assert lean.profile[field] == value, (r["id"], field)
+        assert lean.scheduler == shipped.scheduler
+        assert lean.precision_profile == shipped.precision_profile
 
 
 def test_a_growing_queue_is_told_from_a_steady_one():
