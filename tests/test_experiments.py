@@ -21,6 +21,7 @@ sys.path.insert(0, str(EXPERIMENTS))
 import _common  # noqa: E402
 import balance_batch  # noqa: E402
 import batch_curve  # noqa: E402
+import bound_failures  # noqa: E402
 import context_length  # noqa: E402
 import deepep_all_to_all  # noqa: E402
 import fast_mode  # noqa: E402
@@ -424,6 +425,50 @@ def test_mlperf_runtimes_leave_out_the_host_costs_they_name():
                 assert lean.profile[field] == value, (r["id"], field)
         assert lean.scheduler == shipped.scheduler
         assert lean.precision_profile == shipped.precision_profile
+
+
+def test_bound_failures_are_the_shipped_count_each_with_its_reason():
+    """The committed list of runs where pure physics is not a bound has as many rows as the
+    shipped held-out summary counts (``heldout.toml``: rows less ``bound_holds``), each with
+    pure physics above the measured TPOT and the first reason its own ratios give; the docs
+    quote the counts."""
+    results = json.loads((EXPERIMENTS / "results" / "bound_failures.json").read_text())
+    pure = dcost.engines.heldout()["tpot"]["pure"]
+    assert results["rows"] == pure["rows"]
+    assert results["bound_holds"] == pure["bound_holds"]
+    assert len(results["failures"]) == pure["rows"] - pure["bound_holds"]
+    assert sum(results["by_reason"].values()) == len(results["failures"])
+    for x in results["failures"]:
+        assert x["pure_over_measured"] > 1.0
+        stated, little = x["decode_stated_over_measured"], x["decode_little_over_measured"]
+        fp8 = x["decode_fp8_kv_over_measured"]
+        if stated <= 1.0:
+            first = "prompt work in TTFT"
+        elif little is not None and little <= 1.0:
+            first = "queued"
+        elif fp8 is not None and fp8 <= 1.0:
+            first = "KV cache assumed bf16"
+        else:
+            first = "not as stated"
+        assert x["reason"] == first, x["id"]
+        if x["running_little"] is not None:  # Little's law from the run's own figures
+            assert x["running_little"] == pytest.approx(
+                bound_failures.little_running(
+                    x["clients"], x["output_tokens"], x["measured_ttft"], x["measured_tpot"]
+                ),
+                rel=1e-4,  # the JSON keeps 6 significant digits
+            )
+    docs = (EXPERIMENTS.parent / "docs" / "engines.md").read_text()
+    n = len(results["failures"])
+    assert f"on {n} of the {results['rows']:,} TPOT runs pure" in docs
+    assert (
+        f"pure physics is a bound on {results['bound_holds']:,} of the {results['rows']:,}" in docs
+    )
+    counts = results["by_reason"]
+    assert f"**{counts['prompt work in TTFT']} put their prompt work in TTFT**" in docs
+    assert f"**{counts['queued']} queued**" in docs
+    assert f"**{counts['KV cache assumed bf16']} hold with an fp8 KV cache**" in docs
+    assert f"**{counts['not as stated']} are not as stated**" in docs
 
 
 def test_a_growing_queue_is_told_from_a_steady_one():
