@@ -24,8 +24,9 @@ submission whose runtime does not pay them runs without them (``CONFIGS``' last 
 row's ``runtime``): TensorRT engines under TensorRT-LLM's C++ runtime (the v5.1 Llama
 submissions; assumed for v6.0's Llama 3.1 8B) pay neither, and the PyTorch backend with
 piecewise CUDA graphs over steps of up to 4,608 tokens (v6.0's Llama 2 70B config) not the
-first. Each such row also gives the share of the rate served with the costs as profiled
-(``stable_share_as_profiled``).
+first. The first is left out by ``Scheduler.prompt_graphs`` (a launch setting of the engine),
+the second by ``Engine.with_profile``. Each such row also gives the share of the rate served
+with the costs as profiled (``stable_share_as_profiled``).
 
 Nothing is fitted to these runs. A run whose simulated queue grows (the median TTFT of the last
 quarter of arrivals over 1.5 times that of the second quarter) is *unstable*: the simulated
@@ -154,10 +155,13 @@ def engine_for(r: dict, profiled: bool = False) -> dcost.Engine:
     """Record ``r``'s engine with its submission's scheduler settings, no API server time, and
     without the host costs its runtime does not pay (``profiled``: with them)."""
     name, sched, _, (unpaid, _) = CONFIGS[r["id"]]
-    eng = dcost.engine(name, hardware=r["hardware"], frontend_time=0.0, **sched)
-    if unpaid and not profiled:
-        eng = eng.with_profile({field: 0.0 for field in unpaid})
-    return eng
+    lean = unpaid and not profiled
+    graphs = bool(lean and "prefill_step_overhead" in unpaid)  # Scheduler.prompt_graphs
+    eng = dcost.engine(
+        name, hardware=r["hardware"], frontend_time=0.0, prompt_graphs=graphs, **sched
+    )
+    rest = [field for field in unpaid if field != "prefill_step_overhead"]
+    return eng.with_profile({field: 0.0 for field in rest}) if lean and rest else eng
 
 
 def simulate(r: dict, share: float = 1.0, profiled: bool = False):

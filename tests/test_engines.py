@@ -40,6 +40,10 @@ def test_engine_picks_latest_version_and_prefix():
             {"name": "vllm", "hardware": "h100-sxm", "prefix_caching": "no"},
             "prefix_caching = 'no'",
         ),
+        (
+            {"name": "trtllm", "hardware": "h200", "prompt_graphs": 1},
+            "prompt_graphs = 1 is not allowed: it must be True or False",
+        ),
     ],
 )
 def test_engine_refuses_bad_input(kwargs, message):
@@ -67,6 +71,39 @@ def test_decode_with_an_engine_is_the_applied_chip():
     b = dcost.decode(d, eng.apply(h), m, w)
     assert float(a.tpot) == float(b.tpot)
     assert float(a.t_overhead) > 0.0
+
+
+def test_prompt_graphs_leave_out_the_cost_of_a_step_with_prompt_tokens():
+    """``prompt_graphs=True`` sets the chip's ``prefill_step_overhead`` to 0 and nothing else; a
+    mixed step (prompt tokens in it) is then that cost shorter, by hand, and a decode step that
+    admits no sequence is unchanged."""
+    h, m = dcost.hardware("h200", precision="fp8"), dcost.model("llama-3.1-8b")
+    shipped = dcost.engine("trtllm", hardware="h200")
+    graphs = dcost.engine("trtllm", hardware="h200", prompt_graphs=True)
+    cost = shipped.profile["prefill_step_overhead"]
+    assert cost > 1e-3  # milliseconds: leaving it out is a test of something
+    a, b = shipped.fields(h), graphs.fields(h)
+    assert b["prefill_step_overhead"] == 0.0
+    assert {k: v for k, v in a.items() if k != "prefill_step_overhead"} == {
+        k: v for k, v in b.items() if k != "prefill_step_overhead"
+    }
+    d, w = (
+        dcost.Design(batch=64, chips=1, prefill_chunk=1024),
+        dcost.Workload(2048, prompt=1024, output=256),
+    )
+    with_prompts = dcost.mixed_step(d, h, m, w, engine=shipped)
+    in_graphs = dcost.mixed_step(d, h, m, w, engine=graphs)
+    # a step carries a chunk of C = 1,024 prompt tokens; B T_in / T_out = 256 are due a step,
+    # so a share f = 256 / 1,024 of the steps carry one and pay the cost
+    f = 64 * 1024 / 256 / 1024
+    assert float(with_prompts.t_overhead) - float(in_graphs.t_overhead) == pytest.approx(
+        f * cost, rel=1e-5
+    )
+    steady = dcost.Design(batch=64, chips=1)
+    assert float(dcost.decode(steady, h, m, dcost.Workload(2048), engine=shipped).tpot) == float(
+        dcost.decode(steady, h, m, dcost.Workload(2048), engine=graphs).tpot
+    )
+    assert graphs.scheduler.prompt_graphs and not shipped.scheduler.prompt_graphs
 
 
 @pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm"])

@@ -203,11 +203,12 @@ def test_cli_simulate_takes_the_engines_launch(capsys, tmp_path):
     args += ["--prompt", "2048", "--output", "32", "--json"]
     launch = dict(max_num_seqs=24, max_num_batched_tokens=3000, gpu_memory_utilization=0.8,
                   block_size=32, prefix_caching=False, frontend_time=0.02,
-                  recv_interval=4, batch_wait_iters=3, batch_wait_tokens=0.5)  # fmt: skip
+                  recv_interval=4, batch_wait_iters=3, batch_wait_tokens=0.5,
+                  prompt_graphs=True)  # fmt: skip
     flags = ["--max-num-seqs", "24", "--max-num-batched-tokens", "3000"]
     flags += ["--gpu-memory-utilization", "0.8", "--block-size", "32", "--no-prefix-caching"]
     flags += ["--frontend-time", "0.02", "--scheduler-recv-interval", "4"]
-    flags += ["--batch-wait-iters", "3", "--batch-wait-tokens", "0.5"]
+    flags += ["--batch-wait-iters", "3", "--batch-wait-tokens", "0.5", "--prompt-graphs"]
     runs = {}
     for order in ("--prefill-first", "--mixed-chunk"):
         assert main([*args, *flags, order]) == 0

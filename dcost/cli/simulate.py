@@ -22,7 +22,9 @@ brackets): ``--max-num-seqs`` (``--max-running-requests``, ``max_batch_size``),
 ``--no-prefix-caching``, and ``--mixed-chunk`` (SGLang's ``--enable-mixed-chunk``: prompt chunks
 run beside the decodes; SGLang's default runs a step of prompt tokens alone, ``--prefill-first``),
 ``--scheduler-recv-interval`` (SGLang's: a busy engine takes in new requests every N decode steps),
-``--batch-wait-iters`` and ``--batch-wait-tokens`` (TensorRT-LLM's batch waiting).
+``--batch-wait-iters`` and ``--batch-wait-tokens`` (TensorRT-LLM's batch waiting), and
+``--prompt-graphs`` (steps with prompt tokens replayed as CUDA graphs too:
+``Scheduler.prompt_graphs``).
 ``--profile FILE`` runs a profile of your own (``dcost calibrate --from``).
 """
 
@@ -48,6 +50,7 @@ _FLAGS = {
     "recv_interval": "--scheduler-recv-interval",
     "batch_wait_iters": "--batch-wait-iters",
     "batch_wait_tokens": "--batch-wait-tokens",
+    "prompt_graphs": "--prompt-graphs",
 }
 
 
@@ -65,6 +68,7 @@ def _engine(args):
         "recv_interval": args.recv_interval,
         "batch_wait_iters": args.batch_wait_iters,
         "batch_wait_tokens": args.batch_wait_tokens,
+        "prompt_graphs": True if args.prompt_graphs else None,
     }
     settings = {field: v for field, v in values.items() if v is not None}
     if args.engine in (None, "none"):
@@ -93,6 +97,8 @@ def _launch(eng) -> str:
         cache += f", new requests taken in every {sc.recv_interval} decode steps"
     if sc.batch_wait_iters:
         cache += f", prompts wait up to {sc.batch_wait_iters} steps for a batch"
+    if sc.prompt_graphs:
+        cache += ", steps with prompt tokens in CUDA graphs"
     return (
         f"{eng.name} {eng.version} (at most {sc.max_num_seqs} sequences, "
         f"{sc.max_num_batched_tokens}-token steps, {order}, {sc.gpu_memory_utilization:g} of "
@@ -325,6 +331,12 @@ def add_parsers(sub) -> None:
         "--batch-wait-tokens",
         type=float,
         help="TensorRT-LLM batch_wait_max_tokens_ratio: share of the budget that ends the wait",
+    )
+    launch.add_argument(
+        "--prompt-graphs",
+        action="store_true",
+        help="steps with prompt tokens replayed as CUDA graphs too (piecewise graphs up to the "
+        "token budget): the profile's cost of such a step is not charged",
     )
     p.add_argument("--prompt", type=positive, help="prompt tokens (mean)")
     p.add_argument("--output", type=positive, help="output tokens (mean)")

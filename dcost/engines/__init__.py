@@ -159,6 +159,14 @@ class Scheduler:
         ``batch_wait_max_tokens_ratio`` (default 0 and 0: off): while sequences decode, new
         prompts wait up to that many steps, unless the step's tokens (decodes and the waiting
         prompts) reach that share of ``max_num_batched_tokens``.
+      prompt_graphs: whether the engine replays its steps with prompt tokens as CUDA graphs
+        too, up to its token budget (TensorRT-LLM's ``torch_compile_config`` with
+        ``enable_piecewise_cuda_graph`` and ``capture_num_tokens``; SGLang's
+        ``--enable-piecewise-cuda-graph``; vLLM's ``cudagraph_capture_sizes`` up to its
+        ``max_num_batched_tokens``). The profile's ``prefill_step_overhead`` (what a step with
+        prompt tokens cost beyond its kernels in the launches the fixed costs were fitted on,
+        run kernel by kernel outside the graphs) is then not charged (``Engine.fields``).
+        Default False: as those launches ran.
     """
 
     max_num_seqs: int
@@ -172,6 +180,7 @@ class Scheduler:
     recv_interval: int = 1
     batch_wait_iters: int = 0
     batch_wait_tokens: float = 0.0
+    prompt_graphs: bool = False
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "recv_interval"):
@@ -186,7 +195,7 @@ class Scheduler:
                 f"Scheduler.gpu_memory_utilization = {u!r} is not allowed: it must be a number "
                 "in (0, 1]"
             )
-        for name in ("prefix_caching", "prefill_first"):
+        for name in ("prefix_caching", "prefill_first", "prompt_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise EngineError(
                     f"Scheduler.{name} = {getattr(self, name)!r} is not allowed: it must be "
@@ -287,7 +296,8 @@ class Engine:
         the matmul precision's own fields, and ``attention_flops`` from ``attention_efficiency``
         (see ``PROFILE_FIELDS``). With ``model`` (a ``dcost.Model``), a mixture of experts
         whose weights are 4-bit while it computes at bf16 takes the grouped-expert fields of
-        the engine's weight-only kernels where the profile has them (``WEIGHT_ONLY_EXPERTS``)."""
+        the engine's weight-only kernels where the profile has them (``WEIGHT_ONLY_EXPERTS``).
+        With ``Scheduler.prompt_graphs``, ``prefill_step_overhead`` is 0."""
         p = self.precision_of(hardware) if precision is None else precision
         if p not in self.precision_profile or p in WEIGHT_ONLY_EXPERTS:
             have = [q for q in self.precision_profile if q not in WEIGHT_ONLY_EXPERTS]
@@ -298,6 +308,8 @@ class Engine:
         values = {k: v for k, v in self.profile.items() if k != "attention_efficiency"}
         values.update(self.precision_profile[p])
         values.update(self._weight_only(p, model))
+        if self.scheduler.prompt_graphs and "prefill_step_overhead" in values:
+            values["prefill_step_overhead"] = 0.0  # replayed as a graph (Scheduler)
         if "attention_efficiency" in self.profile:
             # the chip's attention peak as set (the KV cache's rate), else its matmul peak
             peak = hardware.get("attention_flops")
