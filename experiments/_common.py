@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -115,3 +116,37 @@ def figure(ncols: int = 2, width: float = 6.0, height: float = 4.6, nrows: int =
     )
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, list(axes.ravel())
+
+
+# A record that names the TensorRT version its TensorRT-LLM engines were built with ran them
+# under TensorRT-LLM's C++ runtime (MLPerf's v5.1 Llama submissions), not the PyTorch backend
+# whose Python executor the engine profiles' host costs were fitted on.
+_TENSORRT_ENGINES = re.compile(r"TensorRT-LLM \(TensorRT \d")
+CPP_RUNTIME = ("prefill_step_overhead", "sequence_overhead")
+"""The profile's host costs TensorRT-LLM's C++ runtime does not pay (assumed 0): a step with
+prompt tokens runs inside the built engine, and no Python work is done per sequence."""
+
+
+def runs_tensorrt_engines(record) -> bool:
+    """Whether ``record``'s note says it ran TensorRT engines ("TensorRT-LLM (TensorRT 10.8)").
+
+    >>> runs_tensorrt_engines({"note": "... TensorRT-LLM (TensorRT 10.11). Nebius's config"})
+    True
+    >>> runs_tensorrt_engines({"note": "TensorRT-LLM 1.2 (PyTorch backend)"})
+    False
+    """
+    return bool(_TENSORRT_ENGINES.search(record.get("note", "")))
+
+
+def without_host_costs(engine, fields):
+    """``engine`` without the profile's host costs ``fields``: ``prefill_step_overhead`` through
+    the engine's launch (``Scheduler.prompt_graphs``), any other set to 0
+    (``Engine.with_profile``)."""
+    import dataclasses
+
+    if "prefill_step_overhead" in fields:
+        engine = dataclasses.replace(
+            engine, scheduler=dataclasses.replace(engine.scheduler, prompt_graphs=True)
+        )
+    rest = {field: 0.0 for field in fields if field != "prefill_step_overhead"}
+    return engine.with_profile(rest) if rest else engine

@@ -52,11 +52,11 @@ from dcost.planning.server import Load, Server, simulate_server
 # vLLM's Python executors: a step with prompt tokens run outside the CUDA graph, kernel by kernel,
 # and work per running sequence each step) that a submission's runtime does not pay, with why
 TENSORRT_ENGINES = (
-    ("prefill_step_overhead", "sequence_overhead"),
+    C.CPP_RUNTIME,
     "TensorRT engines run by TensorRT-LLM's C++ runtime (trtllm-build flags in the config, "
-    "TensorRT in the system description): no Python executor, so neither the cost of a step "
-    "with prompt tokens nor the cost per running sequence that the PyTorch backend's profile "
-    "carries (assumed 0)",
+    "TensorRT 10.8 or 10.11 in the records' system descriptions): no Python executor, so "
+    "neither the cost of a step with prompt tokens nor the cost per running sequence that the "
+    "PyTorch backend's profile carries (assumed 0)",
 )
 PIECEWISE_GRAPHS = (
     ("prefill_step_overhead",),
@@ -155,13 +155,8 @@ def engine_for(r: dict, profiled: bool = False) -> dcost.Engine:
     """Record ``r``'s engine with its submission's scheduler settings, no API server time, and
     without the host costs its runtime does not pay (``profiled``: with them)."""
     name, sched, _, (unpaid, _) = CONFIGS[r["id"]]
-    lean = unpaid and not profiled
-    graphs = bool(lean and "prefill_step_overhead" in unpaid)  # Scheduler.prompt_graphs
-    eng = dcost.engine(
-        name, hardware=r["hardware"], frontend_time=0.0, prompt_graphs=graphs, **sched
-    )
-    rest = [field for field in unpaid if field != "prefill_step_overhead"]
-    return eng.with_profile({field: 0.0 for field in rest}) if lean and rest else eng
+    eng = dcost.engine(name, hardware=r["hardware"], frontend_time=0.0, **sched)
+    return eng if profiled else C.without_host_costs(eng, unpaid)
 
 
 def simulate(r: dict, share: float = 1.0, profiled: bool = False):

@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import pathlib
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -927,8 +928,11 @@ def test_published_k_curve_is_what_its_groups_give():
     from dcost.validation import load
     from dcost.validation.cases import record_engine
 
+    experiments = pathlib.Path(__file__).parents[1] / "experiments"
+    if str(experiments) not in sys.path:
+        sys.path.insert(0, str(experiments))  # its _common
     spec = importlib.util.spec_from_file_location(
-        "own_measurements", pathlib.Path(__file__).parents[1] / "experiments/own_measurements.py"
+        "own_measurements", experiments / "own_measurements.py"
     )
     exp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(exp)
@@ -942,6 +946,15 @@ def test_published_k_curve_is_what_its_groups_give():
     for key, rows in groups.items():
         assert all(r["metric"] != "ttft" for r in rows) and len(rows) >= exp.MIN_ROWS
         eng = record_engine(rows[0])[0]
+        runtime = shipped["by_group"]["/".join(key)]["runtime"]
+        # TensorRT engines (the records name the TensorRT version) carry no Python host costs
+        lean = all(exp.C.runs_tensorrt_engines(r) for r in rows)
+        assert runtime == ("TensorRT engines" if lean else "as profiled")
+        if lean:
+            eng = exp.C.without_host_costs(eng, ("prefill_step_overhead", "sequence_overhead"))
+            chip = dcost.hardware(rows[0]["hardware"])
+            assert eng.fields(chip)["prefill_step_overhead"] == 0.0
+            assert eng.fields(chip)["sequence_overhead"] == 0.0
         prep = user.prepare(rows, eng)
         err = np.abs(user.predict_offsets(prep, np.zeros(len(user.FIELDS))) / prep.measured - 1)
         got = shipped["by_group"]["/".join(key)]["median_by_k"]["0"]
