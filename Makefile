@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # What lint and typecheck look at.
-SOURCES := dcost tests experiments benchmarks notebooks docs
+SOURCES := dcost dcost_launch.py tests experiments benchmarks notebooks docs
 
 .PHONY: demo test test-quick experiments notebooks bench lint typecheck check floors clean docs browser
 
@@ -69,6 +69,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/optimizer.py
 	$(BIN)/python benchmarks/plan.py
 	$(BIN)/python benchmarks/calibration.py
+	$(BIN)/python benchmarks/daemon.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check $(SOURCES)

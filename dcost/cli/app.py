@@ -35,6 +35,7 @@ _SUBCOMMANDS = {
     "engines": "engines",
     "simulate": "simulate",
     "serve": "serve",
+    "daemon": "daemon",
 }
 
 
