@@ -16,7 +16,10 @@ files (path, size and modification time of every file of the package), and the s
 ``DCOST_*``, ``JAX_*`` and ``XLA_*`` variables and ``XDG_CACHE_HOME``, which decide how dcost
 compiles and where it keeps its programs. A process whose key differs finds no daemon and runs
 the command itself, as it does when no daemon runs, when ``DCOST_DAEMON=0`` (``off``, ``false``,
-``no``), or when the daemon's directory is not private to the user (``directory``).
+``no``), or when the daemon's directory is not private to the user (``directory``). With
+``DCOST_DAEMON=auto`` a command that finds no daemon starts one (``spawn``; it ends after 30 idle
+minutes) and hands itself over: the first command pays for the daemon's imports, the later ones
+find it warm. Where the daemon cannot start, the command runs in its own process.
 The daemon answers one command at a time; output streams back as it is written; the exit code is
 the command's.
 """
@@ -41,11 +44,17 @@ __all__ = [
     "socket_path",
     "forwardable",
     "request",
+    "status",
+    "spawn",
     "forward",
     "run",
+    "AUTO_IDLE_S",
 ]
 
 OFF_VALUES = frozenset({"0", "off", "false", "no"})
+
+AUTO_IDLE_S = 30 * 60.0
+"""How long a daemon started by ``DCOST_DAEMON=auto`` waits for a command before it ends (s)."""
 
 FORWARDED = frozenset(
     {
@@ -167,16 +176,70 @@ def request(path, message: dict, timeout: float | None = None):
                 yield json.loads(line)
 
 
+def status(path, timeout: float = 2.0) -> dict | None:
+    """The status of the daemon listening at ``path`` (its pid, uptime, commands answered, idle
+    limit and key), or None where none answers."""
+    try:
+        for msg in request(path, {"op": "status"}, timeout=timeout):
+            if "status" in msg:
+                return msg["status"]
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def spawn(path, idle_s: float, wait_s: float = 120.0) -> tuple[int, bool]:
+    """Start a daemon on ``path`` that ends after ``idle_s`` seconds without a command, in a
+    session of its own (a shell's Ctrl-C does not reach it), its output in ``path`` with the
+    suffix ``.log``; returns once it answers: its pid, and whether this call started it (False:
+    one was running, or another process started it meanwhile: a lock file beside the socket lets
+    one process start it at a time). Raises ``RuntimeError`` with the log's end where it does not
+    answer within ``wait_s`` seconds."""
+    import fcntl
+    import subprocess
+    import time
+
+    path = pathlib.Path(path)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        st = status(path)
+        if st is not None:
+            return int(st["pid"]), False
+        log = path.with_suffix(".log")
+        with open(log, "ab") as f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dcost.cli.daemon", str(path), repr(float(idle_s))],
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=f,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if status(path, timeout=1.0) is not None:
+                return proc.pid, True
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.kill()
+    tail = log.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"the dcost daemon did not start (log {log}):\n{tail}")
+
+
 def forward(argv) -> int | None:
     """Run ``argv`` on the daemon of this process's key: its exit code, or None where there is
     none to ask (no socket, nothing listening, a directory not private to the user, or a daemon
     that ended before it wrote anything: the caller then runs the command itself)."""
+    auto = os.environ.get("DCOST_DAEMON", "").strip().lower() == "auto"
     try:
         k = key()
-        path = socket_path(k)
+        path = socket_path(k, create=auto)
+        if auto and not path.exists():
+            spawn(path, AUTO_IDLE_S)
         if not path.exists():
             return None
-    except (OSError, ImportError, DaemonDirError):
+    except (OSError, ImportError, DaemonDirError, RuntimeError):
         return None
     streams = {"stdout": sys.stdout, "stderr": sys.stderr}
     said = False

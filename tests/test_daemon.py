@@ -138,6 +138,21 @@ def test_an_idle_daemon_ends_by_itself(daemon_env):
     assert not list(pathlib.Path(daemon_env["DCOST_DAEMON_DIR"]).glob("*.sock"))
 
 
+@pytest.mark.slow
+def test_auto_starts_a_daemon_on_the_first_command(daemon_env):
+    env = dict(daemon_env, DCOST_DAEMON="auto")
+    assert _served(env) is None
+    mine = _launch(["presets"], dict(env, DCOST_DAEMON="0"))
+    first, second = _launch(["presets"], env), _launch(["presets"], env)
+    assert first.returncode == second.returncode == mine.returncode == 0
+    assert first.stdout == second.stdout == mine.stdout
+    assert _served(env) == 2  # the first command started it, and both went to it
+    st = dcost_launch.status(
+        pathlib.Path(env["DCOST_DAEMON_DIR"]) / f"{dcost_launch.key(env)}.sock"
+    )
+    assert st is not None and st["idle_s"] == dcost_launch.AUTO_IDLE_S
+
+
 @pytest.mark.parametrize("idle", ["0", "-1", "nan", "inf"])
 def test_a_bad_idle_time_is_refused(daemon_env, idle):
     out = _launch(["daemon", "start", "--idle", idle], daemon_env)

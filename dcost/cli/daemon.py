@@ -8,7 +8,8 @@
 While it runs, the ``dcost`` command (``dcost_launch``) hands it ``plan``, ``eval``,
 ``optimize``, ``simulate`` and the other subcommands of ``dcost_launch.FORWARDED`` instead of
 starting JAX again: the answer is the same, printed as the command prints it, with its exit
-code; a second ``dcost plan`` takes about 0.3 s instead of about 2 s (``benchmarks/daemon.py``).
+code; a second ``dcost plan`` takes about 0.4 s instead of 2-4 s (``benchmarks/daemon.py``).
+With ``DCOST_DAEMON=auto`` (in a shell's profile, say) the first such command starts one.
 It answers one command at a time, in the caller's working directory, and only for processes of
 the same interpreter, dcost files and compiling environment (``dcost_launch.key``); others run
 their commands themselves. The socket and a log of the daemon's own output are in
@@ -25,7 +26,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -54,16 +54,11 @@ def add_parsers(subparsers) -> None:
 
 
 def ping(path, timeout: float = 2.0) -> dict | None:
-    """The status of the daemon listening at ``path``, or None where none answers."""
+    """The status of the daemon listening at ``path``, or None where none answers
+    (``dcost_launch.status``)."""
     import dcost_launch
 
-    try:
-        for msg in dcost_launch.request(path, {"op": "status"}, timeout=timeout):
-            if "status" in msg:
-                return msg["status"]
-    except (OSError, ValueError):
-        return None
-    return None
+    return dcost_launch.status(path, timeout)
 
 
 def cmd_daemon(args) -> int:
@@ -112,36 +107,21 @@ def cmd_daemon(args) -> int:
 
 
 def _start(path, idle_s: float) -> int:
-    st = ping(path)
-    if st is not None:
-        print(f"dcost daemon: already running (pid {st['pid']}; socket {path})")
+    import dcost_launch
+
+    try:
+        pid, mine = dcost_launch.spawn(path, idle_s)
+    except RuntimeError as err:
+        raise ValueError(str(err)) from None
+    if not mine:
+        print(f"dcost daemon: already running (pid {pid}; socket {path})")
         return 0
-    log = path.with_suffix(".log")
-    with open(log, "ab") as f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dcost.cli.daemon", str(path), str(idle_s)],
-            stdin=subprocess.DEVNULL,
-            stdout=f,
-            stderr=f,
-            start_new_session=True,  # not ended with the shell's job, nor by its Ctrl-C
-        )
-    deadline = time.monotonic() + 120.0
-    while time.monotonic() < deadline:
-        st = ping(path, timeout=1.0)
-        if st is not None:
-            print(
-                f"dcost daemon: started (pid {proc.pid}); `dcost` commands of this environment "
-                f"now run in it; it ends after {idle_s / 60:g} idle minutes or `dcost daemon "
-                f"stop` (socket {path}, log {log})"
-            )
-            return 0
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if proc.poll() is None:
-        proc.kill()
-    tail = log.read_text(errors="replace")[-2000:]
-    raise ValueError(f"the daemon did not start (log {log}):\n{tail}")
+    print(
+        f"dcost daemon: started (pid {pid}); `dcost` commands of this environment now run in "
+        f"it; it ends after {idle_s / 60:g} idle minutes or `dcost daemon stop` (socket {path}, "
+        f"log {path.with_suffix('.log')})"
+    )
+    return 0
 
 
 class _Stream:
