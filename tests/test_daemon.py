@@ -102,6 +102,23 @@ def test_a_running_daemon_answers_as_its_own_process_would(daemon_env, tmp_path)
     served = _served(env)
     assert served == len(asked) + 2
 
+    # a working directory gone: an error, and the daemon answers the next command
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    path = pathlib.Path(env["DCOST_DAEMON_DIR"]) / f"{dcost_launch.key(env)}.sock"
+    said = list(
+        dcost_launch.request(
+            path, {"argv": ["presets"], "cwd": str(gone / "x"), "key": dcost_launch.key(env)}
+        )
+    )
+    assert (
+        said[-1] == {"rc": 1}
+        and "could not run it" in said[0]["stderr"]
+        and "gone" in said[0]["stderr"]
+    )
+    served += 1
+    assert _served(env) == served
+
     # not handed over: help, DCOST_DAEMON=0, another compiling environment
     assert _launch(["eval", "--help"], env).returncode == 0
     assert _launch(["presets"], here).returncode == 0

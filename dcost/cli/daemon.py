@@ -234,7 +234,14 @@ def serve(path: str, idle_s: float, key: str) -> None:
                     if msg.get("key") != key:  # say nothing: the client runs the command itself
                         continue
                     served += 1
-                    _send(conn, {"rc": _answer(conn, msg)})
+                    try:
+                        code = _answer(conn, msg)
+                    except Exception as err:  # a working directory gone, a malformed request
+                        _send(
+                            conn, {"stderr": f"dcost: error: the daemon could not run it: {err}\n"}
+                        )
+                        code = 1
+                    _send(conn, {"rc": code})
                     last = time.monotonic()
                 try:
                     if os.stat(path).st_ino != inode:
