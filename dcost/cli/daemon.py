@@ -40,7 +40,12 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser(
         "daemon", help="keep dcost loaded in a background process that answers later commands"
     )
-    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument(
+        "action",
+        choices=("start", "stop", "status"),
+        help="start one in the background (DCOST_DAEMON=auto: the first command does), stop it, "
+        "or say whether one runs for this environment (exit 0) or not (exit 1)",
+    )
     p.add_argument(
         "--idle",
         type=float,
