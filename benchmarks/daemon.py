@@ -14,7 +14,8 @@ the end, the daemon stopped):
 - ``dcost daemon start`` (the daemon imports dcost and every subcommand before it answers);
 - through the daemon: the README's plan first (the daemon loads the programs the process runs
   stored), then again (the median of ``--runs``), then another model, chip and rate (a plan of the
-  same structure: the daemon's programs in memory), and ``dcost eval``.
+  same structure: the daemon's programs in memory), ``dcost eval``, and ``dcost simulate`` (64
+  closed-loop clients; warm in its own process beside it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ PLAN += ["--rate", "100"]
 NEXT = ["plan", "--hardware", "h200", "--model", "qwen3-32b", "--traffic", "chat", "--rate", "50"]
 EVAL = ["eval", "--hardware", "h100-sxm", "--model", "llama-3-70b", "--batch", "64"]
 EVAL += ["--chips", "8", "--context", "4096"]
+SIMULATE = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
+SIMULATE += ["--clients", "64", "--prompt", "1024", "--output", "256"]
 
 
 def timed(args, env, timeout) -> float:
@@ -79,6 +82,15 @@ def main(argv=None) -> int:
         row("dcost plan, daemon, another model, chip and rate", [timed(NEXT, env, a.timeout)])
         row("dcost eval, daemon, first", [timed(EVAL, env, a.timeout)])
         row("dcost eval, daemon, again", [timed(EVAL, env, a.timeout) for _ in range(a.runs)])
+        row(
+            "dcost simulate, own process, warm",
+            [timed(SIMULATE, alone, a.timeout) for _ in range(a.runs)],
+        )
+        row("dcost simulate, daemon, first", [timed(SIMULATE, env, a.timeout)])
+        row(
+            "dcost simulate, daemon, again",
+            [timed(SIMULATE, env, a.timeout) for _ in range(a.runs)],
+        )
     finally:
         subprocess.run(
             [sys.executable, "-c", _LAUNCH, "daemon", "stop", "--all"],
