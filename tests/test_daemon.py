@@ -105,10 +105,17 @@ def test_a_running_daemon_answers_as_its_own_process_would(daemon_env, tmp_path)
     served = _served(env)
     assert served == len(asked) + 1  # the plan too
 
+    # a client that says nothing, or sends what is not a request: dropped, the daemon goes on
+    path = pathlib.Path(env["DCOST_DAEMON_DIR"]) / f"{dcost_launch.key(env)}.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(path))
+        s.sendall(b"[1, 2]\n")
+        assert s.recv(100) == b""
+    assert _served(env) == served
+
     # a working directory gone: an error, and the daemon answers the next command
     gone = tmp_path / "gone"
     gone.mkdir()
-    path = pathlib.Path(env["DCOST_DAEMON_DIR"]) / f"{dcost_launch.key(env)}.sock"
     said = list(
         dcost_launch.request(
             path, {"argv": ["presets"], "cwd": str(gone / "x"), "key": dcost_launch.key(env)}

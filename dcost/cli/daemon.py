@@ -218,12 +218,15 @@ def serve(path: str, idle_s: float, key: str) -> None:
                 except TimeoutError:
                     return
                 with conn:
-                    conn.settimeout(None)
+                    conn.settimeout(10.0)  # for the request: a client that says nothing is dropped
                     try:
                         with conn.makefile("rb") as f:
                             msg = json.loads(f.readline())
                     except (OSError, ValueError):
                         continue
+                    if not isinstance(msg, dict):
+                        continue
+                    conn.settimeout(None)
                     op = msg.get("op")
                     if op == "stop":
                         _send(conn, {"rc": 0})
