@@ -36,6 +36,7 @@ EVAL = ["eval", "--hardware", "h100-sxm", "--model", "llama-3-70b", "--batch", "
 EVAL += ["--chips", "8", "--context", "4096"]
 SIMULATE = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm"]
 SIMULATE += ["--clients", "64", "--prompt", "1024", "--output", "256"]
+_LAUNCH = "import dcost_launch; dcost_launch.run()"  # the console script, as a user runs it
 
 
 def timed(args, env, timeout) -> float:
@@ -48,9 +49,6 @@ def timed(args, env, timeout) -> float:
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} exited {out.returncode}: {out.stderr[-2000:]}")
     return wall
-
-
-_LAUNCH = "import dcost_launch; dcost_launch.run()"
 
 
 def main(argv=None) -> int:

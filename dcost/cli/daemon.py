@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 
-__all__ = ["add_parsers", "cmd_daemon", "serve", "ping"]
+__all__ = ["add_parsers", "cmd_daemon", "serve"]
 
 DEFAULT_IDLE_MINUTES = 30.0
 
@@ -58,14 +58,6 @@ def add_parsers(subparsers) -> None:
     p.set_defaults(func=cmd_daemon)
 
 
-def ping(path, timeout: float = 2.0) -> dict | None:
-    """The status of the daemon listening at ``path``, or None where none answers
-    (``dcost_launch.status``)."""
-    import dcost_launch
-
-    return dcost_launch.status(path, timeout)
-
-
 def cmd_daemon(args) -> int:
     import dcost_launch
 
@@ -86,7 +78,7 @@ def cmd_daemon(args) -> int:
     if args.action == "status":
         found = False
         for path in paths:
-            st = ping(path)
+            st = dcost_launch.status(path)
             if st is None:
                 continue
             mine = path == here
