@@ -763,6 +763,13 @@ class Model(eqx.Module):
         no FLOPs and no weight read in a step (``params_multiplied``), only memory. A tied
         model's table is also its output layer, a matmul: 0 there. 0: every dense parameter is
         multiplied (v1).
+      state_bytes_per_sequence: bytes of recurrent state a sequence holds whatever its length
+        ``sigma``: linear-attention layers (Gated DeltaNet: each head's ``d_k x d_v`` matrix and
+        the short convolution's last inputs) keep a fixed state in place of a KV cache. A
+        decode step reads and writes it (``2 B sigma``), a prefill once per chunk, and each
+        running sequence holds it (``memory_per_chip``) (0).
+      state_flops_per_token: FLOPs per token of the linear-attention recurrence beyond its
+        projections' matmuls (state update and read-out), at the attention rate (0).
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -791,6 +798,8 @@ class Model(eqx.Module):
     draft_layers: FloatLeaf = eqx.field(default=0.0, converter=_float)
     draft_kv_bytes_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     params_embedding: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    state_bytes_per_sequence: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    state_flops_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
 
     get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
@@ -847,6 +856,8 @@ class Model(eqx.Module):
             "draft_params_total",
             "draft_kv_bytes_per_token",
             "params_embedding",
+            "state_bytes_per_sequence",
+            "state_flops_per_token",
         ):
             check("Model", name, getattr(self, name))
         _at_most(

@@ -86,7 +86,11 @@ def compute(per_engine: int = 10, seed: int = 7, log=print) -> dict:
 
     recs, _ = silicon.records()
     rows = {r["id"]: r for r in silicon.load_rows()}
-    agg = [r for r in recs if r["metric"] == "tpot" and r["mode"] == "agg"]
+    agg = [  # the draw of the runs before 2026-12-03 (silicon.DRAWN_BEFORE)
+        r
+        for r in recs
+        if r["metric"] == "tpot" and r["mode"] == "agg" and r["model"] not in silicon.DRAWN_BEFORE
+    ]
     by = own_measurements.groups(agg)
     held_costs = dcost.engines.heldout()["fixed_costs_held_out"]
     rng = np.random.default_rng(seed)

@@ -68,12 +68,17 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
     a run the sample lists twice counted twice), so that each seed draws the runs it drew then
     and the splits keep their meaning (seed 0 the runs the diagnosis saw); ``compute`` drops a
     drawn run that ``silicon.SPECULATIVE_SUSPECTED`` counts out (``silicon.speculative``) and
-    keeps a repeated one (the same measurement as its twin)."""
+    keeps a repeated one (the same measurement as its twin). The models whose runs became
+    records later (``silicon.DRAWN_BEFORE``) are not in the pool."""
     from dcost.validation import silicon
 
     recs, _ = silicon.records(count_out=False)
     rows = {r["id"]: r for r in silicon.load_rows()}
-    agg = [r for r in recs if r["metric"] == "tpot" and r["mode"] == "agg"]
+    agg = [
+        r
+        for r in recs
+        if r["metric"] == "tpot" and r["mode"] == "agg" and r["model"] not in silicon.DRAWN_BEFORE
+    ]
     by_engine = collections.defaultdict(list)
     for r in agg:
         if r["id"] not in exclude:

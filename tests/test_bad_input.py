@@ -450,6 +450,8 @@ SPECS = {  # every numeric field, the serving model v2 ones included
             "draft_layers",
             "draft_kv_bytes_per_token",
             "params_embedding",
+            "state_bytes_per_sequence",
+            "state_flops_per_token",
         ],
     ),
     "Workload": (

@@ -129,6 +129,21 @@ PUBLISHED_COUNTS = [
         1e-2,
         "Kimi K2 report '32.6B'; the config counts to 32.86B (0.8 % above), unexplained as above",
     ),
+    (
+        "qwen3.5-397b-a17b",
+        "params_total",
+        397e9,
+        3e-3,
+        "model card '397B', 3 figures, with the vision encoder the preset leaves out (the language "
+        "model counts to 396.35B)",
+    ),
+    (
+        "qwen3.5-397b-a17b",
+        "params_active",
+        17e9,
+        3e-2,
+        "model card '17B', 2 figures; derived 17.35B with both embeddings",
+    ),
 ]
 
 
@@ -614,3 +629,46 @@ def test_overrides_replace_one_field():
 def test_bad_override_names_the_field():
     with pytest.raises(dcost.SpecError, match="price_per_hour"):
         dcost.hardware("h100-sxm", price_per_hour=-1.0)
+
+
+def test_gated_deltanet_preset_counts_every_tensor():
+    """Qwen3.5-397B-A17B counted tensor by tensor from its checkpoint's shapes (the text model of
+    Qwen/Qwen3.5-397B-A17B: hidden 4096, 45 Gated DeltaNet layers of 16 key heads and 64 value
+    heads of 128, a width-4 convolution; 15 gated-attention layers of 32 query and 2 KV heads of
+    256; 512 experts of 1024 and one shared; vocabulary 248,320, untied), and its state by hand:
+    45 layers x (64 x 128 x 128 float32 + 3 x 12,288 bf16 convolution inputs)."""
+    d, key, value = 4096, 16 * 128, 64 * 128
+    linear = {  # one Gated DeltaNet layer: (rows, columns) of each tensor
+        "in_proj_qkv": (2 * key + value, d),
+        "in_proj_z": (value, d),
+        "in_proj_b": (64, d),
+        "in_proj_a": (64, d),
+        "conv1d": (2 * key + value, 4),
+        "dt_bias": (64, 1),
+        "A_log": (64, 1),
+        "norm": (128, 1),
+        "out_proj": (d, value),
+    }
+    attention = {  # one gated-attention layer: the query projection also makes the output gate
+        "q_proj": (2 * 32 * 256, d),
+        "k_proj": (2 * 256, d),
+        "v_proj": (2 * 256, d),
+        "o_proj": (d, 32 * 256),
+        "q_norm": (256, 1),
+        "k_norm": (256, 1),
+    }
+    moe = {  # one MoE layer: router, 512 routed experts and the shared one (gate, up, down)
+        "gate": (512, d),
+        "experts": (512 * 3 * 1024, d),
+        "shared_expert": (3 * 1024, d),
+    }
+    size = lambda t: sum(r * c for r, c in t.values())  # noqa: E731
+    total = 45 * size(linear) + 15 * size(attention) + 60 * size(moe)
+    total += 60 * 2 * d + d + 2 * 248320 * d  # two norms a layer, the final one, embeddings
+    derived = derive_model(model_card("qwen3.5-397b-a17b"))
+    # the shared expert's sigmoid gate (d per layer) is the one tensor the derivation leaves out
+    assert derived["params_total"] == pytest.approx(total, abs=60 * d)
+    assert derived["params_attention"] == 45 * size(linear) + 15 * size(attention)
+    assert derived["kv_bytes_per_token"] == 2 * 15 * 2 * 256 * 2
+    assert derived["state_bytes_per_sequence"] == 45 * (64 * 128 * 128 * 4 + 3 * 12288 * 2)
+    assert derived["attn_flops_per_context_token"] == 4 * 15 * 32 * 256

@@ -856,3 +856,52 @@ def test_jitted_v2_decode_does_not_recompile():
     np.testing.assert_allclose(
         float(second.tpot), float(dcost.decode(d2, h, m, w2).tpot), rtol=1e-6
     )
+
+
+# ----------------------------------------------------------------- linear-attention state
+
+
+@pytest.mark.x64
+def test_linear_attention_state_by_hand():
+    """A recurrent state of sigma = 1e8 bytes a sequence (``state_bytes_per_sequence``), against
+    the same dense model without it. Decode, B = 4, T = 100, one chip: the state is read and
+    written, 2 * 4 * 1e8 = 8e8 B, 0.8 ms more of KV time; each sequence holds it, 4e8 B more
+    memory. On 4 tensor-parallel chips both split: 0.2 ms and 1e8 B a chip. Its FLOPs (1e6 a
+    token) go at the attention rate: 4 tokens * 1e6 / 1e15 = 4 ns of compute. A prefill of one
+    4,000-token prompt in 4 chunks reads and writes it 2 * 4 - 1 = 7 times: 0.7 ms. A mixed step
+    (B = 8, prompts of 400, outputs of 100) whose 16-token chunks run every step carries one
+    prompt's state beside the 8 decodes': 2 * 9 * 1e8 B, 1.8 ms; carrying whole prompts in
+    f = 0.08 of its steps, 0.92 * 1.6 ms + 0.08 * 1.8 ms = 1.616 ms on the mean step."""
+    h, w = chip(), Workload(100)
+    m0, m = dense(), dense(state_bytes_per_sequence=1e8, state_flops_per_token=1e6)
+    for g, kv, mem in ((1, 0.8e-3, 4e8), (4, 0.2e-3, 1e8)):
+        d = Design(batch=4, chips=g)
+        r, r0 = dcost.decode(d, h, m, w), dcost.decode(d, h, m0, w)
+        assert float(r.t_kv - r0.t_kv) == pytest.approx(kv, rel=1e-9)
+        assert float(r.memory_per_chip - r0.memory_per_chip) == pytest.approx(mem, rel=1e-9)
+        assert float(r.t_compute - r0.t_compute) == pytest.approx(4e6 / 1e15 / g, rel=1e-9)
+    wp, dp = Workload(0, prompt=4000), Design(batch=1, prefill_chunk=1000)
+    gap = dcost.prefill(dp, h, m, wp).t_kv - dcost.prefill(dp, h, m0, wp).t_kv
+    assert float(gap) == pytest.approx(0.7e-3, rel=1e-9)
+    wm = Workload(100, prompt=400, output=100)
+    for d, expected in ((Design(batch=8, prefill_chunk=16), 1.8e-3), (Design(batch=8), 1.616e-3)):
+        gap = dcost.mixed_step(d, h, m, wm).t_kv - dcost.mixed_step(d, h, m0, wm).t_kv
+        assert float(gap) == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(dcost.SpecError, match="state_bytes_per_sequence"):
+        dense(state_bytes_per_sequence=-1.0)
+
+
+def test_qwen35_state_binds_at_long_batches():
+    """Qwen3.5-397B-A17B on 8 B200s, batch 256: its 15 attention layers' KV (30,720 B a token,
+    its 2 KV heads held 4 times over 8 tensor-parallel chips) grows with the context, the 45
+    Gated DeltaNet layers' state (192 MB a sequence, read and written every step) does not: at
+    1,024 tokens the state's traffic is 3x the KV's, at 65,536 a twentieth of it."""
+    h = dcost.hardware("b200")
+    m = dcost.model("qwen3.5-397b-a17b", weights="fp8")
+    d = Design(batch=256, chips=8, attention_dp=1)  # attention over 8 tensor-parallel chips
+    short, long = (dcost.decode(d, h, m, Workload(t)) for t in (1024, 65536))
+    bw = float(h.hbm_bandwidth)
+    kv = lambda t: 256 * t * 30720 * 4 / (8 * bw)  # noqa: E731  (2 KV heads over 8 chips: x4)
+    state = 2 * 256 * float(m.state_bytes_per_sequence) / (8 * bw)
+    assert float(short.t_kv) == pytest.approx(kv(1024) + state, rel=1e-4)
+    assert float(long.t_kv) == pytest.approx(kv(65536) + state, rel=1e-4)

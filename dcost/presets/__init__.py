@@ -323,6 +323,11 @@ def derive_model(card: dict) -> dict:
       RoPE key, ``L*(r_kv + r)*b`` bytes per token; decode with absorbed up-projections costs
       ``2*L*h*((r_kv + r) + r_kv)`` FLOPs per context token (scores over the latent with its RoPE
       part, values over the latent).
+    - Linear attention (Gated DeltaNet, Qwen3.5): ``n_linear_layers`` of the layers hold no KV
+      cache; their parameters, the state a sequence keeps (``state_bytes_per_sequence``) and
+      the recurrence's FLOPs (``state_flops_per_token``) are ``_linear_attention``'s, and
+      ``kv_bytes_per_token`` and the attention FLOPs count the full-attention layers only. With
+      ``attn_output_gate`` the query projection is twice as wide (an output gate per head).
     - MLP: see ``_mlp_params`` (``3*d*d_ff`` for SwiGLU, ``2*d*d_ff`` for GELU, plus biases).
     - Norms: two per layer, one with parallel attention/MLP blocks (PaLM), plus the final one; each
       ``d`` weights, ``2*d`` with biases (LayerNorm).
@@ -356,16 +361,18 @@ def derive_model(card: dict) -> dict:
       ``n_experts``, ``experts_active``, ``kv_bytes_per_token`` (bytes),
       ``attn_flops_per_context_token`` (FLOP), ``n_moe_layers``, ``params_total``,
       ``params_active``, ``kv_bytes_sliding`` (bytes per sequence, 0 without sliding layers);
-      for serving model v2: ``params_attention`` (``L`` times the attention parameters of one
-      layer, biases and QK-norm included, layer norms not), ``kv_heads`` (``kv``; 1 for MLA,
-      whose cache is one latent every query head reads), ``attention_heads`` (``n_heads``),
+      for serving model v2: ``params_attention`` (the attention parameters of every layer,
+      linear-attention layers' included, biases and QK-norm too, layer norms not),
+      ``kv_heads`` (``kv``; 1 for MLA, whose cache is one latent every query head reads),
+      ``attention_heads`` (``n_heads``),
       ``prefill_attn_flops_per_context_token``
       (MLA's non-absorbed form ``2*L*h*(n + r + v)``: scores over ``n + r`` dimensions and
       values over ``v`` per head, 5.0 MFLOP for DeepSeek-V3 against 17.0 absorbed; the decode
       figure otherwise), ``max_domains_per_token`` (the arch key of that name: node-limited
       routing's ``M``, 0 = none), ``params_embedding`` (the lookup tables: ``V*d`` when the
       output layer is untied, plus learned positions ``n_positions*d``; a tied table is the
-      output layer's matmul too, so not counted).
+      output layer's matmul too, so not counted), ``state_bytes_per_sequence`` and
+      ``state_flops_per_token`` (linear attention; 0 without it).
 
     >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
     >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
@@ -397,6 +404,7 @@ def derive_model(card: dict) -> dict:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
         attn = 2.0 * d * heads * dh + 2.0 * d * kvh * dh
+        attn += d * heads * dh if a.get("attn_output_gate", False) else 0.0
         attn += ((heads + 2.0 * kvh) * dh + d) if biases else 0.0
         attn += 2.0 * dh if a.get("qk_norm", False) else 0.0
         sliding = float(a.get("n_sliding_layers", 0))
@@ -407,18 +415,21 @@ def derive_model(card: dict) -> dict:
                 f"got n_sliding_layers={sliding}, sliding_window={window}, "
                 f"n_layers={layers}"
             )
-        kv_bytes = 2.0 * (layers - sliding) * kvh * dh * kv_elem_bytes
+        full = layers - sliding - float(a.get("n_linear_layers", 0))
+        kv_bytes = 2.0 * full * kvh * dh * kv_elem_bytes
         kv_sliding = 2.0 * sliding * kvh * dh * kv_elem_bytes * window
-        attn_flops = 4.0 * (layers - sliding) * heads * dh
+        attn_flops = 4.0 * full * heads * dh
         prefill_flops = attn_flops
         kv_heads = kvh
 
+    linear = _linear_attention(a, d, kv_elem_bytes)
     norms_per_layer = 1.0 if a.get("parallel_layers", False) else 2.0
     norms = (norms_per_layer * layers + 1.0) * d * (2.0 if biases else 1.0)
     tied = a.get("tied_embeddings", False)
     lookup = (0.0 if tied else float(a["vocab"]) * d) + float(a.get("n_positions", 0)) * d
     embed = float(a["vocab"]) * d + lookup
-    shared_part = layers * attn + norms + embed
+    attn_all = (layers - linear["layers"]) * attn + linear["layers"] * linear["params"]
+    shared_part = attn_all + norms + embed
 
     n_experts = float(a.get("n_experts", 0))
     if n_experts > 0:
@@ -446,12 +457,55 @@ def derive_model(card: dict) -> dict:
         "params_total": dense + n_experts * per_expert,
         "params_active": dense + active * per_expert,
         "kv_bytes_sliding": kv_sliding,
-        "params_attention": layers * attn,
+        "params_attention": attn_all,
         "kv_heads": kv_heads,
         "attention_heads": heads,
         "prefill_attn_flops_per_context_token": prefill_flops,
         "max_domains_per_token": float(a.get("max_domains_per_token", 0)),
         "params_embedding": lookup,
+        "state_bytes_per_sequence": linear["layers"] * linear["state_bytes"],
+        "state_flops_per_token": linear["layers"] * linear["flops"],
+    }
+
+
+def _linear_attention(a: dict, d: float, conv_bytes: float) -> dict:
+    """One Gated DeltaNet layer (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", ICLR 2025,
+    arXiv 2412.06464; Qwen3-Next and Qwen3.5) of an arch table, and how many there are.
+
+    With ``h_k`` key heads of ``d_k``, ``h_v`` value heads of ``d_v`` and a causal convolution of
+    width ``K`` over the ``c = 2 h_k d_k + h_v d_v`` query, key and value channels:
+
+    - parameters ``d (2 h_k d_k + 2 h_v d_v)`` (query, key, value and output-gate projections)
+      ``+ 2 d h_v`` (the decay and update-rate projections) ``+ K c`` (the depthwise
+      convolution) ``+ 2 h_v + d_v`` (decay bias, ``A``, the gated norm) ``+ h_v d_v d`` (output);
+    - state per sequence ``h_v d_k d_v s + (K - 1) c b``: each value head's ``d_k x d_v`` matrix
+      in ``s`` bytes (``state_bytes_per_element``, 4: the checkpoints' ``mamba_ssm_dtype``
+      float32) and the convolution's last ``K - 1`` inputs in the KV cache's ``b``;
+    - FLOPs per token beyond the projections ``7 h_v d_k d_v + 2 K c``: the decay of the state
+      (``d_k d_v``), its read by the key and the rank-one update (``2 + 2``), the read-out by the
+      query (``2``), and the convolution.
+
+    A card without ``n_linear_layers`` has none (all zeros).
+    """
+    n = float(a.get("n_linear_layers", 0))
+    if not n:
+        return {"layers": 0.0, "params": 0.0, "state_bytes": 0.0, "flops": 0.0}
+    layers = float(a["n_layers"])
+    if not 0 < n < layers:
+        raise ValueError(f"n_linear_layers must be in (0, n_layers = {layers:g}); got {n:g}")
+    hk, dk = float(a["linear_key_heads"]), float(a["linear_key_head_dim"])
+    hv, dv = float(a["linear_value_heads"]), float(a["linear_value_head_dim"])
+    k = float(a.get("linear_conv_kernel", 4))
+    channels = 2.0 * hk * dk + hv * dv
+    params = d * (2.0 * hk * dk + 2.0 * hv * dv) + 2.0 * d * hv + k * channels
+    params += 2.0 * hv + dv + hv * dv * d
+    state = hv * dk * dv * float(a.get("state_bytes_per_element", 4.0))
+    state += (k - 1.0) * channels * conv_bytes
+    return {
+        "layers": n,
+        "params": params,
+        "state_bytes": state,
+        "flops": 7.0 * hv * dk * dv + 2.0 * k * channels,
     }
 
 
@@ -560,6 +614,8 @@ def model(
             "attention_heads",
             "prefill_attn_flops_per_context_token",
             "params_embedding",
+            "state_bytes_per_sequence",
+            "state_flops_per_token",
         )
     }
     # every preset carries every v2 field (0 where it has none), so presets stack for vmap

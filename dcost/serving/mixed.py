@@ -187,6 +187,10 @@ def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> 
         expert_params_touched=touched,
         kv_bytes=b * t * b_kv + x * b_kv + x * b_kv * (n_x - 1.0) / 2.0,
         kv_resident_tokens=b * t,
+        # the decodes' states, and the state of each prompt the chunk carries (x n_x / T_in of
+        # them: one for a chunk shorter than its prompt), read and written
+        state_bytes=2.0 * (b + safe_div(x * n_x, t_in)) * model.state_bytes_per_sequence,
+        state_sequences=b,
         sequences=b,
         tokens_per_step=tau,
         t_draft=t_draft,

@@ -318,6 +318,8 @@ def _assemble(
     phi_tokens,
     scheduled,
     prompt_passes=0.0,
+    state_bytes=0.0,
+    state_sequences=0.0,
 ):
     """Shared body of decode, prefill and mixed steps for one stage step (see each docstring).
 
@@ -329,7 +331,10 @@ def _assemble(
       tokens_per_step: accepted length; t_draft: draft time; draft_memory: draft bytes per chip;
       phi_tokens: tokens per pass (for matmul sizes and imbalance); scheduled: sequences the
       step schedules per pass (``sequence_overhead``); prompt_passes: the passes that carry
-      prompt tokens (``prefill_step_overhead``; a decode step's admitting share).
+      prompt tokens (``prefill_step_overhead``; a decode step's admitting share);
+      state_bytes: linear-attention state read and written (``Model.state_bytes_per_sequence``;
+      split over the chips, never replicated); state_sequences: sequences whose state is held.
+      The recurrence's FLOPs (``Model.state_flops_per_token``) go with the attention's.
     """
     p, g = design.stages, design.chips
     chips = p * g
@@ -372,14 +377,16 @@ def _assemble(
         * layout_slowdown
         / hardware.flops_achieved
     )
-    f_context = attn_ctx_flops / hardware.attention_flops_achieved
+    f_context = (
+        attn_ctx_flops + tokens * model.state_flops_per_token
+    ) / hardware.attention_flops_achieved
     flop_time = f_attn_proj + f_dense + f_expert + f_context
     t_compute = flop_time / chips
 
     # memory: weights once per pass, KV (replicated by tensor-parallel attention)
     bw = hardware.bandwidth_achieved
     extra_attn = attention_weight_params(model, groups, held)
-    t_kv = kv_bytes * rep / (chips * hardware.kv_bandwidth_achieved)
+    t_kv = (kv_bytes * rep + state_bytes) / (chips * hardware.kv_bandwidth_achieved)
     w_dense = model.bytes_per_param * passes * (model.params_multiplied + extra_attn) / (chips * bw)
     # the routed experts' reads at their own rate (``expert_bandwidth_efficiency``)
     w_expert = (
@@ -430,6 +437,7 @@ def _assemble(
     memory = (
         model.bytes_per_param * held_params / chips
         + kv_resident_tokens * model.kv_bytes_per_token * rep / g
+        + state_sequences * model.state_bytes_per_sequence / g
         + draft_memory
     )
     mfu = 2.0 * model.params_active_multiplied * tokens_per_s / (chips * hardware.flops)
@@ -622,6 +630,8 @@ def _decode(design, hardware, model, workload, smoothness) -> Report:
         expert_params_touched=touched,
         kv_bytes=b * t * model.kv_bytes_per_token,
         kv_resident_tokens=b * t,
+        state_bytes=2.0 * b * model.state_bytes_per_sequence,
+        state_sequences=b,
         sequences=b,
         tokens_per_step=tau,
         t_draft=t_draft,
@@ -719,6 +729,9 @@ def _prefill(design, hardware, model, workload, smoothness) -> PrefillReport:
         * model.params_per_expert,
         kv_bytes=kv_bytes,
         kv_resident_tokens=tokens,
+        # each chunk reads the state the last one left (the first starts from zero) and writes it
+        state_bytes=b * model.state_bytes_per_sequence * (2.0 * n_c - 1.0),
+        state_sequences=b,
         sequences=tokens,
         tokens_per_step=one,
         t_draft=0.0 * one,

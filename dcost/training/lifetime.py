@@ -307,6 +307,8 @@ def scale_model(model: Model, n_active) -> Model:
             m.d_model,
             m.kv_bytes_per_token,
             m.attn_flops_per_context_token,
+            m.state_bytes_per_sequence,
+            m.state_flops_per_token,
         ),
         model,
         (
@@ -317,6 +319,8 @@ def scale_model(model: Model, n_active) -> Model:
             model.d_model * lin,
             model.kv_bytes_per_token * area,
             model.attn_flops_per_context_token * area,
+            model.state_bytes_per_sequence * area,
+            model.state_flops_per_token * area,
         ),
     )
     if model.n_moe_layers is not None:
