@@ -469,6 +469,9 @@ class Hardware(eqx.Module):
         (``e`` large: a chip holds few of them and masks or maps the tokens routed elsewhere);
         ``e`` groups pay ``c_1/e + c_ep (1 - 1/e)`` (``dcost.serving.roofline.moe_layer_fixed``)
         (s; None: ``moe_layer_overhead``, one cost whatever the layout).
+      index_layer_overhead: time of a sparse-attention indexer's kernels beyond their work
+        (its projections, scoring and top-k launched), paid per layer of a stage step of a
+        model with ``attention_topk > 0`` (s, 0).
 
     Power (``dcost.serving.power``; None: no power model, and ``dcost.energy`` says which field
     it needs). Neither changes a step's time or its cost:
@@ -520,6 +523,7 @@ class Hardware(eqx.Module):
     expert_bandwidth_efficiency: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     expert_half_width: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     expert_ep_slowdown: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    index_layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -545,6 +549,7 @@ class Hardware(eqx.Module):
         "moe_layer_overhead": 0.0,
         "moe_ep_overhead": "moe_layer_overhead",
         "hierarchical_collectives": 0.0,
+        "index_layer_overhead": 0.0,
     }
     get = _get
 
@@ -575,6 +580,7 @@ class Hardware(eqx.Module):
             "expert_overhead",
             "moe_layer_overhead",
             "moe_ep_overhead",
+            "index_layer_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
@@ -770,6 +776,13 @@ class Model(eqx.Module):
         running sequence holds it (``memory_per_chip``) (0).
       state_flops_per_token: FLOPs per token of the linear-attention recurrence beyond its
         projections' matmuls (state update and read-out), at the attention rate (0).
+      attention_topk: context tokens each query attends to ``k`` (sparse attention: DeepSeek
+        sparse attention's top-k, 2048 for DeepSeek-V3.2 and GLM-5): the attention's FLOPs and
+        KV reads go with ``min(T, k)`` in place of ``T``; 0: every token (dense attention).
+      index_bytes_per_token: bytes a token's entry in a sparse-attention indexer's cache takes
+        over all layers (its keys, read whole by every decode step to choose the top-k; held
+        and replicated like the KV cache) (0).
+      index_flops_per_context_token: the indexer's FLOPs per (token x context token) (0).
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -800,6 +813,9 @@ class Model(eqx.Module):
     params_embedding: FloatLeaf = eqx.field(default=0.0, converter=_float)
     state_bytes_per_sequence: FloatLeaf = eqx.field(default=0.0, converter=_float)
     state_flops_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    attention_topk: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    index_bytes_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    index_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
 
     get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
@@ -847,7 +863,13 @@ class Model(eqx.Module):
 
     def _check_v2(self):
         # v2 fields: float leaves, 0 = off; counts are whole numbers (like n_experts)
-        for name in ("kv_heads", "attention_heads", "max_domains_per_token", "draft_layers"):
+        for name in (
+            "kv_heads",
+            "attention_heads",
+            "max_domains_per_token",
+            "draft_layers",
+            "attention_topk",
+        ):
             check("Model", name, getattr(self, name), integer=True)
         for name in (
             "params_attention",
@@ -858,6 +880,8 @@ class Model(eqx.Module):
             "params_embedding",
             "state_bytes_per_sequence",
             "state_flops_per_token",
+            "index_bytes_per_token",
+            "index_flops_per_context_token",
         ):
             check("Model", name, getattr(self, name))
         _at_most(

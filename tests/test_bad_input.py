@@ -452,6 +452,9 @@ SPECS = {  # every numeric field, the serving model v2 ones included
             "params_embedding",
             "state_bytes_per_sequence",
             "state_flops_per_token",
+            "attention_topk",
+            "index_bytes_per_token",
+            "index_flops_per_context_token",
         ],
     ),
     "Workload": (

@@ -331,9 +331,11 @@ def test_silicon_records_are_checked_records():
     for r in recs[::50]:
         check_record({k: v for k, v in r.items() if k != "mode"})
     reasons = {s.reason for s in skipped}
-    assert "DeepSeek sparse attention (DSA) is not modelled" in reasons
-    # Qwen3.5's Gated DeltaNet layers are modelled (a recurrent state in place of a KV cache)
-    assert any(r["model"] == "qwen3.5-397b-a17b" for r in recs)
+    assert not silicon.UNMODELLED
+    assert not any("attention" in r and "not modelled" in r for r in reasons)
+    # Qwen3.5's Gated DeltaNet layers (a recurrent state in place of a KV cache) and GLM-5's
+    # sparse attention (a top-k of the context and an indexer) are modelled
+    assert {"qwen3.5-397b-a17b", "glm-5"} <= {r["model"] for r in recs}
     first = next(
         r for r in recs if r["id"].startswith("silicon-minimaxm2_5_b300_vllm_fp8_agg_8192")
     )
@@ -420,8 +422,8 @@ def test_silicon_runs_listed_twice_are_counted_once():
     runs = {tuple(r.get(k) for k in silicon._SAME_RUN): r["id"] for r in kept}
     assert len(runs) == len(kept)
     repeats = [s for s in skipped if s.reason == silicon.REPEATED]
-    # 240, and 49 of Qwen3.5-397B's since its runs are records (2026-12-03)
-    assert len(repeats) == 289
+    # 240, and 49 of Qwen3.5-397B's and 32 of GLM-5's since their runs are records (2026-12-03)
+    assert len(repeats) == 321
     every, _ = silicon.records(count_out=False)  # as before: repeats and speculative runs in
     speculative = [s for s in skipped if s.reason == silicon.SPECULATIVE]
     assert len(every) == len(kept) + len(repeats) + len(speculative)

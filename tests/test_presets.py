@@ -129,6 +129,15 @@ PUBLISHED_COUNTS = [
         1e-2,
         "Kimi K2 report '32.6B'; the config counts to 32.86B (0.8 % above), unexplained as above",
     ),
+    ("glm-5", "params_total", 744e9, 1e-3, "GLM-5 model card '744B', MTP layer excluded"),
+    (
+        "glm-5",
+        "params_active",
+        40e9,
+        5e-2,
+        "GLM-5 model card '40B active'; derived 41.78B with both embeddings (0.95B each), 39.9B "
+        "without them: the card seems to count neither",
+    ),
     (
         "qwen3.5-397b-a17b",
         "params_total",
@@ -672,3 +681,22 @@ def test_gated_deltanet_preset_counts_every_tensor():
     assert derived["kv_bytes_per_token"] == 2 * 15 * 2 * 256 * 2
     assert derived["state_bytes_per_sequence"] == 45 * (64 * 128 * 128 * 4 + 3 * 12288 * 2)
     assert derived["attn_flops_per_context_token"] == 4 * 15 * 32 * 256
+
+
+def test_sparse_attention_preset_by_hand():
+    """GLM-5 (config.json of zai-org/GLM-5): MLA of 64 heads over a 512-rank latent and a
+    64-dimension RoPE key, 78 layers: 78 * 576 * 2 = 89,856 B of KV a token in bf16; its
+    indexer of 32 heads of 128 keeps an fp8 key and a float32 scale a token and layer,
+    78 * 132 = 10,296 B, and scores 2 * 32 * 128 FLOPs per context token and layer; each query
+    attends to the top 2,048. The indexer's parameters a layer: 2048 * 32 * 128 (queries from
+    the query latent) + 6144 * 128 (key) + 2 * 128 (its LayerNorm) + 6144 * 32 (head weights)."""
+    card = model_card("glm-5")
+    derived = derive_model(card)
+    assert derived["kv_bytes_per_token"] == 78 * 576 * 2
+    assert derived["index_bytes_per_token"] == 78 * 132
+    assert derived["index_flops_per_context_token"] == 78 * 2 * 32 * 128
+    assert derived["attention_topk"] == 2048
+    without = derive_model({"arch": {k: v for k, v in card["arch"].items() if "index" not in k}})
+    indexer = 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
+    assert derived["params_attention"] - without["params_attention"] == 78 * indexer
+    assert without["attention_topk"] == 0 and without["index_bytes_per_token"] == 0

@@ -905,3 +905,64 @@ def test_qwen35_state_binds_at_long_batches():
     state = 2 * 256 * float(m.state_bytes_per_sequence) / (8 * bw)
     assert float(short.t_kv) == pytest.approx(kv(1024) + state, rel=1e-4)
     assert float(long.t_kv) == pytest.approx(kv(65536) + state, rel=1e-4)
+
+
+# ------------------------------------------------------------------ sparse attention (DSA)
+
+
+@pytest.mark.x64
+def test_sparse_attention_by_hand():
+    """Top-k attention (``attention_topk = k = 2048``) with an indexer of 1e4 B a token and 1e5
+    FLOPs per context token, against dense attention of the same model (a = 1e6 FLOPs, 1e5 B of
+    KV a token). Decode, B = 4, T = 8192, one chip: the attention reads the top 2,048 tokens'
+    KV and the indexer every token's key: 4 * (2048 * 1e5 + 8192 * 1e4) B = 1.1469e9 B against
+    4 * 8192 * 1e5 = 3.2768e9 B dense; FLOPs 4 * (1e6 * 2048 + 1e5 * 8192) = 1.1469e10. Memory
+    holds every token's KV and key: 4 * 8192 * 1.1e5 B. Below k (T = 1000) the attention is
+    dense and only the indexer is added. A prefill of 8,192 tokens attends to a mean of
+    2048 - 2048^2/(2 * 8192) = 1,792 tokens a token (4,096 dense). An indexer's fixed cost
+    (``index_layer_overhead`` 30 us) is paid on each of the 10 layers of a sparse model only."""
+    h = chip()
+    dense_m = dense(attn_flops_per_context_token=1e6)
+    sparse_m = dense(
+        attn_flops_per_context_token=1e6,
+        attention_topk=2048,
+        index_bytes_per_token=1e4,
+        index_flops_per_context_token=1e5,
+    )
+    d = Design(batch=4)
+    r, r0 = (dcost.decode(d, h, m, Workload(8192)) for m in (sparse_m, dense_m))
+    assert float(r.t_kv) == pytest.approx(4 * (2048 * 1e5 + 8192 * 1e4) / 1e12, rel=1e-9)
+    assert float(r0.t_kv) == pytest.approx(4 * 8192 * 1e5 / 1e12, rel=1e-9)
+    ctx = r.t_compute - r0.t_compute  # the same weights' FLOPs; attention 1e6*(2048 - 8192) + ...
+    assert float(ctx) == pytest.approx(4 * (1e6 * (2048 - 8192) + 1e5 * 8192) / 1e15, rel=1e-9)
+    assert float(r.memory_per_chip - r0.memory_per_chip) == pytest.approx(4 * 8192 * 1e4)
+    short = dcost.decode(d, h, sparse_m, Workload(1000)).t_kv
+    assert float(short) == pytest.approx(4 * 1000 * 1.1e5 / 1e12, rel=1e-9)
+    wp, one = Workload(0, prompt=8192), Design(batch=1)
+    p, p0 = (dcost.prefill(one, h, m, wp) for m in (sparse_m, dense_m))
+    gap = p.t_compute - p0.t_compute
+    assert float(gap) == pytest.approx(8192 * (1e6 * (1792 - 4096) + 1e5 * 4096) / 1e15, rel=1e-9)
+    ho = chip(index_layer_overhead=3e-5)
+    assert float(dcost.decode(d, ho, sparse_m, Workload(8192)).t_overhead) == pytest.approx(3e-4)
+    assert float(dcost.decode(d, ho, dense_m, Workload(8192)).t_overhead) == 0.0
+    with pytest.raises(dcost.SpecError, match="attention_topk"):
+        dense(attention_topk=2.5)
+
+
+def test_sparse_attention_is_smooth():
+    """The top-k's ``min(T, k)`` is smooth under ``smoothness > 0``: the gradient of a decode
+    step's time against the context is finite and positive on both sides of ``k``, and at
+    ``smoothness = 0`` it is the exact minimum."""
+    h, m = dcost.hardware("h200"), dcost.model("glm-5", weights="fp8")
+    d = Design(batch=64, chips=8)
+
+    def tpot(t):
+        return dcost.decode(d, h, m, Workload(t), smoothness=0.05).tpot
+
+    for t in (1024.0, 2048.0, 8192.0):
+        g = float(jax.grad(tpot)(t))
+        assert np.isfinite(g) and g > 0
+    from dcost.serving.roofline import attended
+
+    assert float(attended(8192.0, 2048.0, 0.0)) == 2048.0
+    assert 1500.0 < float(attended(2048.0, 2048.0, 0.05)) < 2048.0

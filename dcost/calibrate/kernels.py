@@ -229,6 +229,18 @@ def find_tables(root, gpu: str, engine: str) -> dict[str, pathlib.Path] | None:
         if f.is_file():
             found["moe"] = f
             break
+    for v in reversed(_versions(root, gpu, "sparse_attention", engine)):
+        f = root / gpu / "sparse_attention" / engine / v / "dsa_generation_module_perf.parquet"
+        if f.is_file():
+            found["dsa_generation"] = f
+            # the same module without the indexer, of a dense-attention MLA (DeepSeek-V3): the
+            # same version's table, else the latest
+            for w in [v] + list(reversed(_versions(root, gpu, "mla", engine))):
+                m = root / gpu / "mla" / engine / w / "mla_generation_module_perf.parquet"
+                if m.is_file():
+                    found["mla_generation_module"] = m
+                    break
+            break
     for v in reversed(_versions(root, gpu, "comm", engine)):
         f = root / gpu / "comm" / engine / v / "custom_allreduce_perf.parquet"
         if f.is_file():
@@ -932,6 +944,64 @@ def fit_moe(
     return KernelFit("moe", values, len(y), rms, med, p90)
 
 
+INDEX_SMALL = (16, 2048)
+"""Largest batch and context of the sparse-attention rows whose indexer cost is taken: where the
+module is at its latency floor, and its work (which the serving model prices) is small."""
+
+
+def fit_sparse_index(table: Mapping[str, np.ndarray], seed: int = 0, without=None) -> KernelFit:
+    """A sparse-attention indexer's fixed cost a layer, ``index_layer_overhead``, from a DSA
+    generation-module table that times the module with its indexer and without it (AIConfigurator
+    times GLM-5.2's layers that reuse an earlier layer's top-k as ``*skip_indexer*`` kernels;
+    SGLang's tables), or else against ``without``, a table of the MLA generation module of a
+    dense-attention model (DeepSeek-V3: vLLM's and TensorRT-LLM's tables).
+
+    Pairs of rows alike but for the indexer (heads, batch, context, KV and GEMM formats, tensor
+    parallelism) at small batch and context (``INDEX_SMALL``) give ``c = t_indexer - t_skip``;
+    ``c`` is the median over 80 % of the pairs, and the residual is that of
+    ``t_indexer = t_skip + c`` on the other 20 % (all sizes' pairs among them: how far a constant
+    carries). Raises ``ValueError`` when the table has no such pairs (an engine whose table times
+    one kind only: no fit, the field stays 0).
+
+    >>> n = 100  # 50 pairs: batch 1-10 at 5 contexts, 65 us with the indexer, 35 without
+    >>> batch = np.repeat(np.tile(np.arange(1.0, 11.0), 5), 2)
+    >>> t = {"kernel_source": np.array(["dsa_indexer", "dsa_skip_indexer"] * 50),
+    ...      "num_heads": np.full(n, 8.0), "batch_size": batch,
+    ...      "step": np.repeat([64.0, 256.0, 512.0, 1024.0, 2048.0], 20),
+    ...      "kv_cache_dtype": np.array(["fp8"] * n), "gemm_type": np.array(["fp8_block"] * n),
+    ...      "tp_size": np.full(n, 8.0), "latency": np.tile([0.065, 0.035], 50)}
+    >>> round(fit_sparse_index(t).values["index_layer_overhead"] * 1e6, 3)  # 30 us, in s
+    30.0
+    """
+    source = np.asarray(table["kernel_source"]).astype(str)
+    skip = np.char.find(source, "skip") >= 0
+    keys = ("num_heads", "batch_size", "step", "kv_cache_dtype", "gemm_type", "tp_size")
+    latency = np.asarray(table["latency"], dtype=float) * 1e-3  # ms in the tables
+    base: dict[tuple, list[float]] = {}
+    for i in np.flatnonzero(skip):
+        base.setdefault(tuple(str(table[k][i]) for k in keys), []).append(latency[i])
+    if not base and without is not None:
+        lat = np.asarray(without["latency"], dtype=float) * 1e-3
+        for j in range(len(lat)):
+            base.setdefault(tuple(str(without[k][j]) for k in keys), []).append(lat[j])
+    pairs = [
+        (latency[i], min(base[key]), float(table["batch_size"][i]), float(table["step"][i]))
+        for i in np.flatnonzero(~skip)
+        if (key := tuple(str(table[k][i]) for k in keys)) in base
+    ]
+    if len(pairs) < MIN_ROWS:
+        raise ValueError("no rows time the module with and without its indexer")
+    t_ix, t_skip, batch, ctx = (np.asarray(x) for x in zip(*pairs, strict=True))
+    fit_i, held_i = _split(len(pairs), seed)
+    small = (batch <= INDEX_SMALL[0]) & (ctx <= INDEX_SMALL[1])
+    use = fit_i[small[fit_i]]
+    if len(use) < MIN_ROWS:
+        raise ValueError("too few small rows time the module with and without its indexer")
+    c = float(np.median(t_ix[use] - t_skip[use]))
+    rms, med, p90 = _residuals(t_skip[held_i] + c, t_ix[held_i])
+    return KernelFit("sparse_attention", {"index_layer_overhead": c}, len(pairs), rms, med, p90)
+
+
 def main_kernel(sources: np.ndarray) -> str:
     """The kernel source with the most rows among ``sources`` (a class's rows of a MoE table):
     a weight-only expert class is fitted on the one kernel that serves it. AIConfigurator's
@@ -963,6 +1033,13 @@ def fit_tables(tables: Mapping[str, Mapping[str, np.ndarray]], hardware: str, se
         )
     if "allreduce" in tables:
         fits["allreduce"] = fit_allreduce(tables["allreduce"], hardware, seed)
+    if "dsa_generation" in tables:
+        try:
+            fits["sparse_attention"] = fit_sparse_index(
+                tables["dsa_generation"], seed, tables.get("mla_generation_module")
+            )
+        except ValueError:
+            pass  # the table times the module one way only: no indexer cost (0)
     if "moe" in tables:
         try:
             fits["moe"] = fit_moe(tables["moe"], hardware, fits["gemm"].values, seed)
@@ -1091,6 +1168,10 @@ def rebuild(
             version = str(found.pop("version"))
             tables = {k: read_table(v) for k, v in found.items()}
             fits = fit_tables(tables, hardware, seed)
+            if "sparse_attention" not in fits:  # tables no fit used are not the profile's source
+                for k in ("dsa_generation", "mla_generation_module"):
+                    found.pop(k, None)
+                    tables.pop(k, None)
             shared, precision = profile_from_fits(fits, family_profile)
             rel = {k: str(pathlib.Path(v).relative_to(root)) for k, v in found.items()}
             provenance = {

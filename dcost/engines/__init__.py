@@ -115,6 +115,7 @@ PROFILE_FIELDS = (
     "moe_layer_overhead",
     "moe_ep_overhead",
     "hierarchical_collectives",
+    "index_layer_overhead",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
@@ -858,6 +859,7 @@ def slower(hardware: Hardware, factor: float) -> Hardware:
         "expert_overhead",
         "moe_layer_overhead",
         "moe_ep_overhead",
+        "index_layer_overhead",
     )
     values = {n: getattr(hardware, n) / factor for n in rates}
     if hardware.attention_flops is not None:

@@ -328,6 +328,10 @@ def derive_model(card: dict) -> dict:
       the recurrence's FLOPs (``state_flops_per_token``) are ``_linear_attention``'s, and
       ``kv_bytes_per_token`` and the attention FLOPs count the full-attention layers only. With
       ``attn_output_gate`` the query projection is twice as wide (an output gate per head).
+    - Sparse attention (DSA: DeepSeek-V3.2, GLM-5): MLA whose queries attend to the top
+      ``index_topk`` tokens a lightning indexer picks (``attention_topk``); the indexer's
+      parameters are attention's, its cache and FLOPs are ``index_bytes_per_token`` and
+      ``index_flops_per_context_token`` (``_indexer``).
     - MLP: see ``_mlp_params`` (``3*d*d_ff`` for SwiGLU, ``2*d*d_ff`` for GELU, plus biases).
     - Norms: two per layer, one with parallel attention/MLP blocks (PaLM), plus the final one; each
       ``d`` weights, ``2*d`` with biases (LayerNorm).
@@ -372,7 +376,9 @@ def derive_model(card: dict) -> dict:
       routing's ``M``, 0 = none), ``params_embedding`` (the lookup tables: ``V*d`` when the
       output layer is untied, plus learned positions ``n_positions*d``; a tied table is the
       output layer's matmul too, so not counted), ``state_bytes_per_sequence`` and
-      ``state_flops_per_token`` (linear attention; 0 without it).
+      ``state_flops_per_token`` (linear attention; 0 without it), ``attention_topk``,
+      ``index_bytes_per_token`` and ``index_flops_per_context_token`` (sparse attention; 0
+      without it).
 
     >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
     >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
@@ -400,6 +406,7 @@ def derive_model(card: dict) -> dict:
         prefill_flops = 2.0 * layers * heads * ((nope + rope) + vd)
         kv_sliding = 0.0
         kv_heads = 1.0
+        attn += _indexer(a, d, qr)["params"]
     else:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
@@ -465,6 +472,32 @@ def derive_model(card: dict) -> dict:
         "params_embedding": lookup,
         "state_bytes_per_sequence": linear["layers"] * linear["state_bytes"],
         "state_flops_per_token": linear["layers"] * linear["flops"],
+        "attention_topk": float(a.get("index_topk", 0)),
+        "index_bytes_per_token": layers * _indexer(a, d, 0.0)["bytes"],
+        "index_flops_per_context_token": layers * _indexer(a, d, 0.0)["flops"],
+    }
+
+
+def _indexer(a: dict, d: float, q_rank: float) -> dict:
+    """One layer's lightning indexer of DeepSeek sparse attention (DSA; DeepSeek-V3.2 report,
+    arXiv 2512.02556, section 2.1; GLM-5), which scores every earlier token with ``h_I`` heads of
+    ``d_I`` and keeps the top ``index_topk`` for the MLA attention.
+
+    - parameters ``r_q h_I d_I`` (its queries, from MLA's query latent of rank ``r_q``) ``+ d d_I``
+      (its one key head) ``+ 2 d_I`` (the key's LayerNorm) ``+ d h_I`` (the heads' weights);
+    - cache ``d_I + 4 d_I/128`` bytes a token: the key in fp8 with a float32 scale per 128
+      (``index_bytes_per_key``, to override);
+    - FLOPs ``2 h_I d_I`` per (token x context token): every head's score of every key.
+
+    A card without ``index_topk`` has none (all zeros).
+    """
+    if not a.get("index_topk", 0):
+        return {"params": 0.0, "bytes": 0.0, "flops": 0.0}
+    heads, dim = float(a["index_heads"]), float(a["index_head_dim"])
+    return {
+        "params": q_rank * heads * dim + d * dim + 2.0 * dim + d * heads,
+        "bytes": float(a.get("index_bytes_per_key", dim + 4.0 * dim / 128.0)),
+        "flops": 2.0 * heads * dim,
     }
 
 
@@ -616,6 +649,9 @@ def model(
             "params_embedding",
             "state_bytes_per_sequence",
             "state_flops_per_token",
+            "attention_topk",
+            "index_bytes_per_token",
+            "index_flops_per_context_token",
         )
     }
     # every preset carries every v2 field (0 where it has none), so presets stack for vmap

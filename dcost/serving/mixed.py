@@ -17,7 +17,14 @@ import numpy as np
 from dcost.engines import on_engine
 from dcost.serving._jitted import check_types, checked, jitted, smoothness_argument
 from dcost.serving.moe import _expert_fraction
-from dcost.serving.roofline import SECONDS_PER_HOUR, Report, _assemble, _speculation
+from dcost.serving.roofline import (
+    SECONDS_PER_HOUR,
+    Report,
+    _assemble,
+    _speculation,
+    attended,
+    prefill_attended,
+)
 from dcost.smooth import safe_div, smax, smin
 from dcost.specs import (
     Design,
@@ -173,6 +180,8 @@ def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> 
     phi = _expert_fraction(tokens, model.n_experts, model.experts_active)
     touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
     b_kv = model.kv_bytes_per_token
+    b_idx = model.index_bytes_per_token  # a sparse-attention indexer's keys (0: dense)
+    t_att = attended(t, model.attention_topk, smoothness)
     tau, t_draft, draft_memory = speculation
     r = _assemble(
         design,
@@ -182,10 +191,15 @@ def _carrying(design, hardware, model, workload, smoothness, x, speculation) -> 
         smoothness,
         tokens=tokens,
         passes=1.0,
-        attn_ctx_flops=decode_tokens * model.attn_flops_per_context_token * t
-        + x * model.prefill_attn_flops * t_in / 2.0,
+        attn_ctx_flops=decode_tokens
+        * (model.attn_flops_per_context_token * t_att + model.index_flops_per_context_token * t)
+        + x
+        * (
+            model.prefill_attn_flops * prefill_attended(t_in, model.attention_topk, smoothness)
+            + model.index_flops_per_context_token * t_in / 2.0
+        ),
         expert_params_touched=touched,
-        kv_bytes=b * t * b_kv + x * b_kv + x * b_kv * (n_x - 1.0) / 2.0,
+        kv_bytes=b * (t_att * b_kv + t * b_idx) + x * (b_kv + b_idx) * (1.0 + (n_x - 1.0) / 2.0),
         kv_resident_tokens=b * t,
         # the decodes' states, and the state of each prompt the chunk carries (x n_x / T_in of
         # them: one for a chunk shorter than its prompt), read and written

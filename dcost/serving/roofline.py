@@ -39,7 +39,7 @@ from dcost.serving.moe import (
 )
 from dcost.serving.pipeline import hop_time, pipeline_latency
 from dcost.serving.speculative import _accepted_tokens, draft_time
-from dcost.smooth import safe_div, smax
+from dcost.smooth import safe_div, smax, smin
 from dcost.specs import (
     Design,
     Hardware,
@@ -298,6 +298,33 @@ def chunks(prompt, chunk, smoothness=0.0):
     return jnp.where(chunk > 0, smax([n, jnp.ones_like(n)], smoothness), 1.0)
 
 
+def attended(context, topk, smoothness=0.0):
+    """Context tokens a decode query attends to: ``min(T, k)`` under sparse attention of top-k
+    ``k`` (``Model.attention_topk``; DeepSeek-V3.2 report, arXiv 2512.02556, section 2.1), ``T``
+    where ``k = 0`` (dense), 0 where ``T = 0``; smooth with ``smoothness``.
+
+    >>> float(attended(8192.0, 2048.0)), float(attended(1000.0, 2048.0)), float(attended(9.0, 0.0))
+    (2048.0, 1000.0, 9.0)
+    """
+    t = jnp.asarray(context, dtype=jnp.result_type(float))
+    sparse = topk > 0
+    t1, k1 = jnp.where(t > 0, t, 1.0), jnp.where(sparse, topk, 1.0)
+    m = jnp.where(smoothness > 0, smin([t1, k1], smoothness), jnp.minimum(t1, k1))
+    return jnp.where(sparse, jnp.where(t > 0, m, 0.0), t)
+
+
+def prefill_attended(prompt, topk, smoothness=0.0):
+    """Mean context a prompt's tokens attend to, causal: ``T/2`` dense; under top-k ``k``, the
+    ``i``-th token attends to ``min(i, k)``, a mean of ``m - m^2/(2T)`` with ``m = min(T, k)``
+    (``T/2`` when ``T <= k``, ``k - k^2/(2T)`` after).
+
+    >>> float(prefill_attended(1000.0, 2048.0)), float(prefill_attended(8192.0, 2048.0))
+    (500.0, 1792.0)
+    """
+    m = attended(prompt, topk, smoothness)
+    return m - safe_div(m * m, 2.0 * prompt)
+
+
 def _assemble(
     design,
     hardware,
@@ -414,6 +441,9 @@ def _assemble(
             hardware.get("moe_layer_overhead"), hardware.get("moe_ep_overhead"), expert_groups
         )
         * moe_layers
+        # a sparse-attention indexer's kernels, every layer of a model with top-k attention
+        + hardware.get("index_layer_overhead")
+        * jnp.where(model.attention_topk > 0, model.n_layers / p, 0.0)
     ) + prompt_passes * hardware.get("prefill_step_overhead")
     overlapped = smax([t_compute, t_weights + t_kv, t_comm], smoothness)
     serial = stage_time(
@@ -436,7 +466,7 @@ def _assemble(
     )
     memory = (
         model.bytes_per_param * held_params / chips
-        + kv_resident_tokens * model.kv_bytes_per_token * rep / g
+        + kv_resident_tokens * (model.kv_bytes_per_token + model.index_bytes_per_token) * rep / g
         + state_sequences * model.state_bytes_per_sequence / g
         + draft_memory
     )
@@ -617,6 +647,7 @@ def _decode(design, hardware, model, workload, smoothness) -> Report:
     phi = _expert_fraction(tokens, model.n_experts, model.experts_active)
     touched = (model.n_experts + design.get("redundant_experts")) * model.params_per_expert * phi
     tau, t_draft, draft_memory = _speculation(design, hardware, model, workload, smoothness)
+    t_att = attended(t, model.attention_topk, smoothness)  # sparse attention reads its top-k
     return _assemble(
         design,
         hardware,
@@ -626,9 +657,10 @@ def _decode(design, hardware, model, workload, smoothness) -> Report:
         tokens=tokens,
         passes=1.0,
         prompt_passes=admitted_share(b, tau, workload.output, smoothness),
-        attn_ctx_flops=tokens * model.attn_flops_per_context_token * t,
+        attn_ctx_flops=tokens
+        * (model.attn_flops_per_context_token * t_att + model.index_flops_per_context_token * t),
         expert_params_touched=touched,
-        kv_bytes=b * t * model.kv_bytes_per_token,
+        kv_bytes=b * (t_att * model.kv_bytes_per_token + t * model.index_bytes_per_token),
         kv_resident_tokens=b * t,
         state_bytes=2.0 * b * model.state_bytes_per_sequence,
         state_sequences=b,
@@ -712,9 +744,8 @@ def _prefill(design, hardware, model, workload, smoothness) -> PrefillReport:
     b, t_in = design.batch, workload.prompt
     tokens = b * t_in
     n_c = chunks(t_in, design.get("prefill_chunk"), smoothness)
-    kv_bytes = tokens * model.kv_bytes_per_token + (
-        b * model.kv_bytes_per_token * t_in * (n_c - 1.0) / 2.0
-    )
+    b_kv = model.kv_bytes_per_token + model.index_bytes_per_token  # written, and read by chunks
+    kv_bytes = tokens * b_kv + (b * b_kv * t_in * (n_c - 1.0) / 2.0)
     one = jnp.ones_like(tokens)
     r = _assemble(
         design,
@@ -724,7 +755,11 @@ def _prefill(design, hardware, model, workload, smoothness) -> PrefillReport:
         smoothness,
         tokens=tokens,
         passes=n_c,
-        attn_ctx_flops=tokens * model.prefill_attn_flops * t_in / 2.0,
+        attn_ctx_flops=tokens
+        * (
+            model.prefill_attn_flops * prefill_attended(t_in, model.attention_topk, smoothness)
+            + model.index_flops_per_context_token * t_in / 2.0
+        ),
         expert_params_touched=(model.n_experts + design.get("redundant_experts"))
         * model.params_per_expert,
         kv_bytes=kv_bytes,

@@ -285,8 +285,9 @@ def scale_model(model: Model, n_active) -> Model:
     With ``f = n_active / N_active``: parameters (the embedding's share of them too) scale by
     ``f``; depth and width by ``f**(1/3)``
     (a fixed aspect ratio, ``N ~ L d**2``); KV bytes and attention FLOPs per context token, which
-    go as ``L d``, by ``f**(2/3)``. An assumption of the lifetime-dollar model, which needs the
-    serving cost of models of every size.
+    go as ``L d``, by ``f**(2/3)`` (a linear-attention state too); a sparse-attention
+    indexer's key bytes and FLOPs, of fixed width, by ``f**(1/3)``. An assumption of the
+    lifetime-dollar model, which needs the serving cost of models of every size.
 
     >>> import dcost
     >>> m = dcost.scale_model(dcost.model("llama-3-70b"), 8.0 * 70.6e9)
@@ -309,6 +310,8 @@ def scale_model(model: Model, n_active) -> Model:
             m.attn_flops_per_context_token,
             m.state_bytes_per_sequence,
             m.state_flops_per_token,
+            m.index_bytes_per_token,
+            m.index_flops_per_context_token,
         ),
         model,
         (
@@ -321,6 +324,8 @@ def scale_model(model: Model, n_active) -> Model:
             model.attn_flops_per_context_token * area,
             model.state_bytes_per_sequence * area,
             model.state_flops_per_token * area,
+            model.index_bytes_per_token * lin,  # a sparse-attention indexer's fixed-width key
+            model.index_flops_per_context_token * lin,
         ),
     )
     if model.n_moe_layers is not None:

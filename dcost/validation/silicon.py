@@ -100,19 +100,21 @@ MODELS = {
     "moonshotai/Kimi-K2.5": "kimi-k2",
     "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
+    "zhipuai/GLM-5": "glm-5",
 }
 """The sample's checkpoints -> dcost model presets (Llama 3.1 70B is the Llama 3.3 70B
 architecture; Kimi K2.5's language model is Kimi K2's; DeepSeek-V3.1 is DeepSeek-V3's)."""
 
-DRAWN_BEFORE = frozenset({"qwen3.5-397b-a17b"})
+DRAWN_BEFORE = frozenset({"qwen3.5-397b-a17b", "glm-5"})
 """Models whose runs became records after the experiments' seeded draws of runs
-(``experiments/serving_under_load.py``, ``own_runs_under_load.py``): Qwen3.5-397B-A17B's on
-2026-12-03, when its Gated DeltaNet layers were modelled. The draws leave them out, so that each
-seed keeps drawing the runs it drew and a sample the diagnosis saw stays the one it saw."""
+(``experiments/serving_under_load.py``, ``own_runs_under_load.py``): Qwen3.5-397B-A17B's and
+GLM-5's on 2026-12-03, when Gated DeltaNet and DeepSeek sparse attention were modelled. The
+draws leave them out, so that each seed keeps drawing the runs it drew and a sample the
+diagnosis saw stays the one it saw."""
 
-UNMODELLED = {
-    "zhipuai/GLM-5": "DeepSeek sparse attention (DSA) is not modelled",
-}
+UNMODELLED: dict[str, str] = {}
+"""The sample's checkpoints whose architecture dcost does not model, with the reason: none since
+Qwen3.5's Gated DeltaNet and GLM-5's sparse attention were modelled (2026-12-03)."""
 
 BATCH_BELOW_CLIENTS = (
     "batch_size is below the clients of one replica without attention data parallelism: "
@@ -147,7 +149,7 @@ REPEATED = "a run the sample lists twice (configuration, version and times alike
 configuration, engine version and measured TPOT and TTFT to the last digit (105 of the
 2026-04-06 file repeat runs of the 2026-03-25 one, whose ``measured`` date they give; 77 repeat
 rows of the same file; the rest rows of the 2026-04-27 database dump); and 49 of Qwen3.5-397B's
-rows, counted since its runs became records (2026-12-03)."""
+rows and 32 of GLM-5's, counted since their runs became records (2026-12-03)."""
 
 _QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "": "bf16"}
 
