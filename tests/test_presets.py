@@ -8,6 +8,7 @@ weight tensors a checkpoint of the architecture would hold, listed by name and s
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -700,3 +701,20 @@ def test_sparse_attention_preset_by_hand():
     indexer = 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
     assert derived["params_attention"] - without["params_attention"] == 78 * indexer
     assert without["attention_topk"] == 0 and without["index_bytes_per_token"] == 0
+
+
+def test_presets_table_says_what_is_not_a_dense_kv_cache(capsys):
+    """``dcost presets`` shows a top-k of the context and a recurrent state where a model has
+    them, and counts a sparse-attention indexer's cached keys in its KV bytes a token."""
+    from dcost.cli.app import main
+
+    assert main(["presets"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    assert "top-2048" in rows["glm-5"] and "100.2" in rows["glm-5"]  # (89,856 + 10,296) B
+    assert "+192 MB/seq state" in rows["qwen3.5-397b-a17b"]
+    assert rows["llama-3-70b"].split()[-2] == "dense"
+    assert main(["presets", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["models"]
+    assert out["qwen3.5-397b-a17b"]["state_bytes_per_sequence"] == 45 * (
+        64 * 128 * 128 * 4 + 3 * 12288 * 2
+    )

@@ -33,6 +33,9 @@ def _cmd_presets(args) -> int:
                 "n_experts": float(m.n_experts),
                 "experts_active": float(m.experts_active),
                 "kv_bytes_per_token": float(m.kv_bytes_per_token),
+                "index_bytes_per_token": float(m.index_bytes_per_token),
+                "attention_topk": float(m.attention_topk),
+                "state_bytes_per_sequence": float(m.state_bytes_per_sequence),
                 "bytes_per_param": float(m.bytes_per_param),
             }
         print(json_text(out))
@@ -80,15 +83,30 @@ def _cmd_presets(args) -> int:
                 f"{float(m.params_total) / 1e9:.1f}",
                 f"{float(m.params_active) / 1e9:.1f}",
                 (f"{float(m.experts_active):.0f} of {float(m.n_experts):.0f}" if moe else "dense"),
-                f"{float(m.kv_bytes_per_token) / 1e3:.1f}",
+                # a sparse-attention indexer's keys are cached a token too
+                f"{float(m.kv_bytes_per_token + m.index_bytes_per_token) / 1e3:.1f}",
+                _attention(m),
                 f"{float(m.bytes_per_param):g}",
             ]
         )
     print("\nModels")
     print(
-        format_table(rows, ["name", "total B", "active B", "experts", "KV kB/token", "bytes/param"])
+        format_table(
+            rows,
+            ["name", "total B", "active B", "experts", "KV kB/token", "attention", "bytes/param"],
+        )
     )
     return 0
+
+
+def _attention(m) -> str:
+    """What is not a dense KV cache: a top-k of the context, a recurrent state a sequence."""
+    parts = []
+    if float(m.attention_topk) > 0:
+        parts.append(f"top-{float(m.attention_topk):.0f}")
+    if float(m.state_bytes_per_sequence) > 0:
+        parts.append(f"+{float(m.state_bytes_per_sequence) / 1e6:.0f} MB/seq state")
+    return ", ".join(parts) or "dense"
 
 
 def add_parsers(subparsers) -> None:
