@@ -966,3 +966,36 @@ def test_sparse_attention_is_smooth():
 
     assert float(attended(8192.0, 2048.0, 0.0)) == 2048.0
     assert 1500.0 < float(attended(2048.0, 2048.0, 0.05)) < 2048.0
+
+
+@pytest.mark.x64
+@pytest.mark.parametrize("context", [0.0, 1000.0, 4000.0])
+def test_balance_batch_with_state_and_top_k_is_decodes_crossing(context):
+    """``balance_batch`` is the batch at which ``decode``'s compute equals its weight and KV
+    time, for a model with a linear-attention state and top-k attention too (a dense model, so
+    every weight is read: ``phi = 1``); ``critical_context`` is where that batch runs off to
+    infinity: just below it the batch is finite, just above no batch is compute bound. Here
+    (F/BW = 1000) that is past the top 2,048: ((2e9 + 1e7) 1e12 - 2e5 1e15 + 2048 (2e5 1e12 -
+    500 1e15)) / (200 1e15 - 1e4 1e12) = 6,293 tokens."""
+    h = chip()
+    m = dense(
+        attn_flops_per_context_token=2e5,
+        kv_bytes_per_token=500.0,
+        state_bytes_per_sequence=1e5,
+        state_flops_per_token=1e7,
+        attention_topk=2048,
+        index_bytes_per_token=2e2,
+        index_flops_per_context_token=1e4,
+    )
+    b = float(dcost.balance_batch(h, m, context))
+    assert np.isfinite(b)
+    r = dcost.decode(Design(batch=b), h, m, Workload(context))
+    assert float(r.t_compute) == pytest.approx(float(r.t_weights + r.t_kv), rel=1e-9)
+    tc = float(dcost.critical_context(h, m))
+    assert tc == pytest.approx((2.01e21 - 2e20 - 2048 * 3e17) / 1.9e17, rel=1e-9)  # past k
+    assert np.isfinite(float(dcost.balance_batch(h, m, 0.99 * tc)))
+    assert float(dcost.balance_batch(h, m, 1.01 * tc)) == np.inf
+    # a state too large for any batch to be compute bound: no crossing, a critical context of 0
+    heavy = dense(state_bytes_per_sequence=1e9)
+    assert float(dcost.balance_batch(h, heavy, 0.0)) == np.inf
+    assert float(dcost.critical_context(h, heavy)) == 0.0

@@ -815,7 +815,12 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
               - T b_{kv} F}
 
     (``N_emb`` the input-embedding lookup tables, ``Model.params_embedding``: read by row and
-    multiplied by no token, so in neither the FLOPs nor the weight read.)
+    multiplied by no token, so in neither the FLOPs nor the weight read.) With linear attention
+    a sequence also reads and writes its state and computes its recurrence (``2 sigma`` bytes,
+    ``phi_s`` FLOPs: ``Model.state_bytes_per_sequence``, ``state_flops_per_token``), and with
+    sparse attention it attends to ``T_att = min(T, k)`` tokens and its indexer reads every
+    token's key (``b_I``, ``a_I``): the denominator is ``(2(N_active - N_emb) + a T_att + a_I T +
+    phi_s) BW - (T_att b_kv + T b_I + 2 sigma) F``, as ``decode`` charges them.
 
     ``inf`` when the denominator is <= 0 (KV reads outgrow compute: no batch is compute bound).
     At ``T = 0``: ``B* = (F/BW) (b_w/2) (N_total - N_emb)/(N_active - N_emb)``, about 300 x
@@ -848,9 +853,19 @@ def balance_batch(hardware: Hardware, model: Model, context=0.0):
 def _balance_batch(hardware: Hardware, model: Model, context):
     f, bw = _rates(hardware)
     t = jnp.asarray(context, dtype=jnp.result_type(float))
-    den = (
-        2.0 * model.params_active_multiplied + model.attn_flops_per_context_token * t
-    ) * bw - t * model.kv_bytes_per_token * f
+    t_att = attended(t, model.attention_topk)
+    compute = (
+        2.0 * model.params_active_multiplied
+        + model.attn_flops_per_context_token * t_att
+        + model.index_flops_per_context_token * t
+        + model.state_flops_per_token
+    )
+    reads = (
+        t_att * model.kv_bytes_per_token
+        + t * model.index_bytes_per_token
+        + 2.0 * model.state_bytes_per_sequence
+    )
+    den = compute * bw - reads * f
     num = model.bytes_per_param * (model.params_total - model.params_embedding) * f
     pos = den > 0
     return jnp.where(pos, num / jnp.where(pos, den, 1.0), jnp.inf)
@@ -864,6 +879,13 @@ def critical_context(hardware: Hardware, model: Model):
     Beyond ``T_c`` a longer context costs more memory time than compute time per token, so no batch
     size makes decode compute bound. ``inf`` when ``b_kv F <= a BW``.
 
+    With a linear-attention state (``2 sigma`` bytes and ``phi_s`` FLOPs a sequence, as
+    ``balance_batch``) the numerator is ``(2(N_active - N_emb) + phi_s) BW - 2 sigma F``, and 0
+    when that is <= 0 (the state alone keeps decode memory bound); with sparse attention of
+    top-k ``k`` the indexer's ``b_I``, ``a_I`` join ``b_kv``, ``a`` below ``k``, and past ``k`` only
+    they grow: ``T_c = ((2(N_active - N_emb) + phi_s + a k) BW - (2 sigma + k b_kv) F) /
+    (b_I F - a_I BW)``.
+
     >>> import dcost
     >>> tc = dcost.critical_context(dcost.hardware("h100-sxm"), dcost.model("llama-3-70b"))
     >>> 500 < float(tc) < 2000
@@ -875,11 +897,23 @@ def critical_context(hardware: Hardware, model: Model):
 @jax.jit
 def _critical_context(hardware: Hardware, model: Model):
     f, bw = _rates(hardware)
-    den = model.kv_bytes_per_token * f - model.attn_flops_per_context_token * bw
-    pos = den > 0
-    return jnp.where(
-        pos, 2.0 * model.params_active_multiplied * bw / jnp.where(pos, den, 1.0), jnp.inf
+    a, b_kv = model.attn_flops_per_context_token, model.kv_bytes_per_token
+    a_i, b_i, k = (
+        model.index_flops_per_context_token,
+        model.index_bytes_per_token,
+        model.attention_topk,
     )
+    fixed = (2.0 * model.params_active_multiplied + model.state_flops_per_token) * bw - (
+        2.0 * model.state_bytes_per_sequence * f
+    )
+
+    def crossing(num, den):  # where num - T den = 0: inf if the reads never outgrow the compute
+        pos = den > 0
+        return jnp.where(pos, jnp.maximum(num, 0.0) / jnp.where(pos, den, 1.0), jnp.inf)
+
+    below = crossing(fixed, (b_kv + b_i) * f - (a + a_i) * bw)  # every token attended
+    past = crossing(fixed + k * (a * bw - b_kv * f), b_i * f - a_i * bw)  # the top k attended
+    return jnp.where((k > 0) & (below > k), past, below)
 
 
 def _rates(hardware: Hardware):
