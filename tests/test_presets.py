@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -701,6 +702,31 @@ def test_sparse_attention_preset_by_hand():
     indexer = 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
     assert derived["params_attention"] - without["params_attention"] == 78 * indexer
     assert without["attention_topk"] == 0 and without["index_bytes_per_token"] == 0
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"attention": "gqa"}, "needs attention = 'mla'; got attention = 'gqa'"),
+        ({"index_heads": None}, "needs arch.index_heads (a positive number)"),
+        ({"index_head_dim": 0}, "needs arch.index_head_dim (a positive number)"),
+        ({"index_head_dim": "128"}, "arch.index_head_dim (a positive number), the indexer's head"),
+    ],
+)
+def test_a_sparse_attention_card_without_its_indexer_is_refused(change, field):
+    """``index_topk`` on a card that is not MLA, or without the indexer's heads and head size,
+    is refused naming the field and the value (a bare KeyError, or an indexer of no
+    parameters on a GQA card, before)."""
+    arch = dict(model_card("glm-5")["arch"])
+    for key, value in change.items():
+        if value is None:
+            del arch[key]
+        else:
+            arch[key] = value
+    if arch["attention"] == "gqa":
+        arch.update(n_kv_heads=8, d_head=128)
+    with pytest.raises(ValueError, match=re.escape(field)):
+        derive_model({"arch": arch})
 
 
 def test_presets_table_says_what_is_not_a_dense_kv_cache(capsys):

@@ -388,6 +388,7 @@ def derive_model(card: dict) -> dict:
     """
     a = card["arch"]
     d, layers, heads = float(a["d_model"]), float(a["n_layers"]), float(a["n_heads"])
+    index = _indexer(a, d)
     gated = a.get("mlp", "swiglu") == "swiglu"
     biases = bool(a.get("biases", False))
     kv_elem_bytes = float(a.get("kv_bytes_per_element", 2.0))
@@ -406,7 +407,7 @@ def derive_model(card: dict) -> dict:
         prefill_flops = 2.0 * layers * heads * ((nope + rope) + vd)
         kv_sliding = 0.0
         kv_heads = 1.0
-        attn += _indexer(a, d, qr)["params"]
+        attn += index["params"] + qr * index["query_params_per_rank"]
     else:
         dh = float(a.get("d_head", d / heads))
         kvh = float(a.get("n_kv_heads", heads))
@@ -473,29 +474,48 @@ def derive_model(card: dict) -> dict:
         "state_bytes_per_sequence": linear["layers"] * linear["state_bytes"],
         "state_flops_per_token": linear["layers"] * linear["flops"],
         "attention_topk": float(a.get("index_topk", 0)),
-        "index_bytes_per_token": layers * _indexer(a, d, 0.0)["bytes"],
-        "index_flops_per_context_token": layers * _indexer(a, d, 0.0)["flops"],
+        "index_bytes_per_token": layers * index["bytes"],
+        "index_flops_per_context_token": layers * index["flops"],
     }
 
 
-def _indexer(a: dict, d: float, q_rank: float) -> dict:
+def _indexer(a: dict, d: float) -> dict:
     """One layer's lightning indexer of DeepSeek sparse attention (DSA; DeepSeek-V3.2 report,
     arXiv 2512.02556, section 2.1; GLM-5), which scores every earlier token with ``h_I`` heads of
     ``d_I`` and keeps the top ``index_topk`` for the MLA attention.
 
-    - parameters ``r_q h_I d_I`` (its queries, from MLA's query latent of rank ``r_q``) ``+ d d_I``
-      (its one key head) ``+ 2 d_I`` (the key's LayerNorm) ``+ d h_I`` (the heads' weights);
+    - parameters ``r_q h_I d_I`` (its queries, from MLA's query latent of rank ``r_q``: returned
+      per unit of rank, ``query_params_per_rank``, for the caller to multiply) ``+ d d_I`` (its
+      one key head) ``+ 2 d_I`` (the key's LayerNorm) ``+ d h_I`` (the heads' weights);
     - cache ``d_I + 4 d_I/128`` bytes a token: the key in fp8 with a float32 scale per 128
       (``index_bytes_per_key``, to override);
     - FLOPs ``2 h_I d_I`` per (token x context token): every head's score of every key.
 
-    A card without ``index_topk`` has none (all zeros).
+    A card without ``index_topk`` has none (all zeros). The indexer reads MLA's query latent, so
+    a card with ``index_topk`` must be MLA and give ``index_heads`` and ``index_head_dim``.
     """
-    if not a.get("index_topk", 0):
-        return {"params": 0.0, "bytes": 0.0, "flops": 0.0}
+    topk = a.get("index_topk", 0)
+    if not topk:
+        return {"params": 0.0, "query_params_per_rank": 0.0, "bytes": 0.0, "flops": 0.0}
+    if a.get("attention", "gqa") != "mla":
+        raise ValueError(
+            f"arch.index_topk = {topk} (sparse attention's lightning indexer) needs "
+            f"attention = 'mla'; got attention = {a.get('attention', 'gqa')!r}"
+        )
+    for key, what in (
+        ("index_heads", "the indexer's heads"),
+        ("index_head_dim", "the indexer's head size"),
+    ):
+        value = a.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(
+                f"arch.index_topk = {topk} needs arch.{key} (a positive number), {what}; "
+                f"got {value!r}"
+            )
     heads, dim = float(a["index_heads"]), float(a["index_head_dim"])
     return {
-        "params": q_rank * heads * dim + d * dim + 2.0 * dim + d * heads,
+        "params": d * dim + 2.0 * dim + d * heads,
+        "query_params_per_rank": heads * dim,
         "bytes": float(a.get("index_bytes_per_key", dim + 4.0 * dim / 128.0)),
         "flops": 2.0 * heads * dim,
     }
