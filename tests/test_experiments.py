@@ -32,6 +32,7 @@ import moe_racks  # noqa: E402
 import moe_touched  # noqa: E402
 import pipelines  # noqa: E402
 import train_departures  # noqa: E402
+import ttft_shortfall  # noqa: E402
 
 MODULES = [
     batch_curve,
@@ -488,3 +489,50 @@ def test_a_growing_queue_is_told_from_a_steady_one():
 
     assert mlperf_server._growing(Run(0.05 + 0.3 * arrival))
     assert not mlperf_server._growing(Run(rng.gamma(4.0, 0.05, arrival.size)))
+
+
+def _shortfall_row(engine, model, layers, split, measured, simulated, concurrency=8.0):
+    return {
+        "engine": engine,
+        "model": model,
+        "layers": layers,
+        "concurrency": concurrency,
+        "measured": measured,
+        "simulated": simulated,
+        "split": split,
+    }
+
+
+def test_ttft_shortfall_is_fitted_on_other_models_and_recovers_a_cost_a_layer():
+    """Runs whose simulated TTFT lacks exactly 1 ms a layer: the per-layer estimate recovers
+    it on the test split (no error left) where a constant a request cannot. A model's own
+    training runs and heavy loads never set a value: c's value is a's 1 ms, where c's own run
+    (5 ms a layer) would make the median 3 ms, and a run at concurrency 64 is left out."""
+    e = 1e-3
+    own = _shortfall_row("vllm", "c", 61.0, "seen", 0.3 + 61 * 5 * e, 0.3)
+    heavy = _shortfall_row("vllm", "d", 40.0, "seen", 9.0, 0.1, concurrency=64.0)
+    a_train = _shortfall_row("vllm", "a", 32.0, "seen", 0.1 + 32 * e, 0.1)
+    c_test = _shortfall_row("vllm", "c", 61.0, "fresh", 0.3 + 61 * e, 0.3)
+    assert ttft_shortfall.value([own, heavy, a_train, c_test], c_test, True) == pytest.approx(e)
+    rows = [
+        a_train,
+        _shortfall_row("vllm", "b", 80.0, "held_out", 0.2 + 80 * e, 0.2),
+        c_test,
+        _shortfall_row("vllm", "a", 32.0, "fresh", 0.05 + 32 * e, 0.05),
+    ]
+    out = ttft_shortfall.evaluate(rows)
+    assert out["per_layer"]["all"]["median"] == pytest.approx(0.0, abs=1e-12)
+    assert out["per_layer"]["vllm"]["value"] == pytest.approx(e)
+    assert out["simulated"]["all"]["median"] > 0.2
+    assert out["per_request"]["all"]["median"] > 0.05  # one constant cannot fit 32 and 61 layers
+
+
+def test_ttft_shortfall_committed_result_is_what_the_committed_runs_give():
+    """``results/ttft_shortfall.json`` is ``compute()`` of the committed under-load runs, and its
+    simulated errors are ``serving_under_load.json``'s own never-seen figures."""
+    got = ttft_shortfall.compute()
+    saved = json.loads(ttft_shortfall.OUT.read_text())
+    assert json.loads(json.dumps(got)) == saved
+    fresh = json.loads(ttft_shortfall.SOURCE.read_text())["splits"]["fresh"]["ttft"]
+    assert got["results"]["simulated"]["all"]["median"] == pytest.approx(fresh["median"])
+    assert got["results"]["simulated"]["all"]["p90"] == pytest.approx(fresh["p90"])
