@@ -536,3 +536,25 @@ def test_ttft_shortfall_committed_result_is_what_the_committed_runs_give():
     fresh = json.loads(ttft_shortfall.SOURCE.read_text())["splits"]["fresh"]["ttft"]
     assert got["results"]["simulated"]["all"]["median"] == pytest.approx(fresh["median"])
     assert got["results"]["simulated"]["all"]["p90"] == pytest.approx(fresh["p90"])
+
+
+def test_engines_page_quotes_the_ttft_shortfall_as_committed():
+    """``docs/engines.md`` quotes ``results/ttft_shortfall.json``'s never-seen figures."""
+    saved = json.loads(ttft_shortfall.OUT.read_text())["results"]
+    page = " ".join((EXPERIMENTS.parent / "docs" / "engines.md").read_text().split())
+
+    def pct(block, engine="all", stat="median"):
+        return f"{100 * block[engine][stat]:.1f} %"
+
+    sim, layer, request = saved["simulated"], saved["per_layer"], saved["per_request"]
+    for phrase in (
+        f"goes from {pct(sim)} to {pct(layer)} off (p90 {pct(sim, stat='p90')} to "
+        f"{pct(layer, stat='p90')})",
+        f"vLLM's from {pct(sim, 'vllm')} to {pct(layer, 'vllm')} with "
+        f"{1e3 * layer['vllm']['value']:.2f} ms a layer",
+        f"SGLang's from {pct(sim, 'sglang')} to {pct(layer, 'sglang')} with "
+        f"{1e3 * layer['sglang']['value']:.1f} ms",
+        f"{pct(sim, 'trtllm')} to {pct(layer, 'trtllm')}",
+        f"gives {pct(request)} ({pct(request, stat='p90')})",
+    ):
+        assert phrase in page, phrase
