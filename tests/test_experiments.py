@@ -31,6 +31,7 @@ import mlperf_server  # noqa: E402
 import moe_racks  # noqa: E402
 import moe_touched  # noqa: E402
 import pipelines  # noqa: E402
+import prompt_step_cost  # noqa: E402
 import train_departures  # noqa: E402
 import ttft_shortfall  # noqa: E402
 
@@ -491,11 +492,14 @@ def test_a_growing_queue_is_told_from_a_steady_one():
     assert not mlperf_server._growing(Run(rng.gamma(4.0, 0.05, arrival.size)))
 
 
-def _shortfall_row(engine, model, layers, split, measured, simulated, concurrency=8.0):
+def _shortfall_row(
+    engine, model, layers, split, measured, simulated, concurrency=8.0, moe_layers=0.0
+):
     return {
         "engine": engine,
         "model": model,
         "layers": layers,
+        "moe_layers": moe_layers,
         "concurrency": concurrency,
         "measured": measured,
         "simulated": simulated,
@@ -513,7 +517,9 @@ def test_ttft_shortfall_is_fitted_on_other_models_and_recovers_a_cost_a_layer():
     heavy = _shortfall_row("vllm", "d", 40.0, "seen", 9.0, 0.1, concurrency=64.0)
     a_train = _shortfall_row("vllm", "a", 32.0, "seen", 0.1 + 32 * e, 0.1)
     c_test = _shortfall_row("vllm", "c", 61.0, "fresh", 0.3 + 61 * e, 0.3)
-    assert ttft_shortfall.value([own, heavy, a_train, c_test], c_test, True) == pytest.approx(e)
+    assert ttft_shortfall.value([own, heavy, a_train, c_test], c_test, "per_layer") == (
+        pytest.approx(e)
+    )
     rows = [
         a_train,
         _shortfall_row("vllm", "b", 80.0, "held_out", 0.2 + 80 * e, 0.2),
@@ -525,6 +531,29 @@ def test_ttft_shortfall_is_fitted_on_other_models_and_recovers_a_cost_a_layer():
     assert out["per_layer"]["vllm"]["value"] == pytest.approx(e)
     assert out["simulated"]["all"]["median"] > 0.2
     assert out["per_request"]["all"]["median"] > 0.05  # one constant cannot fit 32 and 61 layers
+    # dense runs have no MoE layer: they set no per-MoE-layer value and gain nothing from it
+    assert out["per_moe_layer"]["vllm"]["value"] == 0.0
+    assert out["per_moe_layer"]["all"]["median"] == pytest.approx(out["simulated"]["all"]["median"])
+
+
+def test_ttft_shortfall_per_moe_layer_leaves_dense_runs_and_splits_by_kind():
+    """A cost of 2 ms a MoE layer, fitted on another mixture of experts' runs, is recovered for
+    a held-out one, a dense model's run gains nothing, and ``by_kind`` reports the dense and
+    MoE shortfalls apart."""
+    e = 2e-3
+    rows = [
+        _shortfall_row("trtllm", "m1", 61.0, "seen", 0.1 + 58 * e, 0.1, moe_layers=58.0),
+        _shortfall_row("trtllm", "d1", 80.0, "seen", 0.2, 0.2),
+        _shortfall_row("trtllm", "m2", 36.0, "fresh", 0.05 + 36 * e, 0.05, moe_layers=36.0),
+        _shortfall_row("trtllm", "d2", 32.0, "fresh", 0.1, 0.1),
+    ]
+    out = ttft_shortfall.evaluate(rows)
+    assert out["per_moe_layer"]["trtllm"]["value"] == pytest.approx(e)
+    assert out["per_moe_layer"]["all"]["median"] == pytest.approx(0.0, abs=1e-12)
+    assert out["per_layer"]["all"]["median"] > 0.1  # a cost every layer pays misses both
+    kinds = ttft_shortfall.by_kind(rows)["trtllm"]
+    assert kinds["moe"]["median"] == pytest.approx(0.5 * (58 + 36) * e)
+    assert kinds["dense"]["median"] == pytest.approx(0.0) and kinds["dense"]["runs"] == 2
 
 
 def test_ttft_shortfall_committed_result_is_what_the_committed_runs_give():
@@ -558,3 +587,88 @@ def test_engines_page_quotes_the_ttft_shortfall_as_committed():
         f"gives {pct(request)} ({pct(request, stat='p90')})",
     ):
         assert phrase in page, phrase
+
+
+def _silicon_like(charge_a_layer: float):
+    """Synthetic ``silicon.Predictions`` of 3 models' TPOT rows whose measured values hold a
+    step cost, a layer cost and ``charge_a_layer`` (s) a layer on each step with prompt tokens;
+    the last row is disaggregated."""
+    from dcost.validation.silicon import Predictions
+
+    rng = np.random.default_rng(1)
+    names = {"llama-3.1-8b": 32.0, "qwen3-32b": 64.0, "llama-3.3-70b": 80.0}
+    recs, layers = [], []
+    for name, n_layers in names.items():
+        for c in (1, 4, 16, 64, 128, 256):
+            recs.append(
+                {
+                    "metric": "tpot",
+                    "engine": "vllm",
+                    "hardware": "h100-sxm",
+                    "mode": "agg",
+                    "model": name,
+                    "concurrency": c,
+                    "source": "synthetic",
+                }
+            )
+            layers.append(n_layers)
+    recs[-1]["mode"] = "disagg"
+    n = len(recs)
+    layers = np.asarray(layers)
+    steps = rng.uniform(1.0, 1.5, n)
+    prompt_steps = steps * rng.uniform(0.01, 0.2, n)
+    base = rng.uniform(0.005, 0.02, n)
+    charged = np.array([r["mode"] == "agg" for r in recs])  # a disaggregated row's admissions
+    measured = base + 1e-3 * steps + 2e-5 * layers * steps
+    measured = measured + charge_a_layer * layers * prompt_steps * charged
+    pred = Predictions(
+        records=recs,
+        measured=measured,
+        pure=0.5 * base,
+        family=np.full(n, np.nan),
+        engine_base=base,
+        per_step=steps,
+        per_layer=layers * steps,
+        per_sequence=np.zeros(n),
+        per_prefill_step=prompt_steps,
+        engine_label=["vllm-x"] * n,
+    )
+    return pred, layers
+
+
+def test_prompt_step_cost_charges_aggregated_prompt_steps_and_refits_held_out():
+    """Rows that do hold 1 ms a layer on each prompt step: charged with it, the refitted TPOT
+    is exact (each model predicted from the other two); uncharged, a cost a prompt step cannot
+    stand for it across 32 to 80 layers. ``charged`` leaves the disaggregated row alone."""
+    pred, layers = _silicon_like(1e-3)
+    agg = np.array([r["mode"] == "agg" for r in pred.records])
+    with_it = prompt_step_cost.charged(pred, layers, 1e-3, agg)
+    assert with_it.engine_base[-1] == pred.engine_base[-1]
+    assert with_it.engine_base[0] == pytest.approx(
+        pred.engine_base[0] + 1e-3 * layers[0] * pred.per_prefill_step[0]
+    )
+    right = prompt_step_cost.held_out_tpot(with_it)["tpot"]
+    wrong = prompt_step_cost.held_out_tpot(pred)["tpot"]
+    assert right["all"]["median"] < 0.02
+    assert wrong["all"]["median"] > 0.05
+
+
+def test_prompt_step_cost_committed_result_charges_the_shortfalls_fitted_values():
+    """``results/prompt_step_cost.json`` charged the values ``results/ttft_shortfall.json``
+    fitted, and the engines page quotes its TPOT figures."""
+    saved = json.loads(prompt_step_cost.OUT.read_text())
+    short = json.loads(ttft_shortfall.OUT.read_text())["results"]
+    for form in prompt_step_cost.FORMS:
+        for engine, v in saved[form]["values"].items():
+            assert v == short[form][engine]["value"]
+    page = " ".join((EXPERIMENTS.parent / "docs" / "engines.md").read_text().split())
+
+    def pct(block, stat="median"):
+        return f"{100 * block['tpot']['all'][stat]:.1f} %"
+
+    shipped, layer, moe = saved["shipped"], saved["per_layer"], saved["per_moe_layer"]
+    phrase = (
+        f"from {pct(shipped)} ({pct(shipped, 'p90')}) to {pct(layer)} ({pct(layer, 'p90')}) a "
+        f"layer and {pct(moe)} ({pct(moe, 'p90')}) a MoE layer"
+    )
+    assert phrase in page, phrase
