@@ -432,6 +432,11 @@ class Hardware(eqx.Module):
         pass that carries prompt tokens (prefill chunks, mixed steps) and by the share of a
         decode pool's steps that admit a sequence (``dcost.serving.roofline.admitted_share``)
         (s, 0).
+      eager_moe_layer_overhead: the host's time to dispatch one MoE layer of a step that carries
+        prompt tokens, run kernel by kernel outside the CUDA graphs (routing, sorting, the
+        grouped GEMMs, the combine): such a pass takes at least ``L_moe/P`` times it, the
+        longer of its kernels and that floor (``smax``), so that a light step waits on the
+        host and a heavy one hides it (s, 0: no floor).
       kernel_roofline_smoothness: how one kernel's compute and memory traffic overlap, ``r`` in
         [0, 1]: its time is ``smax_r(t_F, t_W) = (t_F^(1/r) + t_W^(1/r))^r``, the roofline's
         maximum at 0 (v1: streaming fully hides the arithmetic or the other way round), their
@@ -524,6 +529,7 @@ class Hardware(eqx.Module):
     expert_half_width: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     expert_ep_slowdown: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     index_layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    eager_moe_layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -550,6 +556,7 @@ class Hardware(eqx.Module):
         "moe_ep_overhead": "moe_layer_overhead",
         "hierarchical_collectives": 0.0,
         "index_layer_overhead": 0.0,
+        "eager_moe_layer_overhead": 0.0,
     }
     get = _get
 
@@ -581,6 +588,7 @@ class Hardware(eqx.Module):
             "moe_layer_overhead",
             "moe_ep_overhead",
             "index_layer_overhead",
+            "eager_moe_layer_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))

@@ -365,9 +365,26 @@ def waves(rows: list[dict]) -> list[dict]:
     return out
 
 
+def launch(record, batch: int, silicon_rows: dict):
+    """How ``record``'s run was launched and measured: its engine (the nearest shipped
+    profile), that engine as deployed (InferenceX's launch scripts or AIConfigurator's
+    generator), the benchmark client's ``(rounds, spread)`` and whether InferenceX ran it.
+    ``silicon_rows``: the sample's rows by id (``silicon.load_rows``)."""
+    from dcost.validation.cases import record_engine
+
+    source = silicon_rows[record["id"][len("silicon-") : -len("-tpot")]]
+    eng = record_engine(record)[0]
+    ix = inferencex(source)
+    if ix:
+        launched = inferencex_deployed(eng, record, source["precision"], batch)
+    else:
+        launched = deployed(eng, record, batch)
+    client = (INFERENCEX_ROUNDS, INFERENCEX_RANGE) if ix else (ROUNDS, 1.0)
+    return eng, launched, client, ix
+
+
 def compute(n: int = 90, log=print) -> dict:
     from dcost.validation import silicon
-    from dcost.validation.cases import record_engine
 
     silicon_rows = {x["id"]: x for x in silicon.load_rows()}
     t0 = time.perf_counter()
@@ -379,14 +396,7 @@ def compute(n: int = 90, log=print) -> dict:
         runs = [x for x in drawn if not silicon.speculative(x[0])]
         results, refused = [], []
         for i, (r, ttft, batch) in enumerate(runs):
-            source = silicon_rows[r["id"][len("silicon-") : -len("-tpot")]]
-            eng = record_engine(r)[0]
-            ix = inferencex(source)
-            if ix:
-                launched = inferencex_deployed(eng, r, source["precision"], batch)
-            else:
-                launched = deployed(eng, r, batch)
-            client = (INFERENCEX_ROUNDS, INFERENCEX_RANGE) if ix else (ROUNDS, 1.0)
+            eng, launched, client, ix = launch(r, batch, silicon_rows)
             srv = server_for(r, launched)
             c = int(r["concurrency"])
             try:

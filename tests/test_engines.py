@@ -88,6 +88,11 @@ def test_prompt_graphs_leave_out_the_cost_of_a_step_with_prompt_tokens():
     assert {k: v for k, v in a.items() if k != "prefill_step_overhead"} == {
         k: v for k, v in b.items() if k != "prefill_step_overhead"
     }
+    # a MoE layer's dispatch floor, where a profile sets one, goes with the graphs too
+    floored = shipped.with_profile(profile={"eager_moe_layer_overhead": 1e-3})
+    assert floored.fields(h)["eager_moe_layer_overhead"] == 1e-3
+    graphed = dataclasses.replace(floored, scheduler=graphs.scheduler)
+    assert graphed.fields(h)["eager_moe_layer_overhead"] == 0.0
     d, w = (
         dcost.Design(batch=64, chips=1, prefill_chunk=1024),
         dcost.Workload(2048, prompt=1024, output=256),

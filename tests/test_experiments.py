@@ -25,6 +25,7 @@ import batch_curve  # noqa: E402
 import bound_failures  # noqa: E402
 import context_length  # noqa: E402
 import deepep_all_to_all  # noqa: E402
+import eager_floor  # noqa: E402
 import fast_mode  # noqa: E402
 import latency_floor  # noqa: E402
 import mlperf_server  # noqa: E402
@@ -670,5 +671,71 @@ def test_prompt_step_cost_committed_result_charges_the_shortfalls_fitted_values(
     phrase = (
         f"from {pct(shipped)} ({pct(shipped, 'p90')}) to {pct(layer)} ({pct(layer, 'p90')}) a "
         f"layer and {pct(moe)} ({pct(moe, 'p90')}) a MoE layer"
+    )
+    assert phrase in page, phrase
+
+
+def _floor_row(model, split, moe, measured, per_value, concurrency=8, tpot=0.01):
+    """A run whose simulated TTFT at grid value ``h`` is ``0.1 + per_value * h`` (a MoE model)
+    or 0.1 at every value (dense)."""
+    grid = np.asarray(eager_floor.GRID)
+    sims = 0.1 + (per_value * grid if moe else 0.0 * grid)
+    return {
+        "engine": "vllm",
+        "model": model,
+        "moe": moe,
+        "concurrency": concurrency,
+        "split": split,
+        "measured": measured,
+        "tpot": tpot,
+        "simulated": sims.tolist(),
+        "simulated_tpot": [tpot] * len(grid),
+    }
+
+
+def test_eager_floor_chooses_on_other_models_at_light_load_and_scores_seed_2():
+    """The value a never-seen MoE run gets is the grid value that fits the other MoE models'
+    light-load runs (1 ms here: 0.1 s + 60 x 1 ms measured), never its own model's (which wants
+    4 ms) nor a heavy run's; with it the run is exact, and a dense run is simulated as it was."""
+    h = 1e-3
+    rows = [
+        _floor_row("a", "seen", True, 0.1 + 60 * h, 60.0),
+        _floor_row("c", "seen", True, 0.1 + 60 * 4e-3, 60.0),
+        _floor_row("b", "held_out", True, 5.0, 60.0, concurrency=64),
+        _floor_row("c", "fresh", True, 0.1 + 60 * h, 60.0),
+        _floor_row("d", "fresh", False, 0.2, 0.0),
+    ]
+    assert eager_floor.choose([rows[0]]) == h
+    assert eager_floor.choose([]) == 0.0
+    out = eager_floor.evaluate(rows)
+    assert out["values"]["vllm"] == h
+    floor, plain = out["floor"]["ttft"]["all"], out["simulated"]["ttft"]["all"]
+    assert floor["runs"] == 2 and plain["runs"] == 2
+    assert sorted([floor["median"], plain["median"]])[0] == floor["median"]
+    assert out["floor"]["ttft"]["vllm"]["p90"] == pytest.approx(0.45, abs=0.01)  # the dense run
+    assert out["simulated"]["ttft"]["vllm"]["bias"] == pytest.approx(
+        np.median([0.1 / (0.1 + 60 * h), 0.1 / 0.2])
+    )
+
+
+def test_eager_floor_committed_result_without_a_floor_is_the_committed_simulation():
+    """``results/eager_floor.json`` at h = 0 is ``serving_under_load.json``'s never-seen TTFT
+    and TPOT, and the engines page quotes its held-out figures."""
+    table = json.loads(eager_floor.OUT.read_text())
+    saved = table["results"]
+    assert eager_floor.evaluate(table["runs"]) == saved  # its figures are its runs'
+    fresh = json.loads(ttft_shortfall.SOURCE.read_text())["splits"]["fresh"]
+    for metric in ("ttft", "tpot"):
+        assert saved["simulated"][metric]["all"]["median"] == pytest.approx(fresh[metric]["median"])
+    page = " ".join((EXPERIMENTS.parent / "docs" / "engines.md").read_text().split())
+
+    def pct(label, metric, stat="median", engine="all"):
+        return f"{100 * saved[label][metric][engine][stat]:.1f} %"
+
+    phrase = (
+        f"TTFT from {pct('simulated', 'ttft')} to {pct('floor', 'ttft')} "
+        f"(p90 {pct('simulated', 'ttft', 'p90')} to {pct('floor', 'ttft', 'p90')}), its TPOT "
+        f"from {pct('simulated', 'tpot')} to {pct('floor', 'tpot')} "
+        f"(p90 {pct('simulated', 'tpot', 'p90')} to {pct('floor', 'tpot', 'p90')})"
     )
     assert phrase in page, phrase

@@ -230,6 +230,38 @@ def test_prefill_step_overhead_by_hand():
 
 
 @pytest.mark.x64
+def test_eager_moe_layer_floor_by_hand():
+    """``eager_moe_layer_overhead`` h is a floor on a pass with prompt tokens: ``h L_moe / P``.
+    MoE, one chip, 10 MoE layers: with h = 1 s the floor binds, and a mixed step whose every step
+    carries a prompt (chunk 16) takes 10 s, a prefill of 4 chunks 40 s, two pipeline stages 5 s
+    a stage; with h = 1 ns it lies under the kernels and nothing moves to the last bit; a decode
+    step and a dense model never pay it; a negative value is refused."""
+    base = chip(step_overhead=1e-3, layer_overhead=1e-5)
+    slow, tiny = (
+        chip(step_overhead=1e-3, layer_overhead=1e-5, eager_moe_layer_overhead=h)
+        for h in (1.0, 1e-9)
+    )
+    m, wm = moe_model(), Workload(100, prompt=400, output=100)
+    dc = Design(batch=8, prefill_chunk=16)
+    assert float(dcost.mixed_step(dc, slow, m, wm).tpot) == pytest.approx(10.0, rel=1e-12)
+    wp, dpf = Workload(0, prompt=4000), Design(batch=2, prefill_chunk=1000)
+    assert float(dcost.prefill(dpf, slow, m, wp).ttft) == pytest.approx(40.0, rel=1e-12)
+    staged = Design(batch=8, prefill_chunk=16, stages=2)
+    assert float(dcost.mixed_step(staged, slow, m, wm).t_stage) == pytest.approx(5.0, rel=1e-12)
+    for d, w in ((dc, wm), (Design(batch=8), wm)):
+        assert float(dcost.mixed_step(d, tiny, m, w).tpot) == float(
+            dcost.mixed_step(d, base, m, w).tpot
+        )
+    d, w = Design(batch=8), Workload(100)
+    assert float(dcost.decode(d, slow, m, w).tpot) == float(dcost.decode(d, base, m, w).tpot)
+    assert float(dcost.mixed_step(dc, slow, dense(), wm).tpot) == float(
+        dcost.mixed_step(dc, base, dense(), wm).tpot
+    )
+    with pytest.raises(dcost.SpecError, match="eager_moe_layer_overhead"):
+        chip(eager_moe_layer_overhead=-1e-3)
+
+
+@pytest.mark.x64
 def test_decode_pool_admissions_by_hand():
     """A decode step with an output length admits ``min(1, B tau / T_out)`` sequences a step on
     average (Little's law), each such step paying ``prefill_step_overhead``. Dense, one chip,

@@ -116,6 +116,7 @@ PROFILE_FIELDS = (
     "moe_ep_overhead",
     "hierarchical_collectives",
     "index_layer_overhead",
+    "eager_moe_layer_overhead",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
@@ -298,7 +299,8 @@ class Engine:
         (see ``PROFILE_FIELDS``). With ``model`` (a ``dcost.Model``), a mixture of experts
         whose weights are 4-bit while it computes at bf16 takes the grouped-expert fields of
         the engine's weight-only kernels where the profile has them (``WEIGHT_ONLY_EXPERTS``).
-        With ``Scheduler.prompt_graphs``, ``prefill_step_overhead`` is 0."""
+        With ``Scheduler.prompt_graphs``, ``prefill_step_overhead`` and
+        ``eager_moe_layer_overhead`` are 0."""
         p = self.precision_of(hardware) if precision is None else precision
         if p not in self.precision_profile or p in WEIGHT_ONLY_EXPERTS:
             have = [q for q in self.precision_profile if q not in WEIGHT_ONLY_EXPERTS]
@@ -309,8 +311,10 @@ class Engine:
         values = {k: v for k, v in self.profile.items() if k != "attention_efficiency"}
         values.update(self.precision_profile[p])
         values.update(self._weight_only(p, model))
-        if self.scheduler.prompt_graphs and "prefill_step_overhead" in values:
-            values["prefill_step_overhead"] = 0.0  # replayed as a graph (Scheduler)
+        if self.scheduler.prompt_graphs:  # replayed as a graph (Scheduler)
+            for name in ("prefill_step_overhead", "eager_moe_layer_overhead"):
+                if name in values:
+                    values[name] = 0.0
         if "attention_efficiency" in self.profile:
             # the chip's attention peak as set (the KV cache's rate), else its matmul peak
             peak = hardware.get("attention_flops")
@@ -860,6 +864,7 @@ def slower(hardware: Hardware, factor: float) -> Hardware:
         "moe_layer_overhead",
         "moe_ep_overhead",
         "index_layer_overhead",
+        "eager_moe_layer_overhead",
     )
     values = {n: getattr(hardware, n) / factor for n in rates}
     if hardware.attention_flops is not None:

@@ -456,6 +456,10 @@ def _assemble(
         hardware,
     )
     t_stage = overlapped + hardware.get("kernel_serialization") * (serial - overlapped) + t_overhead
+    # a pass with prompt tokens runs outside the CUDA graphs: at least the host's dispatch of its
+    # MoE layers (``eager_moe_layer_overhead``); no floor leaves the step as it is, to the bit
+    floor = prompt_passes * hardware.get("eager_moe_layer_overhead") * moe_layers
+    t_stage = jnp.where(floor > 0, smax([t_stage, floor], smoothness), t_stage)
     t_hop = hop_time(tokens, g, p, hardware, model, passes)
     trip = pipeline_latency(t_stage, t_hop, p) + t_draft
     tpot = trip / tokens_per_step
