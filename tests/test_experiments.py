@@ -34,6 +34,7 @@ import moe_touched  # noqa: E402
 import pipelines  # noqa: E402
 import prompt_step_cost  # noqa: E402
 import train_departures  # noqa: E402
+import ttft_bands  # noqa: E402
 import ttft_shortfall  # noqa: E402
 
 MODULES = [
@@ -737,5 +738,56 @@ def test_eager_floor_committed_result_without_a_floor_is_the_committed_simulatio
         f"(p90 {pct('simulated', 'ttft', 'p90')} to {pct('floor', 'ttft', 'p90')}), its TPOT "
         f"from {pct('simulated', 'tpot')} to {pct('floor', 'tpot')} "
         f"(p90 {pct('simulated', 'tpot', 'p90')} to {pct('floor', 'tpot', 'p90')})"
+    )
+    assert phrase in page, phrase
+
+
+def _band_row(engine, moe, clients, ratio, split="seen"):
+    return {"engine": engine, "moe": moe, "concurrency": clients, "ratio": ratio, "split": split}
+
+
+def test_ttft_bands_by_engine_kind_and_load_pool_thin_groups_and_check_coverage():
+    """Nine dense light-load runs of ratios 1..9 give the band 1-9x (n = 9: the extremes), the
+    median 5x; a kind with too few runs takes its engine's runs of that load (pooled); a load
+    with too few runs of either kind has none. Coverage counts a held-out run in its band."""
+    rows = [_band_row("vllm", False, 4, float(r)) for r in range(1, 10)]
+    rows += [_band_row("vllm", True, 8, 20.0)]
+    rows += [_band_row("vllm", False, 64, 1.0)]
+    table = ttft_bands.bands(rows)
+    dense = table["vllm"]["dense"]["light"]
+    assert (dense["q10"], dense["q50"], dense["q90"], dense["pooled"]) == (1.0, 5.0, 9.0, False)
+    moe = table["vllm"]["moe"]["light"]
+    assert moe["pooled"] and moe["runs"] == 10 and moe["q90"] == 20.0
+    assert "heavy" not in table["vllm"]["dense"]
+    cov = ttft_bands.coverage(
+        table,
+        [
+            _band_row("vllm", False, 2, 3.0),
+            _band_row("vllm", False, 2, 30.0),
+            _band_row("vllm", False, 100, 1.0),
+        ],  # fmt: skip
+    )
+    assert cov["all"] == {"runs": 2, "share": 0.5} and cov["no_band"] == 1
+
+
+def test_ttft_bands_shipped_table_is_what_the_committed_runs_give():
+    """``dcost/engines/ttft_bands.toml`` (what ``dcost simulate`` quotes) and
+    ``results/ttft_bands.json`` are ``compute()`` of the committed under-load runs, and the
+    engines page quotes the never-seen coverage."""
+    got = ttft_bands.compute()
+    saved = json.loads(ttft_bands.OUT.read_text())
+    assert json.loads(json.dumps(got)) == saved
+    shipped = dcost.engines._ttft_bands()
+    for eng, kinds in got["bands"].items():
+        for kind, loads in kinds.items():
+            for load, band in loads.items():
+                for key, value in band.items():
+                    assert shipped[eng][kind][load][key] == pytest.approx(value, rel=1e-5)
+    page = " ".join((EXPERIMENTS.parent / "docs" / "engines.md").read_text().split())
+    cov = saved["coverage"]
+    phrase = (
+        f"held {100 * cov['all']['share']:.0f} % of the never-seen runs (vLLM "
+        f"{100 * cov['vllm']['share']:.0f} %, SGLang {100 * cov['sglang']['share']:.0f} %, "
+        f"TensorRT-LLM {100 * cov['trtllm']['share']:.0f} %)"
     )
     assert phrase in page, phrase

@@ -188,6 +188,41 @@ def test_cli_simulate_is_the_api_s(capsys):
     assert "--clients N" in capsys.readouterr().err
 
 
+def test_cli_simulate_says_how_far_to_trust_its_ttft(capsys):
+    """Beside a closed loop on an engine, ``dcost simulate`` gives the band of measured over
+    simulated TTFT of benchmark runs of the same engine, kind of model and load
+    (``dcost.engines.ttft_band``) and what it makes of this run's mean; pure physics and an
+    open loop get none (the runs behind the bands were closed loops on engines)."""
+    import json
+
+    from dcost import engines
+    from dcost.cli import main
+
+    args = ["simulate", "--hardware", "h100-sxm", "--model", "llama-3.1-8b"]
+    load = ["--prompt", "512", "--output", "32"]
+    closed = ["--clients", "8", "--requests", "24"]
+    assert main([*args, "--engine", "vllm", *closed, *load, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    band = engines.ttft_band("vllm", moe=False, clients=8)
+    check = got["ttft_check"]
+    assert (check["kind"], check["load"], check["runs"]) == ("dense", "light", band["runs"])
+    mean = got["ttft"]["mean"]
+    assert check["low"] == pytest.approx(band["q10"] * mean)
+    assert check["high"] == pytest.approx(band["q90"] * mean)
+    assert main([*args, "--engine", "vllm", *closed, *load]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "TTFT, how far to trust it: benchmark runs like this (vllm, dense, <= 16 clients;" in text
+    )
+    assert f"{1e3 * check['low']:.0f}-{1e3 * check['high']:.0f} ms here" in text
+    # a mixture of experts at many clients takes its own band
+    moe = engines.ttft_band("vllm", moe=True, clients=64)
+    assert moe["kind"] == "moe" and moe["load"] == "heavy" and moe["q90"] != band["q90"]
+    for other in (closed, ["--engine", "vllm", "--rate", "2", "--seconds", "5"]):
+        assert main([*args, *other, *load, "--json"]) == 0
+        assert "ttft_check" not in json.loads(capsys.readouterr().out)
+
+
 def test_cli_simulate_takes_the_engines_launch(capsys, tmp_path):
     """The launch flags set the engine's scheduler (the JSON says which ran) and give the API's
     answer on that engine; the order of a step changes the answer as the scheduler says: prompt

@@ -106,6 +106,29 @@ def _launch(eng) -> str:
     )
 
 
+def _ttft_check(eng, model: str, load, ttft_mean, disaggregated: bool) -> dict | None:
+    """The band of measured over simulated mean TTFT of benchmark runs like this one
+    (``dcost.engines.ttft_band``: the engine, a mixture of experts or not, its clients) with
+    what it makes of this run's mean TTFT (``low``, ``high``, ``median``: s); None for pure
+    physics, an open loop, a trace, a disaggregated run or no mean."""
+    import dcost
+    from dcost import engines
+
+    if eng is None or ttft_mean is None or disaggregated or load.trace is not None:
+        return None
+    moe = float(dcost.model(model).moe_layers) > 0
+    band = engines.ttft_band(eng.name, moe=moe, clients=load.clients)
+    if band is None:
+        return None
+    return {
+        "engine": eng.name,
+        **band,
+        "low": band["q10"] * ttft_mean,
+        "median": band["q50"] * ttft_mean,
+        "high": band["q90"] * ttft_mean,
+    }
+
+
 def _cmd_simulate(args) -> int:
     from dcost.planning.server import (
         Bursty,
@@ -190,6 +213,9 @@ def _cmd_simulate(args) -> int:
             "scheduler": dataclasses.asdict(eng.scheduler),
         }
     s["router"] = srv.router
+    band = _ttft_check(eng, srv.model, load, s["ttft"]["mean"], disaggregated=decode is not None)
+    if band is not None:
+        s["ttft_check"] = band
     if decode is not None:
         s["disaggregated"] = {
             "prefill_replicas": srv.replicas,
@@ -233,6 +259,16 @@ def _cmd_simulate(args) -> int:
         f"throughput {s['throughput']:.0f} output tokens/s; {s['preemptions']} preemptions; "
         f"prefix hits {100 * s['prefix_hit_rate']:.0f} %; KV peak {100 * s['kv_peak']:.0f} %"
     )
+    if band is not None:
+        b = band
+        print(
+            f"TTFT, how far to trust it: benchmark runs like this ({b['engine']}, "
+            f"{'MoE' if b['kind'] == 'moe' else 'dense'}, "
+            f"{'<= 16' if b['load'] == 'light' else '> 16'} clients; {b['runs']} runs"
+            f"{', dense and MoE' if b['pooled'] else ''}) measured {b['q10']:.2f}-{b['q90']:.2f}x"
+            f"\n  the simulated mean (median {b['q50']:.2f}x): {1e3 * b['low']:.0f}-"
+            f"{1e3 * b['high']:.0f} ms here (80 % of such runs; docs/engines.md, under load)"
+        )
     if s["unserved"]:
         print(
             f"unserved: {s['unserved']} requests need more KV tokens (prompt and output) than a "

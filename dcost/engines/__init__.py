@@ -59,6 +59,7 @@ __all__ = [
     "interval_factors",
     "confidence_factor",
     "own_measurements",
+    "ttft_band",
     "band_runs",
     "slower",
     "default_scheduler",
@@ -735,6 +736,37 @@ def own_measurements() -> dict:
     on one chip under one engine)."""
     text = resources.files(__name__).joinpath("own_measurements.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)["own"]
+
+
+@functools.cache
+def _ttft_bands() -> dict:
+    text = resources.files(__name__).joinpath("ttft_bands.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)["ttft"]["bands"]
+
+
+def ttft_band(name: str, moe: bool, clients) -> dict | None:
+    """How far measured mean TTFTs under load were from the simulated ones, for runs like this:
+    the ratio ``measured / simulated`` of benchmark runs of engine ``name``, of a mixture of
+    experts (``moe``) or a dense model, at ``clients`` closed-loop clients (16 or fewer:
+    ``"light"``, else ``"heavy"``) (``ttft_bands.toml``, written by
+    ``experiments/ttft_bands.py`` from AIConfigurator's silicon sample simulated as its
+    benchmarks ran; its never-seen runs fell in their band 74 % of the time):
+    ``{"q10", "q50", "q90", "runs", "pooled", "kind", "load"}``, ``q10``-``q90`` the band meant
+    to hold 80 % of such runs and ``q50`` their median. None for an open loop (``clients``
+    None: the runs were closed-loop benchmarks) or an engine without runs.
+
+    >>> b = ttft_band("vllm", moe=True, clients=8)
+    >>> b["load"], b["q10"] < b["q50"] < b["q90"], b["runs"] >= 8
+    ('light', True, True)
+    >>> ttft_band("vllm", moe=True, clients=None) is None
+    True
+    """
+    if clients is None:
+        return None
+    kind = "moe" if moe else "dense"
+    load = "light" if clients <= 16 else "heavy"
+    band = _ttft_bands().get(_name(name), {}).get(kind, {}).get(load)
+    return None if band is None else {**band, "kind": kind, "load": load}
 
 
 def _own_records(engine) -> int:
