@@ -494,6 +494,27 @@ def test_silicon_predictions_are_linear_in_host_costs():
     assert np.all(p.pure <= p.engine(0.0, 0.0, 0.0, 0.0) * (1 + 1e-6))
 
 
+def test_silicon_ttft_holds_the_engines_frontend_time():
+    """A lone-prefill TTFT row is the step and what the benchmark client measures beyond the
+    engine (``Scheduler.frontend_time``), as the simulation adds it; a TPOT row has none: a
+    frontend 0.5 s longer moves the TTFT by 0.5 s and the TPOT not at all."""
+    import dataclasses
+
+    recs, _ = silicon.records()
+    ttft = [r for r in recs if r["metric"] == "ttft"][:1]
+    tpot = [r for r in recs if r["metric"] == "tpot" and r["engine"] == ttft[0]["engine"]][:1]
+    pick = ttft + tpot
+    eng = dcost.validation.cases.record_engine(ttft[0])[0]
+    late = dataclasses.replace(eng, scheduler=dataclasses.replace(eng.scheduler, frontend_time=0.5))
+    a = silicon.predict_all(pick, engine_for=lambda r: eng, family=False)
+    b = silicon.predict_all(pick, engine_for=lambda r: late, family=False)
+    assert eng.scheduler.frontend_time > 0
+    assert b.engine_base[0] - a.engine_base[0] == pytest.approx(
+        0.5 - eng.scheduler.frontend_time, rel=1e-6
+    )
+    assert b.engine_base[1] == a.engine_base[1]
+
+
 # ---- the searches and the CLI ---------------------------------------------------------------
 
 

@@ -674,6 +674,11 @@ def test_prompt_step_cost_committed_result_charges_the_shortfalls_fitted_values(
         f"layer and {pct(moe)} ({pct(moe, 'p90')}) a MoE layer"
     )
     assert phrase in page, phrase
+    lone = [f"{100 * b['ttft']['all']['median']:.1f} %" for b in (shipped, layer, moe)]
+    phrase = f"lone-prefill TTFT rows go from {lone[0]} to {lone[1]} and {lone[2]} off"
+    assert phrase in page, phrase
+    held = dcost.engines.heldout()["ttft"]["overall"]  # the shipped figure, the same rows
+    assert shipped["ttft"]["all"]["median"] == pytest.approx(held["median"], rel=1e-5)
 
 
 def _floor_row(model, split, moe, measured, per_value, concurrency=8, tpot=0.01):

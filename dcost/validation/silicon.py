@@ -526,7 +526,9 @@ class Predictions:
       measured: their values (s).
       pure: pure physics (a bound: measured >= pure).
       family: the family profile (``dcost.hardware(..., calibrated=True)``'s).
-      engine_base: the engine profile with no host cost per step or sequence (s).
+      engine_base: the engine profile with no host cost per step or sequence (s); a TTFT with
+        the engine's ``Scheduler.frontend_time`` (what its benchmark client measures beyond the
+        engine: HTTP, tokenizer, streaming; 11 ms, vLLM's measured figure).
       per_step: seconds the metric gains per second of ``step_overhead``.
       per_layer: seconds it gains per second of ``layer_overhead``.
       per_sequence: seconds it gains per second of ``sequence_overhead``.
@@ -706,9 +708,13 @@ def predict_all(
                 cache[key] = record_engine(r)[0]
             return cache[key]
 
-    pure_cases, family_cases, engine_cases, labels = [], [], [], []
+    pure_cases, family_cases, engine_cases, labels, front = [], [], [], [], []
     for r in plain:
         eng = engine_for(r)
+        # a client's TTFT holds the engine's frontend (HTTP, tokenizer, streaming), as the
+        # simulation's does (``Scheduler.frontend_time``)
+        ttft = r["metric"] == "ttft" and eng is not None
+        front.append(float(eng.scheduler.frontend_time) if ttft else 0.0)
         first = case(r, calibrated=False)
         running = dict(r, concurrency=running_sequences(first, r, eng))
         pure_cases.append(case(dict(r, concurrency=running_sequences(first, r, None))))
@@ -731,7 +737,7 @@ def predict_all(
         measured=np.asarray([r["value"] for r in recs]),
         pure=_evaluate(pure_cases, None),
         family=_evaluate(family_cases, None) if family else np.full(len(recs), np.nan),
-        engine_base=base,
+        engine_base=base + np.asarray(front),
         per_step=(step - base) / _PROBE_STEP,
         per_layer=(layer - base) / _PROBE_LAYER,
         per_sequence=(seq - base) / _PROBE_SEQUENCE,
