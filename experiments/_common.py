@@ -45,6 +45,19 @@ def log_batches(high: float, n: int = 240) -> jnp.ndarray:
     return jnp.asarray(np.unique(np.round(np.logspace(0.0, np.log10(high), n))))
 
 
+def ratio_stats(ratios) -> dict:
+    """``{"runs", "median", "p90", "bias"}`` of predicted-over-measured ``ratios``: the median
+    and 90th percentile of ``|ratio - 1|`` and the median ratio."""
+    r = np.asarray(ratios, float)
+    err = np.abs(r - 1.0)
+    return {
+        "runs": int(r.size),
+        "median": float(np.median(err)),
+        "p90": float(np.percentile(err, 90)),
+        "bias": float(np.median(r)),
+    }
+
+
 def jsonable(x):
     """Arrays to lists, scalars to floats, non-finite numbers to the strings "inf"/"nan"."""
     if isinstance(x, dict):

@@ -27,6 +27,7 @@ import pathlib
 import time
 
 import numpy as np
+from _common import ratio_stats
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "eager_floor.json"
@@ -47,17 +48,6 @@ def choose(train: list[dict]) -> float:
         for i in range(len(GRID))
     ]
     return GRID[int(np.argmin(err))]
-
-
-def _stats(ratios) -> dict:
-    r = np.asarray(ratios, float)
-    err = np.abs(r - 1.0)
-    return {
-        "runs": int(r.size),
-        "median": float(np.median(err)),
-        "p90": float(np.percentile(err, 90)),
-        "bias": float(np.median(r)),
-    }
 
 
 def evaluate(rows: list[dict]) -> dict:
@@ -88,11 +78,11 @@ def evaluate(rows: list[dict]) -> dict:
                 i = GRID.index(h) if label == "floor" else 0
                 return r[simulated[metric]][i] / r[measured[metric]]
 
-            block[metric] = {"all": _stats([ratio(r, h) for r, h in pairs])}
+            block[metric] = {"all": ratio_stats([ratio(r, h) for r, h in pairs])}
             for eng in ENGINES:
                 mine = [(r, h) for r, h in pairs if r["engine"] == eng]
                 if mine:
-                    block[metric][eng] = _stats([ratio(r, h) for r, h in mine])
+                    block[metric][eng] = ratio_stats([ratio(r, h) for r, h in mine])
         out[label] = block
     out["values"] = {
         eng: float(np.median([h for r, h in pairs if r["engine"] == eng and r["moe"]]))

@@ -29,6 +29,7 @@ import json
 import pathlib
 
 import numpy as np
+from _common import ratio_stats
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "experiments" / "results" / "serving_under_load.json"
@@ -92,16 +93,6 @@ def value(rows: list[dict], row: dict, form: str) -> float:
     return max(0.0, float(np.median(gaps)))
 
 
-def _stats(ratios) -> dict:
-    err = np.abs(np.asarray(ratios) - 1.0)
-    return {
-        "runs": int(err.size),
-        "median": float(np.median(err)),
-        "p90": float(np.percentile(err, 90)),
-        "bias": float(np.median(ratios)),
-    }
-
-
 def evaluate(rows: list[dict]) -> dict:
     """Seed 2's errors as simulated and with each form's cost (``UNITS``); overall and by
     engine, with each engine's median fitted value (s a unit)."""
@@ -113,12 +104,12 @@ def evaluate(rows: list[dict]) -> dict:
             add = 0.0 if label == "simulated" else value(rows, r, label) * units(r, label)
             return (r["simulated"] + add) / r["measured"]
 
-        block = {"all": _stats([ratio(r) for r in test])}
+        block = {"all": ratio_stats([ratio(r) for r in test])}
         for eng in ENGINES:
             mine = [r for r in test if r["engine"] == eng]
             if not mine:
                 continue
-            block[eng] = _stats([ratio(r) for r in mine])
+            block[eng] = ratio_stats([ratio(r) for r in mine])
             if label != "simulated":
                 block[eng]["value"] = float(np.median([value(rows, r, label) for r in mine]))
         out[label] = block
