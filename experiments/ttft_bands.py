@@ -140,6 +140,7 @@ def compute(source: pathlib.Path = SOURCE) -> dict:
         "split": "bands from seeds 0 and 1; coverage on seed 2 (never seen)",
         "bands": table,
         "coverage": coverage(table, [r for r in rows if r["split"] == "fresh"]),
+        "runs": rows,
     }
 
 
@@ -161,9 +162,91 @@ def write_table(table: dict, path: pathlib.Path = TABLE) -> pathlib.Path:
     return path
 
 
+NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+GROUPS = (("dense", "light"), ("dense", "heavy"), ("moe", "light"), ("moe", "heavy"))
+
+
+def plot(table: dict, path: pathlib.Path = ROOT / "docs" / "figures" / "ttft_bands.png"):
+    """Each engine's runs, measured over simulated TTFT by kind and load: seeds 0 and 1 (grey),
+    the bands they give (bars, the median a tick) and seed 2 (in its band: dots; out: crosses)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    engines = [e for e in NAMES if e in table["bands"]]
+    fig, axes = plt.subplots(1, len(engines), figsize=(4.6 * len(engines), 4.4), sharey=True)
+    for ax, eng in zip(np.atleast_1d(axes), engines, strict=True):
+        for x, (kind, load) in enumerate(GROUPS):
+            mine = [
+                r
+                for r in table["runs"]
+                if r["engine"] == eng
+                and (r["moe"] == (kind == "moe"))
+                and load_of(r["concurrency"]) == load
+            ]
+            seen = [r["ratio"] for r in mine if r["split"] in TRAIN]
+            ax.scatter(
+                x - 0.18 + 0.12 * rng.uniform(-1, 1, len(seen)),
+                seen,
+                s=9,
+                color="0.6",
+                label="seeds 0-1 (the bands' runs)" if x == 0 else None,
+            )
+            band = table["bands"].get(eng, {}).get(kind, {}).get(load)
+            if band is None:
+                continue
+            ax.plot(
+                [x, x],
+                [band["q10"], band["q90"]],
+                color="tab:blue",
+                lw=7,
+                alpha=0.3,
+                solid_capstyle="butt",
+                label="80 % band" if x == 0 else None,
+            )
+            ax.plot([x - 0.1, x + 0.1], [band["q50"]] * 2, color="tab:blue", lw=2)
+            fresh = [r["ratio"] for r in mine if r["split"] == "fresh"]
+            inside = [v for v in fresh if band["q10"] <= v <= band["q90"]]
+            out = [v for v in fresh if not band["q10"] <= v <= band["q90"]]
+            jit = 0.12 * rng.uniform(-1, 1, len(fresh))
+            ax.scatter(
+                x + 0.22 + jit[: len(inside)],
+                inside,
+                s=16,
+                color="tab:blue",
+                label="seed 2, in its band" if x == 0 else None,
+            )
+            ax.scatter(
+                x + 0.22 + jit[len(inside) :],
+                out,
+                s=22,
+                marker="x",
+                color="tab:red",
+                label="seed 2, outside" if x == 0 else None,
+            )
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(GROUPS)))
+        ax.set_xticklabels(["dense\n<= 16", "dense\n> 16", "MoE\n<= 16", "MoE\n> 16"])
+        cov = table["coverage"].get(eng, {})
+        ax.set_title(f"{NAMES[eng]}: seed 2 in band {100 * cov.get('share', 0):.0f} %")
+        ax.set_xlabel("model, clients")
+    first = np.atleast_1d(axes)[0]
+    first.set_ylabel("measured / simulated mean TTFT")
+    first.legend(fontsize=8, loc="upper left")
+    fig.suptitle("How far the simulated TTFT under load is from the measured (silicon sample)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     table = compute()
     write_table(table)
+    plot(table)
     OUT.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     for eng, kinds in table["bands"].items():
         for kind, loads in kinds.items():
