@@ -10,7 +10,7 @@ kind of model and load, as a band that should hold 80 % of runs and a median.
 Method: the bands are the quantiles of that ratio over seeds 0 and 1's runs (the seen and the
 held-out sample of ``serving_under_load.py``), by engine, kind (``dense``, ``moe``) and load
 (``light``: 16 clients or fewer; ``heavy``: more); a group of fewer than ``MIN_RUNS`` runs takes
-the engine's runs of that load of both kinds. Seed 2 (never seen) checks them: the share of its
+every engine's runs of that kind and load. Seed 2 (never seen) checks them: the share of its
 runs whose ratio falls in its group's band (80 % is what the band claims). Writes
 ``dcost/engines/ttft_bands.toml`` (what ``dcost.engines.ttft_band`` reads) and
 ``results/ttft_bands.json`` (the coverage).
@@ -60,16 +60,21 @@ def prediction_band(values) -> tuple[float, float]:
 def bands(rows: list[dict]) -> dict:
     """``{engine: {kind: {load: {"q10", "q50", "q90", "runs", "pooled"}}}}`` over ``rows``
     (each with ``engine``, ``moe``, ``concurrency`` and ``ratio``: measured over simulated); a
-    group with fewer than ``MIN_RUNS`` runs takes its engine's runs of that load
-    (``pooled``: true); none where those are fewer too."""
+    group with fewer than ``MIN_RUNS`` runs takes every engine's runs of that kind and load
+    (``pooled``: true; the light-load shortfall follows the kind of model more than the engine,
+    ``experiments/ttft_shortfall.py``); none where those are fewer too."""
     out: dict = {}
     for eng in sorted({r["engine"] for r in rows}):
         for kind in ("dense", "moe"):
             for load in ("light", "heavy"):
-                same = [r for r in rows if r["engine"] == eng and load_of(r["concurrency"]) == load]
-                mine = [r for r in same if r["moe"] == (kind == "moe")]
+                alike = [
+                    r
+                    for r in rows
+                    if load_of(r["concurrency"]) == load and r["moe"] == (kind == "moe")
+                ]
+                mine = [r for r in alike if r["engine"] == eng]
                 pooled = len(mine) < MIN_RUNS
-                use = same if pooled else mine
+                use = alike if pooled else mine
                 if len(use) < MIN_RUNS:
                     continue
                 low, high = prediction_band([r["ratio"] for r in use])
@@ -153,8 +158,8 @@ def write_table(table: dict, path: pathlib.Path = TABLE) -> pathlib.Path:
         "# prediction band of the ratio (order statistics), q50 its median, and the runs.",
         "# Written by experiments/ttft_bands.py from experiments/results/serving_under_load.json",
         "# (seeds 0 and 1; AIConfigurator's silicon sample, aiconfigurator-core 0.12.0); do not",
-        "# edit by hand. pooled: too few runs of the kind, the engine's runs of that load of both",
-        "# kinds.",
+        "# edit by hand. pooled: too few runs of the engine, every engine's runs of that kind and",
+        "# load.",
         "",
     ]
     kernels._toml_table("ttft", {"source": table["source"], "bands": table["bands"]}, lines)

@@ -753,16 +753,23 @@ def _band_row(engine, moe, clients, ratio, split="seen"):
 
 def test_ttft_bands_by_engine_kind_and_load_pool_thin_groups_and_check_coverage():
     """Nine dense light-load runs of ratios 1..9 give the band 1-9x (n = 9: the extremes), the
-    median 5x; a kind with too few runs takes its engine's runs of that load (pooled); a load
-    with too few runs of either kind has none. Coverage counts a held-out run in its band."""
+    median 5x; an engine with too few runs of a kind and load takes every engine's runs of that
+    kind and load (pooled: vLLM's one MoE run with SGLang's eight), never the other kind's; a
+    kind and load with too few runs on every engine has none. Coverage counts a held-out run in
+    its band."""
     rows = [_band_row("vllm", False, 4, float(r)) for r in range(1, 10)]
     rows += [_band_row("vllm", True, 8, 20.0)]
+    rows += [_band_row("sglang", True, 8, float(r)) for r in range(30, 38)]
     rows += [_band_row("vllm", False, 64, 1.0)]
     table = ttft_bands.bands(rows)
     dense = table["vllm"]["dense"]["light"]
     assert (dense["q10"], dense["q50"], dense["q90"], dense["pooled"]) == (1.0, 5.0, 9.0, False)
     moe = table["vllm"]["moe"]["light"]
-    assert moe["pooled"] and moe["runs"] == 10 and moe["q90"] == 20.0
+    assert moe["pooled"] and moe["runs"] == 9 and (moe["q10"], moe["q90"]) == (20.0, 37.0)
+    assert not table["sglang"]["moe"]["light"]["pooled"]
+    # SGLang's dense band is vLLM's dense runs', not its own MoE runs'
+    sg = table["sglang"]["dense"]["light"]
+    assert sg["pooled"] and (sg["q10"], sg["q90"], sg["runs"]) == (1.0, 9.0, 9)
     assert "heavy" not in table["vllm"]["dense"]
     cov = ttft_bands.coverage(
         table,

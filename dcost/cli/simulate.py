@@ -265,7 +265,7 @@ def _cmd_simulate(args) -> int:
             f"TTFT, how far to trust it: benchmark runs like this ({b['engine']}, "
             f"{'MoE' if b['kind'] == 'moe' else 'dense'}, "
             f"{'<= 16' if b['load'] == 'light' else '> 16'} clients; {b['runs']} runs"
-            f"{', dense and MoE' if b['pooled'] else ''}) measured {b['q10']:.2f}-{b['q90']:.2f}x"
+            f"{', every engine' if b['pooled'] else ''}) measured {b['q10']:.2f}-{b['q90']:.2f}x"
             f"\n  the simulated mean (median {b['q50']:.2f}x): {1e3 * b['low']:.0f}-"
             f"{1e3 * b['high']:.0f} ms here (80 % of such runs; docs/engines.md, under load)"
         )

@@ -750,7 +750,7 @@ def ttft_band(name: str, moe: bool, clients) -> dict | None:
     experts (``moe``) or a dense model, at ``clients`` closed-loop clients (16 or fewer:
     ``"light"``, else ``"heavy"``) (``ttft_bands.toml``, written by
     ``experiments/ttft_bands.py`` from AIConfigurator's silicon sample simulated as its
-    benchmarks ran; its never-seen runs fell in their band 74 % of the time):
+    benchmarks ran; its never-seen runs fell in their band 77 % of the time):
     ``{"q10", "q50", "q90", "runs", "pooled", "kind", "load"}``, ``q10``-``q90`` the band meant
     to hold 80 % of such runs and ``q50`` their median. None for an open loop (``clients``
     None: the runs were closed-loop benchmarks) or an engine without runs.
