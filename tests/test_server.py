@@ -218,6 +218,11 @@ def test_cli_simulate_says_how_far_to_trust_its_ttft(capsys):
     # a mixture of experts at many clients takes its own band
     moe = engines.ttft_band("vllm", moe=True, clients=64)
     assert moe["kind"] == "moe" and moe["load"] == "heavy" and moe["q90"] != band["q90"]
+    for bad in (0, -3, "8", True, float("nan")):
+        with pytest.raises(dcost.engines.EngineError, match="clients"):
+            engines.ttft_band("vllm", moe=False, clients=bad)
+    with pytest.raises(dcost.engines.EngineError, match="unknown engine"):
+        engines.ttft_band("tgi", moe=False, clients=8)
     for other in (closed, ["--engine", "vllm", "--rate", "2", "--seconds", "5"]):
         assert main([*args, *other, *load, "--json"]) == 0
         assert "ttft_check" not in json.loads(capsys.readouterr().out)

@@ -763,6 +763,11 @@ def ttft_band(name: str, moe: bool, clients) -> dict | None:
     """
     if clients is None:
         return None
+    if isinstance(clients, bool) or not isinstance(clients, (int, float)) or not clients >= 1:
+        raise EngineError(
+            f"ttft_band: clients = {clients!r} is not allowed: a number of clients >= 1, or None "
+            "(an open loop)"
+        )
     kind = "moe" if moe else "dense"
     load = "light" if clients <= 16 else "heavy"
     band = _ttft_bands().get(_name(name), {}).get(kind, {}).get(load)
