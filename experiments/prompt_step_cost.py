@@ -13,10 +13,11 @@ and chip, as ``dcost.calibrate.engines.fixed_costs`` fits them; 3,096 rows, abou
 cores). An aggregated row's prediction gains ``v u / P`` times its steps with prompt tokens
 (``Predictions.per_prefill_step``: seconds it gains per second of a prompt step's cost), ``u``
 its model's layers or MoE layers, ``P`` its pipeline stages, ``v`` the engine's value from
-``results/ttft_shortfall.json``; the fixed costs are then fitted again as shipped (each row
-with its model left out, ``dcost.calibrate.host.held_out_host``), so that a step's or a
-layer's cost may give back what the new term takes. Disaggregated decode rows are left as they
-are (their prompt steps admit prefilled sequences, a few tokens each). Writes
+``ttft_shortfall.compute()`` (what ``results/ttft_shortfall.json`` holds, computed here so that
+the order the experiments run in does not matter); the fixed costs are then fitted again as
+shipped (each row with its model left out, ``dcost.calibrate.host.held_out_host``), so that a
+step's or a layer's cost may give back what the new term takes. Disaggregated decode rows are
+left as they are (their prompt steps admit prefilled sequences, a few tokens each). Writes
 ``results/prompt_step_cost.json``.
 
     python experiments/prompt_step_cost.py
@@ -32,7 +33,6 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHORTFALL = ROOT / "experiments" / "results" / "ttft_shortfall.json"
 OUT = ROOT / "experiments" / "results" / "prompt_step_cost.json"
 FORMS = {"per_layer": "n_layers", "per_moe_layer": "moe_layers"}
 """The shortfall's forms tried, and the ``dcost.Model`` field that counts its units."""
@@ -79,7 +79,7 @@ def held_out_tpot(pred, skipped=()) -> dict:
     return out
 
 
-def compute(shortfall: pathlib.Path = SHORTFALL) -> dict:
+def compute() -> dict:
     """The held-out silicon TPOT as shipped and with each form's per-engine values charged."""
     import dcost
     from dcost import engines
@@ -90,7 +90,9 @@ def compute(shortfall: pathlib.Path = SHORTFALL) -> dict:
     for path in sorted((pathlib.Path(engines.__file__).parent / "profiles").glob("*.toml")):
         e = engines.from_file(path)
         shipped[(e.name, e.hardware_name)] = e
-    fitted = json.loads(shortfall.read_text())["results"]
+    import ttft_shortfall
+
+    fitted = ttft_shortfall.compute()["results"]
     recs, skipped = silicon.records()
     rows = [r for r in recs if r["metric"] in ("tpot", "ttft")]
     pred = silicon.predict_all(
