@@ -27,6 +27,7 @@ import context_length  # noqa: E402
 import deepep_all_to_all  # noqa: E402
 import eager_floor  # noqa: E402
 import fast_mode  # noqa: E402
+import index_context  # noqa: E402
 import latency_floor  # noqa: E402
 import mlperf_server  # noqa: E402
 import moe_racks  # noqa: E402
@@ -803,3 +804,47 @@ def test_ttft_bands_shipped_table_is_what_the_committed_runs_give():
         f"TensorRT-LLM {100 * cov['trtllm']['share']:.0f} %)"
     )
     assert phrase in page, phrase
+
+
+def test_index_context_pairs_rows_with_and_without_the_indexer_and_fits_the_growth():
+    """A table whose indexer costs 30 us and 1 ns a context token (with a faster and a slower
+    row without it for each shape: the fastest is the pair's): the pairs are exact, the fit
+    recovers both at up to 16 sequences and 16,384 tokens, and the big rows (64 sequences, or
+    a million tokens) never enter it."""
+    batch = np.array([1.0, 4.0, 16.0, 64.0, 1.0])
+    ctx = np.array([1024.0, 8192.0, 16384.0, 8192.0, 1e6])
+    gap = 3e-5 + 1e-9 * ctx + np.array([0, 0, 0, 5e-4, 5e-4])  # the big rows off the line
+    skip = 1e-4 * np.ones(5)
+    n = len(batch)
+    table = {
+        "kernel_source": np.array(["dsa_indexer"] * n + ["dsa_skip_indexer"] * 2 * n),
+        "num_heads": np.full(3 * n, 8.0),
+        "batch_size": np.tile(batch, 3),
+        "step": np.tile(ctx, 3),
+        "kv_cache_dtype": np.array(["fp8"] * 3 * n),
+        "gemm_type": np.array(["bfloat16"] * 3 * n),
+        "tp_size": np.full(3 * n, 8.0),
+        "latency": 1e3 * np.concatenate([skip + gap, skip, 2 * skip]),  # ms
+    }
+    b, t, d = index_context.pairs(table)
+    assert np.allclose(d, gap, rtol=1e-9)
+    f = index_context.fit_growth(b, t, d)
+    assert f["rows"] == 3
+    assert f["alpha"] == pytest.approx(1e-9, rel=1e-6) and f["c"] == pytest.approx(3e-5, rel=1e-6)
+
+
+def test_engines_page_quotes_the_index_growth_as_committed():
+    """``docs/engines.md`` quotes ``results/index_context.json``'s GLM-5 figures (the experiment
+    needs AIConfigurator's tables, which the test machine may not have)."""
+    saved = json.loads(index_context.OUT.read_text())["glm5"]
+    page = " ".join((EXPERIMENTS.parent / "docs" / "engines.md").read_text().split())
+    a, b = saved["shipped"], saved["with_growth"]
+    a8, b8 = saved["prompts_8k"]["shipped"], saved["prompts_8k"]["with_growth"]
+    phrase = (
+        f"from {100 * a['median']:.1f} % to {100 * b['median']:.1f} % off ({a['bias']:.2f}x to "
+        f"{b['bias']:.2f}x; the 8,192-token prompts from {100 * a8['median']:.1f} % to "
+        f"{100 * b8['median']:.1f} %)"
+    )
+    assert phrase in page, phrase
+    held = dcost.engines.heldout()["tpot"]["by_model"]["glm-5"]
+    assert a["median"] == pytest.approx(held["median"], rel=1e-4)  # the shipped figure
