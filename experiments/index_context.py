@@ -128,18 +128,17 @@ def compute() -> dict:
     """The fits and GLM-5's figures; ``{}`` without AIConfigurator's tables in this
     environment."""
     from dcost.calibrate import kernels
+    from dcost.cli.calibrate import aiconfigurator_data
 
-    root = ROOT / ".venv" / "lib"
+    try:
+        root = aiconfigurator_data(None)  # the installed aiconfigurator extra's tables
+    except ValueError:
+        return {}
     found = {}
     for chip, folder in GPUS.items():
-        paths = sorted(
-            root.glob(
-                "python3*/site-packages/aiconfigurator_core/systems/data/"
-                f"{folder}/sparse_attention/sglang/0.5.14/dsa_generation_module_perf.parquet"
-            )
-        )
-        if paths:
-            found[chip] = fit_growth(*pairs(kernels.read_table(paths[-1])))
+        path = root / folder / "sparse_attention/sglang/0.5.14/dsa_generation_module_perf.parquet"
+        if path.is_file():
+            found[chip] = fit_growth(*pairs(kernels.read_table(path)))
     if "b200" not in found:
         return {}
     return {

@@ -43,14 +43,8 @@ CHIPS = {"h100-sxm": "H100", "b200": "B200"}
 
 
 def _stats(ratio) -> dict:
-    r = np.asarray(ratio, float)
-    e = np.abs(r - 1.0)
-    return {
-        "n": int(r.size),
-        "median": float(np.median(e)),
-        "p90": float(np.percentile(e, 90)),
-        "bias": float(np.median(r)),
-    }
+    s = C.ratio_stats(ratio)
+    return {"n": s.pop("runs"), **s}
 
 
 def itl_records(records) -> list[dict]:
