@@ -391,8 +391,9 @@ def test_silicon_rows_whose_cap_is_below_their_clients_are_counted_out():
     """An aggregated row of one replica without attention data parallelism whose running-sequence
     cap (``batch_size``) is below its clients cannot be the layout that ran as stated (Qwen3-32B on
     GB200 under TensorRT-LLM at 2 clients and a cap of 1 measured 5x the TPOT of 1 client); the
-    same row with a cap of its clients is kept, and so is every row with attention data
-    parallelism (whose batch is a rank's)."""
+    same row with a cap of its clients is kept, and so is every row whose batch is a rank's
+    (attention data parallelism) or a share of an InferenceX launch read back
+    (``silicon.inferencex_launch``)."""
     rows = silicon.load_rows()
     mine = [
         r
@@ -409,14 +410,81 @@ def test_silicon_rows_whose_cap_is_below_their_clients_are_counted_out():
     kept, skipped = silicon.records()
     assert sum(s.reason == silicon.BATCH_BELOW_CLIENTS for s in skipped) == 29
     by_id = {x["id"]: x for x in rows}
-    below = {True: 0, False: 0}  # kept aggregated TPOT rows whose cap is below their clients
+    below = {"rank": 0, "launch": 0, "cap": 0}  # kept aggregated TPOT rows, cap below clients
     for r in kept:
         if r["metric"] != "tpot" or r["serving"] != "aggregated":
             continue
         cap = by_id[r["id"][len("silicon-") : -len("-tpot")]]["batch_size"]
         if cap and int(cap) < r["concurrency"]:
-            below[r["attention_data_parallel"] > 1] += 1
-    assert below[False] == 0 and below[True] > 0  # kept only where the batch is a rank's
+            # an InferenceX launch read back: batch_size is the adapter's share of the clients
+            launch = "gpus" in r["assumed"]
+            below[
+                "launch" if launch else "rank" if r["attention_data_parallel"] > 1 else "cap"
+            ] += 1
+    # kept only where the batch is a rank's or a share of a launch read back
+    assert below["cap"] == 0 and below["launch"] > 0
+
+
+def test_inferencex_rows_that_count_expert_gpus_twice_run_their_launch():
+    """InferenceX's April exports state a single-node launch of T GPUs with expert parallelism
+    E = T as T E GPUs (16 and 64 on a node of 8); the records run the launch, with ``gpus``
+    assumed. Its March export states the same runs with T GPUs: eight of them (Qwen3.5-397B on
+    B200 under SGLang) are the April rows' runs to the last digit of both times, and are counted
+    once only because the layouts now agree. Rows from other exports, without experts split, or
+    with another split are left as stated."""
+    kept, skipped = silicon.records()
+    rows = {r["id"]: r for r in silicon.load_rows()}
+
+    def row(record_id, metric):
+        return rows[record_id[len("silicon-") : -len(metric) - 1]]
+
+    fixed = [r for r in kept if "gpus" in r["assumed"]]
+    assert len(fixed) > 150 and {r["engine"] for r in fixed} == {"vllm", "sglang", "trtllm"}
+    for r in fixed:
+        raw = row(r["id"], r["metric"])
+        stated = int(raw["tp_size"]) * int(raw["attention_dp_size"] or 1)
+        assert raw["silicon_data_source"].startswith(silicon.EXPERT_GPUS_COUNTED_TWICE)
+        assert stated == r["gpus"] ** 2 and r["gpus"] <= 8, r["id"]  # T E stated, E = T
+        assert r["expert_parallel"] == r["gpus"]  # E = T
+        assert r["tensor_parallel"] * r["attention_data_parallel"] == r["gpus"]
+    runs = {tuple(r.get(k) for k in silicon._SAME_RUN): r for r in kept}
+    march = []
+    for s in skipped:
+        if s.reason != silicon.REPEATED:
+            continue
+        raw = row(s.id, s.metric)
+        (mine,) = [r for r in silicon.records([raw])[0] if r["metric"] == s.metric]
+        twin = runs[tuple(mine.get(k) for k in silicon._SAME_RUN)]
+        if "gpus" in twin["assumed"] and "2026-03-25" in raw["silicon_data_source"]:
+            april = row(twin["id"], s.metric)
+            assert int(april["tp_size"]) == 4 * int(raw["tp_size"])  # 16 GPUs stated, 4 ran
+            for t in ("silicon_ttft_ms", "silicon_tpot_ms"):
+                assert float(raw[t]) == pytest.approx(float(april[t]), rel=1e-12)
+            march.append(s.id)
+    assert len(march) == 8
+    # by hand: SGLang with data-parallel attention, vLLM; left alone: March, no split, 2 x 4
+    sg = {"silicon_data_source": "db-dump/x", "backend": "trtllm", "mode": "agg",
+          "moe_tp_size": "8", "moe_ep_size": "8"}  # fmt: skip
+    lay = {"tensor_parallel": 1, "pipeline_parallel": 1, "attention_data_parallel": 64,
+           "expert_parallel": 8, "gpus": 64}  # fmt: skip
+    got = silicon.inferencex_launch(sg, lay)
+    assert (got["tensor_parallel"], got["attention_data_parallel"], got["gpus"]) == (1, 8, 8)
+    vl = dict(sg, backend="vllm", moe_tp_size="1", moe_ep_size="16")
+    lay_v = dict(lay, tensor_parallel=4, attention_data_parallel=4, expert_parallel=16, gpus=16)
+    got = silicon.inferencex_launch(vl, lay_v)
+    assert (got["tensor_parallel"], got["attention_data_parallel"], got["expert_parallel"]) == (
+        4,
+        1,
+        4,
+    )
+    assert got["gpus"] == 4
+    assert (
+        silicon.inferencex_launch(dict(vl, silicon_data_source="source_file=2026-03-25"), lay_v)
+        is None
+    )
+    assert silicon.inferencex_launch(dict(sg, moe_ep_size="1"), lay) is None
+    two_by_four = dict(sg, moe_tp_size="2", moe_ep_size="4")
+    assert silicon.inferencex_launch(two_by_four, dict(lay, attention_data_parallel=8)) is None
 
 
 def test_silicon_runs_listed_twice_are_counted_once():
@@ -427,8 +495,9 @@ def test_silicon_runs_listed_twice_are_counted_once():
     runs = {tuple(r.get(k) for k in silicon._SAME_RUN): r["id"] for r in kept}
     assert len(runs) == len(kept)
     repeats = [s for s in skipped if s.reason == silicon.REPEATED]
-    # 240, and 49 of Qwen3.5-397B's and 32 of GLM-5's since their runs are records (2026-12-03)
-    assert len(repeats) == 321
+    # 240, and 49 of Qwen3.5-397B's and 32 of GLM-5's since their runs are records (2026-12-03),
+    # and 8 of Qwen3.5-397B's since InferenceX's launches are read back (2026-12-04)
+    assert len(repeats) == 329
     every, _ = silicon.records(count_out=False)  # as before: repeats and speculative runs in
     speculative = [s for s in skipped if s.reason == silicon.SPECULATIVE]
     assert len(every) == len(kept) + len(repeats) + len(speculative)
@@ -576,6 +645,20 @@ def test_cli_eval_with_an_engine(capsys):
     assert f"off by {100 * err['median']:.0f} % median" in text
     assert main([*args, "--engine", "trtllm", "--calibrated"]) == 2
     assert "two profiles" in capsys.readouterr().err
+
+
+def test_engines_page_table_is_the_shipped_summary():
+    """docs/engines.md's held-out table (all runs and each engine) is ``heldout.toml``'s."""
+    text = (pathlib.Path(__file__).parents[1] / "docs/engines.md").read_text(encoding="utf-8")
+    tpot = dcost.engines.heldout()["tpot"]
+    names = {"all": None, "vLLM": "vllm", "TensorRT-LLM": "trtllm", "SGLang": "sglang"}
+    for label, key in names.items():
+        s = tpot["overall"] if key is None else tpot["by_engine"][key]
+        cells = [f"{s['rows']:,}", f"{100 * s['median']:.1f} %", f"{100 * s['p90']:.1f} %"]
+        if key is None:
+            cells[1:] = [f"**{c}**" for c in cells[1:]]
+        row = f"| {label} | " + " | ".join(cells) + f" | {s['bias']:.2f} |"
+        assert row in text, row
 
 
 def test_heldout_summary_is_the_code_s(tmp_path):

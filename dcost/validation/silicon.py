@@ -16,7 +16,9 @@ marked assumed in each record:
   under TensorRT-LLM (its default for fp8 and fp4 checkpoints) and bf16 under vLLM and SGLang
   (``kv_cache_dtype="auto"``);
 - layout: ``tensor_parallel = tp``, ``attention_data_parallel = dp``, ``expert_parallel =
-  moe_ep``, ``pipeline_parallel = pp``, ``gpus = tp * dp * pp`` (the pool's for disaggregated rows);
+  moe_ep``, ``pipeline_parallel = pp``, ``gpus = tp * dp * pp`` (the pool's for disaggregated rows),
+  but for InferenceX's April exports of launches with expert parallelism, which count its GPUs
+  twice: those run the launch (``inferencex_launch``, ``gpus`` assumed);
 - concurrency: the client's (``silicon_concurrency`` in ``silicon_data_source``) for aggregated
   rows; disaggregated decode rows divide it over the decode workers; disaggregated prefill rows
   (TTFT) run the prefill pool's ``prefill_batch_size``;
@@ -67,6 +69,8 @@ __all__ = [
     "PROMPT_STEPS_ALONE",
     "INFERENCEX",
     "inferencex",
+    "EXPERT_GPUS_COUNTED_TWICE",
+    "inferencex_launch",
     "wave_prompt_steps",
     "MIXED_CHUNK_EXTRA",
 ]
@@ -292,6 +296,59 @@ def inferencex(row: Mapping) -> bool:
     return str(row.get("silicon_data_source", "")).startswith(INFERENCEX)
 
 
+EXPERT_GPUS_COUNTED_TWICE = "db-dump/", "source_file=2026-04-06.csv"
+"""The InferenceX exports (``INFERENCEX``) that state an aggregated launch with expert
+parallelism ``E`` over ``T`` GPUs as ``T E`` GPUs: InferenceX's single-node launches
+(``multinode: false``; ``--tp T --ep E`` under SGLang and TensorRT-LLM, ``--tensor-parallel-size T
+--enable-expert-parallel`` under vLLM, in its ``configs/nvidia-master.yaml`` and
+``benchmarks/single_node`` scripts) run ``T`` GPUs, where these rows state 16 and 64 for ``T = E =
+4`` and 8 on a node of 8, and the March 2026 export (``source_file=2026-03-25.csv``) states the
+same launches with ``T`` GPUs. ``inferencex_launch`` restores the launch."""
+
+
+def inferencex_launch(row: Mapping, layout: Mapping) -> dict | None:
+    """The layout an InferenceX aggregated MoE run launched with, where its row counts the GPUs
+    of its expert parallelism twice (``EXPERT_GPUS_COUNTED_TWICE``), else None.
+
+    Such a row states ``G = T E`` GPUs for a launch of ``T`` GPUs with expert parallelism ``E =
+    T`` (InferenceX sets ``ep`` to 1 or to ``tp``), read back by AIConfigurator's adapter
+    (``sdk/config_adapter/inferencex.py``) as: under SGLang and TensorRT-LLM, attention tensor
+    parallel over ``G`` (or data parallel over ``G`` with data-parallel attention) and experts
+    ``moe_tp = G / E = T`` by ``moe_ep = E``; under vLLM, attention ``tp = T`` by ``dp = G / T =
+    E`` and experts ``1`` by ``G``. The launch: ``T`` GPUs, attention as stated over them
+    (vLLM: tensor parallel, as InferenceX's March export states it), experts ``E`` groups.
+
+    >>> row = {"silicon_data_source": "db-dump/x", "backend": "sglang", "mode": "agg",
+    ...        "tp_size": "64", "attention_dp_size": "1", "moe_tp_size": "8", "moe_ep_size": "8"}
+    >>> lay = {"tensor_parallel": 64, "pipeline_parallel": 1, "attention_data_parallel": 1,
+    ...        "expert_parallel": 8, "gpus": 64}
+    >>> inferencex_launch(row, lay)["gpus"], inferencex_launch(row, lay)["tensor_parallel"]
+    (8, 8)
+    >>> inferencex_launch(dict(row, silicon_data_source="source_file=2026-03-25.csv"), lay) is None
+    True
+    """
+    source = str(row.get("silicon_data_source", ""))
+    if row.get("mode") != "agg" or not source.startswith(EXPERT_GPUS_COUNTED_TWICE):
+        return None
+    mtp, mep = _int(row, "moe_tp_size"), _int(row, "moe_ep_size")
+    tp, dp = int(layout["tensor_parallel"]), int(layout["attention_data_parallel"])
+    if mtp is None or mep is None or int(layout["pipeline_parallel"]) != 1:
+        return None
+    if row.get("backend") == "vllm":
+        # tp = T, dp = E = T, experts 1 x T E
+        if mtp != 1 or dp < 2 or dp != tp or mep != tp * dp:
+            return None
+        gpus = tp
+        return dict(layout, attention_data_parallel=1, expert_parallel=gpus, gpus=gpus)
+    # SGLang, TensorRT-LLM: attention over T E GPUs, experts T x E with E = T
+    if mep < 2 or mtp != mep or tp * dp != mtp * mep or min(tp, dp) != 1:
+        return None
+    gpus = mtp
+    if dp > 1:
+        return dict(layout, attention_data_parallel=gpus, expert_parallel=mep, gpus=gpus)
+    return dict(layout, tensor_parallel=gpus, expert_parallel=mep, gpus=gpus)
+
+
 def wave_prompt_steps(row: Mapping, record: Mapping) -> int | None:
     """The prompt steps of one wave, ``k``, of an aggregated run that decodes in lockstep waves
     (module docstring), or None for a run in steady state.
@@ -433,7 +490,10 @@ def records(
             if not moe and layout["attention_data_parallel"] > 1:
                 skipped.append(Skipped(rid, "*", "data-parallel attention of a dense model"))
                 continue
-            cap = _int(row, "batch_size")
+            launch = inferencex_launch(row, layout) if moe else None
+            # the adapter's batch_size is its share of the clients, not a running-sequence cap
+            cap = None if launch else _int(row, "batch_size")
+            layout = launch or layout
             if (
                 layout["attention_data_parallel"] == 1
                 and cap is not None
@@ -449,6 +509,8 @@ def records(
                 continue
             r = {**_base(row, "tpot", model, moe), **layout, "serving": "aggregated"}
             r.update(concurrency=clients, value=float(row["silicon_tpot_ms"]) * 1e-3)
+            if launch:  # the launch's GPUs, not the row's (``inferencex_launch``)
+                r["assumed"].append("gpus")
             k = wave_prompt_steps(row, r)
             if k is not None:
                 r["wave_prompt_steps"] = k
