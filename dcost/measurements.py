@@ -423,6 +423,8 @@ def _silicon_row(row: Mapping[str, str], ctx: _Ctx, on_unsupported: str) -> list
             expert_parallel=degree(prefix + "moe_ep_size"),
             gpus=tp * pp * adp,
         )
+        if not prefix:
+            _inferencex_launch(row, run)
         run.stated["prompt_tokens"], run.stated["output_tokens"] = isl, osl
         for name in metrics:
             col = f"silicon_{name}_ms"
@@ -435,6 +437,28 @@ def _silicon_row(row: Mapping[str, str], ctx: _Ctx, on_unsupported: str) -> list
         )
         runs.append(run)
     return runs
+
+
+def _inferencex_launch(row: Mapping[str, str], run: _Run) -> None:
+    """An aggregated row of InferenceX's April exports whose layout counts the GPUs of its expert
+    parallelism twice runs the launch (``dcost.validation.silicon.inferencex_launch``), at the
+    clients its source states (the row's ``batch_size`` is a share of them, not the batch)."""
+    from dcost.validation import silicon
+
+    keys = ("tensor_parallel", "pipeline_parallel", "attention_data_parallel", "expert_parallel")
+    layout = {k: run.stated[k] for k in (*keys, "gpus")}
+    launch = silicon.inferencex_launch(row, layout)
+    if launch is None:
+        return
+    run.stated.update(launch)
+    clients = silicon.source_field(str(row.get("silicon_data_source", "")), "silicon_concurrency")
+    if clients:
+        run.stated["concurrency"] = _whole(clients, "silicon_data_source", run.ctx)
+    run.notes.append(
+        f"InferenceX's export states {layout['gpus']} GPUs for a launch of {launch['gpus']} "
+        "with expert parallelism over them: the launch's layout, at the clients its "
+        "silicon_data_source states (dcost.validation.silicon.inferencex_launch)"
+    )
 
 
 def detect(text: str) -> str:

@@ -192,6 +192,49 @@ def test_inference_perf_report():
     assert recs[0]["output_tokens"] == raw["successes"]["output_tokens"]["mean"]
 
 
+def test_silicon_sample_csv_runs_inferencex_launches(tmp_path):
+    """A silicon-sample row of InferenceX's April export that counts its expert-parallel GPUs twice
+    is read as the launch (``silicon.inferencex_launch``) at the clients its source states; its
+    March twin, the same run to the last digit, as stated: the two records agree."""
+    from dcost.validation import silicon
+
+    rows = {r["id"]: r for r in silicon.load_rows()}
+    april = next(
+        r
+        for r in rows.values()
+        if r["silicon_data_source"].startswith("db-dump/") and r["backend"] == "sglang"
+        and r["mode"] == "agg" and r["tp_size"] == "16" and "Qwen3.5" in r["model_path"]
+        and r["isl"] == "1024" and r["osl"] == "1024"
+    )  # fmt: skip
+    twin = next(
+        r
+        for r in rows.values()
+        if "2026-03-25" in r["silicon_data_source"] and r["backend"] == "sglang"
+        and r["silicon_tpot_ms"] == april["silicon_tpot_ms"]
+    )  # fmt: skip
+    path = tmp_path / "two.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(april))
+        w.writeheader()
+        w.writerows([april, twin])
+    recs = measurements.read(path, model="qwen3.5-397b-a17b")
+    check_records(recs)
+    tpot = {r["id"].split(":")[1]: r for r in recs if r["metric"] == "tpot"}
+    a, m = tpot[april["id"]], tpot[twin["id"]]
+    assert (int(april["tp_size"]), a["gpus"], a["tensor_parallel"], a["expert_parallel"]) == (
+        16,
+        4,
+        4,
+        4,
+    )
+    fields = ("gpus", "tensor_parallel", "attention_data_parallel", "expert_parallel")
+    assert [a[k] for k in (*fields, "concurrency")] == [m[k] for k in (*fields, "concurrency")]
+    assert a["concurrency"] == int(
+        silicon.source_field(april["silicon_data_source"], "silicon_concurrency")
+    )
+    assert "inferencex_launch" in a["note"] and "inferencex_launch" not in m["note"]
+
+
 def test_silicon_sample_csv():
     path = DATA / "silicon_sample.csv"
     rows = {r["id"]: r for r in csv.DictReader(path.read_text().splitlines())}

@@ -71,6 +71,7 @@ __all__ = [
     "inferencex",
     "EXPERT_GPUS_COUNTED_TWICE",
     "inferencex_launch",
+    "source_field",
     "wave_prompt_steps",
     "MIXED_CHUNK_EXTRA",
 ]
@@ -200,12 +201,20 @@ def load_rows() -> list[dict]:
     return list(csv.DictReader(io.StringIO(_text())))
 
 
-def _field(source: str, key: str) -> str | None:
+def source_field(source: str, key: str) -> str | None:
+    """The value of ``key`` in a row's ``silicon_data_source`` (``"k=v; k=v"``), or None.
+
+    >>> source_field("db-dump/2026-04-27; silicon_concurrency=4", "silicon_concurrency")
+    '4'
+    """
     for part in source.split(";"):
         k, _, v = part.strip().partition("=")
         if k == key:
             return v
     return None
+
+
+_field = source_field
 
 
 def _int(row: Mapping, key: str, default: int | None = None) -> int | None:
