@@ -375,7 +375,8 @@ def main() -> None:
         rid = r["id"][len("silicon-") : -len("-tpot")]
         row = dict(raw[rid])
         row["clients"] = (
-            silicon._field(row["silicon_data_source"], "silicon_concurrency") or (row["batch_size"])
+            silicon.source_field(row["silicon_data_source"], "silicon_concurrency")
+            or (row["batch_size"])
         )
         aic_rows.append(row)
     if earlier is not None:

@@ -400,7 +400,7 @@ def test_silicon_rows_whose_cap_is_below_their_clients_are_counted_out():
         for r in rows
         if r["mode"] == "agg" and r["system"] == "gb200" and r["backend"] == "trtllm"
         and r["model_path"].endswith("Qwen3-32B") and r["batch_size"] == "1"
-        and silicon._field(r["silicon_data_source"], "silicon_concurrency") == "2"
+        and silicon.source_field(r["silicon_data_source"], "silicon_concurrency") == "2"
     ]  # fmt: skip
     assert mine and all(r["attention_dp_size"] in ("", "0", "1") for r in mine)
     recs, skipped = silicon.records(mine[:1])

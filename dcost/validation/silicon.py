@@ -214,9 +214,6 @@ def source_field(source: str, key: str) -> str | None:
     return None
 
 
-_field = source_field
-
-
 def _int(row: Mapping, key: str, default: int | None = None) -> int | None:
     v = row.get(key, "")
     if v in ("", None):
@@ -487,7 +484,7 @@ def records(
             continue
         model = MODELS[path]
         moe = _is_moe(model)
-        concurrency = _field(row["silicon_data_source"], "silicon_concurrency")
+        concurrency = source_field(row["silicon_data_source"], "silicon_concurrency")
         clients = int(concurrency) if concurrency else _int(row, "batch_size")
         stated = _id_degree(rid, "tp")
         if row["mode"] == "agg":
