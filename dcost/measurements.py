@@ -426,6 +426,7 @@ def _silicon_row(row: Mapping[str, str], ctx: _Ctx, on_unsupported: str) -> list
         if not prefix:
             _inferencex_launch(row, run)
         run.stated["prompt_tokens"], run.stated["output_tokens"] = isl, osl
+        _inferencex_client(row, run)
         for name in metrics:
             col = f"silicon_{name}_ms"
             run.metrics[name] = _number(cell(col), col, ctx, positive=True) / 1e3
@@ -459,6 +460,26 @@ def _inferencex_launch(row: Mapping[str, str], run: _Run) -> None:
         "with expert parallelism over them: the launch's layout, at the clients its "
         "silicon_data_source states (dcost.validation.silicon.inferencex_launch)"
     )
+
+
+def _inferencex_client(row: Mapping[str, str], run: _Run) -> None:
+    """An InferenceX row: its client's mean lengths (``silicon.inferencex_mean_length``) and,
+    for a single-node aggregated run, the KV-cache format its launch script set
+    (``silicon.inferencex_kv_cache``)."""
+    from dcost.validation import silicon
+
+    if not silicon.inferencex(row):
+        return
+    for k in ("prompt_tokens", "output_tokens"):
+        run.stated[k] = silicon.inferencex_mean_length(float(run.stated[k]))
+    run.notes.append(
+        "InferenceX's client draws lengths uniformly over [0.8 L, L]: the mean lengths "
+        "(dcost.validation.silicon.inferencex_mean_length)"
+    )
+    script = silicon.inferencex_kv_cache(row)
+    if script is not None:
+        run.stated["kv_cache"] = script["kv_cache"]
+        run.notes.append(f"kv_cache {script['kv_cache']}: {script['setting']} ({script['source']})")
 
 
 def detect(text: str) -> str:

@@ -487,6 +487,74 @@ def test_inferencex_rows_that_count_expert_gpus_twice_run_their_launch():
     assert silicon.inferencex_launch(two_by_four, dict(lay, attention_data_parallel=8)) is None
 
 
+def test_inferencex_runs_take_the_kv_cache_their_launch_script_set():
+    """InferenceX's single-node runs take the KV-cache format their launch script set
+    (``inferencex_kv.toml``, by date); its entries are well formed, each citing a script at a
+    commit; a run's entry by hand; rows without a script (multi-node, disaggregated, not
+    InferenceX's) keep the assumed format; the records say which."""
+    import re
+    import tomllib
+    from importlib import resources
+
+    text = resources.files("dcost.validation").joinpath("inferencex_kv.toml").read_text()
+    entries = tomllib.loads(text)["script"]
+    assert len(entries) > 30
+    for e in entries:
+        assert e["engine"] in ("vllm", "sglang", "trtllm") and e["model"] in silicon.MODELS
+        assert e["system"] in silicon.SYSTEMS and e["precision"] in ("fp8", "fp4", "int4", "bf16")
+        assert re.fullmatch(r"20\d\d-\d\d-\d\d", e["since"])
+        script = r"SemiAnalysisAI/InferenceX@[0-9a-f]{12} benchmarks/\S+\.sh"
+        assert re.fullmatch(script, e["source"])
+        if e["kv_cache"] == "fp8":
+            assert "fp8" in e["setting"]
+        else:
+            assert e["kv_cache"] == "bf16" and ("auto" in e["setting"] or "no KV" in e["setting"])
+    base = {"silicon_data_source": "source_file=2026-04-06.csv; measured=2025-10-29",
+            "mode": "agg", "backend": "vllm", "model_path": "meta-llama/Llama-3.1-70B",
+            "system": "h200_sxm", "gemm_quant_mode": "fp8", "moe_quant_mode": ""}  # fmt: skip
+    got = silicon.inferencex_kv_cache(base)
+    assert got["kv_cache"] == "fp8" and "70b_fp8_h200" in got["source"]
+    # MiniMax-M2.5 fp8 on B200 under vLLM: the script set fp8 from 2026-04-03 on
+    mm = dict(base, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", moe_quant_mode="fp8")
+    at = {d: silicon.inferencex_kv_cache(dict(mm, silicon_data_source=f"db-dump/x; measured={d}"))
+          for d in ("2026-03-20", "2026-04-03", "2026-04-22", "2026-01-01")}  # fmt: skip
+    assert [at[d]["kv_cache"] for d in at] == ["bf16", "fp8", "fp8", "bf16"]  # before all: oldest
+    assert silicon.inferencex_kv_cache(dict(base, system="gb200")) is None  # multi-node recipes
+    assert silicon.inferencex_kv_cache(dict(base, mode="disagg")) is None
+    assert silicon.inferencex_kv_cache(dict(base, silicon_data_source="gap_analysis")) is None
+    kept, _ = silicon.records()
+    rows = {r["id"]: r for r in silicon.load_rows()}
+    read = [r for r in kept if "KV cache" in r["quote"]]
+    assert len(read) > 1500
+    for r in read:
+        raw = rows[r["id"][len("silicon-") : -len(r["metric"]) - 1]]
+        assert "kv_cache" not in r["assumed"] and silicon.inferencex(raw) and raw["mode"] == "agg"
+        assert r["kv_cache"] == silicon.inferencex_kv_cache(raw)["kv_cache"]
+    assert all("kv_cache" in r["assumed"] for r in kept if "KV cache" not in r["quote"])
+    # TensorRT-LLM's gpt-oss on H200 set "auto" (bf16), against the fp8 assumed for TensorRT-LLM
+    assert {r["kv_cache"] for r in read if r["engine"] == "trtllm" and r["hardware"] == "h200"
+            and r["model"] == "gpt-oss-120b"} == {"bf16"}  # fmt: skip
+
+
+def test_inferencex_runs_take_their_clients_mean_lengths():
+    """InferenceX's client draws lengths uniformly over the integers [floor(0.8 L), L]: the
+    closed form of their mean against the mean of every length, and every InferenceX record's
+    lengths are those means (the others as stated)."""
+    for n in (1024, 8192, 1000, 7):
+        assert silicon.inferencex_mean_length(float(n)) == np.mean(np.arange(int(0.8 * n), n + 1))
+    kept, _ = silicon.records()
+    rows = {r["id"]: r for r in silicon.load_rows()}
+    seen = 0
+    for r in kept:
+        raw = rows[r["id"][len("silicon-") : -len(r["metric"]) - 1]]
+        isl, osl = float(raw["isl"]), float(raw["osl"])
+        if silicon.inferencex(raw):
+            seen += 1
+            isl, osl = silicon.inferencex_mean_length(isl), silicon.inferencex_mean_length(osl)
+        assert (r["prompt_tokens"], r["output_tokens"]) == (isl, osl)
+    assert seen > 1500
+
+
 def test_silicon_runs_listed_twice_are_counted_once():
     """The sample lists some runs twice (the same configuration, engine version and times): each
     is one record; every repeat counted out has its twin among the records, whose row gives the
@@ -569,11 +637,13 @@ def test_silicon_ttft_holds_the_engines_frontend_time():
     frontend 0.5 s longer moves the TTFT by 0.5 s and the TPOT not at all."""
     import dataclasses
 
+    from dcost.validation import cases
+
     recs, _ = silicon.records()
     ttft = [r for r in recs if r["metric"] == "ttft"][:1]
     tpot = [r for r in recs if r["metric"] == "tpot" and r["engine"] == ttft[0]["engine"]][:1]
     pick = ttft + tpot
-    eng = dcost.validation.cases.record_engine(ttft[0])[0]
+    eng = cases.record_engine(ttft[0])[0]
     late = dataclasses.replace(eng, scheduler=dataclasses.replace(eng.scheduler, frontend_time=0.5))
     a = silicon.predict_all(pick, engine_for=lambda r: eng, family=False)
     b = silicon.predict_all(pick, engine_for=lambda r: late, family=False)

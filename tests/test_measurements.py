@@ -233,6 +233,13 @@ def test_silicon_sample_csv_runs_inferencex_launches(tmp_path):
         silicon.source_field(april["silicon_data_source"], "silicon_concurrency")
     )
     assert "inferencex_launch" in a["note"] and "inferencex_launch" not in m["note"]
+    # both InferenceX's: its client's mean lengths, the KV cache their launch scripts set
+    for rec, raw in ((a, april), (m, twin)):
+        assert rec["prompt_tokens"] == silicon.inferencex_mean_length(float(raw["isl"])) < 1024
+        assert rec["output_tokens"] == silicon.inferencex_mean_length(float(raw["osl"]))
+        script = silicon.inferencex_kv_cache(raw)
+        assert script is not None and rec["kv_cache"] == script["kv_cache"]
+        assert script["source"] in rec["note"] and "kv_cache" not in rec["assumed"]
 
 
 def test_silicon_sample_csv():

@@ -12,9 +12,10 @@ marked assumed in each record:
 - chip: ``h100_sxm`` -> h100-sxm, ``h200_sxm`` -> h200, ``b200_sxm`` -> b200, ``b300_sxm`` -> b300,
   ``gb200`` -> gb200-nvl72, ``gb300`` -> gb300-nvl72;
 - weights and matmuls: the MoE quantization for MoE models, the GEMM one for dense models
-  (fp8 and fp8_block -> fp8, nvfp4 -> fp4, none -> bf16); the KV cache is not stated: assumed fp8
-  under TensorRT-LLM (its default for fp8 and fp4 checkpoints) and bf16 under vLLM and SGLang
-  (``kv_cache_dtype="auto"``);
+  (fp8 and fp8_block -> fp8, nvfp4 -> fp4, none -> bf16); the KV cache is not stated: InferenceX's
+  single-node runs take the format their launch script set (``inferencex_kv_cache``), the rest
+  are assumed fp8 under TensorRT-LLM (its default for fp8 and fp4 checkpoints) and bf16 under
+  vLLM and SGLang (``kv_cache_dtype="auto"``);
 - layout: ``tensor_parallel = tp``, ``attention_data_parallel = dp``, ``expert_parallel =
   moe_ep``, ``pipeline_parallel = pp``, ``gpus = tp * dp * pp`` (the pool's for disaggregated rows),
   but for InferenceX's April exports of launches with expert parallelism, which count its GPUs
@@ -71,6 +72,9 @@ __all__ = [
     "inferencex",
     "EXPERT_GPUS_COUNTED_TWICE",
     "inferencex_launch",
+    "inferencex_kv_cache",
+    "inferencex_mean_length",
+    "INFERENCEX_RANGE_RATIO",
     "source_field",
     "wave_prompt_steps",
     "MIXED_CHUNK_EXTRA",
@@ -290,7 +294,8 @@ its runs measured from March and April 2026 (the same images, models, chips and 
 1k/1k, 1k/8k and 8k/1k lengths). AIConfigurator reads InferenceX's database
 (``src/aiconfigurator/sdk/config_adapter/inferencex.py``); these runs were launched by
 InferenceX's own scripts, not AIConfigurator's generator, and measured by its own client, whose
-lengths vary (uniform over [0.8 L, L])."""
+lengths vary (uniform over [0.8 L, L]): their records take the mean lengths
+(``inferencex_mean_length``)."""
 
 MIXED_CHUNK_EXTRA = 1500
 """Tokens beside the prompt in the prefill budget AIConfigurator's generator gives an aggregated
@@ -310,6 +315,69 @@ parallelism ``E`` over ``T`` GPUs as ``T E`` GPUs: InferenceX's single-node laun
 ``benchmarks/single_node`` scripts) run ``T`` GPUs, where these rows state 16 and 64 for ``T = E =
 4`` and 8 on a node of 8, and the March 2026 export (``source_file=2026-03-25.csv``) states the
 same launches with ``T`` GPUs. ``inferencex_launch`` restores the launch."""
+
+
+INFERENCEX_RANGE_RATIO = 0.8
+"""InferenceX's client draws each request's prompt and output lengths uniformly over the integers
+``[floor(0.8 L), L]`` of the run's nominal ``L`` (``RANDOM_RANGE_RATIO: 0.8`` in its
+``.github/workflows/benchmark-tmpl.yml`` for every run of 2025-10 to 2026-04;
+``sample_uniform`` in ``utils/bench_serving/benchmark_serving.py``, and in the
+kimbochen/bench_serving client its scripts cloned before that)."""
+
+
+def inferencex_mean_length(nominal: float) -> float:
+    """The mean length of an InferenceX run's requests of nominal length ``L``:
+    ``(floor(0.8 L) + L) / 2`` (``INFERENCEX_RANGE_RATIO``), 0.9 L to within half a token.
+
+    >>> inferencex_mean_length(1024.0)
+    921.5
+    """
+    return (math.floor(INFERENCEX_RANGE_RATIO * nominal) + nominal) / 2.0
+
+
+_QUANT_NAME = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "int4_wo": "int4", "": "bf16"}
+
+
+@functools.cache
+def _kv_scripts() -> dict[tuple[str, str, str, str], list[dict]]:
+    import tomllib
+
+    text = resources.files("dcost.validation").joinpath("inferencex_kv.toml").read_text()
+    out: dict[tuple[str, str, str, str], list[dict]] = {}
+    for e in tomllib.loads(text)["script"]:
+        out.setdefault((e["engine"], e["model"], e["system"], e["precision"]), []).append(e)
+    return {k: sorted(v, key=lambda e: e["since"]) for k, v in out.items()}
+
+
+def inferencex_kv_cache(row: Mapping) -> dict | None:
+    """The entry of ``inferencex_kv.toml`` (the KV-cache format InferenceX's launch script set)
+    that an aggregated single-node InferenceX row ran with, or None.
+
+    The row's engine, model, chip and precision (its MoE quantization, else its GEMM one) pick
+    the script; its ``measured`` date picks the newest entry from on or before that date, or
+    the oldest where the run predates every entry (a pull request's run of the script it added).
+
+    >>> row = {"silicon_data_source": "source_file=2026-04-06.csv; measured=2025-10-29",
+    ...        "mode": "agg", "backend": "vllm", "model_path": "meta-llama/Llama-3.1-70B",
+    ...        "system": "h200_sxm", "gemm_quant_mode": "fp8", "moe_quant_mode": ""}
+    >>> inferencex_kv_cache(row)["kv_cache"]
+    'fp8'
+    """
+    if not inferencex(row) or row.get("mode") != "agg":
+        return None
+    quant = row.get("moe_quant_mode") or row.get("gemm_quant_mode") or ""
+    key = (
+        str(row.get("backend")),
+        str(row.get("model_path")),
+        str(row.get("system")),
+        _QUANT_NAME.get(quant, quant),
+    )
+    entries = _kv_scripts().get(key)
+    measured = source_field(str(row.get("silicon_data_source", "")), "measured")
+    if not entries or not measured:
+        return None
+    before = [e for e in entries if e["since"] <= measured[:10]]
+    return before[-1] if before else entries[0]
 
 
 def inferencex_launch(row: Mapping, layout: Mapping) -> dict | None:
@@ -404,13 +472,23 @@ def _base(row: Mapping, metric: str, model: str, moe: bool) -> dict:
     weights = _QUANT[quant]
     assumed = ["kv_cache"]
     kv = "fp8" if (engine == "trtllm" and weights != "bf16") else "bf16"
+    script = inferencex_kv_cache(row)
+    lengths = float(row["isl"]), float(row["osl"])
+    quote = (
+        f"{row['id']}: ttft {float(row['silicon_ttft_ms']):.4g} ms, tpot "
+        f"{float(row['silicon_tpot_ms']):.4g} ms ({row['silicon_data_source'].split(';')[0]})"
+    )
+    if script is not None:  # the format InferenceX's launch script set (``inferencex_kv_cache``)
+        kv, assumed = script["kv_cache"], []
+        quote += f"; KV cache {kv}: {script['setting']} ({script['source']})"
+    if inferencex(row):  # its client's mean lengths (``inferencex_mean_length``)
+        lengths = inferencex_mean_length(lengths[0]), inferencex_mean_length(lengths[1])
     out = {
         "id": f"silicon-{row['id']}-{metric}",
         "source": SOURCE,
         "source_id": "aiconfigurator-silicon",
         "family": "",
-        "quote": f"{row['id']}: ttft {float(row['silicon_ttft_ms']):.4g} ms, tpot "
-        f"{float(row['silicon_tpot_ms']):.4g} ms ({row['silicon_data_source'].split(';')[0]})",
+        "quote": quote,
         "hardware": SYSTEMS[row["system"]],
         "model": model,
         "weights": weights,
@@ -418,8 +496,8 @@ def _base(row: Mapping, metric: str, model: str, moe: bool) -> dict:
         # a chip with no rate for the weights' format runs them weight-only, its matmuls in bf16
         "compute": weights if weights in _precisions(SYSTEMS[row["system"]]) else "bf16",
         "engine": engine,
-        "prompt_tokens": float(row["isl"]),
-        "output_tokens": float(row["osl"]),
+        "prompt_tokens": lengths[0],
+        "output_tokens": lengths[1],
         "metric": metric,
         "assumed": assumed,
         "mode": row["mode"],
