@@ -278,6 +278,32 @@ def test_fit_on_a_cut_of_the_real_tables():
     assert set(precision) == {"bf16", "fp8"}
 
 
+def test_attention_fit_takes_the_fastest_kernel_of_a_shape():
+    """A shape the tables time with several kernels (SGLang's B200 tables: TensorRT-LLM's,
+    FlashInfer's and Triton's) counts its fastest only: the real cut with every call timed again
+    by a kernel 3x slower fits exactly as the cut alone; a slower kernel alone on a shape stays."""
+    gen = kernels.read_table(DATA / "generation_attention.csv")
+    ctx = kernels.read_table(DATA / "context_attention.csv")
+    n = len(gen["latency"])
+
+    def tagged(t, name, scale=1.0):
+        out = {k: np.asarray(v) for k, v in t.items()}
+        out["kernel_source"] = np.full(len(out["latency"]), name)
+        out["latency"] = out["latency"] * scale
+        return out
+
+    fast = tagged(gen, "fast")
+    both = {k: np.concatenate([fast[k], tagged(gen, "slow", 3.0)[k]]) for k in fast}
+    alone = kernels.fit_attention(fast, ctx, "h100-sxm", 0.5).values
+    assert kernels.fit_attention(both, ctx, "h100-sxm", 0.5).values == alone
+    kept = kernels.fastest_kernels(both, kernels._ATTENTION_SHAPE)
+    assert len(kept["latency"]) == n and set(kept["kernel_source"]) == {"fast"}
+    # a shape only the slow kernel timed is kept
+    lone = {k: np.concatenate([fast[k][1:], tagged(gen, "slow", 3.0)[k][:1]]) for k in fast}
+    kept = kernels.fastest_kernels(lone, kernels._ATTENTION_SHAPE)
+    assert len(kept["latency"]) == n and list(kept["kernel_source"]).count("slow") == 1
+
+
 # ---- host costs ----------------------------------------------------------------------------
 
 

@@ -472,12 +472,15 @@ def fit_attention(
     Returns:
       A ``KernelFit`` with ``attention_efficiency``, ``kv_bandwidth_efficiency``,
       ``generation_intercept`` and ``context_intercept`` (s). Rows with a sliding window or a
-      beam are left out.
+      beam are left out, and of a shape timed with several kernels (SGLang's B200 tables time
+      TensorRT-LLM's, FlashInfer's and Triton's) only the fastest is kept (``fastest_kernels``):
+      the engine picks its kernel per shape, as for grouped experts.
     """
     chip = _chip(hardware)
     parts = []
     for i, (table, ctx) in enumerate(((generation, False), (context, True))):
         if table is not None:
+            table = fastest_kernels(table, _ATTENTION_SHAPE)
             f, b, p, y, seqs = _attention_arrays(table, chip, ctx, SAMPLE, seed + i)
             parts.append((f, b, p, y, np.full(len(y), float(ctx)), seqs))
     if not parts:
@@ -603,12 +606,16 @@ def _served(table: Mapping[str, np.ndarray]) -> np.ndarray:
     return ~((dtype == "fp8") & (dtype == "fp8_block").any())
 
 
-def fastest_kernels(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def fastest_kernels(
+    table: Mapping[str, np.ndarray], shape: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
     """The MoE table's rows of gated experts (three matrices, ``3 h i`` weights: the
     ``*nongated*`` kernel sources, two matrices, are left out), one row per shape: the fastest
     of the kernel sources measured for it (an engine picks among its MoE kernels per shape; the
     tables time several, e.g. TensorRT-LLM's min-latency and CUTLASS kernels, vLLM's Triton
-    and FlashInfer ones). A table without ``kernel_source`` is returned as it is.
+    and FlashInfer ones). A table without ``kernel_source`` is returned as it is. ``shape``: the
+    columns that make a shape (default the MoE table's, ``_MOE_SHAPE``; ``_ATTENTION_SHAPE``
+    for the attention tables).
 
     >>> t = {"kernel_source": np.array(["a", "b", "a_nongated"]), "num_tokens": np.ones(3),
     ...      "latency": np.array([2.0, 1.0, 0.5])}
@@ -622,8 +629,8 @@ def fastest_kernels(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     gated = np.flatnonzero(np.char.find(src, "nongated") < 0)
     codes = np.stack(
         [
-            np.unique(np.asarray(table[c])[gated], return_inverse=True)[1].ravel()
-            for c in _MOE_SHAPE
+            np.unique(np.asarray(table[c]).astype(str)[gated], return_inverse=True)[1].ravel()
+            for c in (_MOE_SHAPE if shape is None else shape)
             if c in table
         ],
         axis=1,
@@ -646,6 +653,20 @@ _MOE_SHAPE = (
     "moe_tp_size",
     "moe_ep_size",
     "distribution",
+)
+
+
+_ATTENTION_SHAPE = (
+    "batch_size",
+    "isl",
+    "step",
+    "num_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "attn_dtype",
+    "kv_cache_dtype",
+    "window_size",
+    "beam_width",
 )
 
 
