@@ -791,6 +791,10 @@ class Model(eqx.Module):
         over all layers (its keys, read whole by every decode step to choose the top-k; held
         and replicated like the KV cache) (0).
       index_flops_per_context_token: the indexer's FLOPs per (token x context token) (0).
+      kv_bytes_per_element: bytes of one KV-cache element, the cache's number format (2 bf16,
+        1 fp8): an engine whose attention kernels read an 8-bit cache at another rate than a
+        16-bit one (``fp8_kv_bandwidth_ratio``) reads it at that rate where this is <= 1. 0: not
+        stated (the 16-bit rate).
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -824,6 +828,7 @@ class Model(eqx.Module):
     attention_topk: FloatLeaf = eqx.field(default=0.0, converter=_float)
     index_bytes_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     index_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    kv_bytes_per_element: FloatLeaf = eqx.field(default=0.0, converter=_float)
 
     get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
@@ -890,6 +895,7 @@ class Model(eqx.Module):
             "state_flops_per_token",
             "index_bytes_per_token",
             "index_flops_per_context_token",
+            "kv_bytes_per_element",
         ):
             check("Model", name, getattr(self, name))
         _at_most(

@@ -5,6 +5,8 @@ import math
 import pathlib
 import sys
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -302,6 +304,81 @@ def test_attention_fit_takes_the_fastest_kernel_of_a_shape():
     lone = {k: np.concatenate([fast[k][1:], tagged(gen, "slow", 3.0)[k][:1]]) for k in fast}
     kept = kernels.fastest_kernels(lone, kernels._ATTENTION_SHAPE)
     assert len(kept["latency"]) == n and list(kept["kernel_source"]).count("slow") == 1
+
+
+def _synthetic_attention(table, context, truth, smoothness=0.5):
+    """``table`` (the real cut's shapes) with latencies of the fit's own form at ``truth``."""
+    from dcost.serving.kernels import kernel_time
+
+    chip = kernels._chip("h100-sxm")
+    t = {k: np.asarray(v) for k, v in table.items()}
+    b, h, d = (t[k].astype(float) for k in ("batch_size", "num_heads", "head_dim"))
+    hkv = t["num_key_value_heads"].astype(float)
+    s = t["isl"].astype(float) + (0.0 if context else t["step"].astype(float))
+    b_kv = np.array([kernels._KV_BYTES[x] for x in t["kv_cache_dtype"].astype(str)])
+    peak = np.array(
+        [kernels._peak(chip, kernels._ATTN_PRECISION[x]) for x in t["attn_dtype"].astype(str)]
+    )
+    if context:
+        flops, byts, c = 2 * b * s * s * h * d, b * s * (h + 2 * hkv) * d * 2.0, 8e-5
+        eta_kv = truth["kv"]
+    else:
+        flops, byts, c = 4 * b * s * h * d, 2 * b * s * hkv * d * b_kv, 1e-5
+        eta_kv = truth["kv"] * np.where(b_kv <= 1.0, truth["ratio"], 1.0)
+    hw = kernels._bare(peak, chip["hbm_bandwidth"], 1.0, 1.0, 0.0, smoothness)
+    tf, tw = flops / (peak * truth["eta"]), byts / (chip["hbm_bandwidth"] * eta_kv)
+    t["latency"] = 1e3 * (c + 1e-8 * b + np.asarray(kernel_time(tf, tw, hw)))
+    return t
+
+
+def test_attention_fit_recovers_an_8bit_caches_own_bandwidth():
+    """An fp8 KV cache's reads at their own share of the bandwidth (``fp8_kv_bandwidth_ratio``):
+    latencies of the fit's own form on the real cut's shapes, 8-bit reads at 0.6 of the 16-bit
+    rate, give back the ratio and the rates; a table with no 8-bit rows sets no ratio."""
+    truth = {"eta": 0.45, "kv": 0.85, "ratio": 0.6}
+    gen = _synthetic_attention(kernels.read_table(DATA / "generation_attention.csv"), False, truth)
+    ctx = _synthetic_attention(kernels.read_table(DATA / "context_attention.csv"), True, truth)
+    fit = kernels.fit_attention(gen, ctx, "h100-sxm", 0.5).values
+    assert fit["fp8_kv_bandwidth_ratio"] == pytest.approx(0.6, rel=0.05)
+    assert fit["kv_bandwidth_efficiency"] == pytest.approx(0.85, rel=0.05)
+    assert fit["attention_efficiency"] == pytest.approx(0.45, rel=0.05)
+    bf16 = {k: v[gen["kv_cache_dtype"] == "bfloat16"] for k, v in gen.items()}
+    assert "fp8_kv_bandwidth_ratio" not in kernels.fit_attention(bf16, ctx, "h100-sxm", 0.5).values
+
+
+def test_an_8bit_cache_reads_at_the_engines_own_rate(tmp_path):
+    """``Engine.fields`` with a model: an fp8 cache (``kv_bytes_per_element`` 1) reads at
+    ``kv_bandwidth_efficiency * fp8_kv_bandwidth_ratio``, a bf16 one and a model that states no
+    format at the 16-bit rate, element by element of a batch; the decode step moves with it; a
+    ratio above 1 in a profile file is refused naming the field."""
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    ratio, eta = eng.profile["fp8_kv_bandwidth_ratio"], eng.profile["kv_bandwidth_efficiency"]
+    assert 0.3 < ratio < 0.95  # FlashAttention-3 dequantizing the cache as it reads it
+    hw = dcost.hardware("h100-sxm", precision="fp8")
+    m8 = dcost.model("llama-3-70b", weights="fp8", kv_cache="fp8")
+    m16 = dcost.model("llama-3-70b", weights="fp8")
+    assert (float(m8.kv_bytes_per_element), float(m16.kv_bytes_per_element)) == (1.0, 2.0)
+    got = eng.fields(hw, model=m8)["kv_bandwidth_efficiency"]
+    assert float(got) == pytest.approx(eta * ratio)
+    assert float(eng.fields(hw, model=m16)["kv_bandwidth_efficiency"]) == pytest.approx(eta)
+    unstated = eqx.tree_at(lambda m: m.kv_bytes_per_element, m8, 0.0)
+    assert float(eng.fields(hw, model=unstated)["kv_bandwidth_efficiency"]) == pytest.approx(eta)
+    both = jax.tree.map(lambda a, b: jnp.stack([a, b]), m8, m16)
+    assert np.asarray(eng.fields(hw, model=both)["kv_bandwidth_efficiency"]) == pytest.approx(
+        [eta * ratio, eta]
+    )
+    design, w = dcost.Design(batch=64, chips=8), dcost.Workload(8192)
+    slow = dcost.decode(design, hw, m8, w, engine=eng).tpot
+    flat = eng.with_profile(profile={"fp8_kv_bandwidth_ratio": 1.0})
+    fast = dcost.decode(design, hw, m8, w, engine=flat).tpot
+    assert float(slow) > float(fast)
+    text = eng.save(tmp_path / "mine.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        text.replace(f"fp8_kv_bandwidth_ratio = {ratio!r}", "fp8_kv_bandwidth_ratio = 1.5")
+    )
+    with pytest.raises(EngineError, match=r"fp8_kv_bandwidth_ratio = 1.5 must be in \(0, 1\]"):
+        dcost.engines.from_file(bad)
 
 
 # ---- host costs ----------------------------------------------------------------------------

@@ -21,7 +21,9 @@ same functions the serving model evaluates (one code path):
   ``t = c + kernel_time(F_attn / (eta_attn F_peak), bytes_kv / (BW eta_kv))`` with
   ``F_attn = 4 b s h d`` (generation) or ``2 b s^2 h d`` (context, half of the square),
   ``bytes_kv = 2 b s h_kv d b_kv`` (generation) or ``b s (h + 2 h_kv) d b`` (context):
-  ``attention_efficiency`` and ``kv_bandwidth_efficiency``.
+  ``attention_efficiency`` and ``kv_bandwidth_efficiency``, an 8-bit cache's reads at their own
+  rate (``fp8_kv_bandwidth_ratio`` of the 16-bit cache's: the kernels dequantize as they read);
+  of a shape several kernels timed, the fastest.
 - **grouped experts** (``moe_layer_time``): the touched experts' weights read at their own
   ``expert_bandwidth_efficiency`` (one grouped kernel streams many experts' matrices; the dense
   GEMMs' ``eta_BW`` took the MoE tables 1-3 points further off, held out), their FLOPs at
@@ -450,7 +452,7 @@ def _attention_arrays(table, chip, context: bool, size: int, seed: int):
         flops = 4.0 * b * s * h * d
         byts = 2.0 * b * s * hkv * d * b_kv
     y = np.asarray(table["latency"], float)[idx] * 1e-3
-    return flops, byts, peak, y, b
+    return flops, byts, peak, y, b, b_kv
 
 
 def fit_attention(
@@ -470,7 +472,11 @@ def fit_attention(
       smoothness: the kernels' roofline smoothness (from ``fit_gemm``), held fixed.
 
     Returns:
-      A ``KernelFit`` with ``attention_efficiency``, ``kv_bandwidth_efficiency``,
+      A ``KernelFit`` with ``attention_efficiency``, ``kv_bandwidth_efficiency`` (a 16-bit
+      cache's), ``fp8_kv_bandwidth_ratio`` (an 8-bit cache's reads over a 16-bit one's, where
+      the generation table has at least ``MIN_ROWS`` of each: FlashAttention and FlashInfer
+      dequantize an fp8 cache in the kernel and reach 0.6-0.9 of the 16-bit cache's bandwidth in
+      vLLM's and SGLang's 2026 tables; TensorRT-LLM's kernels reach the same; at most 1),
       ``generation_intercept`` and ``context_intercept`` (s). Rows with a sliding window or a
       beam are left out, and of a shape timed with several kernels (SGLang's B200 tables time
       TensorRT-LLM's, FlashInfer's and Triton's) only the fastest is kept (``fastest_kernels``):
@@ -481,17 +487,25 @@ def fit_attention(
     for i, (table, ctx) in enumerate(((generation, False), (context, True))):
         if table is not None:
             table = fastest_kernels(table, _ATTENTION_SHAPE)
-            f, b, p, y, seqs = _attention_arrays(table, chip, ctx, SAMPLE, seed + i)
-            parts.append((f, b, p, y, np.full(len(y), float(ctx)), seqs))
+            f, b, p, y, seqs, b_kv = _attention_arrays(table, chip, ctx, SAMPLE, seed + i)
+            # an 8-bit cache's reads, generation rows only (a prompt's reads are its activations)
+            eight = (b_kv <= 1.0) & (not ctx)
+            parts.append((f, b, p, y, np.full(len(y), float(ctx)), seqs, eight.astype(float)))
     if not parts:
         raise ValueError(f"attention for {hardware}: no table")
-    flops, byts, peak, y, is_ctx, seqs = (np.concatenate(c) for c in zip(*parts, strict=True))
+    flops, byts, peak, y, is_ctx, seqs, eight = (
+        np.concatenate(c) for c in zip(*parts, strict=True)
+    )
+    gen = is_ctx == 0
+    split_kv = min(int(np.sum(gen & (eight > 0))), int(np.sum(gen & (eight == 0)))) >= MIN_ROWS
     fit_i, held_i = _split(len(y), seed)
     bw = chip["hbm_bandwidth"]
 
     def predict(z, rows):
         eta = 0.02 + 0.98 * _logistic(z[0])
         eta_kv = 0.02 + 0.98 * _logistic(z[1])
+        if split_kv:  # an 8-bit cache's reads at a share of the 16-bit cache's rate
+            eta_kv = eta_kv * jnp.where(eight[rows] > 0, 0.02 + 0.98 * _logistic(z[5]), 1.0)
         c = jnp.where(is_ctx[rows] > 0, jnp.exp(z[3]), jnp.exp(z[2]))
         c = c + jnp.exp(z[4]) * seqs[rows]
         hw = _bare(peak[rows], bw, 1.0, 1.0, 0.0, smoothness)
@@ -502,16 +516,20 @@ def fit_attention(
     def loss(z):
         return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
 
-    zf = _minimize(loss, jnp.asarray([0.5, 1.5, math.log(5e-6), math.log(1e-5), math.log(1e-8)]))
+    z0 = [0.5, 1.5, math.log(5e-6), math.log(1e-5), math.log(1e-8), 2.0]
+    zf = _minimize(loss, jnp.asarray(z0))
     rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
     z = np.asarray(zf)
+    eta_kv = float(0.02 + 0.98 / (1.0 + np.exp(-z[1])))
     values = {
         "attention_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[0]))),
-        "kv_bandwidth_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[1]))),
+        "kv_bandwidth_efficiency": eta_kv,
         "generation_intercept": float(np.exp(z[2])),
         "context_intercept": float(np.exp(z[3])),
         "attention_sequence_intercept": float(np.exp(z[4])),
     }
+    if split_kv:
+        values["fp8_kv_bandwidth_ratio"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[5])))
     return KernelFit("attention", values, len(y), rms, med, p90)
 
 

@@ -118,12 +118,17 @@ PROFILE_FIELDS = (
     "hierarchical_collectives",
     "index_layer_overhead",
     "eager_moe_layer_overhead",
+    "fp8_kv_bandwidth_ratio",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
 precision that attention over the context reaches, set on the chip as ``Hardware.attention_flops
 = attention_efficiency * F_attn / flops_efficiency`` (so that ``attention_flops_achieved`` is
-that rate)."""
+that rate); and ``fp8_kv_bandwidth_ratio`` (optional, in (0, 1], 1 when absent): the bandwidth
+attention reaches reading an 8-bit KV cache over what it reaches reading a 16-bit one, its
+kernels dequantizing the cache as they read it (vLLM's tables on H100 and H200: 0.77 and 0.60);
+a model whose ``kv_bytes_per_element`` is <= 1 gets ``kv_bandwidth_efficiency *
+fp8_kv_bandwidth_ratio``."""
 
 
 class EngineError(SpecError):
@@ -309,9 +314,21 @@ class Engine:
                 f"engine {self.label} on {self.hardware_name} has no profile for precision {p!r}; "
                 f"it has: {', '.join(have)}"
             )
-        values = {k: v for k, v in self.profile.items() if k != "attention_efficiency"}
+        values = {
+            k: v
+            for k, v in self.profile.items()
+            if k not in ("attention_efficiency", "fp8_kv_bandwidth_ratio")
+        }
         values.update(self.precision_profile[p])
         values.update(self._weight_only(p, model))
+        ratio = self.profile.get("fp8_kv_bandwidth_ratio")
+        if ratio is not None and model is not None and "kv_bandwidth_efficiency" in values:
+            # an 8-bit cache (0: not stated, the 16-bit rate), element by element of a batch
+            b = jnp.asarray(model.kv_bytes_per_element)
+            eight = (b > 0.0) & (b <= 1.0)
+            values["kv_bandwidth_efficiency"] = values["kv_bandwidth_efficiency"] * jnp.where(
+                eight, ratio, 1.0
+            )
         if self.scheduler.prompt_graphs:  # replayed as a graph (Scheduler)
             for name in ("prefill_step_overhead", "eager_moe_layer_overhead"):
                 if name in values:
@@ -507,6 +524,7 @@ _FRACTIONS = (
     "scaleup_efficiency",
     "scaleout_efficiency",
     "flops_efficiency",
+    "fp8_kv_bandwidth_ratio",  # an 8-bit cache reads no faster a byte than a 16-bit one
 )
 _POSITIVE = ("expert_ep_slowdown",)  # a slowdown factor: 0 would make a path free
 _UNIT = (

@@ -684,5 +684,10 @@ def model(
     if activations is not None:
         fields["act_bytes"] = bytes_per_element(activations)
     _scaled_kv(fields, card, kv_cache)
+    fields["kv_bytes_per_element"] = (
+        bytes_per_element(kv_cache)
+        if kv_cache is not None
+        else float(card["arch"].get("kv_bytes_per_element", 2.0))
+    )
     fields.update(overrides)
     return Model(**fields)
