@@ -69,7 +69,10 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
     and the splits keep their meaning (seed 0 the runs the diagnosis saw); ``compute`` drops a
     drawn run that ``silicon.SPECULATIVE_SUSPECTED`` counts out (``silicon.speculative``) and
     keeps a repeated one (the same measurement as its twin). The models whose runs became
-    records later (``silicon.DRAWN_BEFORE``) are not in the pool."""
+    records later (``silicon.DRAWN_BEFORE``) are not in the pool. An InferenceX run's record
+    holds its client's mean lengths (``silicon.inferencex_mean_length``); the drawn record holds
+    the nominal ``L`` its client draws over ``[0.8 L, L]`` from (``INFERENCEX_RANGE``), as the
+    simulated client does."""
     from dcost.validation import silicon
 
     recs, _ = silicon.records(count_out=False)
@@ -90,6 +93,8 @@ def sample(n: int, seed: int = 0, exclude=frozenset()):
         for i in rng.choice(len(pool), min(n // len(by_engine), len(pool)), replace=False):
             r = pool[int(i)]
             row = rows[r["id"][len("silicon-") : -len("-tpot")]]
+            if inferencex(row):
+                r = {**r, "prompt_tokens": float(row["isl"]), "output_tokens": float(row["osl"])}
             out.append((r, float(row["silicon_ttft_ms"]) * 1e-3, int(row["batch_size"])))
     return out
 
@@ -479,6 +484,8 @@ def batch_waiting_runs(log=print) -> dict:
         src = rows[r["id"][len("silicon-") : -len("-tpot")]]
         if not inferencex(src):
             continue
+        # the client's nominal lengths, drawn over [0.8 L, L] below (``sample``)
+        r = {**r, "prompt_tokens": float(src["isl"]), "output_tokens": float(src["osl"])}
         eng = record_engine(r)[0]
         launched = inferencex_deployed(eng, r, src["precision"], int(src["batch_size"]))
         if not launched.scheduler.batch_wait_iters:
