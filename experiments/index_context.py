@@ -113,7 +113,7 @@ def glm5(alpha_by_chip: dict) -> dict:
         "with_growth": ratio_stats(grown / pred.measured),
     }
     for name, mask in (
-        ("prompts_8k", np.array([r["prompt_tokens"] >= 8000 for r in rows])),
+        ("prompts_8k", np.array([r["prompt_tokens"] >= 4000 for r in rows])),  # 8,192 nominal
         ("prompts_1k", np.array([r["prompt_tokens"] < 2000 for r in rows])),
     ):
         if mask.any():
