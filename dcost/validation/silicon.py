@@ -335,7 +335,7 @@ def inferencex_mean_length(nominal: float) -> float:
     return (math.floor(INFERENCEX_RANGE_RATIO * nominal) + nominal) / 2.0
 
 
-_QUANT_NAME = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "int4_wo": "int4", "": "bf16"}
+_QUANT_NAME = {**_QUANT, "int4_wo": "int4"}  # the scripts' precision names
 
 
 @functools.cache
