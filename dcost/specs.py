@@ -965,6 +965,24 @@ class Model(eqx.Module):
         return jnp.where(a_pf > 0, a_pf, self.attn_flops_per_context_token)
 
     @property
+    def latent_attention(self):
+        """Whether the model attends through one latent a token (multi-head latent attention,
+        DeepSeek-V2 Technical Report, arXiv 2405.04434, section 2.1): one KV "head"
+        (``kv_heads = 1``) and a prompt's attention in its own, non-absorbed form
+        (``prefill_attn_flops_per_context_token > 0``), as ``dcost.presets``' ``derive_model``
+        sets an MLA card. A boolean array, element by element of a batch of models; engines
+        time its kernels apart (``dcost.engines.Engine.fields``).
+
+        >>> import dcost
+        >>> bool(dcost.model("deepseek-v3").latent_attention), bool(
+        ...     dcost.model("llama-3-70b").latent_attention)
+        (True, False)
+        """
+        return (jnp.asarray(self.kv_heads) == 1.0) & (
+            jnp.asarray(self.prefill_attn_flops_per_context_token) > 0.0
+        )
+
+    @property
     def draft_total(self):
         """``N_draft,total``: ``draft_params_total`` when > 0, else ``draft_params`` (params)."""
         return jnp.where(self.draft_params_total > 0, self.draft_params_total, self.draft_params)

@@ -226,6 +226,13 @@ def find_tables(root, gpu: str, engine: str) -> dict[str, pathlib.Path] | None:
     for name in ("generation_attention", "context_attention"):
         if (attn / f"{name}_perf.parquet").is_file():
             found[name] = attn / f"{name}_perf.parquet"
+    for v in reversed(_versions(root, gpu, "mla", engine)):
+        mla = root / gpu / "mla" / engine / v
+        if (mla / "generation_mla_perf.parquet").is_file():  # the latest kernel tables of MLA
+            for name in ("generation_mla", "context_mla"):
+                if (mla / f"{name}_perf.parquet").is_file():
+                    found[name] = mla / f"{name}_perf.parquet"
+            break
     for v in [version] + list(reversed(_versions(root, gpu, "moe", engine))):
         f = root / gpu / "moe" / engine / v / "moe_perf.parquet"
         if f.is_file():
@@ -488,14 +495,24 @@ def fit_attention(
         if table is not None:
             table = fastest_kernels(table, _ATTENTION_SHAPE)
             f, b, p, y, seqs, b_kv = _attention_arrays(table, chip, ctx, SAMPLE, seed + i)
-            # an 8-bit cache's reads, generation rows only (a prompt's reads are its activations)
-            eight = (b_kv <= 1.0) & (not ctx)
-            parts.append((f, b, p, y, np.full(len(y), float(ctx)), seqs, eight.astype(float)))
+            parts.append((f, b, p, y, ctx, seqs, b_kv))
     if not parts:
         raise ValueError(f"attention for {hardware}: no table")
-    flops, byts, peak, y, is_ctx, seqs, eight = (
-        np.concatenate(c) for c in zip(*parts, strict=True)
-    )
+    return _fit_rates("attention", parts, chip, smoothness, seed)
+
+
+def _fit_rates(kind: str, parts, chip: dict, smoothness: float, seed: int) -> KernelFit:
+    """Attention's rates fitted to ``parts``, one ``(flops, bytes, peak, latency (s), context,
+    sequences, KV bytes per element)`` per table (``context`` a bool): the roofline
+    ``c + kernel_time(F/(P eta), B/(BW eta_kv))`` with ``c`` an intercept per table kind plus
+    one per sequence, and an 8-bit cache's reads at ``fp8_kv_bandwidth_ratio`` of the 16-bit
+    rate where the generation rows hold at least ``MIN_ROWS`` of each (``fit_attention``)."""
+    rows = []
+    for f, b, p, y, ctx, seqs, b_kv in parts:
+        # an 8-bit cache's reads, generation rows only (a prompt's reads are its activations)
+        eight = (b_kv <= 1.0) & (not ctx)
+        rows.append((f, b, p, y, np.full(len(y), float(ctx)), seqs, eight.astype(float)))
+    flops, byts, peak, y, is_ctx, seqs, eight = (np.concatenate(c) for c in zip(*rows, strict=True))
     gen = is_ctx == 0
     split_kv = min(int(np.sum(gen & (eight > 0))), int(np.sum(gen & (eight == 0)))) >= MIN_ROWS
     fit_i, held_i = _split(len(y), seed)
@@ -530,7 +547,79 @@ def fit_attention(
     }
     if split_kv:
         values["fp8_kv_bandwidth_ratio"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[5])))
-    return KernelFit("attention", values, len(y), rms, med, p90)
+    return KernelFit(kind, values, len(y), rms, med, p90)
+
+
+MLA_SHAPE = {
+    "kv_lora_rank": 512.0,
+    "qk_rope_head_dim": 64.0,
+    "qk_nope_head_dim": 128.0,
+    "v_head_dim": 128.0,
+}
+"""The MLA shape AIConfigurator's MLA tables time (DeepSeek-V3's config.json: ``kv_lora_rank``
+512, ``qk_rope_head_dim`` 64, ``qk_nope_head_dim`` 128, ``v_head_dim`` 128); ``num_heads`` is a
+GPU's heads (128 over ``tp_size``)."""
+
+
+def _mla_arrays(table, chip, context: bool, size: int, seed: int):
+    """MLA's work in a table's rows, in the serving model's forms (``dcost.presets``'
+    ``derive_model``): a generation step attends in the absorbed form, every head reading the
+    one latent of ``r + r_rope`` elements a token, ``2 h ((r + r_rope) + r)`` FLOPs a context
+    token; a prompt in the non-absorbed form, ``2 h ((d_nope + d_rope) + d_v)`` FLOPs a pair
+    of tokens, half the pairs (causal), reading its queries, keys and values."""
+    kv_dtype = np.asarray(table["kv_cache_dtype"]).astype(str)
+    mla_dtype = np.asarray(table["mla_dtype"]).astype(str)
+    r, rope = MLA_SHAPE["kv_lora_rank"], MLA_SHAPE["qk_rope_head_dim"]
+    qk, v = MLA_SHAPE["qk_nope_head_dim"] + rope, MLA_SHAPE["v_head_dim"]
+    b = np.asarray(table["batch_size"], float)
+    s = np.asarray(table["isl"], float) + (0.0 if context else np.asarray(table["step"], float))
+    h = np.asarray(table["num_heads"], float)
+    if context:
+        flops = b * s * s * h * (qk + v)
+        byts = b * s * h * (2.0 * qk + 2.0 * v) * 2.0
+    else:
+        flops = 2.0 * b * s * h * ((r + rope) + r)
+        byts = b * s * (r + rope) * np.asarray([_KV_BYTES.get(x, 0.0) for x in kv_dtype])
+    ok = np.isin(mla_dtype, list(_ATTN_PRECISION)) & np.isin(kv_dtype, list(_KV_BYTES))
+    ok &= flops / chip["flops"] >= MIN_IDEAL_TIME * (1.0 if context else 0.1)
+    idx = _sample(ok, size, seed)
+    b_kv = np.asarray([_KV_BYTES[x] for x in kv_dtype[idx]])
+    peak = np.asarray([_peak(chip, _ATTN_PRECISION[x]) for x in mla_dtype[idx]])
+    y = np.asarray(table["latency"], float)[idx] * 1e-3
+    return flops[idx], byts[idx], peak, y, b[idx], b_kv
+
+
+def fit_mla(
+    generation: Mapping[str, np.ndarray] | None,
+    context: Mapping[str, np.ndarray] | None,
+    hardware: str,
+    smoothness: float,
+    seed: int = 0,
+) -> KernelFit:
+    """Fit multi-head latent attention's own rates to the engine's MLA tables
+    (``generation_mla_perf``, ``context_mla_perf``: columns ``batch_size``, ``isl``, ``step``,
+    ``num_heads``, ``mla_dtype``, ``kv_cache_dtype``, ``latency`` in ms; either may be None).
+
+    MLA runs kernels of its own (FlashMLA, TensorRT-LLM's and FlashInfer's MLA kernels), whose
+    decode is a many-query-heads-on-one-latent shape the GQA kernels' rates do not predict: the
+    dense attention fit of each shipped profile, applied to these tables, was 21-54 % off
+    (median, rows of at least 5 us of work; 1.8-2.2x too slow at 128 heads a GPU on Blackwell,
+    0.6-0.7x on Hopper under SGLang). The same roofline as ``fit_attention`` (``_fit_rates``), its
+    fields named ``mla_*``: ``mla_attention_efficiency``, ``mla_kv_bandwidth_efficiency`` and
+    ``mla_fp8_kv_bandwidth_ratio``, which ``dcost.engines.Engine.fields`` gives a model with
+    latent attention (``Model.latent_attention``) in place of the GQA kernels'.
+    """
+    chip = _chip(hardware)
+    parts = []
+    for i, (table, ctx) in enumerate(((generation, False), (context, True))):
+        if table is not None:
+            f, b, p, y, seqs, b_kv = _mla_arrays(table, chip, ctx, SAMPLE, seed + i)
+            if len(y):
+                parts.append((f, b, p, y, ctx, seqs, b_kv))
+    if not parts:
+        raise ValueError(f"MLA attention for {hardware}: no table")
+    fit = _fit_rates("mla_attention", parts, chip, smoothness, seed)
+    return dataclasses.replace(fit, values={"mla_" + k: v for k, v in fit.values.items()})
 
 
 # ---- all-reduce ----------------------------------------------------------------------------
@@ -1062,13 +1151,17 @@ def main_kernel(sources: np.ndarray) -> str:
 
 def fit_tables(tables: Mapping[str, Mapping[str, np.ndarray]], hardware: str, seed: int = 0):
     """Every kernel fit of one engine on one chip: ``{kind: KernelFit}`` from the tables named
-    "gemm", "generation_attention", "context_attention" and "allreduce" (the last three
-    optional)."""
+    "gemm", "generation_attention", "context_attention", "generation_mla", "context_mla",
+    "allreduce", "dsa_generation" and "moe" (all but the first optional)."""
     fits = {"gemm": fit_gemm(tables["gemm"], hardware, seed)}
     r = fits["gemm"].values["kernel_roofline_smoothness"]
     if "generation_attention" in tables or "context_attention" in tables:
         fits["attention"] = fit_attention(
             tables.get("generation_attention"), tables.get("context_attention"), hardware, r, seed
+        )
+    if "generation_mla" in tables:
+        fits["mla_attention"] = fit_mla(
+            tables["generation_mla"], tables.get("context_mla"), hardware, r, seed
         )
     if "allreduce" in tables:
         fits["allreduce"] = fit_allreduce(tables["allreduce"], hardware, seed)
@@ -1218,8 +1311,12 @@ def rebuild(
                 "tables": rel,
                 "rows": {k: int(len(t["latency"])) for k, t in tables.items()},
                 "fitted_from_kernels": sorted(
-                    {k.split(".")[-1] for f in fits.values() for k in f.values}
-                    - {"gemm_intercept", "generation_intercept", "context_intercept"}
+                    {
+                        k.split(".")[-1]
+                        for f in fits.values()
+                        for k in f.values
+                        if not k.endswith("_intercept")
+                    }
                     | {"layer_overhead"}
                 ),
                 "from_family_profile": sorted(

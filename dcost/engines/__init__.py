@@ -119,6 +119,9 @@ PROFILE_FIELDS = (
     "index_layer_overhead",
     "eager_moe_layer_overhead",
     "fp8_kv_bandwidth_ratio",
+    "mla_attention_efficiency",
+    "mla_kv_bandwidth_efficiency",
+    "mla_fp8_kv_bandwidth_ratio",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
@@ -128,7 +131,16 @@ that rate); and ``fp8_kv_bandwidth_ratio`` (optional, in (0, 1], 1 when absent):
 attention reaches reading an 8-bit KV cache over what it reaches reading a 16-bit one, its
 kernels dequantizing the cache as they read it (vLLM's tables on H100 and H200: 0.77 and 0.60);
 a model whose ``kv_bytes_per_element`` is <= 1 gets ``kv_bandwidth_efficiency *
-fp8_kv_bandwidth_ratio``."""
+fp8_kv_bandwidth_ratio``. The ``mla_`` fields (optional) are the same three of the engine's
+multi-head latent attention kernels (``dcost.calibrate.kernels.fit_mla``), which a model with
+``Model.latent_attention`` gets in their place."""
+
+_LATENT = {
+    "attention_efficiency": "mla_attention_efficiency",
+    "kv_bandwidth_efficiency": "mla_kv_bandwidth_efficiency",
+    "fp8_kv_bandwidth_ratio": "mla_fp8_kv_bandwidth_ratio",
+}
+"""A GQA attention field -> its latent-attention field."""
 
 
 class EngineError(SpecError):
@@ -314,14 +326,14 @@ class Engine:
                 f"engine {self.label} on {self.hardware_name} has no profile for precision {p!r}; "
                 f"it has: {', '.join(have)}"
             )
-        values = {
-            k: v
-            for k, v in self.profile.items()
-            if k not in ("attention_efficiency", "fp8_kv_bandwidth_ratio")
-        }
+        own = ("attention_efficiency", "fp8_kv_bandwidth_ratio", *_LATENT.values())
+        values = {k: v for k, v in self.profile.items() if k not in own}
         values.update(self.precision_profile[p])
         values.update(self._weight_only(p, model))
-        ratio = self.profile.get("fp8_kv_bandwidth_ratio")
+        attention = self._attention(model)
+        if "kv_bandwidth_efficiency" in attention:
+            values["kv_bandwidth_efficiency"] = attention["kv_bandwidth_efficiency"]
+        ratio = attention.get("fp8_kv_bandwidth_ratio")
         if ratio is not None and model is not None and "kv_bandwidth_efficiency" in values:
             # an 8-bit cache (0: not stated, the 16-bit rate), element by element of a batch
             b = jnp.asarray(model.kv_bytes_per_element)
@@ -333,13 +345,31 @@ class Engine:
             for name in ("prefill_step_overhead", "eager_moe_layer_overhead"):
                 if name in values:
                     values[name] = 0.0
-        if "attention_efficiency" in self.profile:
+        if "attention_efficiency" in attention:
             # the chip's attention peak as set (the KV cache's rate), else its matmul peak
             peak = hardware.get("attention_flops")
             values["attention_flops"] = (
-                self.profile["attention_efficiency"] * peak / values["flops_efficiency"]
+                attention["attention_efficiency"] * peak / values["flops_efficiency"]
             )
         return values
+
+    def _attention(self, model) -> dict:
+        """The attention fields ``model`` gets: the GQA kernels' (``attention_efficiency``,
+        ``kv_bandwidth_efficiency``, ``fp8_kv_bandwidth_ratio``), and where the profile has the
+        latent-attention kernels' (``mla_*``) and the model attends through a latent
+        (``Model.latent_attention``), theirs, by ``jnp.where`` element by element of a batch of
+        models (a traced model computes what the eager call does)."""
+        base = {k: self.profile[k] for k in _LATENT if k in self.profile}
+        if model is None or not any(v in self.profile for v in _LATENT.values()):
+            return base
+        latent = model.latent_attention
+        out = dict(base)
+        for k, v in _LATENT.items():
+            if v not in self.profile:
+                continue
+            gqa = base.get(k, 1.0)
+            out[k] = jnp.where(latent, self.profile[v], gqa)
+        return out
 
     def _weight_only(self, precision: str, model) -> dict:
         """The expert fields of the weight-only class ``model`` runs at ``precision`` ({} when
@@ -525,6 +555,9 @@ _FRACTIONS = (
     "scaleout_efficiency",
     "flops_efficiency",
     "fp8_kv_bandwidth_ratio",  # an 8-bit cache reads no faster a byte than a 16-bit one
+    "mla_attention_efficiency",
+    "mla_kv_bandwidth_efficiency",
+    "mla_fp8_kv_bandwidth_ratio",
 )
 _POSITIVE = ("expert_ep_slowdown",)  # a slowdown factor: 0 would make a path free
 _UNIT = (
