@@ -1323,4 +1323,19 @@ def stack(trees):
                 f"stack: trees[{i}] has another structure than trees[0] "
                 f"({type(tree).__name__} with fields set differently); all must match"
             )
-    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+    return jax.tree.map(_stack_leaf, *trees)
+
+
+def _stack_leaf(*xs):
+    """One leaf of ``stack``: concrete, strongly typed arrays stacked on the host in one NumPy
+    call and moved once (``jnp.stack`` of thousands of scalars converts each one: a batch of
+    6,000 chips took seconds); tracers and weakly typed values (Python numbers) through
+    ``jnp.stack``, whose types they keep."""
+    if all(
+        isinstance(x, (np.ndarray, jax.Array))
+        and not isinstance(x, jax.core.Tracer)
+        and not getattr(x, "weak_type", False)
+        for x in xs
+    ):
+        return jnp.asarray(np.stack([np.asarray(x) for x in xs]))
+    return jnp.stack([jnp.asarray(x) for x in xs])

@@ -3,6 +3,7 @@ bisection, ``dcost.stack``, the prefill report's ``ttft``, the one precision rul
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -177,6 +178,24 @@ def test_stack_batches_specs_and_checks_structure():
         dcost.stack([])
     with pytest.raises(dcost.SpecError, match=r"trees\[1\]"):
         dcost.stack([dcost.Design(batch=1), dcost.Design(batch=1, experts=8)])
+
+
+def test_stack_keeps_each_leafs_type_and_works_under_jit():
+    """The host fast path (``specs._stack_leaf``) gives what ``jnp.stack`` gives, leaf by leaf:
+    values, dtype and weak type, for arrays, Python numbers and a mix; and traced leaves stack
+    inside ``jit``."""
+    trees = [
+        dcost.hardware("h100-sxm"),
+        dcost.hardware("b200"),
+        eqx.tree_at(lambda h: h.price_per_hour, dcost.hardware("h200"), 3.5),  # a Python float
+    ]
+    got = dcost.stack(trees)
+    want = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert (a.dtype, a.weak_type) == (b.dtype, b.weak_type)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    flops = jax.jit(lambda a, b: dcost.stack([a, b]).flops)(trees[0], trees[1])
+    np.testing.assert_array_equal(np.asarray(flops), np.asarray(got.flops[:2]))
 
 
 # ---------------------------------------------------------------- prefill report

@@ -176,12 +176,14 @@ def read_table(path) -> dict[str, np.ndarray]:
             "reading AIConfigurator's Parquet tables needs pyarrow: "
             "pip install 'dcost[aiconfigurator]'"
         ) from None
-    table = pq.read_table(path).to_pydict()
+    table = pq.read_table(path)
     out = {}
-    for k, v in table.items():
-        arr = np.asarray(v)
-        if arr.dtype.kind in "iuf":
-            arr = arr.astype(float)
+    for k in table.column_names:
+        arr = table.column(k).to_numpy()  # one copy per column, no Python objects per value
+        if arr.dtype.kind in "iufb":
+            arr = arr.astype(float) if arr.dtype.kind != "b" else arr
+        else:
+            arr = arr.astype(str)
         out[k] = arr
     return out
 
@@ -734,15 +736,14 @@ def fastest_kernels(
     src = np.asarray(table["kernel_source"]).astype(str)
     lat = np.asarray(table["latency"], float)
     gated = np.flatnonzero(np.char.find(src, "nongated") < 0)
-    codes = np.stack(
-        [
-            np.unique(np.asarray(table[c]).astype(str)[gated], return_inverse=True)[1].ravel()
-            for c in (_MOE_SHAPE if shape is None else shape)
-            if c in table
-        ],
-        axis=1,
-    )
-    key = np.unique(codes, axis=0, return_inverse=True)[1].ravel()
+    columns = [np.asarray(table[c]) for c in (_MOE_SHAPE if shape is None else shape) if c in table]
+    # each column's values as codes (numbers as they are: their text takes seconds a table)
+    codes = [np.unique(col[gated], return_inverse=True)[1].ravel() for col in columns]
+    sizes = [int(c.max()) + 1 if len(c) else 1 for c in codes]
+    if float(np.prod(np.asarray(sizes, float))) < 2.0**62:  # one integer per shape
+        key = np.ravel_multi_index(codes, sizes) if codes else np.zeros(len(gated), int)
+    else:
+        key = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)[1].ravel()
     order = np.lexsort((lat[gated], key))  # by shape, the fastest first
     first = np.ones(len(order), bool)
     first[1:] = key[order][1:] != key[order][:-1]
