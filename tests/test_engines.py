@@ -1036,6 +1036,43 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
 
 
 @pytest.mark.slow
+def test_a_kv_offset_saved_is_the_offset_fitted_for_every_cache_and_kernel():
+    """``with_offsets`` moves the KV rates as the fit moves the chip's: a logit offset on the
+    rate a model reads at. DeepSeek-V3 with an 8-bit cache reads at the latent kernels' rate
+    times their 8-bit ratio (TensorRT-LLM on H200: ``mla_fp8_kv_bandwidth_ratio`` < 1),
+    gpt-oss-120b with a 16-bit cache at the GQA rate: the engine saved with the offset predicts
+    what the fit's offset predicts, both; its ratios stay at most 1."""
+    from dcost.calibrate import user
+
+    eng = dcost.engine("trtllm", hardware="h200")
+    assert eng.profile["mla_fp8_kv_bandwidth_ratio"] < 0.95
+    recs, _ = silicon.records()
+
+    def runs(model, kv):
+        return [
+            r
+            for r in recs
+            if r["engine"] == "trtllm"
+            and r["hardware"] == "h200"
+            and r["metric"] == "tpot"
+            and (r["model"], r["kv_cache"]) == (model, kv)
+        ][:3]
+
+    picked = runs("deepseek-v3", "fp8") + runs("gpt-oss-120b", "bf16")
+    assert len(picked) == 6
+    z = np.zeros(len(user.FIELDS))
+    z[user.FIELDS.index("kv_bandwidth_efficiency")] = -0.8
+    moved = user.with_offsets(eng, z)
+    for k in ("fp8_kv_bandwidth_ratio", "mla_fp8_kv_bandwidth_ratio"):
+        assert 0.0 < moved.profile[k] <= 1.0
+    zero = np.zeros(len(user.FIELDS))
+    fitted = user.predict_offsets(user.prepare(picked, eng), z)
+    saved = user.predict_offsets(user.prepare(picked, moved), zero)
+    np.testing.assert_allclose(fitted, saved, rtol=1e-5)
+    assert np.all(fitted > user.predict_offsets(user.prepare(picked, eng), zero))  # slower reads
+
+
+@pytest.mark.slow
 def test_the_fit_settles_where_the_loss_is_flat():
     """Levenberg-Marquardt's answer on runs the model made at planted offsets: the loss's
     gradient (reverse mode, another derivative than the fit's forward-mode Jacobian) vanishes

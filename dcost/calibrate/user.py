@@ -370,6 +370,35 @@ def predict_offsets(prep: Prepared, z) -> np.ndarray:
     return out
 
 
+_KV_RATES = (
+    ("kv_bandwidth_efficiency", "fp8_kv_bandwidth_ratio"),
+    ("mla_kv_bandwidth_efficiency", "mla_fp8_kv_bandwidth_ratio"),
+)
+"""A KV read's rate and an 8-bit cache's share of it, of the GQA and the latent kernels
+(``dcost.engines.Engine.fields``: a model reads at ``rate``, or ``rate * ratio`` with an 8-bit
+cache)."""
+
+
+def _move_kv(shared: dict, move) -> None:
+    """Move the KV reads' rates as ``_apply`` moves the chip's: the offset is one on the rate a
+    model reads at, so that an 8-bit cache's ``b r`` goes to ``move(b r)`` as a 16-bit cache's
+    ``b`` goes to ``move(b)``: the ratio becomes ``move(b r) / move(b)`` (at most 1, as
+    ``move`` is increasing). A latent rate without its own ratio reads at the GQA ratio; it
+    takes it as its own first, so that the two move apart."""
+    gqa_ratio = shared.get("fp8_kv_bandwidth_ratio")
+    if "mla_kv_bandwidth_efficiency" in shared and gqa_ratio is not None:
+        shared.setdefault("mla_fp8_kv_bandwidth_ratio", gqa_ratio)
+    for rate, ratio in _KV_RATES:
+        if rate not in shared:
+            if rate == "kv_bandwidth_efficiency":
+                shared[rate] = move(1.0)  # unset: the chip's 1.0, as ``_apply`` reads it
+            continue
+        b = shared[rate]
+        shared[rate] = move(b)
+        if ratio in shared:
+            shared[ratio] = min(1.0, move(b * shared[ratio]) / shared[rate])
+
+
 def _field_values(engine, z) -> dict:
     """The engine profile's fields with offsets ``z``, as the profile stores them."""
     shared, precision = (
@@ -387,6 +416,8 @@ def _field_values(engine, z) -> dict:
                 for p in precision:
                     if name in precision[p]:  # not the weight-only expert classes
                         precision[p][name] = move(precision[p][name])
+            elif name == "kv_bandwidth_efficiency":
+                _move_kv(shared, move)
             elif name in shared or name not in TIED:  # a tied field the profile has not: unset
                 shared[name] = move(shared.get(name, 1.0))
         else:

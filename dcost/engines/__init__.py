@@ -365,10 +365,11 @@ class Engine:
         latent = model.latent_attention
         out = dict(base)
         for k, v in _LATENT.items():
-            if v not in self.profile:
+            # a latent rate stands in for a rate the profile sets (a profile without
+            # attention's own rate keeps the chip's, ``attention_flops``, for every model)
+            if v not in self.profile or (k not in base and k != "fp8_kv_bandwidth_ratio"):
                 continue
-            gqa = base.get(k, 1.0)
-            out[k] = jnp.where(latent, self.profile[v], gqa)
+            out[k] = jnp.where(latent, self.profile[v], base.get(k, 1.0))
         return out
 
     def _weight_only(self, precision: str, model) -> dict:
