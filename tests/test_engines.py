@@ -1072,6 +1072,37 @@ def test_a_kv_offset_saved_is_the_offset_fitted_for_every_cache_and_kernel():
     assert np.all(fitted > user.predict_offsets(user.prepare(picked, eng), zero))  # slower reads
 
 
+def test_a_records_chip_is_memoized_per_engine_and_model():
+    """``cases.case`` shares the chip of records alike (one object), computes it anew for
+    another engine (even one equal in name and version), another model or another attention
+    rate, and gives what applying the engine afresh gives."""
+    import equinox as eqx
+
+    from dcost.validation import cases
+
+    recs, _ = silicon.records()
+    r = next(x for x in recs if x["engine"] == "vllm" and x["metric"] == "tpot")
+    eng = dcost.engine("vllm", hardware=r["hardware"])
+    a, b = cases.case(r, engine=eng).hardware, cases.case(dict(r), engine=eng).hardware
+    assert a is b
+    slower = eng.with_profile(profile={"step_overhead": 1e-3})
+    c = cases.case(r, engine=slower).hardware
+    assert c is not a and float(c.step_overhead) == pytest.approx(1e-3) != float(a.step_overhead)
+    other = next(x for x in recs if x["engine"] == "vllm" and x["model"] != r["model"])
+    assert cases.case(dict(other, hardware=r["hardware"]), engine=eng).hardware is not a
+    fresh = eng.apply(
+        eqx.tree_at(
+            lambda h: h.attention_flops,
+            cases._chip(r["hardware"], r["compute"], ()),
+            jnp.asarray(cases.attention_rate(r)),
+            is_leaf=lambda x: x is None,
+        ),
+        model=cases._net(r["model"], r["weights"], r["kv_cache"]),
+    )
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(fresh), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 @pytest.mark.slow
 def test_the_fit_settles_where_the_loss_is_flat():
     """Levenberg-Marquardt's answer on runs the model made at planted offsets: the loss's
