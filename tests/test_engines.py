@@ -242,6 +242,56 @@ def test_gemm_fit_recovers_the_fields_that_made_the_table():
     assert fit.median_abs < 0.01
 
 
+def test_fits_of_a_kind_share_one_program_and_padding_weighs_nothing():
+    """Every fit of a kind whose rows pad to the same size runs one compiled program (a rebuild
+    compiled one a fit: about 0.5 s each), and the padded rows change nothing: the fit equals
+    Adam on the rows alone (its loss a plain mean over them) within float32's rounding."""
+    import optax
+
+    from dcost.serving.collectives import all_reduce
+
+    def table(gpus, latency_s):
+        n = np.repeat(gpus, 12)
+        size = np.tile(2.0 ** np.arange(10, 34, 2), len(gpus))
+        u = kernels._chip("h100-sxm")["scaleup_bandwidth"]
+        t = all_reduce(size * 2.0, n, u * 0.7, latency_s, 1.0)
+        return {
+            "allreduce_dtype": np.full(len(n), "bfloat16"),
+            "num_gpus": n,
+            "message_size": size,
+            "latency": np.asarray(t) * 1e3,
+        }
+
+    kernels.fit_allreduce(table([2.0, 4.0, 8.0], 2e-6), "h100-sxm")
+    compiled = kernels._adam._cache_size()
+    a = table([2.0, 4.0], 5e-6)  # 24 rows, not 36: both pad to 64
+    fit = kernels.fit_allreduce(a, "h100-sxm")
+    assert kernels._adam._cache_size() == compiled
+
+    # the same rows without padding, the loss a plain mean (the closure a fit once compiled)
+    n, volume = a["num_gpus"], a["message_size"] * 2.0
+    y = a["latency"] * 1e-3
+    fit_i, _ = kernels._split(len(y), 0)
+    u = kernels._chip("h100-sxm")["scaleup_bandwidth"]
+
+    def loss(z):
+        eff = 0.02 + 0.98 * kernels._logistic(z[0])
+        t = all_reduce(volume[fit_i], n[fit_i], u * eff, jnp.exp(z[1]), 1.0)
+        return jnp.mean((jnp.log(t) - np.log(y[fit_i])) ** 2)
+
+    opt = optax.adam(kernels.LEARNING_RATE)
+    z = jnp.asarray([0.5, np.log(3e-6)])
+    state = opt.init(z)
+    step = jax.jit(lambda z, s: opt.update(jax.grad(loss)(z), s, z))
+    for _ in range(kernels.STEPS):
+        updates, state = step(z, state)
+        z = optax.apply_updates(z, updates)
+    assert fit.values["scaleup_efficiency"] == pytest.approx(
+        0.02 + 0.98 / (1 + np.exp(-float(z[0]))), rel=1e-4
+    )
+    assert fit.values["scaleup_latency"] == pytest.approx(float(np.exp(z[1])), rel=1e-4)
+
+
 def test_allreduce_fit_recovers_link_fields():
     from dcost.serving.collectives import all_reduce
 

@@ -287,22 +287,71 @@ def _sample(mask: np.ndarray, size: int, seed: int) -> np.ndarray:
     return idx
 
 
-def _minimize(loss, z0: jax.Array, steps: int = STEPS) -> jax.Array:
-    """Adam on ``loss(z)`` from ``z0`` in one jitted ``lax.scan``."""
+def _bucket(n: int) -> int:
+    """Rows a fit's arrays are padded to: the next power of two, at least 64. Fits of the same
+    kind and bucket (every chip's and engine's) share one compiled program."""
+    return max(64, 1 << max(0, n - 1).bit_length())
+
+
+def _padded(rows: Mapping[str, np.ndarray], idx: np.ndarray) -> tuple[dict, int]:
+    """``rows`` at ``idx``, each padded to ``_bucket(len(idx))`` with copies of its first row
+    (finite values, weighted 0 by ``_adam``)."""
+    size = _bucket(len(idx))
+    out = {}
+    for key, value in rows.items():
+        v = np.asarray(value)[idx]
+        out[key] = np.concatenate([v, np.repeat(v[:1], size - len(idx), axis=0)])
+    return out, size
+
+
+@jax.jit(static_argnames=("model", "statics", "steps"))
+def _adam(z0, rows, consts, log_y, weight, model, statics, steps):
+    """Adam on the weighted mean squared log error of ``model(z, rows, consts, statics)`` from
+    ``z0``, in one ``lax.scan`` of ``steps`` steps. ``model`` is a module-level function, so
+    that every fit of a kind whose arrays have the same shapes runs one compiled program (a
+    closure over a table's rows compiled a program a fit: about 0.5 s each, 250 in a rebuild)."""
     opt = optax.adam(LEARNING_RATE)
 
-    @jax.jit
-    def run(z):
-        def step(carry, _):
-            z, state = carry
-            g = jax.grad(loss)(z)
-            updates, state = opt.update(g, state, z)
-            return (optax.apply_updates(z, updates), state), None
+    def loss(z):
+        r = jnp.log(model(z, rows, consts, statics)) - log_y
+        return jnp.sum(weight * r * r) / jnp.sum(weight)
 
-        (z, _), _ = jax.lax.scan(step, (z, opt.init(z)), None, length=steps)
-        return z
+    def step(carry, _):
+        z, state = carry
+        updates, state = opt.update(jax.grad(loss)(z), state, z)
+        return (optax.apply_updates(z, updates), state), None
 
-    return run(z0)
+    (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=steps)
+    return z
+
+
+@jax.jit(static_argnames=("model", "statics"))
+def _predict(z, rows, consts, model, statics):
+    return model(z, rows, consts, statics)
+
+
+def _fit(model, statics, z0, rows: Mapping[str, np.ndarray], consts, y: np.ndarray, seed: int):
+    """Fit ``model``'s parameters (from ``z0``) to the log times ``y`` (s) of 80 % of ``rows``
+    (each an array of ``len(y)`` rows) by ``STEPS`` Adam steps; ``(z, (rms, median, p90))``
+    with the residuals on the other 20 % (``_split``). ``consts`` are arrays that are not rows
+    (a chip's bandwidth); ``statics`` hashable settings of the model (its parameter counts)."""
+    fit_i, held_i = _split(len(y), seed)
+    fit_rows, size = _padded(rows, fit_i)
+    (log_y,) = _padded({"y": np.log(y)}, fit_i)[0].values()
+    weight = (np.arange(size) < len(fit_i)).astype(float)
+    z = _adam(
+        jnp.asarray(z0, float),
+        fit_rows,
+        consts,
+        log_y,
+        weight,
+        model=model,
+        statics=statics,
+        steps=STEPS,
+    )
+    held_rows, _ = _padded(rows, held_i)
+    pred = np.asarray(_predict(z, held_rows, consts, model=model, statics=statics))
+    return np.asarray(z), _residuals(pred[: len(held_i)], y[held_i])
 
 
 def _residuals(pred: np.ndarray, measured: np.ndarray) -> tuple[float, float, float]:
@@ -361,6 +410,11 @@ def _gemm_time(z, prec_index, m, n, k, peak, b_w, bw, n_prec):
     return c + kernel_time(t_f, t_w, hw)
 
 
+def _gemm_model(z, d, c, statics):
+    (n_prec,) = statics
+    return _gemm_time(z, d["prec"], d["m"], d["n"], d["k"], d["peak"], d["b_w"], c, n_prec)
+
+
 def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> KernelFit:
     """Fit the GEMM fields of one engine on one chip to its GEMM table (see the module docstring).
 
@@ -399,24 +453,12 @@ def fit_gemm(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> K
     y = np.asarray(table["latency"], float)[idx] * 1e-3
     peak = np.asarray([_peak(chip, precisions[i]) for i in prec])
     b_w = np.asarray([_BYTES[d] for d in dtype[idx]])
-    fit_i, held_i = _split(len(y), seed)
-    bw = chip["hbm_bandwidth"]
     n_prec = len(precisions)
-
-    def predict(z, rows):
-        return _gemm_time(
-            z, prec[rows], m[rows], n[rows], k[rows], peak[rows], b_w[rows], bw, n_prec
-        )
-
-    def loss(z):
-        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
-
-    z0 = jnp.asarray(
-        [1.0] * n_prec + [math.log(64.0)] * n_prec + [1.5, 0.0] + [math.log(5e-6)] * n_prec
+    z0 = [1.0] * n_prec + [math.log(64.0)] * n_prec + [1.5, 0.0] + [math.log(5e-6)] * n_prec
+    rows = {"prec": prec, "m": m, "n": n, "k": k, "peak": peak, "b_w": b_w}
+    z, (rms, med, p90) = _fit(
+        _gemm_model, (n_prec,), z0, rows, np.float64(chip["hbm_bandwidth"]), y, seed
     )
-    zf = _minimize(loss, z0)
-    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
-    z = np.asarray(zf)
     values = {}
     for i, p in enumerate(precisions):
         values[f"precision.{p}.flops_efficiency"] = float(0.02 + 0.98 / (1.0 + np.exp(-z[i])))
@@ -503,6 +545,23 @@ def fit_attention(
     return _fit_rates("attention", parts, chip, smoothness, seed)
 
 
+def _rates_model(z, d, c, statics):
+    """Attention's roofline (``_fit_rates``) at parameters ``z`` for rows ``d``; ``c`` holds
+    the chip's HBM bandwidth and the kernels' roofline smoothness."""
+    (split_kv,) = statics
+    bw, smoothness = c[0], c[1]
+    eta = 0.02 + 0.98 * _logistic(z[0])
+    eta_kv = 0.02 + 0.98 * _logistic(z[1])
+    if split_kv:  # an 8-bit cache's reads at a share of the 16-bit cache's rate
+        eta_kv = eta_kv * jnp.where(d["eight"] > 0, 0.02 + 0.98 * _logistic(z[5]), 1.0)
+    fixed = jnp.where(d["context"] > 0, jnp.exp(z[3]), jnp.exp(z[2]))
+    fixed = fixed + jnp.exp(z[4]) * d["seqs"]
+    hw = _bare(d["peak"], bw, 1.0, 1.0, 0.0, smoothness)
+    t_f = d["flops"] / (d["peak"] * eta)
+    t_w = d["bytes"] / (bw * eta_kv)
+    return fixed + kernel_time(t_f, t_w, hw)
+
+
 def _fit_rates(kind: str, parts, chip: dict, smoothness: float, seed: int) -> KernelFit:
     """Attention's rates fitted to ``parts``, one ``(flops, bytes, peak, latency (s), context,
     sequences, KV bytes per element)`` per table (``context`` a bool): the roofline
@@ -517,28 +576,17 @@ def _fit_rates(kind: str, parts, chip: dict, smoothness: float, seed: int) -> Ke
     flops, byts, peak, y, is_ctx, seqs, eight = (np.concatenate(c) for c in zip(*rows, strict=True))
     gen = is_ctx == 0
     split_kv = min(int(np.sum(gen & (eight > 0))), int(np.sum(gen & (eight == 0)))) >= MIN_ROWS
-    fit_i, held_i = _split(len(y), seed)
-    bw = chip["hbm_bandwidth"]
-
-    def predict(z, rows):
-        eta = 0.02 + 0.98 * _logistic(z[0])
-        eta_kv = 0.02 + 0.98 * _logistic(z[1])
-        if split_kv:  # an 8-bit cache's reads at a share of the 16-bit cache's rate
-            eta_kv = eta_kv * jnp.where(eight[rows] > 0, 0.02 + 0.98 * _logistic(z[5]), 1.0)
-        c = jnp.where(is_ctx[rows] > 0, jnp.exp(z[3]), jnp.exp(z[2]))
-        c = c + jnp.exp(z[4]) * seqs[rows]
-        hw = _bare(peak[rows], bw, 1.0, 1.0, 0.0, smoothness)
-        t_f = flops[rows] / (peak[rows] * eta)
-        t_w = byts[rows] / (bw * eta_kv)
-        return c + kernel_time(t_f, t_w, hw)
-
-    def loss(z):
-        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
-
     z0 = [0.5, 1.5, math.log(5e-6), math.log(1e-5), math.log(1e-8), 2.0]
-    zf = _minimize(loss, jnp.asarray(z0))
-    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
-    z = np.asarray(zf)
+    arrays = {
+        "flops": flops,
+        "bytes": byts,
+        "peak": peak,
+        "context": is_ctx,
+        "seqs": seqs,
+        "eight": eight,
+    }
+    consts = np.asarray([chip["hbm_bandwidth"], smoothness])
+    z, (rms, med, p90) = _fit(_rates_model, (split_kv,), z0, arrays, consts, y, seed)
     eta_kv = float(0.02 + 0.98 / (1.0 + np.exp(-z[1])))
     values = {
         "attention_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[0]))),
@@ -627,6 +675,11 @@ def fit_mla(
 # ---- all-reduce ----------------------------------------------------------------------------
 
 
+def _allreduce_model(z, d, c, statics):
+    eff = 0.02 + 0.98 * _logistic(z[0])
+    return all_reduce(d["volume"], d["n"], c * eff, jnp.exp(z[1]), 1.0)
+
+
 def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0) -> KernelFit:
     """Fit ``scaleup_efficiency`` and ``scaleup_latency`` to an all-reduce table.
 
@@ -662,20 +715,15 @@ def fit_allreduce(table: Mapping[str, np.ndarray], hardware: str, seed: int = 0)
     n = n[idx]
     volume = np.asarray(table["message_size"], float)[idx] * 2.0  # bf16 elements -> bytes
     y = np.asarray(table["latency"], float)[idx] * 1e-3
-    fit_i, held_i = _split(len(y), seed)
-    u = chip["scaleup_bandwidth"]
-
-    def predict(z, rows):
-        eff = 0.02 + 0.98 * _logistic(z[0])
-        alpha = jnp.exp(z[1])
-        return all_reduce(volume[rows], n[rows], u * eff, alpha, 1.0)
-
-    def loss(z):
-        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
-
-    zf = _minimize(loss, jnp.asarray([0.5, math.log(3e-6)]))
-    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
-    z = np.asarray(zf)
+    z, (rms, med, p90) = _fit(
+        _allreduce_model,
+        (),
+        [0.5, math.log(3e-6)],
+        {"volume": volume, "n": n},
+        np.float64(chip["scaleup_bandwidth"]),
+        y,
+        seed,
+    )
     values = {
         "scaleup_efficiency": float(0.02 + 0.98 / (1.0 + np.exp(-z[0]))),
         "scaleup_latency": float(np.exp(z[1])),
@@ -903,6 +951,54 @@ _PER_CLASS = (
 """``fit_moe``'s fields fitted per expert class (precision or weight-only class)."""
 
 
+def _moe_unpack(z, n_prec: int, n_own: int) -> dict:
+    """``fit_moe``'s fields from its parameters: ``n_prec`` expert classes, ``n_own`` of them
+    weight-only classes with fixed costs of their own."""
+    return {
+        "expert_flops_efficiency": 0.02 + 0.98 * _logistic(z[:n_prec]),
+        "expert_half_tokens": jnp.exp(z[n_prec : 2 * n_prec]),
+        "expert_overhead": jnp.exp(z[2 * n_prec]),
+        # each shared, then each class's own: with tensor-parallel experts, then over many
+        # expert-parallel groups
+        "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 : 2 * n_prec + 2 + n_own]),
+        "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + n_own : -1 - 2 * n_prec]),
+        "expert_bandwidth_efficiency": 0.02 + 0.98 * _logistic(z[-1]),
+        "expert_half_width": jnp.exp(z[-1 - 2 * n_prec : -1 - n_prec]),
+        "expert_ep_slowdown": jnp.exp(z[-1 - n_prec : -1]),
+    }
+
+
+def _moe_model(z, d, c, statics):
+    """``moe_layer_time`` of rows ``d`` at ``fit_moe``'s parameters ``z``."""
+    n_prec, n_own, balanced = statics
+    v = _moe_unpack(z, n_prec, n_own)
+    v = {k: (x[d["prec"]] if k in _PER_CLASS else x) for k, x in v.items()}
+    slot = c["slot"][d["prec"]]
+    v["moe_layer_overhead"] = v["moe_layer_overhead"][slot]
+    v["moe_ep_overhead"] = v["moe_ep_overhead"][slot]
+    g = {
+        "flops_efficiency": d["flops_efficiency"],
+        "bandwidth_efficiency": c["bandwidth_efficiency"],
+        "kernel_roofline_smoothness": c["kernel_roofline_smoothness"],
+        "hbm_bandwidth": c["hbm_bandwidth"],
+    }
+    share = d["share"] if balanced else None
+    return moe_layer_time(
+        d["tokens"],
+        d["hidden"],
+        d["inter"],
+        d["topk"],
+        d["experts"],
+        d["tp"],
+        d["ep"],
+        d["b_w"],
+        d["peak"],
+        v,
+        g,
+        share,
+    )
+
+
 def fit_moe(
     table: Mapping[str, np.ndarray],
     hardware: str,
@@ -990,65 +1086,28 @@ def fit_moe(
     y = np.asarray(table["latency"], float)[idx] * 1e-3
     b_w = np.asarray([_BYTES[d] for d in dtype[idx]])
     peak = np.asarray([_peak(chip, computes(precisions[i])) for i in prec])
-    held_gemm = {
-        "flops_efficiency": np.asarray(
-            [gemm[f"precision.{computes(precisions[i])}.flops_efficiency"] for i in prec]
-        ),
-        "bandwidth_efficiency": gemm["bandwidth_efficiency"],
-        "kernel_roofline_smoothness": gemm["kernel_roofline_smoothness"],
-        "hbm_bandwidth": chip["hbm_bandwidth"],
-    }
-    fit_i, held_i = _split(len(y), seed)
     n_prec = len(precisions)
-    # a balanced row's touched experts are its own (``balanced_share``), a routed one's random
-    # routing's, as the serving model takes them
-    share = balanced_share(shape[0], shape[3], shape[4]) if want == "balanced" else None
-
     # a weight-only class's fused kernel has its own fixed cost (its last parameters)
     own = [i for i, p in enumerate(precisions) if p in WEIGHT_ONLY_EXPERTS]
     slot = np.zeros(n_prec, int)
     slot[own] = 1 + np.arange(len(own))
-
-    def unpack(z):
-        return {
-            "expert_flops_efficiency": 0.02 + 0.98 * _logistic(z[:n_prec]),
-            "expert_half_tokens": jnp.exp(z[n_prec : 2 * n_prec]),
-            "expert_overhead": jnp.exp(z[2 * n_prec]),
-            # each shared, then each class's own: with tensor-parallel experts, then over many
-            # expert-parallel groups
-            "moe_layer_overhead": jnp.exp(z[2 * n_prec + 1 : 2 * n_prec + 2 + len(own)]),
-            "moe_ep_overhead": jnp.exp(z[2 * n_prec + 2 + len(own) : -1 - 2 * n_prec]),
-            "expert_bandwidth_efficiency": 0.02 + 0.98 * _logistic(z[-1]),
-            "expert_half_width": jnp.exp(z[-1 - 2 * n_prec : -1 - n_prec]),
-            "expert_ep_slowdown": jnp.exp(z[-1 - n_prec : -1]),
-        }
-
-    def predict(z, rows):
-        v = unpack(z)
-        v = {k: (x[prec[rows]] if k in _PER_CLASS else x) for k, x in v.items()}
-        v["moe_layer_overhead"] = v["moe_layer_overhead"][slot[prec[rows]]]
-        v["moe_ep_overhead"] = v["moe_ep_overhead"][slot[prec[rows]]]
-        g = {k: (x[rows] if isinstance(x, np.ndarray) else x) for k, x in held_gemm.items()}
-        n, h, i, k, e, tp, ep = (a[rows] for a in shape)
-        return moe_layer_time(
-            n,
-            h,
-            i,
-            k,
-            e,
-            tp,
-            ep,
-            b_w[rows],
-            peak[rows],
-            v,
-            g,
-            share[rows] if share is not None else None,
-        )
-
-    def loss(z):
-        return jnp.mean((jnp.log(predict(z, fit_i)) - np.log(y[fit_i])) ** 2)
-
-    z0 = jnp.asarray(
+    names = ("tokens", "hidden", "inter", "topk", "experts", "tp", "ep")
+    rows = dict(zip(names, shape, strict=True))
+    rows |= {"b_w": b_w, "peak": peak, "prec": prec}
+    rows["flops_efficiency"] = np.asarray(
+        [gemm[f"precision.{computes(precisions[i])}.flops_efficiency"] for i in prec]
+    )
+    # a balanced row's touched experts are its own (``balanced_share``), a routed one's random
+    # routing's, as the serving model takes them
+    if want == "balanced":
+        rows["share"] = balanced_share(shape[0], shape[3], shape[4])
+    consts = {
+        "slot": slot,
+        "bandwidth_efficiency": np.float64(gemm["bandwidth_efficiency"]),
+        "kernel_roofline_smoothness": np.float64(gemm["kernel_roofline_smoothness"]),
+        "hbm_bandwidth": np.float64(chip["hbm_bandwidth"]),
+    }
+    z0 = (
         [1.0] * n_prec
         + [math.log(32.0)] * n_prec
         + [math.log(1e-6)]
@@ -1057,9 +1116,9 @@ def fit_moe(
         + [0.0] * n_prec
         + [1.5]
     )
-    zf = _minimize(loss, z0)
-    rms, med, p90 = _residuals(np.asarray(predict(zf, held_i)), y[held_i])
-    v = {k: np.asarray(x) for k, x in unpack(zf).items()}
+    statics = (n_prec, len(own), want == "balanced")
+    z, (rms, med, p90) = _fit(_moe_model, statics, z0, rows, consts, y, seed)
+    v = {k: np.asarray(x) for k, x in _moe_unpack(z, n_prec, len(own)).items()}
     values = {}
     for i, p in enumerate(precisions):
         for name in _PER_CLASS:
