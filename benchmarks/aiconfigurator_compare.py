@@ -178,7 +178,7 @@ def dcost_predictions(tp: list[dict]):
     bound = P.pure <= P.measured * (1 + 1e-6)
     eng = np.array([r["engine"] for r in tp])
     mod = np.array([r["model"] for r in tp])
-    slopes = (P.per_step, P.per_layer, P.per_sequence, P.per_prefill_step)
+    slopes = P.slopes
     c = host.held_out_host(P.engine_base, slopes, P.measured, eng, mod, mask=bound, balance=mod)
     pred = P.engine(*c.T)
     return np.asarray(pred), time.perf_counter() - t0, list(P.engine_label)

@@ -477,6 +477,12 @@ class Hardware(eqx.Module):
       index_layer_overhead: time of a sparse-attention indexer's kernels beyond their work
         (its projections, scoring and top-k launched), paid per layer of a stage step of a
         model with ``attention_topk > 0`` (s, 0).
+      gemm_overhead: time one dense GEMM kernel costs beyond its roofline, paid per kernel a
+        layer launches outside the grouped experts (``Model.gemms_per_layer``): a stage step
+        pays ``gemm_overhead * gemms_per_layer * L/P``. An engine profile sets it to
+        ``gemm_intercept_share`` times its GEMM table's intercept at the matmul precision
+        (a block-scaled fp8 GEMM's prologue and tail are 2-5x a bf16 GEMM's; ``dcost.engines``)
+        (s, 0).
 
     Power (``dcost.serving.power``; None: no power model, and ``dcost.energy`` says which field
     it needs). Neither changes a step's time or its cost:
@@ -530,6 +536,7 @@ class Hardware(eqx.Module):
     expert_ep_slowdown: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     index_layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
     eager_moe_layer_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
+    gemm_overhead: OptionalFloatLeaf = eqx.field(default=None, converter=_float)
 
     OFF: ClassVar[dict] = {
         "step_overhead": 0.0,
@@ -557,6 +564,7 @@ class Hardware(eqx.Module):
         "hierarchical_collectives": 0.0,
         "index_layer_overhead": 0.0,
         "eager_moe_layer_overhead": 0.0,
+        "gemm_overhead": 0.0,
     }
     get = _get
 
@@ -589,6 +597,7 @@ class Hardware(eqx.Module):
             "moe_ep_overhead",
             "index_layer_overhead",
             "eager_moe_layer_overhead",
+            "gemm_overhead",
         ):
             if getattr(self, name) is not None:
                 check("Hardware", name, getattr(self, name))
@@ -795,6 +804,10 @@ class Model(eqx.Module):
         1 fp8): an engine whose attention kernels read an 8-bit cache at another rate than a
         16-bit one (``fp8_kv_bandwidth_ratio``) reads it at that rate where this is <= 1. 0: not
         stated (the 16-bit rate).
+      gemms_per_layer: dense GEMM kernels a layer runs per pass outside the grouped experts,
+        averaged over the layers (attention's projections, a dense MLP's two, an MoE layer's
+        router and shared experts; ``dcost.presets.derive_model``): what pays
+        ``Hardware.gemm_overhead`` (0).
 
     >>> import dcost
     >>> m = dcost.Model(2, 8, 100.0, 10.0, 8, 2, 64.0, 2.0)
@@ -829,6 +842,7 @@ class Model(eqx.Module):
     index_bytes_per_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     index_flops_per_context_token: FloatLeaf = eqx.field(default=0.0, converter=_float)
     kv_bytes_per_element: FloatLeaf = eqx.field(default=0.0, converter=_float)
+    gemms_per_layer: FloatLeaf = eqx.field(default=0.0, converter=_float)
 
     get = _get  # every v2 field of a Model is a float leaf: ``get`` is plain attribute access
 
@@ -896,6 +910,7 @@ class Model(eqx.Module):
             "index_bytes_per_token",
             "index_flops_per_context_token",
             "kv_bytes_per_element",
+            "gemms_per_layer",
         ):
             check("Model", name, getattr(self, name))
         _at_most(

@@ -103,6 +103,7 @@ def glm5(alpha_by_chip: dict) -> dict:
         costs["layer_overhead"],
         costs["sequence_overhead"],
         costs["prefill_step_overhead"],
+        costs.get("gemm_intercept_share", 0.0),
     )
     context = np.array([r["prompt_tokens"] + r["output_tokens"] / 2.0 for r in rows])
     alpha = np.array([alpha_by_chip.get(r["hardware"], alpha_by_chip["b200"]) for r in rows])

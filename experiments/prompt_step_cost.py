@@ -59,7 +59,7 @@ def held_out_tpot(pred, skipped=()) -> dict:
     model = np.array([r["model"] for r in recs])
     is_tpot = np.array([r["metric"] == "tpot" for r in recs])
     bounded = pred.pure <= pred.measured * (1.0 + 1e-6)
-    slopes = (pred.per_step, pred.per_layer, pred.per_sequence, pred.per_prefill_step)
+    slopes = pred.slopes
     costs = host.held_out_host(
         pred.engine_base,
         slopes,

@@ -91,7 +91,7 @@ def test_silicon_records_in_waves_are_the_prompt_steps_alone_runs_of_aiconfigura
 
 
 def test_a_calibration_predicts_runs_in_waves_as_the_silicon_predictions():
-    from dcost.calibrate import user
+    from dcost.calibrate import host, user
 
     recs, _ = silicon.records()
     rows = [r for r in recs if "wave_prompt_steps" in r][:2]
@@ -99,17 +99,7 @@ def test_a_calibration_predicts_runs_in_waves_as_the_silicon_predictions():
     eng = dcost.engine("sglang", hardware="h100-sxm")
     got = user.predict_offsets(user.prepare(rows, eng), np.zeros(len(user.FIELDS)))
     want = silicon.predict_all(rows, engine_for=lambda r: eng, family=False)
-    full = want.engine(
-        *(
-            eng.profile.get(f, 0.0)
-            for f in (
-                "step_overhead",
-                "layer_overhead",
-                "sequence_overhead",
-                "prefill_step_overhead",
-            )
-        )
-    )
+    full = want.engine(*(eng.profile.get(f, 0.0) for f in host.FIELDS))
     np.testing.assert_allclose(got, full, rtol=1e-4)
 
 

@@ -7,7 +7,8 @@
 2. ``dcost.validation.silicon``: the silicon sample's TPOT rows predicted with those profiles, no
    fixed costs yet;
 3. ``dcost.calibrate.host``: per engine, ``step_overhead``, ``layer_overhead``,
-   ``sequence_overhead`` and ``prefill_step_overhead`` fitted on those rows (rows that pure
+   ``sequence_overhead``, ``prefill_step_overhead`` and ``gemm_intercept_share`` fitted on those
+   rows (rows that pure
    physics does not bound, i.e. that ran something the sample does not state, such as
    speculative decoding, are left out of the fit),
    written into every profile of the engine; the same fit with each row's model held out gives
@@ -55,9 +56,9 @@ def _stats(ratio: np.ndarray) -> dict:
 
 def summary(pred, costs: np.ndarray, skipped: Sequence) -> dict:
     """The held-out errors of the engine predictions ``pred`` (``silicon.Predictions``) with
-    per-row fixed costs ``costs`` (``(rows, 4)``, each fitted without the row's model): overall,
-    by engine, chip, mode, model and concurrency band, for TPOT and lone-prefill TTFT; pure
-    physics and (where predicted) the family profile beside them."""
+    per-row fixed costs ``costs`` (``(rows, 5)``: ``host.FIELDS``, each fitted without the row's
+    model): overall, by engine, chip, mode, model and concurrency band, for TPOT and lone-prefill
+    TTFT; pure physics and (where predicted) the family profile beside them."""
     from dcost.validation.silicon import concurrency_band
 
     recs = pred.records
@@ -284,7 +285,7 @@ def fixed_costs(paths, out_dir, log=print) -> None:
     )
     t2 = time.perf_counter()
     log(f"silicon sample: {len(tpot)} rows predicted in {t2 - t1:.1f} s")
-    slopes = (pred.per_step, pred.per_layer, pred.per_sequence, pred.per_prefill_step)
+    slopes = pred.slopes
     is_tpot = np.array([r["metric"] == "tpot" for r in tpot])
     bounded = pred.pure <= pred.measured * (1.0 + 1e-6)
     fit_rows = is_tpot & bounded
@@ -322,9 +323,9 @@ def fixed_costs(paths, out_dir, log=print) -> None:
             prov["fixed_costs"] = {
                 "source": "dcost.validation.silicon (AIConfigurator's silicon sample)",
                 "rows": int(mask.sum()),
-                "fit": "step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead "
-                "of every profile of this engine, on its TPOT rows that pure physics bounds, "
-                "each model's rows weighing one",
+                "fit": "step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead, "
+                "gemm_intercept_share of every profile of this engine, on its TPOT rows that pure "
+                "physics bounds, each model's rows weighing one",
                 "heldout_median": table["tpot"]["by_engine"][name]["median"],
                 "heldout_p90": table["tpot"]["by_engine"][name]["p90"],
             }
@@ -337,6 +338,7 @@ def fixed_costs(paths, out_dir, log=print) -> None:
                     "layer_overhead": f.layer_overhead,
                     "sequence_overhead": f.sequence_overhead,
                     "prefill_step_overhead": f.prefill_step_overhead,
+                    "gemm_intercept_share": f.gemm_intercept_share,
                 },
                 provenance=prov,
             )
@@ -344,7 +346,8 @@ def fixed_costs(paths, out_dir, log=print) -> None:
         log(
             f"{name}: step {f.step_overhead * 1e3:.3f} ms, layer {f.layer_overhead * 1e6:.1f} us, "
             f"sequence {f.sequence_overhead * 1e6:.2f} us, a step with prompt tokens "
-            f"{f.prefill_step_overhead * 1e3:.3f} ms; held-out TPOT median "
+            f"{f.prefill_step_overhead * 1e3:.3f} ms, GEMM intercept share "
+            f"{f.gemm_intercept_share:.3f}; held-out TPOT median "
             f"{table['tpot']['by_engine'][name]['median']:.1%}"
         )
     eng_mod._shipped.cache_clear()

@@ -8,10 +8,13 @@ model charges them as ``step_overhead`` per step, ``layer_overhead`` per layer,
 ``sequence_overhead`` per sequence in the step and ``prefill_step_overhead`` per step that
 carries prompt tokens (``Report.t_overhead``): engines capture their decode steps in a CUDA
 graph and launch a step with a prompt's tokens outside it, kernel by kernel, after preparing the
-prompt on the host. A prediction is linear in the four
-(``dcost.validation.silicon.Predictions``):
+prompt on the host. The fifth, ``gemm_intercept_share``, is the share of the GEMM table's
+intercept (``dcost.engines`` ``gemm_intercept``, per precision) a step pays per dense GEMM kernel
+of a layer (``Model.gemms_per_layer``): a graph hides a kernel's launch but not the prologue of a
+block-scaled fp8 GEMM that quantizes its activations, which the tables time with the GEMM.
+A prediction is linear in the five (``dcost.validation.silicon.Predictions``):
 
-.. math:: \\hat y_i(s, l, q, e) = y^0_i + s\\,a_i + l\\,c_i + q\\,b_i + e\\,p_i
+.. math:: \\hat y_i(s, l, q, e, g) = y^0_i + s\\,a_i + l\\,c_i + q\\,b_i + e\\,p_i + g\\,k_i
 
 and they are fitted per engine by least squares of ``log(y_hat/y)`` over the engine's runs of
 *other* models (leave one model out): a row is never predicted with costs fitted on its own
@@ -35,25 +38,34 @@ __all__ = ["HostFit", "fit_host", "held_out_host"]
 
 STEPS = 1500  # Adam on 4 log-costs: 400 steps left a weakly identified one 17 % short
 LEARNING_RATE = 0.1
-FIELDS = ("step_overhead", "layer_overhead", "sequence_overhead", "prefill_step_overhead")
-_START = (math.log(2e-4), math.log(2e-6), math.log(2e-6), math.log(2e-4))  # 0.2 ms, 2 us, ...
+FIELDS = (
+    "step_overhead",
+    "layer_overhead",
+    "sequence_overhead",
+    "prefill_step_overhead",
+    "gemm_intercept_share",
+)
+_START = (math.log(2e-4), math.log(2e-6), math.log(2e-6), math.log(2e-4), math.log(0.3))
 _FLOOR = 1e-12
 
 
 @dataclasses.dataclass(frozen=True)
 class HostFit:
     """Fixed costs of one fit (s): per step, per layer of a step, per sequence of a step, per
-    step that carries prompt tokens."""
+    step that carries prompt tokens; and the share of a GEMM's intercept paid per GEMM kernel of
+    a layer (a number)."""
 
     step_overhead: float
     layer_overhead: float
     sequence_overhead: float
     prefill_step_overhead: float
+    gemm_intercept_share: float = 0.0
 
 
 def _fit(base, slopes, measured, weights) -> jax.Array:
     """The logarithms of the costs minimizing the weighted mean squared log error (weights 0
-    leave a row out); ``weights`` may carry a leading fold axis. ``slopes``: ``(4, rows)``."""
+    leave a row out); ``weights`` may carry a leading fold axis. ``slopes``: ``(n, rows)``, the
+    first ``n`` of ``FIELDS``."""
     opt = optax.adam(LEARNING_RATE)
     log_y = jnp.log(measured)
 
@@ -69,7 +81,7 @@ def _fit(base, slopes, measured, weights) -> jax.Array:
             updates, state = opt.update(g, state, z)
             return (optax.apply_updates(z, updates), state), None
 
-        z0 = jnp.asarray(_START)
+        z0 = jnp.asarray(_START[: slopes.shape[0]])
         (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=STEPS)
         return z
 
@@ -106,8 +118,9 @@ def fit_host(base, slopes, measured, mask=None, balance=None) -> HostFit:
 
     Args:
       base: predictions with no fixed cost (s).
-      slopes: ``(per_step, per_layer, per_sequence, per_prefill_step)``: how each prediction
-        grows per second of each cost.
+      slopes: ``(per_step, per_layer, per_sequence, per_prefill_step[, per_gemm_share])``:
+        how each prediction grows per unit of each of ``FIELDS`` (the first four or all five;
+        ``Predictions.slopes``).
       measured: the measured values (s).
       mask: rows to fit.
       balance: a label per row (a model); each label's rows weigh one in all, so that a model
@@ -117,11 +130,13 @@ def fit_host(base, slopes, measured, mask=None, balance=None) -> HostFit:
     >>> rng = np.random.default_rng(0)
     >>> a, c, b = rng.uniform(1, 2, 40), rng.choice([32.0, 61.0, 80.0], 40), rng.uniform(1, 256, 40)
     >>> p = a * rng.uniform(0.0, 0.5, 40)  # the steps that carry prompt tokens: a share of them
-    >>> y = 0.01 + 3e-3 * a + 1e-5 * c + 2e-5 * b + 5e-3 * p
-    >>> f = fit_host(np.full(40, 0.01), (a, c, b, p), y)
+    >>> k = c * rng.choice([4.0, 9.0], 40) * rng.choice([4e-6, 1.4e-5], 40)  # GEMMs x intercepts
+    >>> y = 0.01 + 3e-3 * a + 1e-5 * c + 2e-5 * b + 5e-3 * p + 0.4 * k
+    >>> f = fit_host(np.full(40, 0.01), (a, c, b, p, k), y)
     >>> [bool(abs(v / t - 1) < 0.1) for v, t in zip((f.step_overhead, f.layer_overhead,
-    ...     f.sequence_overhead, f.prefill_step_overhead), (3e-3, 1e-5, 2e-5, 5e-3))]
-    [True, True, True, True]
+    ...     f.sequence_overhead, f.prefill_step_overhead, f.gemm_intercept_share),
+    ...     (3e-3, 1e-5, 2e-5, 5e-3, 0.4))]
+    [True, True, True, True, True]
     """
     w = np.ones(len(measured)) if mask is None else np.asarray(mask, float)
     z = np.asarray(_fit(*_arrays(base, slopes, measured), jnp.asarray(_balanced(w, balance))))
@@ -140,7 +155,7 @@ def held_out_host(base, slopes, measured, group, fold, mask=None, balance=None) 
       balance: as ``fit_host``, within each fit.
 
     Returns:
-      ``(rows, 4)``: each row's ``FIELDS`` (s).
+      ``(rows, n)``: each row's first ``n`` of ``FIELDS``, one per slope.
     """
     g_arr, f_arr = np.asarray(group), np.asarray(fold)
     ok = np.ones(len(g_arr), bool) if mask is None else np.asarray(mask, bool)

@@ -39,9 +39,12 @@ the residual reported per kernel type is on the other 20 % (held out). What kern
 (the engine's host work per step and per sequence, the elementwise kernels between GEMMs) is fitted
 on end-to-end rows elsewhere (``dcost.calibrate.host``), never here; so is ``layer_overhead``:
 the tables time each kernel alone, launch included (their intercepts, kept in the provenance),
-which a CUDA graph of a whole step does not pay kernel by kernel. The MoE table's intercept is
-the exception: it times the layer's routing, sorting and combining kernels with the experts, work
-a dense layer does not do, and is kept as ``moe_layer_overhead``.
+which a CUDA graph of a whole step does not pay kernel by kernel. Two intercepts are exceptions.
+The MoE table's times the layer's routing, sorting and combining kernels with the experts, work
+a dense layer does not do, and is kept as ``moe_layer_overhead``. The GEMM table's, per
+precision, is kept as ``gemm_intercept``: how much of it a step pays per GEMM kernel
+(``gemm_intercept_share``: a graph hides the launch, not a block-scaled GEMM's prologue that
+quantizes its activations) is fitted end to end with the other fixed costs.
 
 Reference: AIConfigurator, "systems/data/<gpu>/<op>/<backend>/<version>/*.parquet" (the collected
 tables and their ``collection_meta.yaml``).
@@ -1250,7 +1253,7 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
     precision: dict[str, dict[str, float]] = {}
     for fit in fits.values():
         for key, value in fit.values.items():
-            if key.endswith("_intercept"):
+            if key.endswith("_intercept") and not key.endswith(".gemm_intercept"):
                 continue  # a kernel timed alone: launch and tail (the provenance keeps them)
             if key.startswith("precision."):
                 _, p, field = key.split(".")
@@ -1258,6 +1261,7 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
             else:
                 shared[key] = value
     shared["layer_overhead"] = 0.0
+    shared["gemm_intercept_share"] = 0.0  # fitted end to end, as ``layer_overhead``
     shared["kernel_serialization"] = 1.0
     shared["tree_collectives"] = 1.0
     shared["hierarchical_collectives"] = 1.0
@@ -1376,7 +1380,7 @@ def rebuild(
                         k.split(".")[-1]
                         for f in fits.values()
                         for k in f.values
-                        if not k.endswith("_intercept")
+                        if not k.endswith("_intercept") or k.endswith(".gemm_intercept")
                     }
                     | {"layer_overhead"}
                 ),
@@ -1404,7 +1408,7 @@ def rebuild(
                     k: v
                     for fit in fits.values()
                     for k, v in fit.values.items()
-                    if k.endswith("_intercept")
+                    if k.endswith("_intercept") and not k.endswith(".gemm_intercept")
                 },
             }
             eng = Engine(

@@ -78,9 +78,13 @@ PRECISION_FIELDS = (
     "expert_half_tokens",
     "expert_half_width",
     "expert_ep_slowdown",
+    "gemm_intercept",
 )
 """Profile fields fitted per matmul precision (a GEMM's achieved rate and its size curve depend on
-the number format: ``[profile.precision.<p>]`` tables)."""
+the number format: ``[profile.precision.<p>]`` tables). All are ``Hardware`` fields except
+``gemm_intercept``: the time a GEMM of the engine's table takes beyond its roofline, alone
+(launch, prologue and tail; ``dcost.calibrate.kernels.fit_gemm``), which with
+``gemm_intercept_share`` sets ``Hardware.gemm_overhead``."""
 
 WEIGHT_ONLY_EXPERTS = {"w4a16": ("bf16", 0.75)}
 """Expert classes of weight-only quantization: ``{class: (precision it computes at, most bytes
@@ -122,8 +126,13 @@ PROFILE_FIELDS = (
     "mla_attention_efficiency",
     "mla_kv_bandwidth_efficiency",
     "mla_fp8_kv_bandwidth_ratio",
+    "gemm_intercept_share",
 )
 """Profile fields shared by every precision. All are ``Hardware`` fields except
+``gemm_intercept_share`` (the share of a GEMM's measured intercept a step pays per GEMM kernel
+in a layer, fitted end to end: ``Hardware.gemm_overhead = gemm_intercept_share *
+gemm_intercept``, 0 when either is absent; a CUDA graph hides a kernel's launch, not a block-
+scaled GEMM's quantizing prologue) and
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
 precision that attention over the context reaches, set on the chip as ``Hardware.attention_flops
 = attention_efficiency * F_attn / flops_efficiency`` (so that ``attention_flops_achieved`` is
@@ -326,9 +335,18 @@ class Engine:
                 f"engine {self.label} on {self.hardware_name} has no profile for precision {p!r}; "
                 f"it has: {', '.join(have)}"
             )
-        own = ("attention_efficiency", "fp8_kv_bandwidth_ratio", *_LATENT.values())
+        own = (
+            "attention_efficiency",
+            "fp8_kv_bandwidth_ratio",
+            "gemm_intercept_share",
+            *_LATENT.values(),
+        )
         values = {k: v for k, v in self.profile.items() if k not in own}
         values.update(self.precision_profile[p])
+        intercept = values.pop("gemm_intercept", 0.0)
+        share = self.profile.get("gemm_intercept_share", 0.0)
+        if intercept and share:
+            values["gemm_overhead"] = share * intercept
         values.update(self._weight_only(p, model))
         attention = self._attention(model)
         if "kv_bandwidth_efficiency" in attention:
@@ -954,6 +972,7 @@ def slower(hardware: Hardware, factor: float) -> Hardware:
         "moe_ep_overhead",
         "index_layer_overhead",
         "eager_moe_layer_overhead",
+        "gemm_overhead",
     )
     values = {n: getattr(hardware, n) / factor for n in rates}
     if hardware.attention_flops is not None:

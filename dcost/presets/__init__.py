@@ -378,7 +378,7 @@ def derive_model(card: dict) -> dict:
       output layer's matmul too, so not counted), ``state_bytes_per_sequence`` and
       ``state_flops_per_token`` (linear attention; 0 without it), ``attention_topk``,
       ``index_bytes_per_token`` and ``index_flops_per_context_token`` (sparse attention; 0
-      without it).
+      without it), ``gemms_per_layer`` (``_gemm_kernels``).
 
     >>> card = {"arch": {"n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 32, "vocab": 10}}
     >>> derive_model(card)["params_total"]   # 2*(4*8*8 + 3*8*32) + (2*2 + 1)*8 + 2*10*8
@@ -476,7 +476,41 @@ def derive_model(card: dict) -> dict:
         "attention_topk": float(a.get("index_topk", 0)),
         "index_bytes_per_token": layers * index["bytes"],
         "index_flops_per_context_token": layers * index["flops"],
+        "gemms_per_layer": _gemm_kernels(a, linear["layers"]),
     }
+
+
+def _gemm_kernels(a: dict, linear_layers: float) -> float:
+    """Dense GEMM kernels a layer runs per decode pass outside the grouped experts, averaged
+    over the ``L`` layers (what pays ``Hardware.gemm_overhead``), as the engines fuse them:
+
+    - attention, GQA: the fused QKV projection and the output (2); MLA: the query down and up
+      projections (up only without ``q_lora_rank``), the joint KV down projection, the two
+      absorbed up-projections (batched GEMMs over the heads) and the output (6); a sparse-
+      attention indexer adds its query, key and head-weight projections (3); a Gated DeltaNet
+      layer its two input projections and its output (3);
+    - MLP: a dense layer's fused gate-up and down (2); an MoE layer's router (1) and, with
+      shared experts, their fused gate-up and down (2).
+
+    DeepSeek-V3: ``6 + (3*2 + 58*3)/61 = 8.95``; Llama 3 70B: 4.
+
+    >>> _gemm_kernels({"n_layers": 2, "n_heads": 2, "d_model": 8}, 0.0)
+    4.0
+    """
+    layers = float(a["n_layers"])
+    if a.get("attention", "gqa") == "mla":
+        attention = 6.0 if float(a.get("q_lora_rank", 0)) > 0 else 5.0
+        attention += 3.0 if a.get("index_topk", 0) else 0.0
+    else:
+        attention = 2.0
+    attention = ((layers - linear_layers) * attention + linear_layers * 3.0) / layers
+    if float(a.get("n_experts", 0)) > 0:
+        dense = float(a.get("n_dense_layers", 0))
+        moe = 1.0 + (2.0 if float(a.get("n_shared_experts", 0)) > 0 else 0.0)
+        mlp = (dense * 2.0 + (layers - dense) * moe) / layers
+    else:
+        mlp = 2.0
+    return attention + mlp
 
 
 def _indexer(a: dict, d: float) -> dict:
@@ -672,6 +706,7 @@ def model(
             "attention_topk",
             "index_bytes_per_token",
             "index_flops_per_context_token",
+            "gemms_per_layer",
         )
     }
     # every preset carries every v2 field (0 where it has none), so presets stack for vmap

@@ -94,7 +94,7 @@ class Report(eqx.Module):
         of the parameters a token multiplies by (the input embedding is a lookup; counting it, a
         pure-physics prefill of gpt-oss-120b came to 110 % of the chip's peak).
       t_overhead: host and launch time of one stage step,
-        ``n_p (step_overhead + layer_overhead L/P + sequence_overhead B/A
+        ``n_p (step_overhead + (layer_overhead + gemm_overhead g) L/P + sequence_overhead B/A
         + expert_overhead (E' phi) (L_moe/P) / e + c_m(e) L_moe/P)`` over its
         ``n_p`` passes (and ``prefill_step_overhead`` on each pass that carries prompt
         tokens), with ``E' phi``
@@ -143,8 +143,8 @@ class PrefillReport(eqx.Module):
         of the parameters a token multiplies by (the input embedding is a lookup; counting it, a
         pure-physics prefill of gpt-oss-120b came to 110 % of the chip's peak).
       t_overhead: fixed time of one stage step over its ``n_c`` chunks,
-        ``n_c (step_overhead + layer_overhead L/P + sequence_overhead B/A
-        + prefill_step_overhead)`` (s; 0 in v1).
+        ``n_c (step_overhead + (layer_overhead + gemm_overhead g) L/P + sequence_overhead B/A
+        + prefill_step_overhead)`` (``g = Model.gemms_per_layer``) (s; 0 in v1).
     """
 
     t_compute: jax.Array
@@ -434,7 +434,9 @@ def _assemble(
     touched_experts = safe_div(expert_params_touched, model.params_per_expert)
     t_overhead = passes * (
         hardware.get("step_overhead")
-        + hardware.get("layer_overhead") * model.n_layers / p
+        + (hardware.get("layer_overhead") + hardware.get("gemm_overhead") * model.gemms_per_layer)
+        * model.n_layers
+        / p
         + hardware.get("sequence_overhead") * scheduled / groups
         + hardware.get("expert_overhead") * touched_experts * moe_layers / expert_groups
         + moe_layer_fixed(
@@ -595,8 +597,9 @@ def decode(
     (expert tensor parallelism of degree ``G/e`` inside each), the imbalance and the all-to-all
     run over the ``e`` groups and ``t_comm`` adds the groups' gathers
     (``moe.expert_tensor_parallel_time``); ``t_stage`` adds
-    ``t_overhead = step_overhead + layer_overhead L/P + sequence_overhead B/A`` (``A`` attention
-    groups, each scheduling its share of the ``B`` sequences) ``+ expert_overhead E phi(B')
+    ``t_overhead = step_overhead + (layer_overhead + gemm_overhead g) L/P + sequence_overhead
+    B/A`` (``g = Model.gemms_per_layer`` dense GEMM kernels a layer; ``A`` attention groups,
+    each scheduling its share of the ``B`` sequences) ``+ expert_overhead E phi(B')
     L_moe/(P e)`` (each routed expert the step touches costs its group a small GEMM's launch
     and tile, whatever its tokens) ``+ c_m(e) L_moe/P`` (each MoE layer's routing, sorting and
     combining kernels, ``moe_layer_fixed`` over the ``e`` groups), and ``prefill_step_overhead``

@@ -681,6 +681,8 @@ class Predictions:
       per_prefill_step: seconds it gains per second of ``prefill_step_overhead``.
       engine_label: the profile each record ran ("vllm-0.24.0"; "" where no engine profile
         ships for its chip: then ``engine_base`` is the family's).
+      per_gemm_share: seconds it gains per unit of ``gemm_intercept_share`` (the engine's GEMM
+        intercept at the record's precision times the GEMM kernels its steps run; None: 0).
     """
 
     records: list
@@ -693,32 +695,48 @@ class Predictions:
     per_sequence: np.ndarray
     per_prefill_step: np.ndarray
     engine_label: list
+    per_gemm_share: np.ndarray | None = None
 
     def engine(
-        self, step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead
+        self,
+        step_overhead,
+        layer_overhead,
+        sequence_overhead,
+        prefill_step_overhead,
+        gemm_intercept_share=0.0,
     ) -> np.ndarray:
         """The engine prediction with fixed costs ``step_overhead``, ``layer_overhead``,
-        ``sequence_overhead`` and ``prefill_step_overhead`` (scalars or one value per record)
-        (s)."""
+        ``sequence_overhead``, ``prefill_step_overhead`` and ``gemm_intercept_share`` (scalars
+        or one value per record) (s)."""
+        gemm = 0.0 if self.per_gemm_share is None else self.per_gemm_share
         return (
             self.engine_base
             + np.asarray(step_overhead) * self.per_step
             + np.asarray(layer_overhead) * self.per_layer
             + np.asarray(sequence_overhead) * self.per_sequence
             + np.asarray(prefill_step_overhead) * self.per_prefill_step
+            + np.asarray(gemm_intercept_share) * gemm
         )
+
+    @property
+    def slopes(self) -> tuple[np.ndarray, ...]:
+        """How the prediction grows per unit of each of ``dcost.calibrate.host.FIELDS``."""
+        gemm = np.zeros_like(self.per_step) if self.per_gemm_share is None else self.per_gemm_share
+        return (self.per_step, self.per_layer, self.per_sequence, self.per_prefill_step, gemm)
 
 
 _PROBE_STEP = 1e-3
 _PROBE_SEQUENCE = 1e-5
 _PROBE_LAYER = 1e-5
 _PROBE_PREFILL_STEP = 1e-3
+_PROBE_GEMM_SHARE = 0.5
 
 
-def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) -> np.ndarray:
+def _evaluate(cases: list, overheads: tuple | None) -> np.ndarray:
     """Each case's metric, evaluated in one vmapped call per kind of step; ``overheads`` sets
-    ``(step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead)`` on every chip
-    (None: as the cases have them)."""
+    ``(step_overhead, layer_overhead, sequence_overhead, prefill_step_overhead,
+    gemm_overhead)`` on every chip, each a number or one per case (None: as the cases have
+    them)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -740,9 +758,13 @@ def _evaluate(cases: list, overheads: tuple[float, float, float, float] | None) 
                     h.layer_overhead,
                     h.sequence_overhead,
                     h.prefill_step_overhead,
+                    h.gemm_overhead,
                 ),
                 hw,
-                tuple(jnp.full(len(idx), v) for v in overheads),
+                tuple(
+                    jnp.asarray(np.broadcast_to(np.asarray(v, float), (len(cases),))[idx])
+                    for v in overheads
+                ),
                 is_leaf=lambda x: x is None,
             )
         model = stack([c.model for c in members])
@@ -825,6 +847,16 @@ def running_sequences(c, record: Mapping, engine) -> int:
     return int(max(1, per_slot) * slots) if per_slot >= 1 else int(record["concurrency"])
 
 
+def gemm_intercept(engine, hardware) -> float:
+    """The engine's GEMM intercept (s) at the matmul precision ``hardware`` runs at
+    (``Engine.precision_of``; 0 with no engine, or a profile without one)."""
+    if engine is None:
+        return 0.0
+    return float(
+        engine.precision_profile.get(engine.precision_of(hardware), {}).get("gemm_intercept", 0.0)
+    )
+
+
 def predict_all(
     recs: Sequence[Mapping] | None = None, engine_for=None, family: bool = True
 ) -> Predictions:
@@ -855,6 +887,7 @@ def predict_all(
             return cache[key]
 
     pure_cases, family_cases, engine_cases, labels, front = [], [], [], [], []
+    intercepts: list[float] = []
     for r in plain:
         eng = engine_for(r)
         # a client's TTFT holds the engine's frontend (HTTP, tokenizer, streaming), as the
@@ -873,11 +906,14 @@ def predict_all(
         else:
             engine_cases.append(fam)
         labels.append(eng.label if eng is not None else "")
-    base = _evaluate(engine_cases, (0.0, 0.0, 0.0, 0.0))
-    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0, 0.0, 0.0))
-    layer = _evaluate(engine_cases, (0.0, _PROBE_LAYER, 0.0, 0.0))
-    seq = _evaluate(engine_cases, (0.0, 0.0, _PROBE_SEQUENCE, 0.0))
-    prompt = _evaluate(engine_cases, (0.0, 0.0, 0.0, _PROBE_PREFILL_STEP))
+        intercepts.append(gemm_intercept(eng, engine_cases[-1].hardware))
+    icpt = np.asarray(intercepts)
+    base = _evaluate(engine_cases, (0.0, 0.0, 0.0, 0.0, 0.0))
+    step = _evaluate(engine_cases, (_PROBE_STEP, 0.0, 0.0, 0.0, 0.0))
+    layer = _evaluate(engine_cases, (0.0, _PROBE_LAYER, 0.0, 0.0, 0.0))
+    seq = _evaluate(engine_cases, (0.0, 0.0, _PROBE_SEQUENCE, 0.0, 0.0))
+    prompt = _evaluate(engine_cases, (0.0, 0.0, 0.0, _PROBE_PREFILL_STEP, 0.0))
+    gemm = _evaluate(engine_cases, (0.0, 0.0, 0.0, 0.0, _PROBE_GEMM_SHARE * icpt))
     return Predictions(
         records=list(recs),
         measured=np.asarray([r["value"] for r in recs]),
@@ -889,4 +925,5 @@ def predict_all(
         per_sequence=(seq - base) / _PROBE_SEQUENCE,
         per_prefill_step=(prompt - base) / _PROBE_PREFILL_STEP,
         engine_label=labels,
+        per_gemm_share=(gemm - base) / _PROBE_GEMM_SHARE,
     )
