@@ -777,8 +777,9 @@ class Model(eqx.Module):
       draft_params_total: the draft's parameters held in memory ``N_draft,total``; those beyond
         ``draft_params`` are routed experts with the model's ``E, k`` routing (an MTP module);
         0: ``draft_params``.
-      draft_layers: transformer layers of one draft pass (each pays ``layer_overhead`` and
-        attention of ``a/L`` FLOPs per context token) (0).
+      draft_layers: transformer layers of one draft pass (each pays a target layer's fixed
+        cost, ``layer_overhead + gemm_overhead * gemms_per_layer``, and attention of ``a/L``
+        FLOPs per context token) (0).
       draft_kv_bytes_per_token: the draft's KV-cache bytes per token (0).
       params_embedding: input-embedding parameters ``N_emb`` (part of ``params_dense``): the
         lookup tables of an untied model (token embedding ``V*d``, learned positions

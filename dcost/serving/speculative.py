@@ -74,9 +74,11 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
         t_{pass} = \\max(t_c, t_m, t_x)
             + s\\,\\big(\\max(t_c, t_m) + t_x - \\max(t_c, t_m, t_x)\\big)
 
-        t_{draft} = k\\,\\big(t_{pass} + L_d\\,\\text{layer\\_overhead}\\big)
+        t_{draft} = k\\,\\big(t_{pass} + L_d\\,(\\text{layer\\_overhead}
+            + g\\,\\text{gemm\\_overhead})\\big)
 
-    (smooth max when ``smoothness > 0``), with ``t_x = comm`` the collectives of one pass
+    (smooth max when ``smoothness > 0``; ``g = Model.gemms_per_layer``, a target layer's GEMM
+    kernels), with ``t_x = comm`` the collectives of one pass
     (``roofline._draft_comm``: one target layer's per draft layer; None: none) and ``s =
     Hardware.kernel_serialization`` weighing them as the target's step does: hidden behind the
     pass's reads in pure physics (``s = 0``), after them when its kernels run in series. 0 when
@@ -101,4 +103,8 @@ def draft_time(sequences, context, draft_tokens, chips, hardware, model, smoothn
         overlapped = smax([t_c, t_m, comm], smoothness)
         serial = per_pass + comm
         per_pass = overlapped + hardware.get("kernel_serialization") * (serial - overlapped)
-    return draft_tokens * (per_pass + model.draft_layers * hardware.get("layer_overhead"))
+    # each draft layer's fixed cost: a target layer's (its kernels, ``gemms_per_layer`` GEMMs)
+    per_layer = (
+        hardware.get("layer_overhead") + hardware.get("gemm_overhead") * model.gemms_per_layer
+    )
+    return draft_tokens * (per_pass + model.draft_layers * per_layer)
