@@ -478,12 +478,13 @@ def test_mlenergy_experiment_is_held_out_and_committed(runs):
     res = mlenergy_v3.compute()
     committed = json.loads((DOC.parents[2] / "experiments/results/mlenergy_v3.json").read_text())
     # the calibrated profiles are float32 Levenberg-Marquardt fits: compiled at XLA's level 0
-    # (the suite's) their predictions differ from the experiment's by up to 4e-4 of themselves
+    # (the suite's) their predictions differ from the experiment's (up to 2.5e-3 of the median
+    # time between tokens on the profiles of 2026-12-04; 4e-4 before)
     for key, groups in res["summary"].items():
         for group, s in groups.items():
             for stat in ("median", "p90", "bias"):
                 want = committed["summary"][key][group][stat]
-                assert s[stat] == pytest.approx(want, rel=2e-3), (key, group, stat)
+                assert s[stat] == pytest.approx(want, rel=5e-3), (key, group, stat)
     # docs/how-to/energy.md's table on the calibrated engine's step times is the JSON's
     text = DOC.read_text(encoding="utf-8")
     labels = {"all": "all", "dense": "dense models", "moe": "MoE models", "h100-sxm": "H100",
