@@ -133,7 +133,9 @@ def _cmd_eval(args) -> int:
     # v2's terms, where they are on: overheads are part of the stage step, the draft's passes
     # are added to the step's trip through the stages
     if fields.get("t_overhead", 0.0) > 0:
-        terms.insert(-1, ["overheads (step, layers, sequences)", fmt_time(fields["t_overhead"])])
+        terms.insert(
+            -1, ["fixed costs (step, layers, GEMMs, sequences)", fmt_time(fields["t_overhead"])]
+        )
     if fields.get("t_draft", 0.0) > 0:
         terms.append(["draft passes (per step)", fmt_time(fields["t_draft"])])
     print(format_table(terms, ["term (one stage step)", "time"]))
