@@ -481,8 +481,7 @@ class Hardware(eqx.Module):
         layer launches outside the grouped experts (``Model.gemms_per_layer``): a stage step
         pays ``gemm_overhead * gemms_per_layer * L/P``. An engine profile sets it to
         ``gemm_intercept_share`` times its GEMM table's intercept at the matmul precision
-        (a block-scaled fp8 GEMM's prologue and tail are 2-5x a bf16 GEMM's; ``dcost.engines``)
-        (s, 0).
+        (a block-scaled fp8 GEMM's is 2-5x a bf16 one's; ``dcost.engines``) (s, 0).
 
     Power (``dcost.serving.power``; None: no power model, and ``dcost.energy`` says which field
     it needs). Neither changes a step's time or its cost:

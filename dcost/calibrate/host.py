@@ -10,9 +10,9 @@ carries prompt tokens (``Report.t_overhead``): engines capture their decode step
 graph and launch a step with a prompt's tokens outside it, kernel by kernel, after preparing the
 prompt on the host. The fifth, ``gemm_intercept_share``, is the share of the GEMM table's
 intercept (``dcost.engines`` ``gemm_intercept``, per precision) a step pays per dense GEMM kernel
-of a layer (``Model.gemms_per_layer``): a graph hides a kernel's launch but not the work around
-a block-scaled fp8 GEMM's product (most likely quantizing its activations), which the tables
-time with the GEMM.
+of a layer (``Model.gemms_per_layer``): the part of a kernel's fixed time (its launch, its
+pipeline's fill and drain, what a block-scaled fp8 GEMM does around its product) that running
+back to back in a graph does not hide.
 A prediction is linear in the five (``dcost.validation.silicon.Predictions``):
 
 .. math:: \\hat y_i(s, l, q, e, g) = y^0_i + s\\,a_i + l\\,c_i + q\\,b_i + e\\,p_i + g\\,k_i

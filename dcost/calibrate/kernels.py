@@ -43,9 +43,8 @@ which a CUDA graph of a whole step does not pay kernel by kernel. Two intercepts
 The MoE table's times the layer's routing, sorting and combining kernels with the experts, work
 a dense layer does not do, and is kept as ``moe_layer_overhead``. The GEMM table's, per
 precision, is kept as ``gemm_intercept``: how much of it a step pays per GEMM kernel
-(``gemm_intercept_share``: a graph hides the launch, not what a block-scaled GEMM does around
-its product, most likely quantizing its activations) is fitted end to end with the other fixed
-costs.
+(``gemm_intercept_share``: kernels run back to back in a graph hide part of one another's fixed
+time) is fitted end to end with the other fixed costs.
 
 Reference: AIConfigurator, "systems/data/<gpu>/<op>/<backend>/<version>/*.parquet" (the collected
 tables and their ``collection_meta.yaml``).

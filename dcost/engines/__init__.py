@@ -131,8 +131,8 @@ PROFILE_FIELDS = (
 """Profile fields shared by every precision. All are ``Hardware`` fields except
 ``gemm_intercept_share`` (the share of a GEMM's measured intercept a step pays per GEMM kernel
 in a layer, fitted end to end: ``Hardware.gemm_overhead = gemm_intercept_share *
-gemm_intercept``, 0 when either is absent; a CUDA graph hides a kernel's launch, not the work
-around a block-scaled GEMM's product, most likely quantizing its activations) and
+gemm_intercept``, 0 when either is absent: kernels run back to back in a CUDA graph hide part
+of one another's fixed time) and
 ``attention_efficiency``: the achieved fraction of the chip's peak rate at the attention's
 precision that attention over the context reaches, set on the chip as ``Hardware.attention_flops
 = attention_efficiency * F_attn / flops_efficiency`` (so that ``attention_flops_achieved`` is
