@@ -203,6 +203,26 @@ def test_sequence_overhead_by_hand():
 
 
 @pytest.mark.x64
+def test_gemm_overhead_by_hand():
+    """Dense 1e9 bf16 on one chip per stage, P = 2, 4 GEMMs a layer, 3 us each: the step's fixed
+    cost grows by 3e-6 * 4 * 10/2 = 60 us, to 1 ms + 1e-5 * 5 + 60 us = 1.11 ms; a chunked
+    prefill on one stage of 4 chunks pays 4 * 3e-6 * 4 * 10 = 480 us."""
+    base = chip(step_overhead=1e-3, layer_overhead=1e-5)
+    h = chip(step_overhead=1e-3, layer_overhead=1e-5, gemm_overhead=3e-6)
+    m, d = dense(gemms_per_layer=4.0), Design(batch=1, stages=2)
+    r = dcost.decode(d, h, m, Workload(0))
+    assert float(r.t_overhead) == pytest.approx(1.11e-3, rel=1e-12)
+    assert float(r.t_stage - dcost.decode(d, base, m, Workload(0)).t_stage) == pytest.approx(
+        60e-6, rel=1e-9
+    )
+    # a model that states no kernel count pays nothing, and nor does a chip without the field
+    assert float(dcost.decode(d, h, dense(), Workload(0)).t_overhead) == pytest.approx(1.05e-3)
+    wp, dp = Workload(0, prompt=4000), Design(batch=1, prefill_chunk=1000)
+    gap = dcost.prefill(dp, h, m, wp).ttft - dcost.prefill(dp, base, m, wp).ttft
+    assert float(gap) == pytest.approx(480e-6, rel=1e-9)
+
+
+@pytest.mark.x64
 def test_prefill_step_overhead_by_hand():
     """A step that carries prompt tokens pays ``prefill_step_overhead`` once; a decode step
     never. Dense, one chip: decode unchanged to the last bit; a prefill of 2 prompts of 4,000
@@ -1031,3 +1051,18 @@ def test_balance_batch_with_state_and_top_k_is_decodes_crossing(context):
     heavy = dense(state_bytes_per_sequence=1e9)
     assert float(dcost.balance_batch(h, heavy, 0.0)) == np.inf
     assert float(dcost.critical_context(h, heavy)) == 0.0
+
+
+@pytest.mark.x64
+def test_a_draft_layer_pays_a_target_layers_gemms():
+    """Two draft passes of one layer, 4 GEMMs of 3 us: 2 * 1 * (1e-5 + 4 * 3e-6) = 44 us of
+    fixed cost, 24 us more than without the GEMM term."""
+    draft_time = speculative.draft_time
+    m = dense(draft_params=1e8, draft_layers=1.0, gemms_per_layer=4.0)
+    base = chip(layer_overhead=1e-5)
+    h = chip(layer_overhead=1e-5, gemm_overhead=3e-6)
+    plain = float(draft_time(1.0, 0.0, 2.0, 1.0, chip(), m))
+    assert float(draft_time(1.0, 0.0, 2.0, 1.0, h, m)) == pytest.approx(plain + 44e-6, rel=1e-9)
+    assert float(
+        draft_time(1.0, 0.0, 2.0, 1.0, h, m) - draft_time(1.0, 0.0, 2.0, 1.0, base, m)
+    ) == pytest.approx(24e-6, rel=1e-9)
