@@ -1550,3 +1550,22 @@ def test_a_profile_calibrated_on_several_architectures_gets_the_shipped_band():
     assert min(cov["coverage_80_several_models_shipped_band"][k] for k in ("1", "3")) > max(
         cov["coverage_80_several_models"][k] for k in ("1", "3")
     )
+
+
+def test_engines_page_k_tables_are_the_shipped_curves():
+    """docs/engines.md's two tables of error against k own runs (the silicon sample's
+    deployments and the published groups) are ``own_measurements.toml``'s, so a rerun that moves
+    them fails here until the page says so."""
+    text = (pathlib.Path(__file__).parents[1] / "docs/engines.md").read_text(encoding="utf-8")
+    own = dcost.engines.own_measurements()
+    labels = {"0": "0 (shipped profile)", "1": "1", "3": "3", "10": "10"}
+    for curve in (own["k"], own["published"]["k"]):
+        for k, label in labels.items():
+            if k not in curve or (curve is own["published"]["k"] and k == "10"):
+                continue  # the published groups' k = 10 is one group's five runs
+            s = curve[k]
+            cells = [f"{s['rows']:,}", f"{100 * s['median']:.1f} %", f"{100 * s['p90']:.1f} %"]
+            if k == "3":
+                cells[1:] = [f"**{c}**" for c in cells[1:]]
+            row = f"| {label} | " + " | ".join(cells) + " |"
+            assert row in text, row
