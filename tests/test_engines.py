@@ -1569,3 +1569,31 @@ def test_engines_page_k_tables_are_the_shipped_curves():
                 cells[1:] = [f"**{c}**" for c in cells[1:]]
             row = f"| {label} | " + " | ".join(cells) + " |"
             assert row in text, row
+
+
+def test_engines_page_nested_coverage_table_is_the_shipped_one():
+    """docs/engines.md's table of how often each band held a new architecture's runs (nested)
+    and the 80 % band it puts on a prediction are ``heldout.toml``'s and ``interval_factors``'."""
+    from dcost.calibrate.engines import architectures
+
+    text = (pathlib.Path(__file__).parents[1] / "docs/engines.md").read_text(encoding="utf-8")
+    shipped = dcost.engines.heldout()["intervals"]
+    names = ("vllm", "trtllm", "sglang")
+    recs, _ = silicon.records()
+    arch = architectures([r["model"] for r in recs])
+    kinds = [
+        len({arch[r["model"]] for r in recs if r["engine"] == n and r["metric"] == "tpot"})
+        for n in names
+    ]
+    assert (
+        f"| band | vLLM ({kinds[0]} architectures) | TensorRT-LLM ({kinds[1]}) | SGLang ({kinds[2]}) |"
+        in text
+    )
+    for level in ("50", "80", "90"):
+        cells = [f"{100 * shipped[n][f'coverage_{level}']:.1f} %" for n in names]
+        if level == "80":
+            cells = [f"**{c}**" for c in cells]
+        row = f"| {level} % | " + " | ".join(cells) + " |"
+        assert row in text, row
+    bands = ["x{:.2f} to x{:.2f}".format(*dcost.engines.interval_factors(n, 0.8)) for n in names]
+    assert "| 80 % band on a prediction | " + " | ".join(bands) + " |" in text
