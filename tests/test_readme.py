@@ -194,3 +194,33 @@ def test_aiconfigurator_comparison_is_the_benchmark_s():
     assert f"On the {aic['rows']} of {aic['of']} runs of a stratified draw" in text
     assert f"off by {_pct(aic['median_abs_err'])} ({_pct(aic['p90_abs_err'])})" in text
     assert f"by {_pct(ours['median_abs_err'])} ({_pct(ours['p90_abs_err'])})" in text
+
+
+def test_other_pages_quote_the_shipped_figures():
+    """The front page of the docs site, the calibration and simulation how-tos quote the held-out
+    TPOT, the calibrated deployments' k curve and the under-load TTFT as shipped (a rerun that
+    moves them fails here until the pages say so)."""
+    docs = ROOT / "docs"
+
+    def page(name: str) -> str:
+        return " ".join((docs / name).read_text(encoding="utf-8").split())
+
+    tpot, k, fresh = ENGINES["tpot"]["overall"], OWN["k"], UNDER_LOAD["splits"]["fresh"]
+    spread = OWN["spread_3"]
+    index = page("index.md")
+    assert f"within a median {_pct(tpot['median'])} (90th percentile {_pct(tpot['p90'])})" in index
+    assert f"within {_pct(k['3']['median'])} ({_pct(k['3']['p90'])}) once three" in index
+    ttft = f"{_pct(fresh['ttft']['median'])} off ({_pct(fresh['ttft']['p90'])})"
+    assert f"mean time to first token is {ttft}" in index
+    calibrate = page("how-to/calibrate.md")
+    assert (
+        f"from a median {_pct(k['0']['median'])} off to {_pct(k['3']['median'])} (p90 "
+        f"{_pct(k['0']['p90'])} to {_pct(k['3']['p90'])}), or {_pct(spread['median'])} "
+        f"({_pct(spread['p90'])}) when the three"
+    ) in calibrate
+    assert f"ten, to {_pct(k['10']['median'])}" in calibrate
+    simulate = page("how-to/simulate.md")
+    assert (
+        f"the mean TTFT is {_pct(fresh['ttft']['median'])} off at the median and too fast "
+        f"({fresh['ttft']['bias']:.2f}x)"
+    ) in simulate
