@@ -1174,7 +1174,7 @@ def test_the_fit_settles_where_the_loss_is_flat():
     made = user.predict_offsets(user.prepare(recs, eng), planted)
     prep = user.prepare([dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)], eng)
     args = user._arrays(prep)
-    z, ggn, r_prior, r_fit = (np.asarray(x) for x in user._map(*args))
+    z, ggn, r_prior, r_fit = (np.asarray(x) for x in user._map(*args, user._prior_sd()))
     # the residuals it returns are SIGMA-scaled log errors of the predictions, at 0 and at z
     # (padding rows 0, the prior's rows last)
     for r, at in ((r_prior, np.zeros(z.size)), (r_fit, z)):
@@ -1182,7 +1182,7 @@ def test_the_fit_settles_where_the_loss_is_flat():
         # float32 logs of ratios near 1: two programs round them apart by ~1e-4 of the sum
         assert np.sum(r[: -z.size] ** 2) == pytest.approx(np.sum((logs / user.SIGMA) ** 2), 1e-3)
         np.testing.assert_allclose(r[-z.size :], at / user._prior_sd(), rtol=1e-5, atol=1e-6)
-    loss = lambda x: user._loss(*args, x)  # noqa: E731
+    loss = lambda x: user._loss(*args, x, user._prior_sd())  # noqa: E731
     grad = np.asarray(jax.grad(loss)(jnp.asarray(z)))
     assert np.max(np.abs(grad)) < 1e-2 * np.max(
         np.abs(np.asarray(jax.grad(loss)(jnp.zeros(z.size))))
@@ -1595,3 +1595,29 @@ def test_engines_page_nested_coverage_table_is_the_shipped_one():
         assert row in text, row
     bands = ["x{:.2f} to x{:.2f}".format(*dcost.engines.interval_factors(n, 0.8)) for n in names]
     assert "| 80 % band on a prediction | " + " | ".join(bands) + " |" in text
+
+
+def test_a_fit_takes_its_prior_spread_as_an_argument():
+    """``fit_offsets(..., prior_sd=s)``: on records made by a planted offset (a step cost 3x the
+    prior's), a wide prior fits them (its predictions within 1 %; which fields carry the offset
+    the records do not say), a prior a thousand times narrower keeps every offset near 0 and the
+    predictions where the prior had them (the MAP's shrinkage), both from one compiled program;
+    a spread that is not one positive number a field is refused naming it."""
+    from dcost.calibrate import user
+
+    eng = dcost.engine("trtllm", hardware="h200")
+    recs = _decode_records(10)
+    planted = np.zeros(len(user.FIELDS))
+    planted[user.FIELDS.index("step_overhead")] = math.log(3.0)
+    made = user.predict_offsets(user.prepare(recs, eng), planted)
+    prep = user.prepare([dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)], eng)
+    wide = user.fit_offsets(prep, prior_sd=10.0 * user._prior_sd())[0]
+    narrow = user.fit_offsets(prep, prior_sd=1e-3 * user._prior_sd())[0]
+    prior = user.predict_offsets(prep, np.zeros(len(user.FIELDS)))
+    assert np.max(np.abs(prior / made - 1.0)) > 0.05  # the planted cost shows
+    np.testing.assert_allclose(user.predict_offsets(prep, wide), made, rtol=0.01)
+    assert np.max(np.abs(narrow)) < 0.01
+    np.testing.assert_allclose(user.predict_offsets(prep, narrow), prior, rtol=0.01)
+    for bad in ([1.0, 2.0], -user._prior_sd(), np.full(len(user.FIELDS), np.nan)):
+        with pytest.raises(ValueError, match="prior_sd"):
+            user.fit_offsets(prep, prior_sd=bad)

@@ -848,3 +848,33 @@ def test_engines_page_quotes_the_index_growth_as_committed():
     assert phrase in page, phrase
     held = dcost.engines.heldout()["tpot"]["by_model"]["glm-5"]
     assert a["median"] == pytest.approx(held["median"], rel=1e-4)  # the shipped figure
+
+
+def test_engines_page_quotes_the_prior_spread_scan():
+    """``docs/engines.md`` quotes ``results/prior_spread.json`` (``experiments/prior_spread.py``):
+    the deployments' k = 3 error under each scaled prior and the empirical-Bayes halves, and the
+    published groups' under a tenth of the spread; and the scan's unscaled prior is the one
+    ``dcost.calibrate.user`` ships."""
+    saved = json.loads((EXPERIMENTS / "results" / "prior_spread.json").read_text())
+    page = " ".join((EXPERIMENTS.parent / "docs" / "engines.md").read_text().split())
+
+    def pct(x):
+        return f"{100 * x:.1f} %"
+
+    k3 = {s: v["silicon_k3"]["median"] for s, v in saved["scales"].items()}
+    assert (
+        f"every spread scaled by 0.1 or 0.3 gave {pct(k3['0.1'])} and {pct(k3['0.3'])} at k = 3, "
+        f"by 3 or 10 {pct(k3['3'])} and {pct(k3['10'])}, against {pct(k3['1'])} as shipped"
+    ) in page
+    eb = [c["empirical_bayes"]["silicon_k3"]["median"] for c in saved["empirical_bayes_cross"]]
+    ship = [c["shipped"]["silicon_k3"]["median"] for c in saved["empirical_bayes_cross"]]
+    assert (f"gave {pct(eb[0])} and {pct(eb[1])} against {pct(ship[0])} and {pct(ship[1])}") in page
+    tenth = saved["scales"]["0.1"]["published_k3"]
+    assert f"({pct(tenth['several_models'])} at k = 3)" in page
+    assert f"more ({pct(tenth['one_model'])} and {pct(k3['0.1'])};" in page
+    # the scan's shipped prior is the shipped one
+    from dcost.calibrate import user
+
+    assert saved["shipped_prior_sd"] == dict(
+        zip(user.FIELDS, user._prior_sd().tolist(), strict=True)
+    )

@@ -265,22 +265,23 @@ def _prior_sd() -> np.ndarray:
     return np.array([PRIOR_SD[n] for n in FIELDS])
 
 
-def _residuals(meta, specs, logs_y, weights, z):
+def _residuals(meta, specs, logs_y, weights, z, prior_sd):
     """The loss's residuals: ``sqrt(w_i) (log yhat_i(z) - log y_i)/sigma`` for every record (0 for
-    padding), then ``z_j/s_j`` for the prior; the loss is half their sum of squares."""
+    padding), then ``z_j/s_j`` for the prior (``prior_sd``: the ``s_j``, traced, so that one
+    program serves every prior); the loss is half their sum of squares."""
     logs = _log_predictions_of(meta, specs, z)
     data = [
         jnp.sqrt(w) * (lp - ly) / SIGMA for lp, ly, w in zip(logs, logs_y, weights, strict=True)
     ]
-    return jnp.concatenate([*data, z / jnp.asarray(_prior_sd(), z.dtype)])
+    return jnp.concatenate([*data, z / jnp.asarray(prior_sd, z.dtype)])
 
 
-def _loss(meta, specs, logs_y, weights, z):
-    return 0.5 * jnp.sum(_residuals(meta, specs, logs_y, weights, z) ** 2)
+def _loss(meta, specs, logs_y, weights, z, prior_sd):
+    return 0.5 * jnp.sum(_residuals(meta, specs, logs_y, weights, z, prior_sd) ** 2)
 
 
 @functools.partial(_stored_jit, static_argnames=("meta",))
-def _map(meta, specs, logs_y, weights):
+def _map(meta, specs, logs_y, weights, prior_sd):
     """The MAP offsets, the Gauss-Newton Hessian ``J^T J`` of the loss there, and the residuals
     (``_residuals``) at the prior and at the MAP.
 
@@ -297,7 +298,9 @@ def _map(meta, specs, logs_y, weights):
     rows = sum(int(ly.shape[0]) for ly in logs_y) + n
 
     def value_and_jacobian(z):
-        r, tangent = jax.linearize(lambda x: _residuals(meta, specs, logs_y, weights, x), z)
+        r, tangent = jax.linearize(
+            lambda x: _residuals(meta, specs, logs_y, weights, x, prior_sd), z
+        )
         return r, jax.vmap(tangent, in_axes=1, out_axes=1)(jnp.eye(n, dtype=z.dtype))
 
     def step(carry, _):
@@ -353,10 +356,17 @@ def _arrays(prep: Prepared, rows=None):
     return meta, specs, tuple(logs_y), tuple(weights)
 
 
-def fit_offsets(prep: Prepared, rows=None) -> tuple[np.ndarray, np.ndarray]:
+def fit_offsets(prep: Prepared, rows=None, prior_sd=None) -> tuple[np.ndarray, np.ndarray]:
     """``(z, posterior covariance)`` fitted to the prepared records (``rows``: a mask of those to
-    fit on; all when None)."""
-    z, hess, _, _ = _map(*_arrays(prep, rows))
+    fit on; all when None), under the prior spreads ``prior_sd`` (one a field of ``FIELDS``, in
+    the fit's units; ``PRIOR_SD``'s when None)."""
+    sd = _prior_sd() if prior_sd is None else np.asarray(prior_sd, float)
+    if sd.shape != (len(FIELDS),) or not np.all(np.isfinite(sd)) or np.any(sd <= 0):
+        raise ValueError(
+            f"prior_sd: {len(FIELDS)} positive spreads, one a field of FIELDS, expected; "
+            f"got {prior_sd!r}"
+        )
+    z, hess, _, _ = _map(*_arrays(prep, rows), sd)
     return np.asarray(z), np.linalg.inv(np.asarray(hess))
 
 
@@ -515,7 +525,7 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
         except ValueError as err:
             raise ValueError(f"calibrate.fit: records[{i}]: {err}") from None
     prep = prepare(records, engine)
-    z, hess, r_prior, r_fit = (np.asarray(x) for x in _map(*_arrays(prep)))
+    z, hess, r_prior, r_fit = (np.asarray(x) for x in _map(*_arrays(prep), _prior_sd()))
     cov = np.linalg.inv(hess)
     # log(pred/measured) of each record is SIGMA times its residual (weight 1; padding is 0 and
     # the prior's rows come last): no second program to predict with
