@@ -1621,3 +1621,29 @@ def test_a_fit_takes_its_prior_spread_as_an_argument():
     for bad in ([1.0, 2.0], -user._prior_sd(), np.full(len(user.FIELDS), np.nan)):
         with pytest.raises(ValueError, match="prior_sd"):
             user.fit_offsets(prep, prior_sd=bad)
+
+
+def test_engines_page_counts_what_is_not_expressed_as_shipped():
+    """docs/engines.md's count of the runs and metrics counted out, and each reason's count
+    (by its first words), are ``heldout.toml``'s ``[silicon.skipped]``."""
+    import tomllib
+
+    root = pathlib.Path(__file__).parents[1]
+    text = " ".join((root / "docs/engines.md").read_text(encoding="utf-8").split())
+    skipped = tomllib.loads((root / "dcost/engines/heldout.toml").read_text())["silicon"]["skipped"]
+    assert f"**Not expressed**: {sum(skipped.values()):,} runs or metrics are counted out" in text
+    said = {
+        "TTFT under load": "TTFT under load (",
+        "disaggregated: decode workers": "whose decode workers are not stated (",
+        "a run the sample lists twice": "runs the sample lists twice (",
+        "tp_size disagrees": "contradicts the run's id (",
+        "tensor_parallel does not divide": "or the model's heads (",
+        "moe_tp_size x moe_ep_size": "than attention (",
+        "quantization ['int4_wo']": "quantization (",
+        "most likely speculative": "runs most likely speculative (",
+        "batch_size is below": "is below their clients (",
+        "fewer sequences": "fewer sequences than attention groups (",
+    }
+    for reason, n in skipped.items():
+        phrase = next(v for k, v in said.items() if reason.startswith(k))
+        assert f"{phrase}{n:,}" in text, (reason, n)
