@@ -366,7 +366,8 @@ def fit_offsets(prep: Prepared, rows=None, prior_sd=None) -> tuple[np.ndarray, n
             f"prior_sd: {len(FIELDS)} positive spreads, one a field of FIELDS, expected; "
             f"got {prior_sd!r}"
         )
-    z, hess, _, _ = _map(*_arrays(prep, rows), sd)
+    # as a JAX array of the default float: the program store keys a call by its arguments' dtypes
+    z, hess, _, _ = _map(*_arrays(prep, rows), jnp.asarray(sd))
     return np.asarray(z), np.linalg.inv(np.asarray(hess))
 
 
@@ -525,7 +526,9 @@ def calibrate(records: Sequence[Mapping], engine, files: Sequence[str] = ()) -> 
         except ValueError as err:
             raise ValueError(f"calibrate.fit: records[{i}]: {err}") from None
     prep = prepare(records, engine)
-    z, hess, r_prior, r_fit = (np.asarray(x) for x in _map(*_arrays(prep), _prior_sd()))
+    z, hess, r_prior, r_fit = (
+        np.asarray(x) for x in _map(*_arrays(prep), jnp.asarray(_prior_sd()))
+    )
     cov = np.linalg.inv(hess)
     # log(pred/measured) of each record is SIGMA times its residual (weight 1; padding is 0 and
     # the prior's rows come last): no second program to predict with
