@@ -66,24 +66,28 @@ PIECEWISE_GRAPHS = (
 AS_PROFILED = ((), "as profiled")
 
 # engine, the scheduler settings of each submission's config (Scheduler field names), their
-# source, and the runtime (the profile's host costs it does not pay)
+# source, and the runtime (the profile's host costs it does not pay). TensorRT engines under the
+# C++ runtime form each step's batch at its boundary (async_scheduling off: the overlap
+# scheduler is the PyTorch backend's PyExecutor's; assumed), as vLLM did before 0.14
+
 CONFIGS = {
     "mlperf51-llama2-70b-h200x8-nebius-server-ttft": (
         "trtllm",
-        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536, async_scheduling=False),
         "gpu_batch_size 2048, max_num_tokens 1536 (Nebius's config, quoted in the record)",
         TENSORRT_ENGINES,
     ),
     "mlperf51-llama3.1-8b-h200x8-quanta-server-ttft": (
         "trtllm",
-        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536, async_scheduling=False),
         "gpu_batch_size 2048, max_num_tokens 1536 (Quanta's config, quoted in the record)",
         TENSORRT_ENGINES,
     ),
     "mlperf51-llama3.1-8b-h100x1-vllm-server-ttft": (
         "vllm",
-        {},
-        "vLLM 0.10.0's defaults (assumed: RedHat's settings are not quoted in the record)",
+        dict(async_scheduling=False),
+        "vLLM 0.10.0's defaults (assumed: RedHat's settings are not quoted in the record; no "
+        "async scheduling before 0.14)",
         AS_PROFILED,
     ),
     "mlperf51-deepseek-r1-b200x8-server-ttft": (
@@ -103,7 +107,7 @@ CONFIGS = {
     ),
     "mlperf60-llama3.1-8b-b300x8-server-ttft": (
         "trtllm",
-        dict(max_num_seqs=2048, max_num_batched_tokens=1536),
+        dict(max_num_seqs=2048, max_num_batched_tokens=1536, async_scheduling=False),
         "gpu_batch_size 2048, max_num_tokens 1536 (assumed: NVIDIA's v6.0 GB200 config, "
         "closed/NVIDIA/configs/GB200-NVL72_GB200-186GB_aarch64x1/Server/llama3_1-8b.py in the "
         "same mirror; no B300 file is in it)",

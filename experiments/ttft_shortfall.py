@@ -139,9 +139,28 @@ def by_kind(rows: list[dict]) -> dict:
     return out
 
 
+FEW = 8  # the per-model list: runs of this many clients or fewer
+
+
+def by_model(rows: list[dict], arch: dict) -> dict:
+    """The shortfall ``measured - simulated`` (s) of every split's runs of ``FEW`` clients or
+    fewer, by engine and network (``arch``: preset name -> its network's first name, DeepSeek-V3
+    and R1 one): ``{engine: {network: {"runs", "median"}}}``."""
+    out: dict = {}
+    for eng in ENGINES:
+        groups: dict = {}
+        for r in rows:
+            if r["engine"] == eng and r["concurrency"] <= FEW:
+                groups.setdefault(arch[r["model"]], []).append(r["measured"] - r["simulated"])
+        for name, gap in sorted(groups.items()):
+            out.setdefault(eng, {})[name] = {"runs": len(gap), "median": float(np.median(gap))}
+    return out
+
+
 def compute(source: pathlib.Path = SOURCE) -> dict:
     """The estimate on the committed results of ``serving_under_load.py``."""
     import dcost
+    from dcost.calibrate.engines import architectures
     from dcost.validation import silicon
 
     results = json.loads(source.read_text())
@@ -160,6 +179,7 @@ def compute(source: pathlib.Path = SOURCE) -> dict:
         "light_load": LIGHT,
         "results": evaluate(rows),
         "light_load_by_kind": by_kind(rows),
+        "light_load_by_model": by_model(rows, architectures(sorted(names))),
     }
 
 

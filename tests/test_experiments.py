@@ -590,6 +590,27 @@ def test_engines_page_quotes_the_ttft_shortfall_as_committed():
         f"gives {pct(request)} ({pct(request, stat='p90')})",
     ):
         assert phrase in page, phrase
+    # the light-load excess by network, at 1-8 clients (``by_model``)
+    few = json.loads(ttft_shortfall.OUT.read_text())["light_load_by_model"]
+
+    def ms(engine, network):
+        return f"{1e3 * few[engine][network]['median']:.0f} ms"
+
+    for phrase in (
+        f"{ms('sglang', 'deepseek-r1')} for DeepSeek-R1 and V3 under SGLang "
+        f"({few['sglang']['deepseek-r1']['runs']} runs)",
+        f"{ms('trtllm', 'deepseek-r1')} under TensorRT-LLM "
+        f"({few['trtllm']['deepseek-r1']['runs']})",
+        f"{ms('sglang', 'qwen3-235b-a22b')} for Qwen3-235B under SGLang",
+        f"{ms('vllm', 'kimi-k2')} for Kimi K2.5 under vLLM",
+        f"{ms('vllm', 'minimax-m2.5')} for MiniMax-M2.5 under vLLM "
+        f"({few['vllm']['minimax-m2.5']['runs']})",
+        f"{ms('vllm', 'gpt-oss-120b')} for gpt-oss-120b under vLLM (6) and "
+        f"{ms('trtllm', 'gpt-oss-120b')} under TensorRT-LLM",
+        f"{ms('vllm', 'llama-3.3-70b')} and {ms('trtllm', 'llama-3.3-70b')} for Llama 3.3 70B",
+        f"{ms('trtllm', 'llama-3.1-8b')} for Llama 3.1 8B under TensorRT-LLM",
+    ):
+        assert phrase in page, phrase
 
 
 def _silicon_like(charge_a_layer: float):

@@ -24,7 +24,9 @@ run beside the decodes; SGLang's default runs a step of prompt tokens alone, ``-
 ``--scheduler-recv-interval`` (SGLang's: a busy engine takes in new requests every N decode steps),
 ``--batch-wait-iters`` and ``--batch-wait-tokens`` (TensorRT-LLM's batch waiting), and
 ``--prompt-graphs`` (steps with prompt tokens replayed as CUDA graphs too:
-``Scheduler.prompt_graphs``).
+``Scheduler.prompt_graphs``), and ``--no-async-scheduling`` (SGLang's
+``--disable-overlap-schedule``, TensorRT-LLM's ``disable_overlap_scheduler``: each step's batch
+formed at its boundary, not while the step before it runs; ``--async-scheduling`` the other way).
 ``--profile FILE`` runs a profile of your own (``dcost calibrate --from``).
 """
 
@@ -51,6 +53,7 @@ _FLAGS = {
     "batch_wait_iters": "--batch-wait-iters",
     "batch_wait_tokens": "--batch-wait-tokens",
     "prompt_graphs": "--prompt-graphs",
+    "async_scheduling": "--async-scheduling / --no-async-scheduling",
 }
 
 
@@ -69,6 +72,7 @@ def _engine(args):
         "batch_wait_iters": args.batch_wait_iters,
         "batch_wait_tokens": args.batch_wait_tokens,
         "prompt_graphs": True if args.prompt_graphs else None,
+        "async_scheduling": args.async_scheduling,
     }
     settings = {field: v for field, v in values.items() if v is not None}
     if args.engine in (None, "none"):
@@ -99,6 +103,8 @@ def _launch(eng) -> str:
         cache += f", prompts wait up to {sc.batch_wait_iters} steps for a batch"
     if sc.prompt_graphs:
         cache += ", steps with prompt tokens in CUDA graphs"
+    if not sc.async_scheduling:
+        cache += ", each step's batch formed at its boundary (no async scheduling)"
     return (
         f"{eng.name} {eng.version} (at most {sc.max_num_seqs} sequences, "
         f"{sc.max_num_batched_tokens}-token steps, {order}, {sc.gpu_memory_utilization:g} of "
@@ -373,6 +379,23 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="steps with prompt tokens replayed as CUDA graphs too (piecewise graphs up to the "
         "token budget): the profile's cost of such a step is not charged",
+    )
+    overlap = launch.add_mutually_exclusive_group()
+    overlap.add_argument(
+        "--async-scheduling",
+        dest="async_scheduling",
+        action="store_true",
+        default=None,
+        help="form a step's batch while the step before it runs (every engine's default: "
+        "vLLM from 0.14, SGLang's and TensorRT-LLM's overlap scheduler)",
+    )
+    overlap.add_argument(
+        "--no-async-scheduling",
+        dest="async_scheduling",
+        action="store_false",
+        default=None,
+        help="form each step's batch at its boundary (SGLang --disable-overlap-schedule, "
+        "TensorRT-LLM disable_overlap_scheduler: true, vLLM before 0.14)",
     )
     p.add_argument("--prompt", type=positive, help="prompt tokens (mean)")
     p.add_argument("--output", type=positive, help="output tokens (mean)")

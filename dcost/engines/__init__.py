@@ -196,6 +196,14 @@ class Scheduler:
         prompt tokens cost beyond its kernels in the launches the fixed costs were fitted on,
         run kernel by kernel outside the graphs) is then not charged (``Engine.fields``).
         Default False: as those launches ran.
+      async_scheduling: whether the engine forms a step's batch while the step before it runs,
+        before that step's outputs are back (vLLM's async scheduling, on by default from 0.14;
+        SGLang's overlap scheduler, on unless ``--disable-overlap-schedule``; TensorRT-LLM's
+        overlap scheduler, on unless ``disable_overlap_scheduler``). A request that reaches a
+        busy engine after a step's batch was formed joins the step after the next: it waits
+        one step more than under a synchronous scheduler, whose batch is formed at the step's
+        boundary. An idle engine takes it at once. The decodes' pace is unchanged (the CPU work
+        the overlap hides is in the profile's fixed costs as measured).
     """
 
     max_num_seqs: int
@@ -210,6 +218,7 @@ class Scheduler:
     batch_wait_iters: int = 0
     batch_wait_tokens: float = 0.0
     prompt_graphs: bool = False
+    async_scheduling: bool = False
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "recv_interval"):
@@ -224,7 +233,7 @@ class Scheduler:
                 f"Scheduler.gpu_memory_utilization = {u!r} is not allowed: it must be a number "
                 "in (0, 1]"
             )
-        for name in ("prefix_caching", "prefill_first", "prompt_graphs"):
+        for name in ("prefix_caching", "prefill_first", "prompt_graphs", "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise EngineError(
                     f"Scheduler.{name} = {getattr(self, name)!r} is not allowed: it must be "
@@ -533,6 +542,37 @@ def default_scheduler(name: str, hardware_name: str) -> Scheduler:
     for k, v in table.get("by_hardware", {}).get(hardware_name, {}).items():
         values[k] = _value(v)
     return Scheduler(**values)
+
+
+def at_version(engine: Engine, version: str | None) -> Engine:
+    """``engine`` with the scheduler defaults of the engine's ``version`` where a default
+    changed between versions: a setting with ``since`` in ``schedulers.toml`` is off before that
+    version (vLLM's async scheduling before 0.14). ``version`` None or without digits: the
+    shipped defaults, as they are.
+
+    >>> e = engine("vllm", hardware="h100-sxm")
+    >>> [at_version(e, v).scheduler.async_scheduling for v in ("0.12.0", "0.19.0", "")]
+    [False, True, True]
+    """
+    if not version or not any(c.isdigit() for c in version):
+        return engine
+    key = _version_key(version)
+    off = {}
+    for field, entry in _scheduler_defaults().get(engine.name, {}).items():
+        if isinstance(entry, dict) and "since" in entry and getattr(engine.scheduler, field):
+            if _older(key, _version_key(entry["since"])):
+                off[field] = False
+    if not off:
+        return engine
+    return dataclasses.replace(engine, scheduler=dataclasses.replace(engine.scheduler, **off))
+
+
+def _older(a: tuple, b: tuple) -> bool:
+    """Whether version key ``a`` is before ``b``, by their numbers."""
+    n = max(len(a), len(b))
+    pa = [a[i][0] if i < len(a) else 0 for i in range(n)]
+    pb = [b[i][0] if i < len(b) else 0 for i in range(n)]
+    return pa < pb
 
 
 def _parse_profile(data: Mapping, origin: str) -> tuple[dict, dict, dict]:

@@ -900,7 +900,10 @@ def simulate_server(
     reps = server.replicas
     route = _Router(server.router, reps)
     recv = int(sched.recv_interval)
+    overlap = bool(sched.async_scheduling)
     inbox: list[deque] = [deque() for _ in range(reps)]  # reached a busy replica, not taken in
+    reached = [math.nan] * n  # when each request reached its replica
+    began = [0.0] * reps  # when the replica's last step began: its next batch was formed then
     since_recv = [0] * reps  # SGLang's counter: decode-only steps since the last intake
     decode_only = [False] * reps  # whether the replica's last step had no prompt tokens
     wait_iters = 0 if _prefilled else int(sched.batch_wait_iters)
@@ -1020,21 +1023,34 @@ def simulate_server(
     def launch(r, now, decoding, plan):
         nonlocal counter, kv_peak
         busy[r] = True
+        began[r] = now
         kv_peak = max(kv_peak, kv[r])
         counter += 1
         x = sum(t for _, t in plan)
         decode_only[r] = x == 0
         heapq.heappush(events, (now + step_time(len(decoding), x), 1, counter, r, decoding, plan))
 
-    def start(r, now):
+    def intake(r, cutoff):
+        """The requests of the replica's inbox that reached it by ``cutoff`` join its queue."""
+        box, later = inbox[r], deque[int]()
+        while box:
+            j = box.popleft()
+            (waiting[r] if reached[j] <= cutoff else later).append(j)
+        inbox[r] = later
+
+    def start(r, now, idle=False):
         nonlocal preemptions
         run = running[r]
+        # an overlapping scheduler formed this step's batch when the last step began; an idle
+        # engine (or one with nothing running) takes what reached it at once
+        cutoff = began[r] if overlap and run and not idle else now
         if recv > 1:  # SGLang's intake: after recv decode-only steps or a prompt step
             since_recv[r] += 1 if decode_only[r] else recv
             if since_recv[r] >= recv or not run:  # with nothing running, at once
-                waiting[r].extend(inbox[r])
-                inbox[r].clear()
+                intake(r, cutoff)
                 since_recv[r] = 0
+        elif overlap and inbox[r]:
+            intake(r, cutoff)
         if sched.prefill_first:
             plan = plan_prompts(r, budget)
             if plan:  # a prompt step alone: the running decodes wait
@@ -1078,8 +1094,9 @@ def simulate_server(
             if _prefilled:  # its first token came with it
                 first[j] = last_token[j] = now
             r = route.pick(running, waiting, inbox, 0 if _prefilled else int(prompt_l[j]))
-            if recv > 1 and busy[r]:
+            if (recv > 1 or overlap) and busy[r]:
                 inbox[r].append(j)
+                reached[j] = now
                 continue
             waiting[r].append(j)
             if not busy[r]:  # an idle replica starts once every arrival of this instant is in
@@ -1087,7 +1104,7 @@ def simulate_server(
                 heapq.heappush(events, (now, 2, r))
             continue
         if kind == 2:
-            start(ev[2], now)
+            start(ev[2], now, idle=True)
             continue
         steps += 1
         if steps > max_steps:
@@ -1133,7 +1150,7 @@ def simulate_server(
         start(r, now)
         for q in range(reps):
             if not busy[q] and (waiting[q] or running[q] or inbox[q]):
-                start(q, now)
+                start(q, now, idle=True)
 
     first_a, finish_a = np.asarray(first), np.asarray(finish)
     ttft = first_a - arrival
