@@ -485,6 +485,22 @@ def test_slo_parsing_and_launch_settings_for_moe():
     assert "--disaggregation-mode decode" in sglang and "--speculative-num-steps 1" in sglang
     trt = "\n".join(launch_settings(fake, "deepseek-v3", "trtllm"))
     assert "--ep_size 16" in trt and "enable_attention_dp: true" in trt and "MTP" in trt
+    # a decode pool keeps the engines' overlapping schedulers; a prefill pool is launched
+    # without them (dcost.planning.launch.PREFILL_OVERLAP), as its simulated settings say
+    assert "overlap" not in sglang + trt and "async" not in vllm
+    from dcost.planning.launch import scheduler_settings
+
+    assert "async_scheduling" not in scheduler_settings(pool, "vllm")
+    pre = PoolPlan("prefill", 8, 1, 8, 0, 1, 1, 16, 32, 100.0, "ttft_p99", 0, 0, 10, 0.02, 7e10)
+    fake = type("P", (), {"pools": (pre,), "model": m})()
+    flags = {
+        "vllm": "--no-async-scheduling",
+        "sglang": "--disable-overlap-schedule",
+        "trtllm": "config.yml: disable_overlap_scheduler: true",
+    }
+    for engine, flag in flags.items():
+        assert flag in "\n".join(launch_settings(fake, "deepseek-v3", engine)), engine
+        assert scheduler_settings(pre, engine)["async_scheduling"] is False
 
 
 @pytest.mark.slow

@@ -36,7 +36,13 @@ from dcost.cli.common import (
     selected_engine,
 )
 from dcost.cli.sweep import add_arguments as add_sweep_arguments
-from dcost.planning.launch import ENGINES, ROUTER, scheduler_settings, token_budget
+from dcost.planning.launch import (
+    ENGINES,
+    PREFILL_OVERLAP,
+    ROUTER,
+    scheduler_settings,
+    token_budget,
+)
 from dcost.planning.server import ROUTERS
 
 __all__ = [
@@ -635,6 +641,8 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
                     '--kv-transfer-config \'{"kv_connector": "NixlConnector", '
                     '"kv_role": "kv_both"}\''
                 )
+            if pool.role == "prefill" and not PREFILL_OVERLAP:
+                cmd.append("--no-async-scheduling")
             out.append(" ".join(x for x in cmd if x))
         elif engine == "sglang":
             cmd = ["python -m sglang.launch_server --model-path $MODEL", f"--tp {g}"]
@@ -653,6 +661,8 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
                 )
             if pool.role != "aggregated":
                 cmd.append(f"--disaggregation-mode {pool.role}")
+            if pool.role == "prefill" and not PREFILL_OVERLAP:
+                cmd.append("--disable-overlap-schedule")
             out.append(" ".join(x for x in cmd if x))
             if pool.role == "aggregated" and c and k:
                 out.append(
@@ -679,6 +689,8 @@ def launch_settings(p, model_name: str, engine: str) -> list[str]:
                 )
             if pool.role != "aggregated":
                 yaml.append("cache_transceiver_config: {backend: DEFAULT}")
+            if pool.role == "prefill" and not PREFILL_OVERLAP:
+                yaml.append("disable_overlap_scheduler: true")
             if yaml:
                 cmd.append("--extra_llm_api_options config.yml")
             out.append(" ".join(x for x in cmd if x))

@@ -56,6 +56,17 @@ def token_budget(pool) -> int:
     return c + cap * (1 + k) if pool.role == "aggregated" and c else c
 
 
+PREFILL_OVERLAP = False
+"""Whether a disaggregated plan's prefill pool is launched with the engine's overlapping
+scheduler (``Scheduler.async_scheduling``). It is not: a prompt that reaches a prefill replica
+during a step would wait for the whole next step, a prefill pool's steps are long, and the host
+work the overlap hides is short beside them. AIConfigurator's generator launches TensorRT-LLM's
+prefill workers so (``disable_overlap_scheduler = true`` for prefill, false for decode and
+aggregated workers: ai-dynamo/aiconfigurator ``src/aiconfigurator/generator/rule_plugin/
+trtllm.rule``); the launch says so for every engine (vLLM ``--no-async-scheduling``, SGLang
+``--disable-overlap-schedule``, TensorRT-LLM ``disable_overlap_scheduler: true``)."""
+
+
 def scheduler_settings(
     pool, engine: str, memory_reserve: float = 0.1, hardware: str = "h100-sxm"
 ) -> dict:
@@ -64,8 +75,9 @@ def scheduler_settings(
     (``token_budget``; a decode pool's launch sets none, and its budget is the engine's default
     on ``hardware`` or the cap's decode tokens, whichever is more: the engines refuse a budget
     below the cap),
-    the order of a step (SGLang's mixed chunks; off with speculative decoding) and the share of
-    HBM the plan left the engine (``1 - memory_reserve``, the plan's ``Plan.memory_reserve``).
+    the order of a step (SGLang's mixed chunks; off with speculative decoding), a prefill pool's
+    scheduler without overlap (``PREFILL_OVERLAP``) and the share of HBM the plan left the engine
+    (``1 - memory_reserve``, the plan's ``Plan.memory_reserve``).
     ``dcost.planning.server.Server`` with ``dcost.engine(engine, hardware=...,
     **scheduler_settings(pool, engine, plan.memory_reserve))`` simulates the planned replicas
     under the engine's scheduler (a disaggregated plan's two pools with
@@ -78,6 +90,8 @@ def scheduler_settings(
         "prefill_first": prefill_first,
         "gpu_memory_utilization": 1.0 - float(memory_reserve),
     }
+    if pool.role == "prefill":
+        settings["async_scheduling"] = PREFILL_OVERLAP
     if pool.role == "decode":
         from dcost.engines import default_scheduler
 
