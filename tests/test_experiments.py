@@ -899,3 +899,22 @@ def test_engines_page_quotes_the_prior_spread_scan():
     assert saved["shipped_prior_sd"] == dict(
         zip(user.FIELDS, user._prior_sd().tolist(), strict=True)
     )
+
+
+def test_engines_page_quotes_the_own_runs_under_load_table():
+    """``docs/engines.md``'s table of a deployment's own runs calibrating its TTFT under load is
+    ``results/own_runs_under_load.json``'s summary (python experiments/own_runs_under_load.py
+    writes it), row by row: median (p90) of TTFT and TPOT for each variant."""
+    saved = json.loads((EXPERIMENTS / "results" / "own_runs_under_load.json").read_text())
+    s = saved["summary"]["all"]
+    page = (EXPERIMENTS.parent / "docs" / "engines.md").read_text().replace("**", "")
+    i = page.index("| from 3 own runs | TTFT | TPOT |")
+    rows = [line for line in page[i:].splitlines()[2:] if line.startswith("|")][:5]
+
+    def cell(block):
+        return f"{100 * block['median']:.1f} % ({100 * block['p90']:.0f} %)"
+
+    for line, variant in zip(rows, ("shipped", "tpot", "compute", "frontend", "order"), strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1:] == [cell(s[f"ttft_{variant}"]), cell(s[f"tpot_{variant}"])], variant
+    assert f"3 runs calibrate, {s['runs']} others held out" in " ".join(page.split())
