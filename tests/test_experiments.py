@@ -914,7 +914,9 @@ def test_engines_page_quotes_the_own_runs_under_load_table():
     def cell(block):
         return f"{100 * block['median']:.1f} % ({100 * block['p90']:.0f} %)"
 
-    for line, variant in zip(rows, ("shipped", "tpot", "compute", "frontend", "order"), strict=True):
+    for line, variant in zip(
+        rows, ("shipped", "tpot", "compute", "frontend", "order"), strict=True
+    ):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[1:] == [cell(s[f"ttft_{variant}"]), cell(s[f"tpot_{variant}"])], variant
     assert f"3 runs calibrate, {s['runs']} others held out" in " ".join(page.split())
