@@ -911,6 +911,7 @@ def simulate_server(
     waited = [0] * reps  # TensorRT-LLM's batch waiting: steps the prompts have waited
     waiting: list[deque] = [deque() for _ in range(reps)]
     running: list[list[int]] = [[] for _ in range(reps)]
+    prompting = [0] * reps  # running sequences with prompt tokens still to compute
     busy = [False] * reps
     kv = [0.0] * reps
     kv_peak = 0.0
@@ -964,7 +965,7 @@ def simulate_server(
         """Prompt chunks in ``room`` tokens: running prompts first, then new requests (FCFS)."""
         run = running[r]
         plan = []
-        for j in run:
+        for j in run if prompting[r] else ():
             if room <= 0:
                 break
             if left[j] > 0:
@@ -986,6 +987,7 @@ def simulate_server(
                 break
             waiting[r].popleft()
             run.append(j)
+            prompting[r] += 1
             plan.append((j, take))
             room -= take
             kv[r] += take
@@ -1058,10 +1060,11 @@ def simulate_server(
                 return
         if _prefilled:
             join(r)
-        decoding = [j for j in run if left[j] == 0]
+        decoding = [j for j in run if left[j] == 0] if prompting[r] else run[:]
         # a decode step that would overflow the cache preempts the newest sequences
         while decoding and kv[r] + len(decoding) > kv_cap:
             victim = run.pop()
+            prompting[r] -= left[victim] > 0
             kv[r] -= kv_of[victim]
             kv_of[victim] = 0.0
             route.prefilling[r] += left[victim] == 0  # its prompt (again) still to prefill
@@ -1069,7 +1072,7 @@ def simulate_server(
             left[victim] = int(prompt_l[victim]) + int(done_tokens[victim])
             waiting[r].appendleft(victim)
             preemptions += 1
-            decoding = [j for j in run if left[j] == 0]
+            decoding = [j for j in run if left[j] == 0] if prompting[r] else run[:]
         kv[r] += len(decoding)  # the decode tokens' KV first, then the prompts' chunks
         if wait_iters and decoding and held(r, budget - len(decoding), len(decoding)):
             plan = []
@@ -1123,11 +1126,17 @@ def simulate_server(
             kv_of[j] += take
             if left[j] == 0:
                 route.prefilling[r] -= 1
+                prompting[r] -= 1
             if left[j] == 0 and done_tokens[j] == 0:
                 done_tokens[j] = 1
                 first[j] = now
                 last_token[j] = now
-        finished = [j for j in running[r] if left[j] == 0 and done_tokens[j] >= output_l[j]]
+        # only this step's sequences can have finished; in the running batch's order
+        finished = [j for j in decoding if done_tokens[j] >= output_l[j]]
+        done_now = [j for j, _ in plan if left[j] == 0 and done_tokens[j] >= output_l[j]]
+        if done_now:
+            ended = set(finished).union(done_now)
+            finished = [j for j in running[r] if j in ended]
         for j in finished:
             running[r].remove(j)
             kv[r] -= kv_of[j]
