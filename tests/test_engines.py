@@ -1647,3 +1647,25 @@ def test_engines_page_counts_what_is_not_expressed_as_shipped():
     for reason, n in skipped.items():
         phrase = next(v for k, v in said.items() if reason.startswith(k))
         assert f"{phrase}{n:,}" in text, (reason, n)
+
+
+def test_a_record_s_engine_schedules_as_its_version_or_its_date_did():
+    """vLLM turned async scheduling on by default in 0.14 (``schedulers.toml``'s ``since``):
+    the silicon sample's vLLM runs of 0.12 run without it, of 0.19 with it, and its runs of an
+    unstated version measured before 0.14 was out (``since_date``) without it."""
+    from dcost.validation import silicon
+    from dcost.validation.cases import record_engine
+
+    recs, _ = silicon.records(count_out=False)
+    vllm = [r for r in recs if r.get("engine") == "vllm" and r["metric"] == "tpot"]
+
+    def first(test):
+        return next(r for r in vllm if test(r))
+
+    old = first(lambda r: r.get("engine_version") == "0.12.0")
+    new = first(lambda r: r.get("engine_version") == "0.19.0")
+    undated = first(lambda r: "engine_version" not in r and r.get("measured", "9") < "2026-01-21")
+    assert record_engine(old)[0].scheduler.async_scheduling is False
+    assert record_engine(new)[0].scheduler.async_scheduling is True
+    assert record_engine(undated)[0].scheduler.async_scheduling is False
+    assert record_engine({**undated, "measured": "2026-04-06"})[0].scheduler.async_scheduling

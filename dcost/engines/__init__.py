@@ -544,24 +544,33 @@ def default_scheduler(name: str, hardware_name: str) -> Scheduler:
     return Scheduler(**values)
 
 
-def at_version(engine: Engine, version: str | None) -> Engine:
+def at_version(engine: Engine, version: str | None, measured: str | None = None) -> Engine:
     """``engine`` with the scheduler defaults of the engine's ``version`` where a default
     changed between versions: a setting with ``since`` in ``schedulers.toml`` is off before that
-    version (vLLM's async scheduling before 0.14). ``version`` None or without digits: the
-    shipped defaults, as they are.
+    version (vLLM's async scheduling before 0.14). A ``version`` without digits (unstated) and
+    a ``measured`` date (ISO, ``YYYY-MM-DD``) before the setting's ``since_date`` (when that
+    version was out): off too, the run having used an earlier version. Otherwise the shipped
+    defaults, as they are.
 
     >>> e = engine("vllm", hardware="h100-sxm")
     >>> [at_version(e, v).scheduler.async_scheduling for v in ("0.12.0", "0.19.0", "")]
     [False, True, True]
+    >>> [at_version(e, "", d).scheduler.async_scheduling for d in ("2025-10-29", "2026-04-06")]
+    [False, True]
     """
-    if not version or not any(c.isdigit() for c in version):
+    numbered = bool(version) and any(c.isdigit() for c in str(version))
+    if not numbered and not measured:
         return engine
-    key = _version_key(version)
+    key = _version_key(str(version)) if numbered else None
     off = {}
     for field, entry in _scheduler_defaults().get(engine.name, {}).items():
-        if isinstance(entry, dict) and "since" in entry and getattr(engine.scheduler, field):
+        if not (isinstance(entry, dict) and "since" in entry and getattr(engine.scheduler, field)):
+            continue
+        if key is not None:
             if _older(key, _version_key(entry["since"])):
                 off[field] = False
+        elif "since_date" in entry and str(measured)[:10] < str(entry["since_date"]):
+            off[field] = False
     if not off:
         return engine
     return dataclasses.replace(engine, scheduler=dataclasses.replace(engine.scheduler, **off))

@@ -392,14 +392,17 @@ def record_engine(record: Mapping):
         return None, f"the family profile: no {name} profile ships for {record['hardware']}"
     want = record.get("engine_version")
     versions = [r[1] for r in rows]
-    # the scheduler as the record's own version ran it (``dcost.engines.at_version``)
+    # the scheduler as the record's own version ran it, or its date where it names none
+    # (``dcost.engines.at_version``)
     if want in versions:
         e = eng.engine(name, record["hardware"], version=want)
-        return eng.at_version(e, want), f"{name} {want} (its version)"
+        return eng.at_version(e, want, record.get("measured")), f"{name} {want} (its version)"
     key = eng._version_key(want) if want else None
     nearest = min(versions, key=lambda v: _distance(eng._version_key(v), key))
     return (
-        eng.at_version(eng.engine(name, record["hardware"], version=nearest), want),
+        eng.at_version(
+            eng.engine(name, record["hardware"], version=nearest), want, record.get("measured")
+        ),
         f"{name} {nearest} (nearest shipped version to {want or 'an unstated version'})",
     )
 

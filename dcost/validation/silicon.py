@@ -506,6 +506,9 @@ def _base(row: Mapping, metric: str, model: str, moe: bool) -> dict:
         out["engine_version"] = row["backend_version"]
     else:
         assumed.append("engine_version")
+    measured = source_field(str(row.get("silicon_data_source", "")), "measured")
+    if measured:  # the run's date (an unstated version's scheduler defaults follow it)
+        out["measured"] = measured[:10]
     return out
 
 
