@@ -78,6 +78,7 @@ __all__ = [
     "fit_moe",
     "moe_layer_time",
     "balanced_share",
+    "power_law_imbalance",
     "fastest_kernels",
     "fit_tables",
     "read_table",
@@ -831,7 +832,7 @@ _ATTENTION_SHAPE = (
 
 
 def moe_layer_time(
-    tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, values, gemm, share=None
+    tokens, hidden, inter, topk, experts, tp, ep, b_w, peak, values, gemm, share=None, imbalance=1.0
 ):
     """One MoE layer's grouped-expert time on one GPU (s), the serving model's form
     (``dcost.serving.roofline``: ``f_expert``, ``w_expert`` and ``expert_overhead``).
@@ -841,14 +842,15 @@ def moe_layer_time(
     (``phi = 1 - (1 - k/E)^n`` under random routing, ``dcost.serving.moe``; ``share`` when
     given, e.g. ``balanced_share`` for a table's balanced rows), reads their ``3 h i / t``
     weights each, and computes ``2 (3 h i / t) n k / e`` FLOP at ``n k / (E phi)`` tokens an
-    expert:
+    expert, the busiest of the ``e`` groups ``imb`` times the mean's (``imbalance``):
 
     .. math:: t = c_m(e) + c_e \\frac{E\\phi}{e} + \\mathrm{smax}_r\\Big(
-              \\frac{F (1 + n_e/n_{exp}) s(t, e)}{F_p \\eta_p \\eta_{exp}},\\
+              \\frac{F\\,\\mathrm{imb}\\,(1 + n_e/n_{exp}) s(t, e)}{F_p \\eta_p \\eta_{exp}},\\
               \\frac{W}{BW \\eta_{BW,e}}\\Big)
 
     with ``s(t, e) = (1 + w_e t / i)(1/e + kappa (1 - 1/e))`` the layout's slowdown
-    (``dcost.serving.roofline.expert_rate_slowdown``).
+    (``dcost.serving.roofline.expert_rate_slowdown``). The serving model multiplies the routed
+    experts' FLOPs by its own imbalance the same way (``dcost.serving.moe.expert_imbalance``).
 
     Args:
       tokens, hidden, inter, topk, experts, tp, ep: the layer's shape (arrays or numbers).
@@ -864,6 +866,8 @@ def moe_layer_time(
       gemm: ``fit_gemm``'s ``flops_efficiency`` ``eta_p``, ``bandwidth_efficiency``,
         ``kernel_roofline_smoothness`` ``r`` and ``hbm_bandwidth`` (bytes/s).
       share: the share ``phi`` of the experts the tokens touch (None: random routing's).
+      imbalance: the busiest expert-parallel group's routed tokens over the mean (1: balanced;
+        a table's power-law rows: ``power_law_imbalance``).
 
     >>> v = {"expert_flops_efficiency": 1.0, "expert_half_tokens": 0.0, "expert_overhead": 1e-6,
     ...      "moe_layer_overhead": 0.0}
@@ -879,7 +883,7 @@ def moe_layer_time(
     else:
         phi = share
     touched = experts * phi / ep
-    flops = 2.0 * per_expert * tokens * topk / ep
+    flops = 2.0 * per_expert * tokens * topk / ep * imbalance
     size = tokens * topk / (experts * phi)
     bw = gemm["hbm_bandwidth"] * values.get(
         "expert_bandwidth_efficiency", gemm["bandwidth_efficiency"]
@@ -936,15 +940,81 @@ def balanced_share(tokens, topk, experts) -> np.ndarray:
     return share[which.ravel()].reshape(n.shape)
 
 
-ROUTING = "power_law_1.2"
+POWER_LAW_ALPHA = 1.2
+"""The exponent of the MoE tables' power-law routing (``ROUTING``)."""
+
+ROUTING = f"power_law_{POWER_LAW_ALPHA}"
 """The MoE tables' routing distribution the grouped experts are fitted on: AIConfigurator's
 ``power_law_1.2`` rows, the distribution its own estimates query (its ``MoeKey`` default,
 aiconfigurator-core 0.12.0), each expert's load drawn from a power law of exponent 1.2. Real
 routing is not balanced: on the tables' rows of 1,024 tokens or more the power-law rows take
 1.2-1.8x the balanced rows' time (H200 and B200, every engine), and a fit to the balanced rows
-predicted them 0.55-0.90x (``fit_moe``). An assumption: a model served with expert load balancing
-(EPLB, redundant experts) on real text may route closer to balanced. A table without such rows is
-fitted on its balanced rows."""
+predicted them 0.55-0.90x (``fit_moe``). The rows time the busiest expert-parallel rank, whose
+share of the skew is known (``power_law_imbalance``), and the fit takes it as the row's
+imbalance: what it fits is the kernels' rate, not this skew. A table without such rows is fitted
+on its balanced rows (imbalance 1)."""
+
+
+def _power_law_rank_loads(n: int, k: int, e: int, ep: int, alpha: float, samples: int, seed: int):
+    """``samples`` draws of the tokens each of ``ep`` ranks receives under the power-law rule
+    (``power_law_imbalance``): an array ``(samples, ep)``."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (1.0, 0.8 * n) if n * k > e else (0.01, 2.0)
+    a = 1.0 - alpha
+    u = rng.random((samples, e))
+    x = ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)  # inverse CDF of p(x) ~ x^-alpha on [lo, hi]
+    counts = np.round(x / x.sum(axis=1, keepdims=True) * (n * k))
+    over = np.maximum(counts - n, 0.0).sum(axis=1)
+    counts = np.minimum(counts, n)
+    ranks = counts.reshape(samples, ep, e // ep).sum(axis=2)
+    # what the bound took off, then what rounding left over (or over-gave), goes to the ranks one
+    # token at a time in turn from rank 0
+    turn = np.arange(ep)[None, :]
+
+    def in_turn(d):
+        m = np.abs(d)[:, None]
+        return np.sign(d)[:, None] * (np.floor(m / ep) + (turn < np.mod(m, ep)))
+
+    ranks = ranks + in_turn(over)
+    return np.maximum(ranks + in_turn(n * k - ranks.sum(axis=1)), 0.0)
+
+
+def power_law_imbalance(
+    tokens, topk, experts, ep, alpha: float = POWER_LAW_ALPHA, samples: int = 64, seed: int = 0
+) -> np.ndarray:
+    """The busiest expert-parallel rank's routed tokens over the mean, ``imb = E[max_r L_r] /
+    (n k / e)``, in a MoE table's power-law rows (``ROUTING``); 1 at ``e = 1``.
+
+    AIConfigurator's collectors draw each of the ``E`` experts' loads from a power law of
+    exponent ``alpha`` by its inverse CDF, on ``[1, 0.8 n]`` when ``n k > E`` (else on
+    ``[0.01, 2]``), scale them to ``n k`` routed tokens, round them, cap each at ``n`` (a token
+    picks an expert once) and hand what rounding and the cap leave over to the ranks in turn;
+    then they swap the busiest rank's experts onto rank 0, the rank they time. A rank holds
+    ``E/e`` consecutive experts, so its load is their sum, ``L_r``; the expectation is over
+    ``samples`` draws (seeded: the same numbers every call). Where one rank holds every expert
+    (``e = 1``) the skew stays inside the rank's grouped GEMM and ``imb = 1``. At 8,192 tokens
+    routed to 8 of 256 experts it is 1.1 over 2 ranks, 2.5 over 16 and 18 over 256: the
+    wide-expert-parallel rows time one hot expert, which a fit without it read as a slow kernel
+    (on the H200 tables, rows of more than 1,024 tokens over 128-256 ranks came out 0.2-0.4x,
+    over 2 ranks 1.4-1.8x).
+
+    Reference: ai-dynamo/aiconfigurator, ``collector/helper.py`` (``sample_power_law``,
+    ``_generate_power_law_distribution``).
+
+    >>> [round(float(x), 1) for x in power_law_imbalance(8192.0, 8.0, 256.0, [1, 2, 16, 256])]
+    [1.0, 1.1, 2.5, 18.1]
+    """
+    n, k, e, g = np.broadcast_arrays(*(np.asarray(x, float) for x in (tokens, topk, experts, ep)))
+    shapes, which = np.unique(
+        np.stack([n.ravel(), k.ravel(), e.ravel(), g.ravel()], axis=1), axis=0, return_inverse=True
+    )
+    out = np.ones(len(shapes))
+    for i, (nn, kk, ee, gg) in enumerate(shapes.astype(int)):
+        if gg > 1 and ee % gg == 0 and nn * kk > 0:
+            loads = _power_law_rank_loads(nn, kk, ee, gg, alpha, samples, seed)
+            out[i] = float(np.mean(loads.max(axis=1))) / (nn * kk / gg)
+    return out[which.ravel()].reshape(n.shape)
+
 
 _PER_CLASS = (
     "expert_flops_efficiency",
@@ -1000,6 +1070,7 @@ def _moe_model(z, d, c, statics):
         v,
         g,
         share,
+        d["imbalance"],
     )
 
 
@@ -1102,9 +1173,12 @@ def fit_moe(
         [gemm[f"precision.{computes(precisions[i])}.flops_efficiency"] for i in prec]
     )
     # a balanced row's touched experts are its own (``balanced_share``), a routed one's random
-    # routing's, as the serving model takes them
+    # routing's, as the serving model takes them; a routed row times its busiest rank
     if want == "balanced":
         rows["share"] = balanced_share(shape[0], shape[3], shape[4])
+        rows["imbalance"] = np.ones(len(y))
+    else:
+        rows["imbalance"] = power_law_imbalance(shape[0], shape[3], shape[4], shape[6])
     consts = {
         "slot": slot,
         "bandwidth_efficiency": np.float64(gemm["bandwidth_efficiency"]),
