@@ -1252,6 +1252,29 @@ def test_with_offsets_refuses_bad_offsets(z):
         user.with_offsets("trtllm", [0.0] * 8)
 
 
+def test_no_offset_leaves_the_prior_as_it_is():
+    """Offsets of 0 move no field: a time field below ``_TIME_FLOOR`` (the grouped experts'
+    ``expert_overhead``, a few 1e-8 s) keeps its own value, to the bit, in the chip a fit
+    evaluates and in the engine it saves; only a field at 0 moves from the floor."""
+    from dcost.calibrate import user
+
+    eng = dcost.engine("vllm", hardware="h100-sxm")
+    assert 0.0 < eng.profile["expert_overhead"] < user._TIME_FLOOR
+    h = eng.apply(dcost.hardware("h100-sxm", precision="bf16"))
+    zero = jnp.zeros(len(user.FIELDS))
+    same = user._apply(h, zero)
+    for name, _ in user._moved():
+        if getattr(h, name) is not None:
+            assert float(same.get(name)) == float(h.get(name)), name
+    saved = user.with_offsets(eng, np.zeros(len(user.FIELDS)))
+    assert saved.profile["expert_overhead"] == eng.profile["expert_overhead"]
+    doubled = np.zeros(len(user.FIELDS))
+    doubled[user.FIELDS.index("expert_overhead")] = math.log(2.0)
+    moved = float(user._apply(h, jnp.asarray(doubled)).get("expert_overhead"))
+    assert moved == pytest.approx(2.0 * eng.profile["expert_overhead"], rel=1e-6)
+    assert float(user._from(jnp.asarray(0.0))) == pytest.approx(user._TIME_FLOOR, rel=1e-6)
+
+
 @pytest.mark.slow
 def test_moe_fixed_cost_offsets_are_the_saved_engine():
     """gpt-oss-120b's experts run weight-only on Hopper, a class with its own MoE-layer cost: an
@@ -1598,8 +1621,8 @@ def test_engines_page_nested_coverage_table_is_the_shipped_one():
 
 
 def test_a_fit_takes_its_prior_spread_as_an_argument():
-    """``fit_offsets(..., prior_sd=s)``: on records made by a planted offset (a step cost 3x the
-    prior's), a wide prior fits them (its predictions within 1 %; which fields carry the offset
+    """``fit_offsets(..., prior_sd=s)``: on records made by a planted offset (a cost a layer 3x
+    the prior's), a wide prior fits them (its predictions within 1 %; which fields carry the offset
     the records do not say), a prior a thousand times narrower keeps every offset near 0 and the
     predictions where the prior had them (the MAP's shrinkage), both from one compiled program;
     a spread that is not one positive number a field is refused naming it."""
@@ -1608,7 +1631,7 @@ def test_a_fit_takes_its_prior_spread_as_an_argument():
     eng = dcost.engine("trtllm", hardware="h200")
     recs = _decode_records(10)
     planted = np.zeros(len(user.FIELDS))
-    planted[user.FIELDS.index("step_overhead")] = math.log(3.0)
+    planted[user.FIELDS.index("layer_overhead")] = math.log(3.0)
     made = user.predict_offsets(user.prepare(recs, eng), planted)
     prep = user.prepare([dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)], eng)
     wide = user.fit_offsets(prep, prior_sd=10.0 * user._prior_sd())[0]

@@ -109,7 +109,18 @@ SIGMA = 0.1
 
 ITERATIONS = 41
 DAMPING = 1e-2  # Levenberg-Marquardt's first lambda
-_TIME_FLOOR = 1e-7  # a time field at 0 in the prior is moved from here (s)
+_TIME_FLOOR = 1e-7
+"""Where an offset moves a time field from when the prior has it at 0 (s): a multiplicative
+offset cannot move a zero. A field above 0 moves from its own value, however small (the grouped
+experts' ``expert_overhead`` is 2e-8 to 5e-8 s in the shipped profiles), so that no offset is
+the prior to the bit."""
+
+
+def _from(v0):
+    """The value a time field's offset multiplies: the prior's, or ``_TIME_FLOOR`` at 0."""
+    return jnp.where(v0 > 0.0, v0, _TIME_FLOOR)
+
+
 _EPS = 1e-6
 
 
@@ -223,7 +234,7 @@ def _apply(hardware, z, own_attention: bool = True):
             p = jnp.clip(v0, _EPS, 1.0 - _EPS)
             values.append(jax.nn.sigmoid(jnp.log(p) - jnp.log1p(-p) + z[j]))
         else:
-            values.append(jnp.maximum(v0, _TIME_FLOOR) * jnp.exp(z[j]))
+            values.append(_from(v0) * jnp.exp(z[j]))
     attention = hardware.get("attention_flops")
     if own_attention and attention is not None:
         j = names.index("flops_efficiency")
@@ -435,11 +446,12 @@ def _field_values(engine, z) -> dict:
             if name not in shared and not any(name in v for v in precision.values()):
                 continue  # a cost the profile has not stays unset (``_apply`` leaves it None)
             if name in shared:
-                shared[name] = float(max(shared[name], _TIME_FLOOR) * math.exp(z[j]))
+                v0 = shared[name]
+                shared[name] = float((v0 if v0 > 0 else _TIME_FLOOR) * math.exp(z[j]))
             for p in precision:  # a class's own value (the weight-only experts' MoE layer)
                 if name in precision[p]:
-                    own = max(precision[p][name], _TIME_FLOOR)
-                    precision[p][name] = float(own * math.exp(z[j]))
+                    v0 = precision[p][name]
+                    precision[p][name] = float((v0 if v0 > 0 else _TIME_FLOOR) * math.exp(z[j]))
     return {"profile": shared, "precision_profile": precision}
 
 
