@@ -1255,24 +1255,36 @@ def test_with_offsets_refuses_bad_offsets(z):
 def test_no_offset_leaves_the_prior_as_it_is():
     """Offsets of 0 move no field: a time field below ``_TIME_FLOOR`` (the grouped experts'
     ``expert_overhead``, a few 1e-8 s) keeps its own value, to the bit, in the chip a fit
-    evaluates and in the engine it saves; only a field at 0 moves from the floor."""
+    evaluates and in the engine it saves. An offset moves a field of at least the floor by its
+    factor, and a smaller one (or one at 0) as the floor would: ``v0 + floor (e^z - 1)``."""
     from dcost.calibrate import user
 
     eng = dcost.engine("vllm", hardware="h100-sxm")
-    assert 0.0 < eng.profile["expert_overhead"] < user._TIME_FLOOR
+    v0 = eng.profile["expert_overhead"]
+    assert 0.0 < v0 < user._TIME_FLOOR <= eng.profile["layer_overhead"]
     h = eng.apply(dcost.hardware("h100-sxm", precision="bf16"))
-    zero = jnp.zeros(len(user.FIELDS))
-    same = user._apply(h, zero)
+    same = user._apply(h, jnp.zeros(len(user.FIELDS)))
     for name, _ in user._moved():
         if getattr(h, name) is not None:
             assert float(same.get(name)) == float(h.get(name)), name
     saved = user.with_offsets(eng, np.zeros(len(user.FIELDS)))
-    assert saved.profile["expert_overhead"] == eng.profile["expert_overhead"]
+    for name, value in eng.profile.items():  # a fraction's logit round trip: its last bit
+        assert saved.profile[name] == pytest.approx(value, rel=1e-12, abs=0.0), name
+    assert saved.profile["expert_overhead"] == v0
     doubled = np.zeros(len(user.FIELDS))
-    doubled[user.FIELDS.index("expert_overhead")] = math.log(2.0)
-    moved = float(user._apply(h, jnp.asarray(doubled)).get("expert_overhead"))
-    assert moved == pytest.approx(2.0 * eng.profile["expert_overhead"], rel=1e-6)
-    assert float(user._from(jnp.asarray(0.0))) == pytest.approx(user._TIME_FLOOR, rel=1e-6)
+    for name in ("expert_overhead", "layer_overhead"):
+        doubled[user.FIELDS.index(name)] = math.log(2.0)
+    moved = user._apply(h, jnp.asarray(doubled))
+    want = v0 + user._TIME_FLOOR
+    assert float(moved.get("expert_overhead")) == pytest.approx(want, rel=1e-5)
+    layer = 2.0 * eng.profile["layer_overhead"]
+    assert float(moved.get("layer_overhead")) == pytest.approx(layer, rel=1e-5)
+    saved = user.with_offsets(eng, doubled)
+    assert saved.profile["expert_overhead"] == pytest.approx(want, rel=1e-12)
+    assert saved.profile["layer_overhead"] == pytest.approx(layer, rel=1e-12)
+    floor = float(user._moved_time(jnp.asarray(0.0), jnp.asarray(math.log(2.0))))
+    assert floor == pytest.approx(user._TIME_FLOOR, rel=1e-6)
+    assert float(user._moved_time(jnp.asarray(v0), jnp.asarray(-5.0))) == 0.0  # never below 0
 
 
 @pytest.mark.slow
@@ -1303,11 +1315,13 @@ def test_moe_fixed_cost_offsets_are_the_saved_engine():
     np.testing.assert_allclose(moved, saved, rtol=1e-5)
     assert np.all(moved > base)
     # one step a token (aggregated, no speculation): the MoE layers' cost x3 adds twice that cost;
-    # each expert's x2 adds once the cost of the experts a chip touches, at most all of them
+    # each expert's x2 adds once its cost (below the floor, the floor: ``_moved_time``) for the
+    # experts a chip touches, at most all of them
     net = dcost.model("gpt-oss-120b")
     layers = float(net.moe_layers)
     cost = eng.precision_profile["w4a16"]["moe_layer_overhead"] * layers
-    every_expert = eng.profile["expert_overhead"] * float(net.n_experts) * layers
+    per_expert = max(eng.profile["expert_overhead"], user._TIME_FLOOR)
+    every_expert = per_expert * float(net.n_experts) * layers
     assert all(r["serving"] == "aggregated" and r["metric"] == "tpot" for r in moe)
     assert np.all(moved - base >= 2.0 * cost * (1 - 1e-4))
     assert np.all(moved - base <= (2.0 * cost + every_expert) * (1 + 1e-4))

@@ -110,15 +110,24 @@ SIGMA = 0.1
 ITERATIONS = 41
 DAMPING = 1e-2  # Levenberg-Marquardt's first lambda
 _TIME_FLOOR = 1e-7
-"""Where an offset moves a time field from when the prior has it at 0 (s): a multiplicative
-offset cannot move a zero. A field above 0 moves from its own value, however small (the grouped
-experts' ``expert_overhead`` is 2e-8 to 5e-8 s in the shipped profiles), so that no offset is
-the prior to the bit."""
+"""The least scale a time field's offset moves it by (s). A multiplicative offset cannot move a
+zero, and a field fitted to next to nothing (vLLM's ``sequence_overhead``, 3e-9 s a sequence in
+the shipped profiles) would need an offset of many prior spreads to reach what an older build
+pays (14-48 us a sequence under vLLM 0.11.1): such a field moves as if it were this large
+(``_moved_time``). No offset is the prior's own value, whatever its size."""
 
 
-def _from(v0):
-    """The value a time field's offset multiplies: the prior's, or ``_TIME_FLOOR`` at 0."""
-    return jnp.where(v0 > 0.0, v0, _TIME_FLOOR)
+def _moved_time(v0, z):
+    """A time field ``v0`` (s) moved by the offset ``z``: ``v0 + m (e^z - 1)`` with ``m =
+    max(v0, _TIME_FLOOR)``, at least 0. ``v0 e^z`` for a field of at least the floor; ``v0``
+    itself at ``z = 0``; a smaller field rises as the floor would, ``m e^z`` for large ``z``."""
+    m = jnp.maximum(v0, _TIME_FLOOR)
+    return jnp.maximum(v0 + m * jnp.expm1(z), 0.0)
+
+
+def _moved_time_float(v0: float, z: float) -> float:
+    """``_moved_time`` in double precision, for the values an engine saves."""
+    return max(v0 + max(v0, _TIME_FLOOR) * math.expm1(z), 0.0)
 
 
 _EPS = 1e-6
@@ -234,7 +243,7 @@ def _apply(hardware, z, own_attention: bool = True):
             p = jnp.clip(v0, _EPS, 1.0 - _EPS)
             values.append(jax.nn.sigmoid(jnp.log(p) - jnp.log1p(-p) + z[j]))
         else:
-            values.append(_from(v0) * jnp.exp(z[j]))
+            values.append(_moved_time(v0, z[j]))
     attention = hardware.get("attention_flops")
     if own_attention and attention is not None:
         j = names.index("flops_efficiency")
@@ -446,12 +455,10 @@ def _field_values(engine, z) -> dict:
             if name not in shared and not any(name in v for v in precision.values()):
                 continue  # a cost the profile has not stays unset (``_apply`` leaves it None)
             if name in shared:
-                v0 = shared[name]
-                shared[name] = float((v0 if v0 > 0 else _TIME_FLOOR) * math.exp(z[j]))
+                shared[name] = _moved_time_float(shared[name], float(z[j]))
             for p in precision:  # a class's own value (the weight-only experts' MoE layer)
                 if name in precision[p]:
-                    v0 = precision[p][name]
-                    precision[p][name] = float((v0 if v0 > 0 else _TIME_FLOOR) * math.exp(z[j]))
+                    precision[p][name] = _moved_time_float(precision[p][name], float(z[j]))
     return {"profile": shared, "precision_profile": precision}
 
 
