@@ -663,6 +663,38 @@ def test_the_how_to_quotes_the_launch_experiment():
     assert said in page
 
 
+def test_the_router_note_quotes_the_launch_experiments():
+    """``dcost plan``'s router note quotes experiments/results/launches_hold.json's and
+    disaggregated_launches.json's figures: a queue-depth router's worst p99 TTFT over the
+    planned, and a least-connections balancer's over the token-counting router's."""
+    import pathlib
+
+    from dcost.cli.plan import router_note
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "experiments/results"
+    agg = json.loads((root / "launches_hold.json").read_text())
+    dis = json.loads((root / "disaggregated_launches.json").read_text())
+    rows = [x for x in agg["rows"] if "ttft_least_requests" in x]
+    lp = max(x["ttft_least_prefill"]["pooled"] / x["predicted_ttft"] for x in rows)
+    lr = [x["ttft_least_requests"]["pooled"] / x["ttft"]["pooled"] for x in rows]
+    split = [x for x in dis["rows"] if x["feasible"] and "ttft_least_prefill" in x]
+    dp = max(x["ttft_least_prefill"]["pooled"] / x["predicted_ttft"] for x in split)
+
+    class Pool:
+        replicas, role = 2, "aggregated"
+
+    class Plan:
+        pools = (Pool(),)
+
+    note = " ".join(router_note(Plan()).split())
+    assert (
+        f"up to {lp:.2f}x the planned on {agg['routed']} aggregated fleets, {dp:.2f}x on "
+        f"{dis['routed']} disaggregated prefill pools"
+    ) in note
+    assert f"the {agg['routed']} fleets ran {np.median(lr):.1f}x the" in note
+    assert f"up to {max(lr):.1f}x" in note
+
+
 def test_the_how_to_quotes_the_disaggregated_launches():
     """The planning how-to's disaggregated figures are experiments/results/
     disaggregated_launches.json (python experiments/disaggregated_launches.py writes it)."""
