@@ -319,6 +319,23 @@ def test_power_law_imbalance_is_the_collectors_rule(n, k, e, ep):
     assert float(kernels.power_law_imbalance(n, k, e, 1)) == 1.0
 
 
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        ((64, 8, 256, 3), "ep"),
+        ((64, 8, 256, 0), "ep"),
+        ((-1, 8, 256, 8), "tokens"),
+        ((64, 0, 256, 8), "topk"),
+        ((64, 300, 256, 8), "topk"),
+        ((64.5, 8, 256, 8), "tokens"),
+        ((np.nan, 8, 256, 8), "tokens"),
+    ],
+)
+def test_power_law_imbalance_refuses_a_routing_the_collectors_cannot_draw(args, field):
+    with pytest.raises(ValueError, match=f"power_law_imbalance: {field} = "):
+        kernels.power_law_imbalance(*args)
+
+
 def test_power_law_imbalance_grows_with_the_ranks():
     """More ranks, each with fewer experts, leave a busier busiest rank: monotone in ``ep``."""
     imb = kernels.power_law_imbalance(8192.0, 8.0, 256.0, np.array([1, 2, 4, 8, 16, 64, 256.0]))

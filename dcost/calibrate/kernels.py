@@ -1008,12 +1008,31 @@ def power_law_imbalance(
     shapes, which = np.unique(
         np.stack([n.ravel(), k.ravel(), e.ravel(), g.ravel()], axis=1), axis=0, return_inverse=True
     )
+    for nn, kk, ee, gg in shapes:
+        _check_routing(nn, kk, ee, gg)
     out = np.ones(len(shapes))
     for i, (nn, kk, ee, gg) in enumerate(shapes.astype(int)):
-        if gg > 1 and ee % gg == 0 and nn * kk > 0:
+        if gg > 1 and nn > 0:
             loads = _power_law_rank_loads(nn, kk, ee, gg, alpha, samples, seed)
             out[i] = float(np.mean(loads.max(axis=1))) / (nn * kk / gg)
     return out[which.ravel()].reshape(n.shape)
+
+
+def _check_routing(n: float, k: float, e: float, g: float) -> None:
+    """Refuse a routing the collectors cannot draw, naming the argument and the value."""
+    whole = {"tokens": n, "topk": k, "experts": e, "ep": g}
+    for name, x in whole.items():
+        if not (np.isfinite(x) and x == round(x)):
+            raise ValueError(f"power_law_imbalance: {name} = {x!r} must be a whole number")
+    if n < 0:
+        raise ValueError(f"power_law_imbalance: tokens = {n:g} must be 0 or more")
+    if not 1 <= k <= e:
+        raise ValueError(f"power_law_imbalance: topk = {k:g} must be 1 to experts ({e:g})")
+    if g < 1 or e % g:
+        raise ValueError(
+            f"power_law_imbalance: ep = {g:g} must be 1 or more and divide experts ({e:g}): "
+            "each rank holds experts / ep of them"
+        )
 
 
 _PER_CLASS = (
