@@ -113,7 +113,7 @@ _TIME_FLOOR = 1e-7
 """The least scale a time field's offset moves it by (s). A multiplicative offset cannot move a
 zero, and a field fitted to next to nothing (vLLM's ``sequence_overhead``, 3e-9 s a sequence in
 the shipped profiles) would need an offset of many prior spreads to reach what an older build
-pays (14-48 us a sequence under vLLM 0.11.1): such a field moves as if it were this large
+pays (15-46 us a sequence under vLLM 0.11.1): such a field moves as if it were this large
 (``_moved_time``). No offset is the prior's own value, whatever its size."""
 
 
