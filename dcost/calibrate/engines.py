@@ -27,7 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dcost._toml import toml_table
 from dcost.calibrate import host, kernels
+from dcost.presets import architectures
 
 __all__ = [
     "rebuild",
@@ -175,25 +177,6 @@ def band(r: np.ndarray, group: np.ndarray) -> dict:
     return {"rows": int(r.size), **q, **at, **cover}
 
 
-def architectures(names) -> dict:
-    """Each model preset name mapped to the first (sorted) name of the presets with the same
-    numbers: one network under several names (DeepSeek-V3 and R1, Llama 3 and 3.3 70B) is one
-    architecture, and its runs share its error.
-
-    >>> architectures(["deepseek-v3", "deepseek-r1", "qwen3-32b"])["deepseek-v3"]
-    'deepseek-r1'
-    """
-    import jax
-
-    from dcost import presets
-
-    def numbers(n):
-        return tuple(float(x) for x in jax.tree.leaves(presets.model(n)))
-
-    keys = {n: numbers(n) for n in sorted(set(names))}
-    return {n: min(m for m in keys if keys[m] == k) for n, k in keys.items()}
-
-
 def intervals(pred, value: np.ndarray) -> dict:
     """Per engine, the ``band`` of the held-out ``r = log(predicted/measured)`` of its TPOT runs,
     the model's architecture as the group (``architectures``: a new model is what a shipped
@@ -224,7 +207,7 @@ def write_summary(table: dict, path) -> pathlib.Path:
         "# |predicted/measured - 1|: median, p90; bias: the median of predicted/measured.",
         "",
     ]
-    kernels._toml_table("silicon", table, lines)
+    toml_table("silicon", table, lines)
     path = pathlib.Path(path)
     path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return path

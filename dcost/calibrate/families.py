@@ -228,18 +228,11 @@ def _with_profile(hardware: Hardware, values: jax.Array, fixed: bool = True) -> 
 
 
 def calibrated_hardware(hardware: Hardware, family: str) -> Hardware:
-    """``hardware`` with the shipped profile of ``family`` applied (``dcost.presets.
-    calibration_profile``; an unknown family raises ``PresetError`` listing the known ones)."""
-    from dcost.presets import calibration_profile
+    """``hardware`` with the shipped profile of ``family`` applied: the same as
+    ``dcost.presets.with_calibration_profile``, kept under this name."""
+    from dcost.presets import with_calibration_profile
 
-    profile = calibration_profile(family)
-    names = tuple(profile)
-    return eqx.tree_at(
-        lambda h: tuple(getattr(h, n) for n in names),
-        hardware,
-        tuple(jnp.asarray(profile[n], dtype=jnp.result_type(float)) for n in names),
-        is_leaf=lambda x: x is None,
-    )
+    return with_calibration_profile(hardware, family)
 
 
 # ---- the data, stacked per kind of evaluation ----------------------------------------------

@@ -63,6 +63,7 @@ import numpy as np
 import optax
 
 from dcost import presets
+from dcost.engines import write_profile
 from dcost.serving.collectives import all_reduce
 from dcost.serving.kernels import kernel_time
 from dcost.serving.roofline import _flop_seconds, expert_rate_slowdown, moe_layer_fixed
@@ -1367,56 +1368,6 @@ def profile_from_fits(fits: Mapping[str, KernelFit], family_profile: Mapping[str
     for p in precision:  # a precision without MoE rows: grouped experts at the GEMM's rate
         precision[p].setdefault("expert_flops_efficiency", 1.0)
     return shared, precision
-
-
-def _fmt(x) -> str:
-    if isinstance(x, bool):
-        return "true" if x else "false"
-    if isinstance(x, (int, float)):
-        return repr(float(f"{float(x):.6g}")) if isinstance(x, float) else str(x)
-    if isinstance(x, str):
-        return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(x, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in x) + "]"
-    raise TypeError(type(x))
-
-
-def _key(k: str) -> str:
-    """A TOML key: bare when it can be, else quoted."""
-    import re
-
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _fmt(k)
-
-
-def _toml_table(name: str, table: Mapping, lines: list[str]) -> None:
-    scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
-    nested = {k: v for k, v in table.items() if isinstance(v, Mapping)}
-    lines.append(f"[{name}]")
-    for k, v in scalars.items():
-        lines.append(f"{_key(str(k))} = {_fmt(v)}")
-    lines.append("")
-    for k, v in nested.items():
-        _toml_table(f"{name}.{_key(str(k))}", v, lines)
-
-
-def write_profile(engine, path) -> pathlib.Path:
-    """Write an ``Engine``'s profile file (TOML): ``[engine]``, ``[profile]`` with
-    ``[profile.precision.<p>]``, and ``[provenance]``."""
-    path = pathlib.Path(path)
-    lines = [
-        f"# Engine profile: {engine.name} {engine.version} on {engine.hardware_name}.",
-        "# Written by dcost (dcost.calibrate.kernels): [provenance] names every number's source.",
-        "",
-    ]
-    _toml_table(
-        "engine",
-        {"name": engine.name, "version": engine.version, "hardware": engine.hardware_name},
-        lines,
-    )
-    _toml_table("profile", {**engine.profile, "precision": engine.precision_profile}, lines)
-    _toml_table("provenance", engine.provenance, lines)
-    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-    return path
 
 
 def rebuild(

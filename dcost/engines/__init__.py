@@ -64,6 +64,7 @@ __all__ = [
     "slower",
     "default_scheduler",
     "from_file",
+    "write_profile",
 ]
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
@@ -472,9 +473,29 @@ class Engine:
 
     def save(self, path) -> pathlib.Path:
         """Write the profile file (TOML) that ``engine(..., profile=path)`` reads back."""
-        from dcost.calibrate.kernels import write_profile
-
         return write_profile(self, path)
+
+
+def write_profile(engine: Engine, path) -> pathlib.Path:
+    """Write an ``Engine``'s profile file (TOML): ``[engine]``, ``[profile]`` with
+    ``[profile.precision.<p>]``, and ``[provenance]``; ``from_file`` reads it back."""
+    from dcost._toml import toml_table
+
+    path = pathlib.Path(path)
+    lines = [
+        f"# Engine profile: {engine.name} {engine.version} on {engine.hardware_name}.",
+        "# Written by dcost (dcost.calibrate.kernels): [provenance] names every number's source.",
+        "",
+    ]
+    toml_table(
+        "engine",
+        {"name": engine.name, "version": engine.version, "hardware": engine.hardware_name},
+        lines,
+    )
+    toml_table("profile", {**engine.profile, "precision": engine.precision_profile}, lines)
+    toml_table("provenance", engine.provenance, lines)
+    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    return path
 
 
 def _freeze(d):
@@ -905,10 +926,9 @@ def _own_records(engine) -> int:
     models = prov.get("models") or []
     if isinstance(models, (list, tuple)) and len(models) > 1:
         from dcost import presets
-        from dcost.calibrate.engines import architectures
 
         known = [m for m in models if m in presets.model_names()]
-        if len(known) < len(models) or len(set(architectures(known).values())) > 1:
+        if len(known) < len(models) or len(set(presets.architectures(known).values())) > 1:
             return 0
     try:
         return max(int(prov.get("records", 0)), 0)

@@ -16,6 +16,8 @@ from dcost.specs import Hardware, Model, check_flag
 
 __all__ = [
     "hardware",
+    "with_calibration_profile",
+    "architectures",
     "model",
     "pair",
     "serving_hardware",
@@ -224,6 +226,31 @@ def calibration_profile(family: str) -> dict[str, float]:
     return {k: float(v) for k, v in table[family].items()}
 
 
+def with_calibration_profile(hardware: Hardware, family: str) -> Hardware:
+    """``hardware`` with the shipped calibrated profile of ``family`` applied: every field
+    ``calibration_profile(family)`` names takes its value, the rest (datasheet rates, price,
+    overrides) stay as they are. ``hardware(name, calibrated=True)`` is this applied to the pure
+    preset of a chip of that family. An unknown family raises ``PresetError`` naming the known
+    ones.
+
+    >>> import dcost
+    >>> h = with_calibration_profile(dcost.hardware("h100-sxm", price_per_hour=3.0), "hopper")
+    >>> float(h.price_per_hour), float(h.flops_efficiency) < 1.0
+    (3.0, True)
+    """
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    profile = calibration_profile(family)
+    names = tuple(profile)
+    return eqx.tree_at(
+        lambda h: tuple(getattr(h, n) for n in names),
+        hardware,
+        tuple(jnp.asarray(profile[n], dtype=jnp.result_type(float)) for n in names),
+        is_leaf=lambda x: x is None,
+    )
+
+
 def calibration_error(family: str) -> dict[str, dict[str, float]]:
     """How far off the calibrated model is, held out, as ``dcost validate --write`` shipped it:
     ``{"family": ..., "overall": ..., "source_weighted": ...}``, each ``{records or sources,
@@ -295,6 +322,24 @@ def pair(hardware_name: str, model_name: str, **hardware_overrides) -> tuple[Har
     """
     h = serving_hardware(hardware_name, model_name, **hardware_overrides)
     return h, model(model_name)
+
+
+def architectures(names) -> dict:
+    """Each model preset name mapped to the first (sorted) name of the presets with the same
+    numbers: one network under several names (DeepSeek-V3 and R1, Llama 3 and 3.3 70B) is one
+    architecture, and its runs share its error (a fold that leaves a model out leaves its twins
+    out too).
+
+    >>> architectures(["deepseek-v3", "deepseek-r1", "qwen3-32b"])["deepseek-v3"]
+    'deepseek-r1'
+    """
+    import jax
+
+    def numbers(n):
+        return tuple(float(x) for x in jax.tree.leaves(model(n)))
+
+    keys = {n: numbers(n) for n in sorted(set(names))}
+    return {n: min(m for m in keys if keys[m] == k) for n, k in keys.items()}
 
 
 def _mlp_params(d_model: float, d_ff: float, gated: bool, biases: bool) -> float:

@@ -225,9 +225,7 @@ def case(record: Mapping, calibrated: bool = False, engine=None) -> Case:
     if engine is not None:
         calibrated = True  # the engine's measured kernels: expected-maximum expert load too
     elif calibrated:
-        from dcost.calibrate.families import calibrated_hardware
-
-        chip = calibrated_hardware(chip, record["family"])
+        chip = presets.with_calibration_profile(chip, record["family"])
     gpus = float(record["gpus"])
     stages = float(record.get("pipeline_parallel", 1))
     tp = float(record.get("tensor_parallel", 1))
