@@ -67,6 +67,34 @@ def test_energy_of_a_pure_roofline_step_by_hand():
     assert float(e.tokens_per_mw) == pytest.approx(1e6 * float(r.tokens_per_s) / watts, rel=1e-5)
 
 
+def test_hbm_activity_counts_elements_not_bytes():
+    """u_E = (t_w 2/b_w + t_kv 2/b_kv)/t_stage: the same network in fp8 weights and an fp8 cache
+    streams half the bytes (u_M halves) but as many elements (u_E stays); in bf16 u_E = u_M."""
+    d, w = dcost.Design(batch=32), dcost.Workload(4096)
+    bf16 = power.energy(d, H100, LLAMA8, w)
+    assert float(bf16.memory_element_utilisation) == pytest.approx(
+        float(bf16.memory_utilisation), rel=1e-6
+    )
+    fp8 = dcost.model("llama-3.1-8b", weights="fp8", kv_cache="fp8")
+    assert float(fp8.bytes_per_param) == 1.0 and float(fp8.kv_bytes_per_element) == 1.0
+    r = dcost.decode(d, H100, fp8, w)
+    e = power.energy(d, H100, fp8, w)
+    by_hand = float((2.0 * r.t_weights + 2.0 * r.t_kv) / r.t_stage)
+    assert float(e.memory_element_utilisation) == pytest.approx(by_hand, rel=1e-5)
+    assert float(e.memory_utilisation) == pytest.approx(
+        float((r.t_weights + r.t_kv) / r.t_stage), rel=1e-5
+    )
+    # the activity charges elements: the power is the chip's at (u_F, u_E, u_C)
+    want = power.chip_power(H100, e.compute_utilisation, e.memory_element_utilisation,
+                            e.comm_utilisation)  # fmt: skip
+    assert float(e.power_per_chip) == pytest.approx(float(want), rel=1e-6)
+    # a cache format left unstated (0) counts as 16-bit
+    blank = eqx.tree_at(lambda m: m.kv_bytes_per_element, LLAMA8, jnp.asarray(0.0))
+    assert float(power.element_time(r, blank)) == pytest.approx(
+        float(r.t_weights + r.t_kv), rel=1e-6
+    )
+
+
 def test_energy_per_token_falls_with_batch_and_replica_power_scales_with_chips():
     h = dcost.hardware("h100-sxm", calibrated=True)
     w = dcost.Workload(1024)

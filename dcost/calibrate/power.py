@@ -304,14 +304,16 @@ def cut_fixture(root: str | Path, out: str | Path, per_kernel: int = 120, seed: 
 # one to eight GPUs). Per run, from the step times of the calibrated family profile (or of an
 # engine, ``run_features(engine_for=...)``):
 #
-#     P_x = P_idle + (P_max - P_idle) (1 - exp(-(c_F u_F,x + c_M (u_M,x + u_C,x))))
+#     P_x = P_idle + (P_max - P_idle) (1 - exp(-(c_F u_F,x + c_M (u_E,x + u_C,x))))
 #     W per GPU   = (P_dec t_dec + P_pre t_pre) / (t_dec + t_pre)
 #     J per token = G (P_dec t_dec + P_pre t_pre)
 #
 # for its decode steps and its prompts' prefill (``t_x``: seconds of each per output token of
-# the replica; ``G`` its chips). ``fit_runs`` finds ``(c_F, c_M)`` on the runs' power (the idle
-# floor is the chip's preset); ``held_out_runs`` predicts each model's runs with a fit that never
-# saw that model's architecture (leave one architecture out: Llama 3 and 3.3 70B are one).
+# the replica; ``G`` its chips; ``u_E`` the HBM traffic in 16-bit elements,
+# ``dcost.serving.power.element_time``). ``fit_runs`` finds ``(c_F, c_M)`` on the runs' power
+# (the idle floor is the chip's preset); ``held_out_runs`` predicts each model's runs with a fit
+# that never saw that model's architecture (leave one architecture out: Llama 3 and 3.3 70B are
+# one).
 
 _RUN_COLUMNS = ("uf_dec", "um_dec", "t_dec", "uf_pre", "um_pre", "t_pre", "idle", "max", "chips")
 
@@ -347,10 +349,10 @@ def run_features(
         ratio = float(r["prompt_tokens"]) / float(r["output_tokens"])
         row = (
             float(dec.compute_utilisation),
-            float(dec.memory_utilisation + dec.comm_utilisation),
+            float(dec.memory_element_utilisation + dec.comm_utilisation),
             float(dec.energy_per_token / dec.power_per_replica),
             float(pre.compute_utilisation),
-            float(pre.memory_utilisation + pre.comm_utilisation),
+            float(pre.memory_element_utilisation + pre.comm_utilisation),
             ratio * float(pre.energy_per_token / pre.power_per_replica),
             float(c.hardware.idle_power),  # type: ignore[arg-type]  # every preset has both
             float(c.hardware.max_power),  # type: ignore[arg-type]

@@ -4,8 +4,9 @@ A chip draws between its idle power and its board limit, by how busy its units a
 
     u_F = P * t_F / t_trip       # compute: the step's FLOPs at peak FLOP/s, over the time they take
     u_M = P * t_M / t_trip       # memory: weight and KV bytes at peak HBM bytes/s (weights + KV)
+    u_E = P * (t_W 2/b_w + t_KV 2/b_kv) / t_trip   # the same traffic counted in 16-bit elements
     u_C = P * t_C / t_trip       # links: the step's collectives at the links' peak bytes/s
-    activity = 1 - exp(-(c_F u_F + c_M u_M + c_C u_C))           # in [0, 1), smooth, saturating
+    activity = 1 - exp(-(c_F u_F + c_M u_E + c_C u_C))           # in [0, 1), smooth, saturating
     P_chip   = P_idle + (P_max - P_idle) * activity              # W
     energy_per_token = P*G * P_chip / tokens_per_s               # J per token of one replica
     tokens_per_mw    = 1e6 * tokens_per_s / (P*G * P_chip)       # tokens/s per MW of chips
@@ -13,7 +14,15 @@ A chip draws between its idle power and its board limit, by how busy its units a
 ``t_F, t_M, t_C`` are the pure-physics terms of the step (``dcost.decode`` on the chip at its peak
 rates, every v2 term off) and ``t_trip`` the time the step really takes on ``hardware`` (a
 calibrated chip: the measured-like time), so ``u`` is the fraction of the chip's peak rate the step
-sustains, whatever the software; ``P`` micro-batches share the ``P`` stages of a trip. The shape is
+sustains, whatever the software; ``P`` micro-batches share the ``P`` stages of a trip. HBM
+activity counts the elements the step streams, not its bytes: a byte of fp8 weights is two 16-bit
+elements' worth, of fp4 four (``b_w`` the model's bytes per weight, ``b_kv`` per KV element, 2
+when not stated). A memory-bound step's power goes with the elements its kernels unpack, scale
+and multiply: on the ML.ENERGY runs the same model (Qwen3-235B-A22B on the same GPUs under the
+same vLLM) drew 0.83x the bytes model's power in fp8 and 0.99x in bf16, gpt-oss-120b's fp4 runs
+0.80x; counted in elements, 0.90x, 0.94x and 0.98x, and the held-out power error went from
+10.7 % to 8.8 % with no coefficient added (``docs/how-to/energy.md``). The form was chosen after
+seeing those residuals; the kernel rows neither confirm nor refute it. The shape is
 the one GenZ and LLMServingSim use (a static floor and a dynamic part that grows with activity);
 the coefficients ``c_F, c_M`` are fitted on the measured mean power of whole vLLM runs (the
 ML.ENERGY Benchmark v3, H100 and B200; ``dcost.calibrate.power.fit_runs``; ``POWER_FIT``) and the
@@ -49,6 +58,7 @@ __all__ = [
     "POWER_FIT",
     "Energy",
     "activity",
+    "element_time",
     "chip_power",
     "power_cap",
     "clock_fraction",
@@ -69,7 +79,8 @@ class PowerFit(eqx.Module):
 
     Attributes:
       compute: ``c_F``, weight of compute utilisation (FLOP/s over peak).
-      memory: ``c_M``, weight of HBM utilisation (bytes/s over peak).
+      memory: ``c_M``, weight of HBM utilisation (``u_E``: 16-bit elements/s over what the
+        peak bandwidth streams of them).
       comm: ``c_C``, weight of link utilisation (bytes/s over the links' peak).
 
     >>> f = PowerFit(4.0, 0.5, 0.5)
@@ -91,9 +102,11 @@ class PowerFit(eqx.Module):
 # Fitted by ``dcost.calibrate.power.fit_runs`` on the mean power of the 346 whole vLLM runs of
 # the ML.ENERGY Benchmark v3 that dcost expresses (H100 and B200, 11 models, one to eight GPUs;
 # ``dcost.validation.energy.mlenergy_records``; tests/test_power.py refits and compares); ``comm``
-# is assumed equal to ``memory``. The kernel rows alone (``dcost.calibrate.power.fit``) gave
-# c_F 9.26 and c_M 0.108: a kernel looped alone on a warm board says little of HBM's share.
-POWER_FIT = PowerFit(compute=6.1575, memory=1.4316, comm=1.4316)
+# is assumed equal to ``memory``. HBM counted in bytes instead of elements, the same runs gave
+# c_F 6.16 and c_M 1.43 (10.7 % held out, against 8.8 %). The kernel rows alone
+# (``dcost.calibrate.power.fit``) gave c_F 9.26 and c_M 0.108: a kernel looped alone on a warm
+# board says little of HBM's share.
+POWER_FIT = PowerFit(compute=6.2163, memory=1.0394, comm=1.0394)
 # The idle floor those rows measure, as a fraction of the 1,000 W power limit they ran under:
 # ``P_idle / P_max`` (the presets' idle_power is this fraction of max_power where no public idle
 # figure exists).
@@ -111,7 +124,10 @@ class Energy(eqx.Module):
       tokens_per_mw: tokens per second per megawatt of chip power.
       compute_utilisation, memory_utilisation, comm_utilisation: ``u_F, u_M, u_C`` (fractions of
         the chip's peak rates).
-      activity: ``1 - exp(-(c_F u_F + c_M u_M + c_C u_C))``.
+      memory_element_utilisation: ``u_E``, the step's HBM traffic counted in 16-bit elements
+        over what the peak bandwidth streams of them (``u_M`` for a bf16 model and cache; twice
+        its weights' share in fp8, four times in fp4): what the activity charges.
+      activity: ``1 - exp(-(c_F u_F + c_M u_E + c_C u_C))``.
     """
 
     power_per_chip: jax.Array
@@ -121,6 +137,7 @@ class Energy(eqx.Module):
     compute_utilisation: jax.Array
     memory_utilisation: jax.Array
     comm_utilisation: jax.Array
+    memory_element_utilisation: jax.Array
     activity: jax.Array
 
     __repr__ = readable
@@ -146,11 +163,29 @@ def _watts(hardware: Hardware, who: str) -> tuple[jax.Array, jax.Array]:
     return idle, top
 
 
+def element_time(step, model: Model):
+    """``t_W 2/b_w + t_KV 2/b_kv``: a step's weight and KV-cache read times at peak HBM bandwidth
+    (``step.t_weights``, ``step.t_kv`` of a pure-physics step), each counted in 16-bit elements
+    (``b_w`` = ``model.bytes_per_param``; ``b_kv`` = ``model.kv_bytes_per_element``, 2 when not
+    stated): the time the same elements would take to stream at 2 bytes each (s).
+
+    >>> import dcost
+    >>> m = dcost.model("llama-3.1-8b")
+    >>> r = dcost.decode(dcost.Design(batch=8), dcost.hardware("h100-sxm"), m, dcost.Workload(1024))
+    >>> bool(jnp.isclose(element_time(r, m), r.t_weights + r.t_kv))   # bf16 weights and cache
+    True
+    """
+    kv = model.kv_bytes_per_element
+    s_kv = jnp.where(kv > 0.0, 2.0 / jnp.where(kv > 0.0, kv, 1.0), 1.0)
+    return step.t_weights * (2.0 / model.bytes_per_param) + step.t_kv * s_kv
+
+
 def activity(u_compute, u_memory, u_comm=0.0, fit: PowerFit | None = None):
-    """``1 - exp(-(c_F u_F + c_M u_M + c_C u_C))``: 0 for an idle chip, towards 1 as it saturates.
+    """``1 - exp(-(c_F u_F + c_M u_E + c_C u_C))``: 0 for an idle chip, towards 1 as it saturates.
 
     Args:
-      u_compute, u_memory, u_comm: utilisations of compute, HBM and links (fractions of peak).
+      u_compute, u_memory, u_comm: utilisations of compute, HBM and links (fractions of peak;
+        HBM's counted in 16-bit elements, ``u_E``: ``Energy.memory_element_utilisation``).
       fit: the coefficients (``POWER_FIT`` when None).
 
     >>> float(activity(0.0, 0.0))
@@ -341,8 +376,8 @@ def energy(
     carries both) of one replica.
 
     ``u_X = P t_X(peak chip) / t_trip(hardware)``; ``P_chip = P_idle + (P_max - P_idle) *
-    (1 - exp(-(c_F u_F + c_M u_M + c_C u_C)))``; ``energy_per_token = P*G*P_chip /
-    tokens_per_s`` (module docstring).
+    (1 - exp(-(c_F u_F + c_M u_E + c_C u_C)))`` with ``u_E`` the HBM traffic in 16-bit elements
+    (``element_time``); ``energy_per_token = P*G*P_chip / tokens_per_s`` (module docstring).
 
     Args:
       design, hardware, model, workload, smoothness: as ``dcost.decode``; ``hardware`` must carry
@@ -390,8 +425,9 @@ def energy(
     stages = design.stages
     u_f = safe_div(stages * pure.t_compute, trip)
     u_m = safe_div(stages * (pure.t_weights + pure.t_kv), trip)
+    u_e = safe_div(stages * element_time(pure, model), trip)
     u_c = safe_div(stages * pure.t_comm, trip)
-    act = activity(u_f, u_m, u_c, fit)
+    act = activity(u_f, u_e, u_c, fit)
     watts = idle + (top - idle) * act
     replica = design.chips_per_replica * watts
     return Energy(
@@ -402,5 +438,6 @@ def energy(
         compute_utilisation=u_f,
         memory_utilisation=u_m,
         comm_utilisation=u_c,
+        memory_element_utilisation=u_e,
         activity=act,
     )
