@@ -17,9 +17,9 @@ those of a preset with the same numbers (Llama 3 and 3.3 70B, DeepSeek-V3 and R1
   (``calibrated=True``), the shipped vLLM profile of its chip (``dcost.engine("vllm",
   hardware=...)``, vLLM 0.24's kernel tables with fixed costs fitted on the silicon sample), and
   that profile calibrated to the other models' measured times between tokens on the same chip
-  (``dcost.calibrate.user``: the profile as the prior, its efficiencies and fixed costs moved;
-  the runs as the silicon sample's are run, chunked prefill at the engine's token budget, the
-  cap on running sequences set above every run's own ``max_num_seqs``).
+  (``dcost.calibrate.user``, least squares: the profile as the prior, its efficiencies and
+  fixed costs moved; the runs as the silicon sample's are run, chunked prefill at the engine's
+  token budget, the cap on running sequences set above every run's own ``max_num_seqs``).
 - Power and energy: the activity coefficients of ``dcost.calibrate.power.fit_runs`` on the
   other models' power, on the step times of the family profile and of the calibrated engine
   (the same held-out fold's).
@@ -73,7 +73,9 @@ def _calibrated(itl) -> tuple[np.ndarray, dict]:
         prep = user.prepare([itl[i] for i in idx], prior)
         for m in sorted(set(model[idx].tolist())):
             mine = model[idx] == m
-            z, _ = user.fit_offsets(prep, rows=~mine)
+            # least squares: runs pooled over other models, whose misfits are the models' (a
+            # deployment's own runs take Huber's loss; ``dcost.calibrate.user.calibrate``)
+            z, _ = user.fit_offsets(prep, rows=~mine, robust=False)
             pred[idx[mine]] = user.predict_offsets(prep, z)[mine]
             engines[(h, m)] = user.with_offsets(prior, z)
     return pred, engines

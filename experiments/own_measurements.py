@@ -361,13 +361,13 @@ def main() -> None:
     args = p.parse_args()
     table = compute(args.max_groups)
     table["published"] = compute_published(table["intervals"])
-    from dcost.calibrate import kernels
+    from dcost._toml import toml_table
 
     lines = [
         "# A deployment's error against k of its own runs (experiments/own_measurements.py).",
         "",
     ]
-    kernels._toml_table("own", table, lines)
+    toml_table("own", table, lines)
     out = ROOT / "dcost" / "engines" / "own_measurements.toml"
     out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     # shipped data and a docs figure, not experiments/results: the README quotes them

@@ -150,7 +150,7 @@ def compute(source: pathlib.Path = SOURCE) -> dict:
 
 
 def write_table(table: dict, path: pathlib.Path = TABLE) -> pathlib.Path:
-    from dcost.calibrate import kernels
+    from dcost._toml import toml_table
 
     lines = [
         "# Measured over simulated mean TTFT of benchmark runs under load, by engine, kind of",
@@ -162,7 +162,7 @@ def write_table(table: dict, path: pathlib.Path = TABLE) -> pathlib.Path:
         "# load.",
         "",
     ]
-    kernels._toml_table("ttft", {"source": table["source"], "bands": table["bands"]}, lines)
+    toml_table("ttft", {"source": table["source"], "bands": table["bands"]}, lines)
     path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return path
 

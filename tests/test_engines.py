@@ -1088,6 +1088,64 @@ def test_fit_to_own_measurements_recovers_the_costs_that_made_them():
     )
 
 
+def test_the_robust_residual_is_hubers_loss():
+    """Half the square of ``_robust(r)`` is Huber's loss (``r^2/2`` within ``c``, ``c|r| -
+    c^2/2`` beyond), its slope is continuous at ``c`` (finite differences), and ``_unrobust``
+    undoes it."""
+    from dcost.calibrate import user
+
+    c = user.HUBER
+    r = np.linspace(-6.0, 6.0, 241)
+    rho = np.asarray(user._robust(jnp.asarray(r)))
+    huber = np.where(np.abs(r) <= c, 0.5 * r * r, c * np.abs(r) - 0.5 * c * c)
+    np.testing.assert_allclose(0.5 * rho**2, huber, rtol=1e-5, atol=1e-6)
+    assert np.all(np.sign(rho) == np.sign(r))
+    np.testing.assert_allclose(user._unrobust(rho), r, rtol=1e-5, atol=1e-6)
+    h = 1e-3  # the loss's slope either side of c: r inside, c outside
+    for x in (c - h, c + h):
+        slope = (
+            0.5 * float(user._robust(x + 1e-4)) ** 2 - 0.5 * float(user._robust(x - 1e-4)) ** 2
+        ) / 2e-4
+        assert slope == pytest.approx(min(x, c), rel=2e-3)
+
+
+@pytest.mark.slow
+def test_one_run_the_model_cannot_express_pulls_the_fit_a_bounded_way():
+    """Ten runs made by the model with a 0.75 ms step cost, one of them reported 1.6x slower (a
+    benchmark's error): fitted on all ten, the other nine are predicted within a median 2 % of
+    what made them (least squares: 3.7-4.1 % as the odd run is the 1st, 4th or 8th; Huber's
+    loss 1.1-1.2 %), and the odd run keeps most of its error (least squares chased it to 1.11x
+    of what made it as the 4th, Huber's loss to 1.04x); the residual reported before and after
+    is the log error, Huber's square root undone."""
+    from dcost.calibrate import user
+
+    eng = dcost.engine("trtllm", hardware="h200")
+    truth = eng.with_profile(profile={"step_overhead": 7.5e-4})
+    recs = _decode_records(10)
+    made = user.predict_offsets(user.prepare(recs, truth), np.zeros(len(user.FIELDS)))
+    value = made.copy()
+    value[3] *= 1.6  # TPOT runs: slower
+    odd = [dict(r, value=float(v)) for r, v in zip(recs, value, strict=True)]
+    cal = user.calibrate(odd, eng)
+    prep = user.prepare(recs, cal.engine)
+    ratio = user.predict_offsets(prep, np.zeros(len(user.FIELDS))) / made
+    clean = np.arange(10) != 3
+    assert np.median(np.abs(ratio[clean] - 1.0)) < 0.02, ratio
+    assert np.max(np.abs(ratio[clean] - 1.0)) < 0.06, ratio
+    assert ratio[3] < 1.08  # the odd run stays about as far off as it was reported
+    # the reported residual is the root-mean-square log error of the fitted runs
+    got = user.predict_offsets(prep, np.zeros(len(user.FIELDS))) / value
+    assert cal.residual_after == pytest.approx(np.sqrt(np.mean(np.log(got) ** 2)), rel=2e-3)
+    assert cal.engine.provenance["loss"].startswith("Huber's")
+    # least squares on the same runs chases the odd one further (the loss is one traced setting)
+    plain = user.calibrate(odd, eng, robust=False)
+    assert plain.engine.provenance["loss"] == "least squares"
+    ratio_ls = user.predict_offsets(user.prepare(recs, plain.engine), np.zeros(len(user.FIELDS)))
+    assert ratio_ls[3] / made[3] > ratio[3]
+    with pytest.raises(dcost.SpecError, match="calibrate.robust = 'yes' is not allowed"):
+        user.calibrate(odd, eng, robust="yes")
+
+
 @pytest.mark.slow
 def test_a_kv_offset_saved_is_the_offset_fitted_for_every_cache_and_kernel():
     """``with_offsets`` moves the KV rates as the fit moves the chip's: a logit offset on the
@@ -1174,15 +1232,17 @@ def test_the_fit_settles_where_the_loss_is_flat():
     made = user.predict_offsets(user.prepare(recs, eng), planted)
     prep = user.prepare([dict(r, value=float(v)) for r, v in zip(recs, made, strict=True)], eng)
     args = user._arrays(prep)
-    z, ggn, r_prior, r_fit = (np.asarray(x) for x in user._map(*args, user._prior_sd()))
-    # the residuals it returns are SIGMA-scaled log errors of the predictions, at 0 and at z
-    # (padding rows 0, the prior's rows last)
+    huber = user._huber(True)
+    z, ggn, r_prior, r_fit = (np.asarray(x) for x in user._map(*args, user._prior_sd(), huber))
+    # the residuals it returns are SIGMA-scaled log errors of the predictions under Huber's
+    # square root, at 0 and at z (padding rows 0, the prior's rows last)
     for r, at in ((r_prior, np.zeros(z.size)), (r_fit, z)):
         logs = np.log(user.predict_offsets(prep, at) / prep.measured)
+        rho = np.asarray(user._robust(jnp.asarray(logs / user.SIGMA)))
         # float32 logs of ratios near 1: two programs round them apart by ~1e-4 of the sum
-        assert np.sum(r[: -z.size] ** 2) == pytest.approx(np.sum((logs / user.SIGMA) ** 2), 1e-3)
+        assert np.sum(r[: -z.size] ** 2) == pytest.approx(np.sum(rho**2), 1e-3)
         np.testing.assert_allclose(r[-z.size :], at / user._prior_sd(), rtol=1e-5, atol=1e-6)
-    loss = lambda x: user._loss(*args, x, user._prior_sd())  # noqa: E731
+    loss = lambda x: user._loss(*args, x, user._prior_sd(), huber)  # noqa: E731
     grad = np.asarray(jax.grad(loss)(jnp.asarray(z)))
     assert np.max(np.abs(grad)) < 1e-2 * np.max(
         np.abs(np.asarray(jax.grad(loss)(jnp.zeros(z.size))))
