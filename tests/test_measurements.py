@@ -483,3 +483,11 @@ def test_cli_calibrates_a_profile_from_result_files(capsys, tmp_path):
     text = capsys.readouterr().out
     assert f"x{want[0]:.2f} to x{want[1]:.2f} (deployments calibrated on 3 of" in text
     assert "again.toml" in text
+    assert printed["loss"].startswith("Huber's") and "Huber's, 1.345 spreads loss" in text
+    # --least-squares: the same runs by least squares, said in the profile and the output
+    plain = tmp_path / "plain.toml"
+    assert main([*argv, "--out", str(plain), "--least-squares", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["loss"] == "least squares"
+    assert dcost.engine("vllm", hardware="h100-sxm", profile=plain).provenance["loss"] == (
+        "least squares"
+    )

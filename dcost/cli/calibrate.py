@@ -83,7 +83,7 @@ def _cmd_own(args) -> int:
     if not fitted:
         raise ValueError("--from: the files hold no TPOT, TTFT or throughput to fit")
     prior = engines.engine(name, hardware=args.hardware, version=version or None)
-    cal = user.calibrate(fitted, prior, files=args.from_files)
+    cal = user.calibrate(fitted, prior, files=args.from_files, robust=not args.least_squares)
     out = pathlib.Path(args.out or "mine.toml")
     cal.engine.save(out)
     # the band its predictions carry: deployments calibrated on as many of their runs, the rest
@@ -103,6 +103,7 @@ def _cmd_own(args) -> int:
                     "identified": list(cal.identified),
                     "residual_rms_log_before": cal.residual_before,
                     "residual_rms_log_after": cal.residual_after,
+                    "loss": cal.engine.provenance["loss"],
                     "band_80": list(band),
                 }
             )
@@ -110,7 +111,8 @@ def _cmd_own(args) -> int:
         return 0
     print(
         f"{cal.records} records from {len(args.from_files)} file(s); prior {prior.label} on "
-        f"{args.hardware}; rms log error {cal.residual_before:.3f} -> {cal.residual_after:.3f}"
+        f"{args.hardware}; rms log error {cal.residual_before:.3f} -> {cal.residual_after:.3f} "
+        f"({cal.engine.provenance['loss']} loss)"
     )
     for f in user.FIELDS:
         moved = "identified" if f in cal.identified else "not identified (kept near the prior)"
@@ -230,6 +232,12 @@ def add_parsers(subparsers) -> None:
         metavar="PATH",
         help="with --from: the profile file to write (default mine.toml); with "
         "--from-aiconfigurator: a folder for the profiles instead of dcost/engines",
+    )
+    p.add_argument(
+        "--least-squares",
+        action="store_true",
+        help="with --from: fit by least squares, for runs of several models whose misfits "
+        "should average (default: Huber's loss, so one odd run pulls the fit a bounded way)",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a few seconds)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
