@@ -31,7 +31,8 @@ with the costs as profiled (``stable_share_as_profiled``).
 Nothing is fitted to these runs. A run whose simulated queue grows (the median TTFT of the last
 quarter of arrivals over 1.5 times that of the second quarter) is *unstable*: the simulated
 replica serves less than the measured rate. For those, the rate is lowered by 10 % steps until
-the simulation is stable: that share is how far the simulated capacity falls short.
+the simulation is stable and the last step is then halved to 1.25 points (``RESOLUTION``):
+that share is how far the simulated capacity falls short.
 
     python experiments/mlperf_server.py
 """
@@ -184,11 +185,30 @@ def simulate(r: dict, share: float = 1.0, profiled: bool = False):
     return simulate_server(server, load)
 
 
+RESOLUTION = 0.0125
+"""How finely ``_stable_share`` finds the share of the measured rate a replica serves (1.25
+points: three halvings of a 10-point step). A run that MLPerf tuned to its latency limits runs
+near its capacity, so its share is the figure to read, not whether it is above or below 1."""
+
+
 def _stable_share(r: dict, profiled: bool = False, first: float = 0.9) -> float | None:
-    """The largest share of the measured rate, from ``first`` down in steps of 10 points to
-    20 %, at which the simulated queue stays steady (None: none)."""
+    """The largest share of the measured rate at which the simulated queue stays steady, to
+    ``RESOLUTION`` (None: none down to 20 %): steps of 10 points from ``first`` down, then the
+    step above the first steady share halved until it is ``RESOLUTION`` wide (the queue of a
+    replica past its capacity grows at every higher rate, so the steady shares are an interval
+    from 0)."""
     shares = [s for s in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2) if s <= first]
-    return next((f for f in shares if not _growing(simulate(r, f, profiled))), None)
+    lo = next((f for f in shares if not _growing(simulate(r, f, profiled))), None)
+    if lo is None or lo >= 1.0:
+        return lo
+    hi = min(lo + 0.1, 1.0)  # the step above lo: 1.0 when lo is first = 0.9 (1.0 grew)
+    while hi - lo > RESOLUTION + 1e-9:
+        mid = 0.5 * (lo + hi)
+        if _growing(simulate(r, mid, profiled)):
+            hi = mid
+        else:
+            lo = mid
+    return round(lo, 6)
 
 
 def compute() -> dict:
@@ -258,10 +278,10 @@ def plot(results: dict):
         elif x["stable_share"] is None:
             note = "queue grows at every rate down to 20 %"
         else:
-            note = f"queue grows; stable at {100 * x['stable_share']:.0f} %"
+            note = f"queue grows; stable at {100 * x['stable_share']:.1f} %"
         if x["host_costs_left_out"]:
             was = x["stable_share_as_profiled"]
-            was_note = "at no rate" if was is None else f"at {100 * was:.0f} %"
+            was_note = "at no rate" if was is None else f"at {100 * was:.1f} %"
             note += f" (with the profile's host costs {was_note})"
         ax.annotate(note, (ratio[i], i), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=7)  # fmt: skip

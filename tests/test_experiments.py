@@ -413,6 +413,34 @@ def test_mlperf_server_results_are_the_records_at_their_rates():
     assert results["summary"]["unstable"] == unstable
     docs = (EXPERIMENTS.parent / "docs" / "engines.md").read_text()
     assert f"In **{unstable} of {len(simulated)} the\nsimulated queue grows" in docs
+    # the shares the docs quote are the file's, to the experiment's resolution
+    for row in results["rows"]:
+        if row["unstable"] and row["stable_share"] is not None:
+            assert f"{100 * row['stable_share']:.1f} %" in " ".join(docs.split())
+
+
+def test_mlperf_stable_share_finds_the_capacity_to_its_resolution(monkeypatch):
+    """``_stable_share`` against a replica whose queue grows above a known share of the rate:
+    the share it gives is steady and within ``RESOLUTION`` below that capacity, for capacities
+    between the coarse steps and on one; a replica steady at every rate from ``first`` gives
+    ``first`` (1.0 when asked from 1.0), and one steady at none gives None."""
+    for capacity in (0.943, 0.71, 0.5, 0.999, 1.2, 0.1):
+        calls: list[float] = []
+
+        def sim(r, share, profiled=False, calls=calls):
+            calls.append(share)
+            return share
+
+        monkeypatch.setattr(mlperf_server, "simulate", sim)
+        monkeypatch.setattr(mlperf_server, "_growing", lambda share, c=capacity: share > c)
+        got = mlperf_server._stable_share({}, first=1.0)
+        if capacity < 0.2:
+            assert got is None
+        elif capacity >= 1.0:
+            assert got == 1.0 and calls == [1.0]
+        else:
+            assert got <= capacity < got + mlperf_server.RESOLUTION + 1e-9, (capacity, got)
+            assert len(calls) <= 10
 
 
 def test_mlperf_runtimes_leave_out_the_host_costs_they_name():
