@@ -17,6 +17,7 @@ import re
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -34,6 +35,7 @@ from dcost.planning import (
 )
 from dcost.planning.designs import trip, workload_of
 from dcost.planning.search import CONSTRAINTS
+from dcost.serving.moe import profiled_routing
 from dcost.specs import SpecError
 
 MODEL = "llama-3-70b"
@@ -136,10 +138,11 @@ def test_tables_skip_padding_chunks_and_match_one_vmap(name, x64):
             size = PL._layout_size(len(rows))
             assert size - len(rows) >= PL._CHUNK  # at least one chunk is padding alone
             lays = PL._stack(rows, size)
-            chunked = jax.jit(PL._tables_one, static_argnums=0)(kind, h, m, lays, stats, None)
+            imb = jnp.asarray(profiled_routing(True, m), stats.dtype)  # a profiled chip
+            chunked = jax.jit(PL._tables_one, static_argnums=0)(kind, h, m, lays, stats, None, imb)
 
-            def whole(lays, kind=kind):
-                work = PL.workload_from_stats(stats[0], kind, None)
+            def whole(lays, kind=kind, imb=imb):
+                work = PL.workload_from_stats(stats[0], kind, None, imb)
                 one = jax.vmap(lambda lay: step_table(lay, h, m, work, kind))(lays)
                 return jax.tree.map(lambda x: x[None], one)
 
@@ -593,6 +596,39 @@ def test_public_names():
     assert dcost.plan is plan and dcost.simulate is simulate
     assert dcost.Plan.__name__ == "Plan" and dcost.PlanBatch.__name__ == "PlanBatch"
     assert {"plan", "simulate", "Plan", "PlanBatch"} <= set(dcost.__all__)
+
+
+def test_a_profiled_moe_plan_times_its_experts_as_the_validated_model(h100, monkeypatch):
+    """On a profiled chip a mixture of experts' plan times its steps at multinomial routing's
+    expected maximum expert load, the load the profiles were fitted at and ``dcost.simulate``
+    times (``profiled_routing``): on one layout (TP4, chunk 2048) its TPOT is longer than the
+    same plan's with balanced routing, by as much as its step is at the planned batch. Pure
+    physics (a bound) and a dense model stay balanced."""
+    from dcost.planning import planner as PL
+    from dcost.planning.designs import Layout
+    from dcost.planning.fleet import exact_step
+    from dcost.specs import MULTINOMIAL
+
+    traffic = dcost.traffic("chat", rate=20.0)
+    one = dcost.planning.Options(chips=(4,), stages=(1,), chunks=(2048,), attention=("tp",))
+    moe = plan(h100, "mixtral-8x7b", traffic, mode="aggregated", options=one)
+    assert moe.feasible and moe.expert_imbalance == MULTINOMIAL
+    assert plan(dcost.hardware("h100-sxm"), "mixtral-8x7b", traffic).expert_imbalance == 1.0
+    assert plan(h100, "llama-3-8b", traffic).expert_imbalance == 1.0
+    pool = moe.pools[0]
+    lay = Layout(pool.chips_per_stage, pool.stages, pool.attention_dp, pool.chunk, 0.0)
+    steps = [
+        exact_step(h100, moe.model, lay, workload_of(traffic, "aggregated", None, imb))
+        for imb in (MULTINOMIAL, 1.0)
+    ]
+    batch = np.array([16.0, 64.0])
+    slower = steps[0](batch, 0.0 * batch) / steps[1](batch, 0.0 * batch)
+    assert np.all(slower > 1.005)  # the choice matters at these batches
+    monkeypatch.setattr(PL, "profiled_routing", lambda profiled, model: 1.0)
+    balanced = plan(h100, "mixtral-8x7b", traffic, mode="aggregated", options=one)
+    assert balanced.expert_imbalance == 1.0 and balanced.pools[0].chips == pool.chips
+    assert moe.tpot[0.5] / balanced.tpot[0.5] == pytest.approx(np.mean(slower), rel=0.05)
+    assert moe.tpot[0.5] > balanced.tpot[0.5]
 
 
 def test_workload_context_is_the_time_average_of_the_kv():

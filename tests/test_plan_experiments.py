@@ -75,7 +75,8 @@ def feasible_at(h100, llama, traffic, counts):
     out = {}
     for kind, n in counts.items():
         layouts = {kind: P._stack(P.layouts(kind, h100, llama, options, None, 0.1))}
-        table = P._tables((kind,), h100, llama, layouts, stats, None)[kind]
+        balanced = jnp.asarray(1.0, stats.dtype)  # a dense model: balanced, whatever the chip
+        table = P._tables((kind,), h100, llama, layouts, stats, None, balanced)[kind]
 
         def ok(u, row, tr, count, kind=kind, table=table):
             lay, tab = table.row(u, row)

@@ -373,16 +373,26 @@ def workload_stats(traffic):
     return jnp.stack([context, traffic.prompt_tokens, traffic.output_tokens])
 
 
-def workload_from_stats(stats, kind: str, acceptance=None) -> Workload:
+def workload_from_stats(stats, kind: str, acceptance=None, expert_imbalance=None) -> Workload:
     """The ``Workload`` of a pool of ``kind`` from ``workload_stats``: a prefill pool's
-    sequences in flight hold their prompt (its context is the prompt)."""
+    sequences in flight hold their prompt (its context is the prompt). ``expert_imbalance``:
+    the expert load its steps are timed at (``dcost.serving.moe.profiled_routing``; None:
+    balanced)."""
     context, prompt, output = stats[0], stats[1], stats[2]
     if kind == "prefill":
         context = prompt
-    return Workload(context, prompt=prompt, output=jnp.maximum(output, 1.0), acceptance=acceptance)
+    return Workload(
+        context,
+        prompt=prompt,
+        output=jnp.maximum(output, 1.0),
+        acceptance=acceptance,
+        expert_imbalance=expert_imbalance,
+    )
 
 
-def workload_of(traffic, kind: str, acceptance=None) -> Workload:
-    """``workload_from_stats(workload_stats(traffic), kind, acceptance)``."""
-    acc = None if acceptance is None else jnp.asarray(acceptance, jnp.result_type(float))
-    return workload_from_stats(workload_stats(traffic), kind, acc)
+def workload_of(traffic, kind: str, acceptance=None, expert_imbalance=None) -> Workload:
+    """``workload_from_stats(workload_stats(traffic), kind, acceptance, expert_imbalance)``."""
+    dtype = jnp.result_type(float)
+    acc = None if acceptance is None else jnp.asarray(acceptance, dtype)
+    imb = None if expert_imbalance is None else jnp.asarray(expert_imbalance, dtype)
+    return workload_from_stats(workload_stats(traffic), kind, acc, imb)

@@ -132,7 +132,8 @@ def plan_energy(plan) -> FleetEnergy:
     t = plan.traffic
     rate, t_in, t_out = (float(getattr(t, f)) for f in ("rate", "prompt_tokens", "output_tokens"))
     computed = max(t_in * (1.0 - float(t.prefix_hit)), 1.0)
-    spec = {} if plan.acceptance is None else {"acceptance": plan.acceptance}
+    imbalance = {"expert_imbalance": plan.expert_imbalance}  # as the planner timed its steps
+    spec = imbalance if plan.acceptance is None else {"acceptance": plan.acceptance, **imbalance}
     # the decoding sequences at the planner's context, the running batch's time average (a long
     # output runs for more steps: at prompt + output/2 a reasoning fleet's steps came out a third
     # shorter than the planner's and its activity a third low)
@@ -140,7 +141,7 @@ def plan_energy(plan) -> FleetEnergy:
     decode_work = Workload(context, prompt=t_in, output=t_out, **spec)
     # the mixed step's prompt tokens are those it computes (the prefix cache holds the rest)
     mixed_work = Workload(context, prompt=computed, output=t_out, **spec)
-    prefill_work = Workload(computed, prompt=computed, output=t_out)
+    prefill_work = Workload(computed, prompt=computed, output=t_out, **imbalance)
     floor = plan.hardware.idle_power
     assert floor is not None  # require_power above
     idle = float(floor)

@@ -31,6 +31,7 @@ import numpy as np
 from dcost.planning import search as S
 from dcost.planning.designs import Layout, step_table, workload_of
 from dcost.search._jit import jit
+from dcost.serving.moe import profiled_routing
 from dcost.specs import Hardware, Model, SpecError, check
 
 __all__ = ["plan_sensitivity", "PlanSensitivity", "relaxed_replicas"]
@@ -40,8 +41,8 @@ _FLOOR = 0.05  # the fewest (relaxed) replicas the root is looked for from
 
 
 def _ratios(kind, layout, log_n, hardware, model, traffic, limits, consts):
-    ttft_q, tpot_q, acceptance = consts
-    work = workload_of(traffic, kind, acceptance)
+    ttft_q, tpot_q, acceptance, imbalance = consts
+    work = workload_of(traffic, kind, acceptance, imbalance)
     table = step_table(layout, hardware, model, work, kind)
     targets = S.Targets(
         limits["ttft_slo"],
@@ -150,7 +151,9 @@ def _solve(plan, hardware, model, traffic, changes):
     traffic = jax.tree.map(lambda x: jnp.asarray(x, jnp.result_type(float)), traffic)
     limits = _limits(plan, changes)
     acc = None if plan.acceptance is None else float(plan.acceptance)
-    consts = (plan.ttft_slo[1], plan.tpot_slo[1], acc)
+    # the expert load of the chip the plan is re-solved on, as the planner took it
+    imbalance = profiled_routing(not hardware.pure, model)
+    consts = (plan.ttft_slo[1], plan.tpot_slo[1], acc, imbalance)
     out = []
     for pool in plan.pools:
         layout = Layout(

@@ -161,7 +161,7 @@ def simulate(
         layout = Layout(
             pool.chips_per_stage, pool.stages, pool.attention_dp, pool.chunk, pool.draft_tokens
         )
-        work = workload_of(plan.traffic, pool.role, plan.acceptance)
+        work = workload_of(plan.traffic, pool.role, plan.acceptance, plan.expert_imbalance)
         step = exact_step(hardware, model, layout, work, pool.role)
         tau = float(_accepted_tokens(work.get("acceptance"), layout.draft_tokens))
         chunk = max(1, round(pool.chunk / tau)) if pool.role == "aggregated" else pool.chunk

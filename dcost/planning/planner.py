@@ -47,6 +47,7 @@ from dcost.presets import model as model_preset
 from dcost.presets import serving_hardware
 from dcost.search._jit import jit
 from dcost.search.buckets import bucket, pad
+from dcost.serving.moe import profiled_routing
 from dcost.specs import (
     Hardware,
     Model,
@@ -282,7 +283,7 @@ _CHUNK = 16
 multiples of it."""
 
 
-def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
+def _tables_one(kind, hardware, model, layouts_k, stats, acceptance, imbalance):
     """Every layout's step table for each of the ``U`` workloads ``stats`` (leading axes ``(U,
     L)``), ``_CHUNK`` layouts a step of a loop: a chunk of padding rows alone (``_stack``:
     ``chips = NaN``, most rows of a padded stack) gets the table ``step_table`` gives them
@@ -293,7 +294,7 @@ def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
 
     def each(fn, lay):  # (U, len(lay)) tables
         def one_workload(st):
-            work = workload_from_stats(st, kind, acceptance)
+            work = workload_from_stats(st, kind, acceptance, imbalance)
             return jax.vmap(lambda one: fn(one, work))(lay)
 
         return jax.vmap(one_workload)(stats)
@@ -322,12 +323,13 @@ def _tables_one(kind, hardware, model, layouts_k, stats, acceptance):
 # even these to compile fast (``dcost plan`` on its own, ``DCOST_FAST_COMPILE=all``: the suite;
 # dcost.search._jit), which costs 0.2-0.3 s a plan and saves about 7 s of compiling
 @functools.partial(jit, static_argnames=("kinds",), optimized=True)
-def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance):
+def _tables(kinds, hardware, model, layouts_by_kind, stats, acceptance, imbalance):
     """Step tables of every kind's layouts for each of ``U`` workloads, flattened to rows
-    ``u * L + l`` (``search.Tables``)."""
+    ``u * L + l`` (``search.Tables``); ``imbalance``: the expert load the steps are timed at
+    (``dcost.serving.moe.profiled_routing`` of the chip before it was filled)."""
     out = {}
     for kind in kinds:
-        t = _tables_one(kind, hardware, model, layouts_by_kind[kind], stats, acceptance)
+        t = _tables_one(kind, hardware, model, layouts_by_kind[kind], stats, acceptance, imbalance)
         flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), t)
         out[kind] = S.Tables(layouts_by_kind[kind], flat)
     return out
@@ -516,6 +518,13 @@ class Plan:
     memory_reserve: float = dataclasses.field(repr=False, default=0.1)
     slot_wait: float = dataclasses.field(repr=False, default=1e-3)
     max_utilisation: float | None = dataclasses.field(repr=False, default=None)
+
+    @property
+    def expert_imbalance(self) -> float:
+        """The expert load its steps are timed at: the expected maximum under multinomial
+        routing for a mixture of experts on a profiled chip, balanced on pure physics or for a
+        dense model (``dcost.serving.moe.profiled_routing``)."""
+        return profiled_routing(not self.hardware.pure, self.model)
 
     def __str__(self) -> str:
         if not self.feasible:
@@ -939,7 +948,8 @@ def _prepare(
     # family and engine profiles, so that each loads the programs another compiled (pure
     # physics too, unlike the searches' ``shared_form``: its programs compile as long filled)
     chip = hardware.filled()
-    tables = _tables(searched, chip, model, layouts_by_kind, jnp.asarray(unique), acc)
+    imbalance = jnp.asarray(profiled_routing(not hardware.pure, model), dtype)  # before filling
+    tables = _tables(searched, chip, model, layouts_by_kind, jnp.asarray(unique), acc, imbalance)
     settings = settings if settings.group else settings._replace(group=1)
     return Prepared(
         n,
@@ -1301,9 +1311,11 @@ def plan_grid(
     per_kind: dict[str, tuple] = {k: (math.inf, None) for k in kinds if not rows[k]}
     built = [k for k in kinds if rows[k]]
     chip = hardware.filled()  # as ``plan``'s programs take it
+    imbalance = jnp.asarray(profiled_routing(not hardware.pure, model), jnp.result_type(float))
     if built:  # the tables of every kind at once: the program ``plan`` compiled for this mode
         stats = jnp.asarray(np.asarray(workload_stats(traffic))[None])
-        tabs = _tables(tuple(built), chip, model, {k: _stack(rows[k]) for k in built}, stats, acc)
+        layouts_k = {k: _stack(rows[k]) for k in built}
+        tabs = _tables(tuple(built), chip, model, layouts_k, stats, acc, imbalance)
     for kind in built:
         feasible, chips = _grid_one(kind, tabs[kind], traffic, targets, chip, model, n_max)
         feasible, chips = np.asarray(feasible), np.asarray(chips)

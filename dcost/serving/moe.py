@@ -18,13 +18,14 @@ import numpy as np
 
 from dcost.serving.collectives import all_to_all, all_to_all_rounds, group_all_reduce
 from dcost.smooth import safe_div, safe_sqrt, smax, smin
-from dcost.specs import SpecError, _concrete, _float, check
+from dcost.specs import MULTINOMIAL, SpecError, _concrete, _float, check
 
 __all__ = [
     "expert_fraction",
     "tokens_per_expert",
     "expected_max_load",
     "expert_imbalance",
+    "profiled_routing",
     "domains_reached",
     "all_to_all_time",
     "expert_tensor_parallel_time",
@@ -149,6 +150,27 @@ def expert_imbalance(workload, tokens, chips, model, redundant_experts=0.0, smoo
         base = jnp.where(given > 0, given, multinomial)
     imb = 1.0 + (base - 1.0) / (1.0 + redundant_experts / chips)
     return jnp.where(model.n_experts > 0, imb, 1.0)
+
+
+def profiled_routing(profiled: bool, model) -> float:
+    """The ``Workload.expert_imbalance`` a step is timed at: ``MULTINOMIAL`` (the expected
+    maximum load under multinomial routing, ``expected_max_load``) for a mixture of experts on
+    a profiled chip, 1.0 (balanced) for pure physics or a dense model.
+
+    A profile's fixed costs (a family's or an engine's) were fitted to measured runs timed at
+    the expected-maximum load (``dcost.validation.cases``), so a step on that profile is timed
+    the same way wherever it is asked (the validation's cases, ``dcost.simulate``, ``dcost.plan``);
+    pure physics stays balanced, a bound (the least a step can take).
+
+    >>> import dcost
+    >>> m = dcost.model("mixtral-8x7b")
+    >>> profiled_routing(True, m) == MULTINOMIAL, profiled_routing(False, m)
+    (True, 1.0)
+    >>> profiled_routing(True, dcost.model("llama-3-70b"))
+    1.0
+    """
+    moe = bool(np.any(np.asarray(model.n_experts) > 0))
+    return MULTINOMIAL if (profiled and moe) else 1.0
 
 
 def domains_reached(experts_active, domains, max_domains=0.0, smoothness=0.0):

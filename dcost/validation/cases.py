@@ -76,8 +76,9 @@ import jax.numpy as jnp
 
 from dcost import presets
 from dcost.serving.mixed import _mixed_step, mixed_step
+from dcost.serving.moe import profiled_routing
 from dcost.serving.roofline import decode, prefill
-from dcost.specs import MULTINOMIAL, Design, Hardware, Model, SpecError, Workload
+from dcost.specs import Design, Hardware, Model, SpecError, Workload
 from dcost.validation import check_record
 
 __all__ = [
@@ -284,7 +285,7 @@ def case(record: Mapping, calibrated: bool = False, engine=None) -> Case:
         prompt=t_in,
         output=t_out,
         acceptance=float(spec.get("acceptance", 0.0)),
-        expert_imbalance=MULTINOMIAL if (calibrated and moe) else 1.0,
+        expert_imbalance=profiled_routing(calibrated, net),
     )
     design = Design(
         batch=batch,
