@@ -710,7 +710,7 @@ def router_note(p) -> str | None:
         "router: send each request to the replica with the fewest prompt tokens still to "
         "prefill (a token-counting router, e.g. Dynamo's KV router); the TTFT assumes it. A "
         "queue-depth router counts prompts and sends one behind a long prompt where the counts "
-        "tie (p99 TTFT up to 1.08x the planned on 22 aggregated fleets, 1.35x on 17 disaggregated "
+        "tie (p99 TTFT up to 1.08x the planned on 22 aggregated fleets, 1.35x on 18 disaggregated "
         "prefill pools); behind a least-connections balancer the 22 fleets ran 1.4x the "
         "token-counting router's p99 TTFT at the median, up to 2.1x (check yours: "
         "--check-launch N --router least-prefill, or least-requests)"
