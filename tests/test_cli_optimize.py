@@ -397,3 +397,36 @@ def test_calibrated_eval_says_how_far_off_its_profile_is(capsys):
     assert "calibration_error" not in json.loads(out)
     with pytest.raises(presets.PresetError, match="known: ampere"):
         presets.calibration_error("vacuum-tubes")
+
+
+def test_the_expert_load_defaults_to_the_chips_validated_one(capsys):
+    """Without ``--expert-imbalance`` a mixture of experts is timed at multinomial routing's
+    expected maximum on a profiled chip (``--calibrated``, ``--engine``: the load those
+    profiles were fitted at) and balanced on pure physics or for a dense model; the flag wins.
+    The same design on the family profile is slower with the default than with balanced
+    experts."""
+    from dcost.cli.app import build_parser
+    from dcost.cli.common import hardware_and_model
+    from dcost.cli.search import workload_from_args
+    from dcost.specs import MULTINOMIAL
+
+    def imbalance(*argv):
+        args = build_parser().parse_args(["eval", "--batch", "64", "--chips", "8", *argv])
+        h, m = hardware_and_model(args)
+        return workload_from_args(args, h, m).expert_imbalance
+
+    moe = ("--hardware", "h200", "--model", "deepseek-v3", "--context", "4096")
+    assert float(imbalance(*moe, "--calibrated")) == MULTINOMIAL
+    assert float(imbalance(*moe, "--engine", "sglang")) == MULTINOMIAL
+    assert imbalance(*moe) is None  # pure physics: balanced, a bound
+    assert float(imbalance(*moe, "--calibrated", "--expert-imbalance", "1")) == 1.0
+    dense = ("--hardware", "h200", "--model", "llama-3-70b", "--context", "4096", "--calibrated")
+    assert imbalance(*dense) is None
+
+    def tpot(*extra):
+        argv = ("eval", *moe, "--batch", "64", "--chips", "8", "--calibrated", "--json", *extra)
+        code, out, _ = run(capsys, *argv)
+        assert code == 0
+        return json.loads(out)["tpot"]
+
+    assert tpot() > 1.01 * tpot("--expert-imbalance", "1")

@@ -103,6 +103,25 @@ def test_curve_point_is_the_api_decode(client, query):
     assert body["memory_limit"] == pytest.approx(limit)
 
 
+def test_a_profiled_moe_query_times_its_experts_as_the_validated_model():
+    """A query's workload carries the expert load its chip is validated at
+    (``dcost.serving.moe.profiled_routing``): multinomial (0) for a mixture of experts on the
+    family profile or an engine's, balanced (1) on pure physics or for a dense model; always a
+    number, so that every choice shares the page's programs."""
+    from dcost.specs import MULTINOMIAL
+
+    def imbalance(**params):
+        return float(queries.parse({"hardware": "h100-sxm", **params}).workload.expert_imbalance)
+
+    assert imbalance(model="mixtral-8x7b", engine=queries.ENGINE_CALIBRATED) == MULTINOMIAL
+    assert imbalance(model="mixtral-8x7b", engine=queries.ENGINE_PHYSICS) == 1.0
+    assert imbalance(model="llama-3-70b", engine=queries.ENGINE_CALIBRATED) == 1.0
+    if hasattr(dcost, "engines"):
+        rows = queries._engine_rows()
+        vllm = next(f"{e}@{v}" for e, v, h in rows if e == "vllm" and h == "h100-sxm")
+        assert imbalance(model="mixtral-8x7b", engine=vllm) == MULTINOMIAL
+
+
 def test_curve_does_not_retrace_for_new_numbers(client):
     _get(client, "curve")
     before = queries.TRACES[0]

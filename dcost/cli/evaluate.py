@@ -3,7 +3,9 @@
 Serving model v2's layout fields (``--attention-dp``, ``--expert-parallel``,
 ``--dispatch-dedup``, ``--redundant-experts``, ``--draft-tokens``, ``--prefill-chunk``) and
 workload fields (``--acceptance``, ``--expert-imbalance``) are given as numbers; left out, a term
-stays off.
+stays off, but for a mixture of experts on a profiled chip (``--calibrated``, ``--engine``),
+whose steps are timed at multinomial routing's expected maximum expert load, the load its
+profile was fitted at (``dcost.serving.moe.profiled_routing``).
 
 ``--json`` prints the report's own fields: a decode report's ``tpot`` (time per output token),
 a prefill report's ``ttft`` (the time of the pass), and ``tokens_per_s`` and ``cost_per_token``
@@ -50,7 +52,7 @@ def _cmd_eval(args) -> int:
             "(it defaults to --context, which is 0 unless given)"
         )
     h, m = hardware_and_model(args)
-    w = workload_from_args(args)
+    w = workload_from_args(args, h, m)
     layout = {n: getattr(args, n) for n in LAYOUT_VARIABLES if getattr(args, n) is not None}
     # a group count that does not divide --chips, or draft tokens without a draft or an
     # acceptance, is refused by decode/prefill themselves (dcost.specs.check_groups and

@@ -59,7 +59,8 @@ from dcost.search.envelope import envelope
 from dcost.search.grid import grid_search
 from dcost.search.optimize import optimize
 from dcost.search.problem import LAYOUT_VARIABLES, Problem
-from dcost.specs import Design, Workload
+from dcost.serving.moe import profiled_routing
+from dcost.specs import MULTINOMIAL, Design, Workload
 
 __all__ = [
     "add_parsers",
@@ -268,12 +269,17 @@ def add_workload_arguments(p) -> None:
         "--expert-imbalance",
         default=None,
         help="busiest chip's routed-expert load over the mean: a number >= 1, or 'multinomial' "
-        "(the expected maximum under random routing); default: balanced",
+        "(the expected maximum under random routing); default: multinomial for a mixture of "
+        "experts on a profiled chip (--calibrated, --engine: the load the profiles were fitted "
+        "at), balanced on pure physics (a bound)",
     )
 
 
-def workload_from_args(args) -> Workload:
-    """The ``dcost.Workload`` of the arguments (context, prompt, acceptance, imbalance)."""
+def workload_from_args(args, hardware=None, model=None) -> Workload:
+    """The ``dcost.Workload`` of the arguments (context, prompt, acceptance, imbalance); with
+    no ``--expert-imbalance``, the load ``hardware`` and ``model`` are validated at
+    (``dcost.serving.moe.profiled_routing``: multinomial for a mixture of experts on a profiled
+    chip, else balanced)."""
     imbalance = getattr(args, "expert_imbalance", None)
     if imbalance is not None and imbalance != "multinomial":
         try:
@@ -282,6 +288,9 @@ def workload_from_args(args) -> Workload:
             raise ValueError(
                 f"--expert-imbalance: {err}; give a number >= 1 or 'multinomial'"
             ) from None
+    elif imbalance is None and hardware is not None and model is not None:
+        if profiled_routing(not hardware.pure, model) == MULTINOMIAL:
+            imbalance = "multinomial"  # balanced stays None: the programs of before
     return Workload(
         args.context,
         prompt=args.prompt,
@@ -293,7 +302,7 @@ def workload_from_args(args) -> Workload:
 def problem_from_args(args) -> Problem:
     """The ``dcost.Problem`` the arguments describe (ValueError for bad values)."""
     h, m = hardware_and_model(args)
-    work = workload_from_args(args)
+    work = workload_from_args(args, h, m)
     free: dict = {n: (1, _bound(args, n)) for n in ("batch", "chips", "stages")}
     fixed = {}
     for name in LAYOUT_VARIABLES:

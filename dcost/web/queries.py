@@ -42,6 +42,7 @@ import numpy as np
 
 import dcost
 from dcost.presets import PresetError
+from dcost.serving.moe import profiled_routing
 from dcost.specs import SpecError
 
 __all__ = [
@@ -284,10 +285,17 @@ def parse(params: Mapping[str, Any]) -> Query:
             nums["rate"], prompt_tokens=nums["context"], output_tokens=nums["output"]
         ),
     )
+    # the expert load a step is timed at: multinomial for a mixture of experts on a profiled
+    # chip (the family's or an engine's: what they were fitted at), else balanced; always a
+    # number, so every choice shares the page's programs
+    routing = profiled_routing(engine is not None or not hardware.pure, model)
     workload = _api(
         "context",
         lambda: dcost.Workload(
-            nums["context"] + nums["output"] / 2, prompt=nums["context"], output=nums["output"]
+            nums["context"] + nums["output"] / 2,
+            prompt=nums["context"],
+            output=nums["output"],
+            expert_imbalance=routing,
         ),
     )
     design = _api("batch", lambda: dcost.Design(batch=nums["batch"], chips=nums["chips"]))
