@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dcost
+from dcost.serving.moe import profiled_routing
 
 CURVE_CHIPS = ("h100-sxm", "b200")
 GENERATIONS = ("a100-80gb", "h100-sxm", "h200", "b200", "b300")
@@ -92,7 +93,13 @@ def api_breakeven(n: int = 200):
     h = dcost.hardware(API["hardware"], precision="fp8", calibrated=True)
     m = dcost.model(API["model"])
     d = dcost.Design(batch=API_BATCH, chips=API["chips"])
-    w = dcost.Workload(API_PROMPT + API_OUTPUT / 2, prompt=API_PROMPT, output=API_OUTPUT)
+    # the experts at the load the calibrated profile was fitted at (multinomial routing)
+    w = dcost.Workload(
+        API_PROMPT + API_OUTPUT / 2,
+        prompt=API_PROMPT,
+        output=API_OUTPUT,
+        expert_imbalance=profiled_routing(not h.pure, m),
+    )
     prices = dcost.price_sheets()[API["sheet"]].prices
     b = dcost.breakeven(d, h, m, w, dcost.ownership(API["hardware"]), prices, API_CACHED)
     cap = float(b.replica_capacity)
